@@ -1,0 +1,40 @@
+# Two commands matter: `make demo` and `make test`. Both set up first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test bench system-tools clean
+
+venv: $(STAMP) system-tools
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+# tshark (which brings dumpcap) comes from Debian; install it where missing.
+system-tools:
+	@if ! command -v tshark >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing tshark from Debian packages"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; \
+	  else \
+	    echo "tshark is missing: run 'sudo apt-get install tshark' (tests that compare with tshark will skip)"; \
+	  fi; \
+	fi
+
+demo: venv
+	$(BIN)/detector info captures/*.pcap*
+	$(BIN)/detector analyze captures/*.pcap* -o reports/demo
+	@echo "report written to reports/demo/"
+
+test: venv
+	$(BIN)/python -m pytest -q tests
+
+bench: venv
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) reports bench/out

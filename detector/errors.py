@@ -1,0 +1,42 @@
+"""The project's exception hierarchy: what a user can be told about bad input.
+
+    DetectorError               base; its str() is one line fit for a terminal
+     ├── CaptureError           an unreadable capture (file, byte offset, reason)
+     ├── RuleError              a broken rule file (file, key, reason)
+     └── UsageError             a bad command line or option value
+
+Anything else that escapes is a bug in the project, not the user's mistake.
+"""
+from __future__ import annotations
+
+__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError"]
+
+
+class DetectorError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class CaptureError(DetectorError):
+    """A capture file that cannot be read (any further)."""
+
+    def __init__(self, path, reason: str, offset: int | None = None):
+        self.path = str(path)
+        self.reason = reason
+        self.offset = offset
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{self.path}{where}: {reason}")
+
+
+class RuleError(DetectorError):
+    """A rule file with an unknown key or a bad value."""
+
+    def __init__(self, path, key: str | None, reason: str):
+        self.path = str(path)
+        self.key = key
+        self.reason = reason
+        where = f": key '{key}'" if key else ""
+        super().__init__(f"{self.path}{where}: {reason}")
+
+
+class UsageError(DetectorError):
+    """A command line or API call that asks for something impossible."""
