@@ -1,0 +1,130 @@
+"""The `detector` command line: info, flows, analyze.
+
+Exit codes: 0 success; 2 bad input or usage (one line on stderr, no
+traceback); 3 when `analyze --fail-on SEVERITY` is given and a finding
+reaches it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import DetectorError, UsageError
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_FINDINGS = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="detector",
+        description="Network incident forensics on packet captures: flows, findings, evidence.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="summarise captures (like capinfos)")
+    info.add_argument("captures", nargs="+", metavar="CAPTURE")
+    info.add_argument("--json", action="store_true", help="one JSON object per line and file")
+
+    flows = sub.add_parser("flows", help="write the flow table of one continuous capture")
+    flows.add_argument("captures", nargs="+", metavar="CAPTURE",
+                       help="several files are read as one capture (e.g. a ring buffer)")
+    flows.add_argument("-o", "--output", required=True, metavar="OUT",
+                       help="output file: .csv or .parquet")
+
+    analyze = sub.add_parser("analyze", help="run the detectors and write findings")
+    analyze.add_argument("captures", nargs="+", metavar="CAPTURE")
+    analyze.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    analyze.add_argument("--fail-on", metavar="SEVERITY",
+                         help="exit 3 when a finding reaches this severity "
+                              "(info, low, medium, high, critical)")
+    return parser
+
+
+def _check_inputs(paths) -> None:
+    for path in paths:
+        if os.path.isdir(path):
+            raise UsageError(f"{path}: is a folder, not a capture file")
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: no such file")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{path}: permission denied")
+
+
+def cmd_info(args) -> int:
+    from .commands import info_one
+    status = EXIT_OK
+    for path in args.captures:
+        record, text = info_one(path)
+        if record["error"]:
+            status = EXIT_BAD_INPUT
+        if args.json:
+            print(json.dumps(record), flush=True)
+        else:
+            print(text, flush=True)
+    return status
+
+
+def cmd_flows(args) -> int:
+    from .commands import write_flows
+    _check_inputs(args.captures)
+    out = Path(args.output)
+    if out.suffix.lower() not in (".csv", ".parquet"):
+        raise UsageError(f"{out}: output must end in .csv or .parquet")
+    result, count = write_flows(args.captures, out)
+    for warning in result.warnings:
+        print(f"detector: warning: {warning}", file=sys.stderr)
+    print(f"{count} flows written to {out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_analyze(args) -> int:
+    from .commands import analyze
+    from .findings import SEVERITY_RANK
+    _check_inputs(args.captures)
+    if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
+        raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
+                         f"(one of {', '.join(SEVERITY_RANK)})")
+    findings, result, out = analyze(args.captures, Path(args.output))
+    for warning in result.warnings:
+        print(f"detector: warning: {warning}", file=sys.stderr)
+    if findings:
+        print(f"{'severity':<9} {'rule':<18} {'n':>9}  message")
+        for f in sorted(findings, key=lambda f: -f.rank):
+            print(f"{f.severity:<9} {f.rule:<18} {f.n:>9}  {f.msg}")
+    print(f"{len(findings)} findings written to {out}", file=sys.stderr)
+    if args.fail_on is not None and any(f.rank >= SEVERITY_RANK[args.fail_on] for f in findings):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze}
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DetectorError as exc:
+        print(f"detector: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # the reader of our stdout went away (e.g. `| head`): not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
+    except OSError as exc:
+        # an output we cannot write (missing folder, no permission, disk full)
+        where = exc.filename if exc.filename else "output"
+        print(f"detector: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("detector: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""What the CLI commands do, apart from argument parsing: info, flows, analyze."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import engine
+from .detectors import active_detectors
+from .errors import CaptureError, UsageError
+from .findings import SEVERITY_RANK
+from .flows import FlowTable
+from .stats import CaptureStats
+
+FINDINGS_VERSION = 1
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def info_one(path: str) -> tuple[dict, str]:
+    """Summarise one capture: (JSON record, human-readable text)."""
+    stats = CaptureStats()
+    record = {"file": path, "packets": 0, "bytes": 0, "first_seen": None, "last_seen": None,
+              "linktypes": {}, "warnings": [], "error": None}
+    try:
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file" if not os.path.exists(path)
+                             else f"{path}: not a regular file")
+        result = engine.run([path], [stats], label=os.path.basename(path))
+    except (CaptureError, UsageError) as exc:
+        record["error"] = str(exc)
+        return record, f"File:          {path}\nError:         {exc}\n"
+    summary = stats.to_json()
+    capture = result.captures[0] if result.captures else {}
+    record.update({
+        "format": capture.get("format"), "compression": capture.get("compression") or None,
+        "packets": stats.packets, "bytes": stats.bytes, "wire_bytes": stats.wire_bytes,
+        "first_seen": summary["first_seen"], "last_seen": summary["last_seen"],
+        "duration_s": summary["duration_s"], "linktypes": summary["linktypes"],
+        "decoded_ratio": summary["decoded_ratio"], "layers": summary["layers"],
+        "warnings": result.warnings,
+    })
+    fmt = record["format"] or "-"
+    if record["compression"]:
+        fmt += f" ({record['compression']})"
+    linktypes = ", ".join(f"{name} ({count:,})" for name, count in summary["linktypes"].items())
+    layers = ", ".join(f"{name} {count:,}" for name, count in summary["layers"].items())
+    lines = [
+        f"File:          {path}",
+        f"Format:        {fmt}",
+        f"Link types:    {linktypes or '-'}",
+        f"Packets:       {stats.packets:,}",
+        f"Bytes:         {stats.bytes:,} captured, {stats.wire_bytes:,} on the wire",
+        f"First packet:  {summary['first_seen'] or '-'}",
+        f"Last packet:   {summary['last_seen'] or '-'}",
+        f"Duration:      {summary['duration_s']:.6f} s",
+        f"Decoded:       {summary['decoded_ratio']:.1%} of packets (network layer)",
+        f"Layers:        {layers or '-'}",
+    ]
+    lines += [f"Warning:       {w}" for w in result.warnings]
+    return record, "\n".join(lines) + "\n"
+
+
+def write_flows(paths, out: Path):
+    table = FlowTable()
+    result = engine.run(paths, [table], label="flows")
+    frame = table.to_frame()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError("parquet output needs pyarrow: pip install 'detector[parquet]'") from None
+        frame.to_parquet(out, index=False)
+    else:
+        frame.to_csv(out, index=False)
+    return result, len(frame)
+
+
+def analyze(paths, out_dir: Path):
+    """Run every active detector over the captures and write DIR/findings.json."""
+    stats = CaptureStats()
+    table = FlowTable()
+    detectors = active_detectors()
+    result = engine.run(paths, [stats, table, *detectors], label="analyze")
+    findings = []
+    for det in detectors:
+        findings.extend(det.findings())
+    findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+    document = {
+        "version": FINDINGS_VERSION,
+        "captures": result.captures,
+        "stats": {**stats.to_json(), "flows": table.flow_count},
+        "findings": [f.to_json() for f in findings],
+    }
+    path = out_dir / "findings.json"
+    _atomic_write(path, json.dumps(document, indent=2) + "\n")
+    return findings, result, path

@@ -1,0 +1,59 @@
+"""The Finding record: what a detector reports, in the JSON shape of DESIGN.md.
+
+Field names follow Suricata's EVE where one exists (src_ip, dest_ip, src_port,
+dest_port, proto, community_id) and Zeek's notice where one exists (n, msg).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+
+def iso_time(ts_ns: int | None) -> str | None:
+    """Nanoseconds since the epoch as an ISO 8601 UTC string with microseconds."""
+    if ts_ns is None:
+        return None
+    seconds, ns = divmod(int(ts_ns), 1_000_000_000)
+    stamp = _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns // 1000:06d}Z"
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    title: str
+    msg: str
+    first_seen: int | None = None      # ns since the epoch; ISO text in to_json()
+    last_seen: int | None = None
+    n: int = 0
+    src_ip: str | None = None
+    dest_ip: str | None = None
+    src_port: int | None = None
+    dest_port: int | None = None
+    proto: str | None = None
+    community_id: str | None = None
+    src_mac: str | None = None
+    dest_mac: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence_pcap: str | None = None
+    remediation: str | None = None
+    references: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.severity not in SEVERITY_RANK:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    @property
+    def rank(self) -> int:
+        return SEVERITY_RANK[self.severity]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["first_seen"] = iso_time(self.first_seen)
+        out["last_seen"] = iso_time(self.last_seen)
+        return {k: v for k, v in out.items() if v is not None}
