@@ -1,0 +1,168 @@
+"""The command line on real bytes: exit codes, outputs, and one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "detector", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture
+def small_pcap(tmp_path):
+    """A TCP handshake + data + close, one DNS exchange, one ping: 3 flows, 11 packets."""
+    a, b = "10.0.0.1", "192.0.2.80"
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    eth_r = Ether(src="02:00:00:00:00:02", dst="02:00:00:00:00:01")
+    pkts = [
+        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="S", seq=100, options=[("MSS", 1460)]),
+        eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="SA", seq=500, ack=101,
+                                       options=[("MSS", 1400)]),
+        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="A", seq=101, ack=501),
+        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="PA", seq=101, ack=501) / Raw(b"GET / HTTP/1.0\r\n\r\n"),
+        eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="FA", seq=501, ack=119),
+        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="FA", seq=119, ack=502),
+        eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="A", seq=502, ack=120),
+        eth / IP(src=a, dst="192.0.2.53") / UDP(sport=5353, dport=53) / Raw(b"\x12\x34" + b"\x00" * 10),
+        eth_r / IP(src="192.0.2.53", dst=a) / UDP(sport=53, dport=5353) / Raw(b"\x12\x34" + b"\x80" * 10),
+        eth / IP(src=a, dst=b) / ICMP(type=8, id=7, seq=1),
+        eth_r / IP(src=b, dst=a) / ICMP(type=0, id=7, seq=1),
+    ]
+    for i, p in enumerate(pkts):
+        p.time = 1_700_000_000 + i * 0.01
+    path = tmp_path / "small.pcap"
+    wrpcap(str(path), pkts)
+    return path
+
+
+def test_info_text_and_json(small_pcap):
+    proc = run_cli("info", small_pcap)
+    assert proc.returncode == 0, proc.stderr
+    assert "Packets:       11" in proc.stdout
+    assert "ether (11)" in proc.stdout
+    assert "2023-11-14T22:13:20.000000Z" in proc.stdout
+
+    proc = run_cli("info", small_pcap, "--json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert {"file", "packets", "bytes", "first_seen", "last_seen", "linktypes", "warnings", "error"} <= set(record)
+    assert record["packets"] == 11
+    assert record["linktypes"] == {"ether": 11}
+    assert record["error"] is None
+    assert record["last_seen"] == "2023-11-14T22:13:20.100000Z"
+
+
+def test_info_broken_file_reports_and_others_still_print(small_pcap, tmp_path):
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"this is not a capture at all" * 4)
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    proc = run_cli("info", "--json", junk, small_pcap, empty, tmp_path / "missing.pcap")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["file"] for r in records] == [str(junk), str(small_pcap), str(empty), str(tmp_path / "missing.pcap")]
+    assert records[0]["error"] and str(junk) in records[0]["error"]
+    assert records[1]["error"] is None and records[1]["packets"] == 11
+    assert records[2]["error"] and str(empty) in records[2]["error"]
+    assert "no such file" in records[3]["error"]
+
+
+def test_flows_csv_and_parquet(small_pcap, tmp_path):
+    out = tmp_path / "flows.csv"
+    proc = run_cli("flows", small_pcap, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    flows = pd.read_csv(out)
+    assert len(flows) == 3
+    tcp = flows[flows.proto == "tcp"].iloc[0]
+    assert (tcp.src_ip, tcp.src_port, tcp.dest_ip, tcp.dest_port) == ("10.0.0.1", 40000, "192.0.2.80", 80)
+    assert (tcp.src2dst_packets, tcp.dst2src_packets) == (4, 3)
+    assert (tcp.src_mss, tcp.dst_mss) == (1460, 1400)
+    assert tcp.state == "SF"
+    assert set(flows.proto) == {"tcp", "udp", "icmp"}
+
+    pq = tmp_path / "flows.parquet"
+    proc = run_cli("flows", small_pcap, "-o", pq)
+    assert proc.returncode == 0, proc.stderr
+    again = pd.read_parquet(pq)
+    assert sorted(again.community_id) == sorted(flows.community_id)
+
+
+def test_flows_several_files_are_one_capture(small_pcap, tmp_path):
+    from scapy.all import rdpcap
+    pkts = rdpcap(str(small_pcap))
+    first, second = tmp_path / "ring_00001.pcap", tmp_path / "ring_00002.pcap"
+    wrpcap(str(first), pkts[:3])
+    wrpcap(str(second), pkts[3:])
+    out = tmp_path / "flows.csv"
+    proc = run_cli("flows", first, second, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    flows = pd.read_csv(out)
+    tcp = flows[flows.proto == "tcp"]
+    assert len(tcp) == 1 and int(tcp.src2dst_packets.iloc[0] + tcp.dst2src_packets.iloc[0]) == 7
+
+
+def test_flows_bad_usage(small_pcap, tmp_path):
+    assert_one_line_error(run_cli("flows", small_pcap, "-o", tmp_path / "flows.txt"), ".csv or .parquet")
+    assert_one_line_error(run_cli("flows", tmp_path / "nope.pcap", "-o", tmp_path / "f.csv"), "nope.pcap")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert_one_line_error(run_cli("flows", small_pcap, "-o", blocker / "sub" / "f.csv"), "error")
+
+
+def test_truncated_capture_keeps_packets_and_warns(small_pcap, tmp_path):
+    data = small_pcap.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:-5])            # last record cut short
+    out = tmp_path / "flows.csv"
+    proc = run_cli("flows", cut, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "cut.pcap at byte" in proc.stderr
+    flows = pd.read_csv(out)
+    assert int((flows.src2dst_packets + flows.dst2src_packets).sum()) == 10
+
+
+def test_analyze_writes_findings_json(small_pcap, tmp_path):
+    out = tmp_path / "report"
+    proc = run_cli("analyze", small_pcap, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "findings.json").read_text())
+    assert doc["version"] == 1
+    assert set(doc) == {"version", "captures", "stats", "findings"}
+    assert doc["captures"][0]["file"] == str(small_pcap)
+    assert doc["captures"][0]["packets"] == 11
+    assert doc["stats"]["packets"] == 11 and doc["stats"]["flows"] == 3
+    assert isinstance(doc["findings"], list)
+
+
+def test_analyze_bad_fail_on_and_garbage_input(small_pcap, tmp_path):
+    assert_one_line_error(run_cli("analyze", small_pcap, "-o", tmp_path / "r", "--fail-on", "urgent"), "urgent")
+    junk = tmp_path / "junk.pcapng"
+    junk.write_bytes(b"\x0a\x0d\x0d\x0a" + b"\xff" * 40)
+    proc = run_cli("analyze", junk, "-o", tmp_path / "r2")
+    assert_one_line_error(proc, "junk.pcapng")
+    assert not (tmp_path / "r2" / "findings.json").exists()
+
+
+def test_usage_errors_exit_2():
+    proc = run_cli("frobnicate")
+    assert proc.returncode == 2
+    proc = run_cli()
+    assert proc.returncode == 2
