@@ -1,4 +1,4 @@
-"""The `detector` command line: info, flows, analyze.
+"""The `detector` command line: info, flows, analyze, rules, explain.
 
 Exit codes: 0 success; 2 bad input or usage (one line on stderr, no
 traceback); 3 when `analyze --fail-on SEVERITY` is given and a finding
@@ -42,6 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--fail-on", metavar="SEVERITY",
                          help="exit 3 when a finding reaches this severity "
                               "(info, low, medium, high, critical)")
+    analyze.add_argument("--rules", metavar="DIR",
+                         help="folder of rule files laid over the default rules (same id replaces)")
+
+    rules = sub.add_parser("rules", help="list the detection rules")
+    rules.add_argument("--rules", metavar="DIR", help="folder of rule files laid over the default rules")
+
+    explain = sub.add_parser("explain", help="print one rule's documentation and parameters")
+    explain.add_argument("rule", metavar="RULE")
+    explain.add_argument("--rules", metavar="DIR", help="folder of rule files laid over the default rules")
     return parser
 
 
@@ -89,7 +98,7 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(args.captures, Path(args.output))
+    findings, result, out = analyze(args.captures, Path(args.output), rules_dir=args.rules)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:
@@ -102,7 +111,23 @@ def cmd_analyze(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze}
+def cmd_rules(args) -> int:
+    from .rules import load_rules, rules_table
+    print(rules_table(load_rules(args.rules)), end="")
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    from .rules import explain_text, load_rules
+    rules = load_rules(args.rules)
+    if args.rule not in rules:
+        raise UsageError(f"unknown rule '{args.rule}' (known: {', '.join(sorted(rules))})")
+    print(explain_text(rules[args.rule]), end="")
+    return EXIT_OK
+
+
+COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze,
+            "rules": cmd_rules, "explain": cmd_explain}
 
 
 def main(argv=None) -> int:

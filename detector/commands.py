@@ -7,10 +7,11 @@ import tempfile
 from pathlib import Path
 
 from . import engine
-from .detectors import active_detectors
+from .detectors import AnalysisContext, active_detectors, run_findings
 from .errors import CaptureError, UsageError
 from .findings import SEVERITY_RANK
 from .flows import FlowTable
+from .rules import load_rules
 from .stats import CaptureStats
 
 FINDINGS_VERSION = 1
@@ -89,15 +90,18 @@ def write_flows(paths, out: Path):
     return result, len(frame)
 
 
-def analyze(paths, out_dir: Path):
-    """Run every active detector over the captures and write DIR/findings.json."""
+def analyze(paths, out_dir: Path, rules_dir=None):
+    """Run every enabled detector over the captures and write DIR/findings.json.
+
+    `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
+    file is refused before any capture is read.
+    """
+    detectors = active_detectors(load_rules(rules_dir))
     stats = CaptureStats()
     table = FlowTable()
-    detectors = active_detectors()
     result = engine.run(paths, [stats, table, *detectors], label="analyze")
-    findings = []
-    for det in detectors:
-        findings.extend(det.findings())
+    ctx = AnalysisContext(flows=table.to_frame(), stats=stats)
+    findings = run_findings(detectors, ctx)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
     document = {
         "version": FINDINGS_VERSION,

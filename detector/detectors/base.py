@@ -1,0 +1,132 @@
+"""What every detector shares: the Detector interface, its registry, the analysis context, small formatters.
+
+A detector is a compact, mergeable state over decoded batches:
+`update(batch)` folds one batch in (vectorised, no per-packet Python),
+`merge(other)` combines two partial states of the same rule (two files, two
+cluster partitions, two live intervals), and `findings(ctx)` turns the state
+into findings once the input is read, with the whole flow table, the capture
+statistics and the findings of the detectors that ran before it at hand.
+"""
+from __future__ import annotations
+
+import ipaddress
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from ..schema import PacketBatch
+from ..stats import CaptureStats
+
+REGISTRY: dict[str, type["Detector"]] = {}
+
+# Frame numbers kept per finding for the evidence pcap: enough to show the
+# pattern, bounded so a loop of millions of frames does not bloat findings.json.
+EVIDENCE_FRAMES_MAX = 64
+
+
+@dataclass
+class AnalysisContext:
+    flows: pd.DataFrame                                   # FlowTable.to_frame() of the whole input
+    stats: CaptureStats
+    findings: dict[str, list[Finding]] = field(default_factory=dict)   # by rule id, of detectors already run
+
+
+class Detector(ABC):
+    rule_id: ClassVar[str]
+    PARAMS: ClassVar[dict[str, tuple[type, Any, str]]] = {}   # name -> (type, default, what it means)
+    AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
+
+    def __init__(self, rule: Rule):
+        if rule.id != self.rule_id:
+            raise ValueError(f"{type(self).__name__} serves rule '{self.rule_id}', not '{rule.id}'")
+        self.rule = rule
+        self.params = {name: spec[1] for name, spec in self.PARAMS.items()}
+        self.params.update(rule.params)
+
+    @abstractmethod
+    def update(self, batch: PacketBatch) -> None:
+        """Fold one decoded batch into the state."""
+
+    @abstractmethod
+    def merge(self, other: "Detector") -> "Detector":
+        """Combine `other`'s partial state (same rule) into this one and return self."""
+
+    @abstractmethod
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        """The findings of everything folded in so far."""
+
+    def finding(self, severity: str, msg: str, **fields) -> Finding:
+        """A Finding carrying this rule's id, title, remediation and references."""
+        return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg,
+                       remediation=self.rule.remediation, references=list(self.rule.references), **fields)
+
+
+def register(cls: type[Detector]) -> type[Detector]:
+    """Class decorator: make a detector known to `detector analyze` under its rule id."""
+    module = cls.__module__.rsplit(".", 1)[-1]
+    if module != cls.rule_id.replace("-", "_"):
+        raise ValueError(f"rule '{cls.rule_id}' must live in module {cls.rule_id.replace('-', '_')}.py")
+    if cls.rule_id in REGISTRY and REGISTRY[cls.rule_id] is not cls:
+        raise ValueError(f"two detectors claim rule '{cls.rule_id}'")
+    REGISTRY[cls.rule_id] = cls
+    return cls
+
+
+def check_merge(mine: Detector, other: Detector) -> None:
+    """Refuse to merge states of different rules or different thresholds."""
+    if type(other) is not type(mine) or other.params != mine.params:
+        raise ValueError(f"cannot merge {type(other).__name__} state into {type(mine).__name__}")
+
+
+# ---- formatting helpers for findings -------------------------------------
+
+def ip_text(hi, lo) -> str:
+    """An address from the two uint64 halves of the schema; IPv4-mapped ones in dotted form."""
+    value = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
+    return str(value.ipv4_mapped) if value.ipv4_mapped is not None else str(value)
+
+
+def mac_text(value) -> str:
+    raw = int(value).to_bytes(8, "big")[2:]
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def evidence_frames(frames: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> list[int]:
+    """Frame numbers for the evidence pcap: all of them, or the first and last halves of `limit`."""
+    frames = np.asarray(frames, dtype=np.int64)
+    if len(frames) <= limit:
+        return frames.tolist()
+    head = limit // 2
+    return frames[:head].tolist() + frames[len(frames) - (limit - head):].tolist()
+
+
+def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> np.ndarray:
+    """Bounded evidence: the first `limit//2` and last `limit - limit//2` of kept+new frames (sorted)."""
+    both = np.concatenate([kept, new]).astype(np.int64)
+    both.sort()
+    if len(both) <= limit:
+        return both
+    head = limit // 2
+    return np.concatenate([both[:head], both[len(both) - (limit - head):]])
+
+
+def frame_summary(frame: bytes, linktype: int) -> str:
+    """A one-line decode of hostile frame bytes (scapy's summary), for a human reading the finding."""
+    from scapy.config import conf
+
+    cls = conf.l2types.get(int(linktype))
+    if cls is None:
+        return f"{len(frame)} bytes of link type {int(linktype)}"
+    try:
+        text = cls(frame).summary()
+    except Exception:   # scapy's dissectors raise all kinds of errors on crafted bytes; the finding stands
+        return f"{len(frame)} bytes (scapy could not decode them)"
+    # one line, bounded: the text comes from packet bytes
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+

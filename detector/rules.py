@@ -1,0 +1,211 @@
+"""Rule files: one YAML document per detector in rules/, validated against the detector's parameters.
+
+A rule holds the text a user reads (`detector rules`, `detector explain RULE`)
+and the thresholds the detector runs with. The default rules live in the
+repository's `rules/` folder; `load_rules(DIR)` lays the files of DIR over
+them, so a user copies one file, edits a threshold and passes `--rules DIR`.
+Anything wrong in a file is a `RuleError` naming the file, the key and why.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RuleError
+from .findings import SEVERITIES
+
+RULES_DIR = Path(__file__).resolve().parents[1] / "rules"
+
+# A rule file is a page of text; anything larger is not a rule file and is
+# refused before the YAML parser spends time and memory on it.
+MAX_RULE_FILE_BYTES = 256 * 1024
+
+TEXT_KEYS = ("id", "title", "severity", "description", "why", "remediation")
+LIST_KEYS = ("references", "false_positives")
+REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS, "params")
+# `enabled: false` in an override file switches a rule off without deleting it.
+OPTIONAL_KEYS = ("enabled",)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    severity: str           # the rule's base severity; a detector may raise it with the evidence
+    description: str
+    why: str
+    remediation: str
+    references: list[str]
+    false_positives: list[str]
+    params: dict[str, Any]  # every parameter of the detector: the file's values over the defaults
+    path: str               # the file the rule came from (the last one, for an override)
+    enabled: bool = True
+
+
+def _param_value(path, key: str, expected: type, value):
+    """Check one parameter value against its declared type; ints are accepted where floats are."""
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif expected is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+            ok = math.isfinite(value)
+    elif expected is list:
+        ok = isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value)
+    else:
+        ok = isinstance(value, expected)
+    if not ok:
+        raise RuleError(path, key, f"expected {expected.__name__}, got {type(value).__name__} {value!r:.60}")
+    # thresholds are counts, rates, durations and ratios: none is negative
+    if expected in (int, float) and value < 0:
+        raise RuleError(path, key, f"must be >= 0, got {value!r}")
+    if key.endswith("_ratio") and expected is float and value > 1:
+        raise RuleError(path, key, f"a ratio lies between 0 and 1, got {value!r}")
+    return value
+
+
+def _read_document(path: Path) -> dict:
+    try:
+        size = path.stat().st_size
+        if size > MAX_RULE_FILE_BYTES:
+            raise RuleError(path, None, f"{size} bytes: larger than a rule file can be ({MAX_RULE_FILE_BYTES})")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RuleError(path, None, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise RuleError(path, None, exc.strerror or str(exc)) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RuleError(path, None, f"not valid YAML: {where}{problem}") from None
+    if not isinstance(document, dict):
+        raise RuleError(path, None, "a rule file holds one mapping (id: ..., title: ..., params: ...)")
+    return document
+
+
+def _parse(path: Path, document: dict, registry: dict, base: Rule | None) -> Rule:
+    """One validated rule from a file's mapping; keys the file lacks come from `base`, if any."""
+    for key in document:
+        if key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
+            raise RuleError(path, str(key), f"unknown key (allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
+    rule_id = document.get("id")
+    if not isinstance(rule_id, str) or not rule_id:
+        raise RuleError(path, "id", "missing or not a string")
+    if rule_id not in registry:
+        raise RuleError(path, "id", f"no detector implements '{rule_id}' (known: {', '.join(sorted(registry))})")
+    if base is None and path.stem != rule_id:
+        raise RuleError(path, "id", f"'{rule_id}' differs from the file name '{path.stem}'")
+    values: dict[str, Any] = {}
+    for key in REQUIRED_KEYS:
+        if key in document:
+            continue
+        if base is None:
+            raise RuleError(path, key, "missing")
+    for key in TEXT_KEYS:
+        value = document.get(key, getattr(base, key, None))
+        if not isinstance(value, str) or not value.strip():
+            raise RuleError(path, key, "must be a non-empty string")
+        values[key] = value.strip()
+    if values["severity"] not in SEVERITIES:
+        raise RuleError(path, "severity", f"'{values['severity']}' is not one of {', '.join(SEVERITIES)}")
+    for key in LIST_KEYS:
+        value = document.get(key, getattr(base, key, None))
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RuleError(path, key, "must be a list of strings")
+        values[key] = [v.strip() for v in value]
+    enabled = document.get("enabled", getattr(base, "enabled", True))
+    if not isinstance(enabled, bool):
+        raise RuleError(path, "enabled", "must be true or false")
+    declared = registry[rule_id].PARAMS
+    params = {name: spec[1] for name, spec in declared.items()}
+    if base is not None:
+        params.update(base.params)
+    given = document.get("params", {})
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise RuleError(path, "params", "must be a mapping of parameter name to value")
+    for name, value in given.items():
+        key = f"params.{name}"
+        if name not in declared:
+            raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
+        params[name] = _param_value(path, key, declared[name][0], value)
+    return Rule(params=params, path=str(path), enabled=enabled, **values)
+
+
+def _rule_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise RuleError(directory, None, "not a folder of rule files")
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_rules(directory=None) -> dict[str, Rule]:
+    """The default rules, with the files of `directory` (if given) laid over them, by rule id.
+
+    A file in `directory` may hold only `id` and the keys it changes; its
+    `params` are merged over the default ones.
+    """
+    from .detectors import REGISTRY   # the detectors import this module for `Rule`
+
+    rules: dict[str, Rule] = {}
+    for path in _rule_files(RULES_DIR):
+        rule = _parse(path, _read_document(path), REGISTRY, None)
+        rules[rule.id] = rule
+    if directory is not None:
+        seen: dict[str, Path] = {}
+        for path in _rule_files(Path(directory)):
+            document = _read_document(path)
+            rule_id = document.get("id")
+            if isinstance(rule_id, str) and rule_id in seen:
+                raise RuleError(path, "id", f"'{rule_id}' is defined in {seen[rule_id].name} too")
+            base = rules.get(rule_id) if isinstance(rule_id, str) else None
+            rule = _parse(path, document, REGISTRY, base)
+            seen[rule.id] = path
+            rules[rule.id] = rule
+    return rules
+
+
+def rules_table(rules: dict[str, Rule]) -> str:
+    """One line per rule: id, severity, title (what `detector rules` prints)."""
+    lines = [f"{'rule':<18} {'severity':<9} title"]
+    for rule in sorted(rules.values(), key=lambda r: r.id):
+        state = "" if rule.enabled else "  (disabled)"
+        lines.append(f"{rule.id:<18} {rule.severity:<9} {rule.title}{state}")
+    return "\n".join(lines) + "\n"
+
+
+def explain_text(rule: Rule) -> str:
+    """A rule's full documentation, in fixed sections (what `detector explain RULE` prints)."""
+    from .detectors import REGISTRY
+
+    declared = REGISTRY[rule.id].PARAMS
+    out = [f"{rule.id}: {rule.title}", f"severity: {rule.severity}" + ("" if rule.enabled else " (disabled)"),
+           f"file: {rule.path}", "", "What it detects", _indent(rule.description), "",
+           "Why it matters", _indent(rule.why), "", "Parameters"]
+    for name in sorted(rule.params):
+        kind, default, doc = declared[name]
+        changed = "" if rule.params[name] == default else f" (default {default!r})"
+        out.append(f"  {name} = {rule.params[name]!r}{changed}  [{kind.__name__}]")
+        out.append(_indent(doc, 6))
+    out += ["", "False positives"] + [f"  - {item}" for item in rule.false_positives]
+    out += ["", "Remediation", _indent(rule.remediation), "", "References"]
+    out += [f"  - {item}" for item in rule.references]
+    return "\n".join(out) + "\n"
+
+
+def _indent(text: str, width: int = 2) -> str:
+    pad = " " * width
+    return "\n".join(pad + line if line.strip() else "" for line in text.splitlines())
+
+
+__all__ = ["Rule", "RULES_DIR", "load_rules", "rules_table", "explain_text", "MAX_RULE_FILE_BYTES"]
