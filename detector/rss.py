@@ -1,0 +1,187 @@
+"""Receive-side scaling model: the Toeplitz hash a NIC computes per packet, and the queue it picks.
+
+A NIC spreads received packets over its queues by hashing the flow's
+addresses (and, for TCP and optionally UDP, ports) with the Toeplitz hash of
+Microsoft's RSS specification, then looking the low bits of the hash up in an
+indirection table. Each queue is served by one CPU core, so a traffic mix
+whose packets share one hash loads one core while the others idle.
+
+The hash is linear over GF(2): the hash of a byte string is the XOR of the
+contributions of its bytes, and the contribution of byte value v at position
+i depends only on (i, v). `RssModel` precomputes that 32-bit contribution for
+every (position, value) pair once, so hashing a packet is one table lookup
+and one XOR per input byte (a compiled loop over the batch's rows). A zero
+byte contributes nothing, which is why rows hashed without ports simply leave
+the port bytes at zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .errors import UsageError
+from .schema import (L_FRAG, L_IP4, L_IP6, L_PORTS, L_TCP, L_TUNNEL, L_UDP, PROTO_TCP, PROTO_UDP,
+                     PacketBatch)
+
+# The 40-byte key of Microsoft's RSS verification suite, also the default key
+# of many NIC drivers (ixgbe, i40e, DPDK's rte_thash examples).
+MICROSOFT_KEY = bytes.fromhex(
+    "6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa")
+# A key whose 16-bit period makes the hash symmetric: swapping source and
+# destination (address and port) gives the same hash, so both directions of a
+# flow land on one queue (Woo and Park, "Scalable TCP Session Monitoring with
+# Symmetric Receive-side Scaling", 2012).
+SYMMETRIC_KEY = bytes.fromhex("6d5a" * 20)
+
+# Hash input: source address, destination address, source port, destination
+# port, all in network byte order (RSS specification, "RSS Hashing Types").
+IPV4_INPUT_BYTES = 4 + 4 + 2 + 2
+IPV6_INPUT_BYTES = 16 + 16 + 2 + 2
+# Linux's default indirection table has 128 entries filled round robin
+# (ethtool_rxfh_indir_default: entry i -> queue i % queues).
+DEFAULT_TABLE_SIZE = 128
+DEFAULT_QUEUES = 8
+
+
+def toeplitz_tables(key: bytes, input_bytes: int) -> np.ndarray:
+    """(input_bytes, 256) uint32: the hash contribution of each byte value at each input position.
+
+    Input bit k (0 = most significant bit of byte 0) XORs the 32-bit window
+    of the key that starts at key bit k into the hash.
+    """
+    if len(key) < input_bytes + 4:
+        raise UsageError(f"an RSS key of {len(key)} bytes hashes at most {len(key) - 4} input bytes, "
+                         f"{input_bytes} needed")
+    key_int = int.from_bytes(key, "big")
+    key_bits = len(key) * 8
+    windows = np.array([(key_int >> (key_bits - 32 - k)) & 0xFFFFFFFF for k in range(input_bytes * 8)],
+                       dtype=np.uint32).reshape(input_bytes, 8)
+    values = np.arange(256, dtype=np.uint32)
+    tables = np.zeros((input_bytes, 256), dtype=np.uint32)
+    for bit in range(8):               # bit 0 is the byte's most significant bit
+        has_bit = ((values >> np.uint32(7 - bit)) & np.uint32(1)).astype(bool)
+        tables[:, has_bit] ^= windows[:, bit:bit + 1]
+    return tables
+
+
+def toeplitz_hash(key: bytes, data: bytes) -> int:
+    """The Toeplitz hash of one byte string (reference form, for tests and single lookups)."""
+    tables = toeplitz_tables(key, len(data))
+    result = 0
+    for position, value in enumerate(data):
+        result ^= int(tables[position, value])
+    return result
+
+
+@njit(cache=True)
+def _xor_word(tables, word, first_position, n_bytes, h):
+    """`h` XOR the contributions of the low `n_bytes` bytes of `word` (big-endian) from `first_position` on."""
+    for k in range(n_bytes):
+        h ^= tables[first_position + k, (word >> np.uint64(8 * (n_bytes - 1 - k))) & np.uint64(0xFF)]
+    return h
+
+
+@njit(cache=True)
+def _hash_rows(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6, out):
+    low32 = np.uint64(0xFFFFFFFF)
+    for i in range(len(out)):
+        h = np.uint32(0)
+        if is_v6[i]:
+            h = _xor_word(tables, src_hi[i], 0, 8, h)
+            h = _xor_word(tables, src_lo[i], 8, 8, h)
+            h = _xor_word(tables, dst_hi[i], 16, 8, h)
+            h = _xor_word(tables, dst_lo[i], 24, 8, h)
+            h = _xor_word(tables, ports[i], 32, 4, h)
+        else:
+            h = _xor_word(tables, src_lo[i] & low32, 0, 4, h)
+            h = _xor_word(tables, dst_lo[i] & low32, 4, 4, h)
+            h = _xor_word(tables, ports[i], 8, 4, h)
+        out[i] = h
+
+
+class RssModel:
+    """A NIC's RSS configuration: key, queue count, indirection table, which packets hash ports.
+
+    `hash(batch)` gives each packet's 32-bit hash, `queue(batch)` its receive
+    queue. Non-IP packets get hash 0 and land on queue 0, as on real NICs.
+    Fragments hash addresses only (a non-first fragment carries no ports, and
+    NICs hash every fragment of a datagram alike). Tunnelled packets hash the
+    outer header, which is what the NIC parses.
+    """
+
+    def __init__(self, key: bytes = MICROSOFT_KEY, queues: int = DEFAULT_QUEUES,
+                 tcp_ports: bool = True, udp_ports: bool = False,
+                 table_size: int = DEFAULT_TABLE_SIZE):
+        if queues < 1:
+            raise UsageError(f"an RSS model needs at least one queue, got {queues}")
+        if table_size < 1 or table_size & (table_size - 1):
+            raise UsageError(f"the indirection table size must be a power of two, got {table_size}")
+        self.key = bytes(key)
+        self.queues = int(queues)
+        self.tcp_ports = bool(tcp_ports)
+        self.udp_ports = bool(udp_ports)
+        self.table_size = int(table_size)
+        self.indirection = (np.arange(table_size, dtype=np.int64) % queues).astype(np.uint16)
+        self.tables = toeplitz_tables(self.key, IPV6_INPUT_BYTES)
+
+    def hash_tuples(self, src_hi, src_lo, dst_hi, dst_lo, src_port, dst_port, is_v6, hash_ports) -> np.ndarray:
+        """Hashes of address/port columns (addresses as the schema's 128-bit halves; IPv4 mapped).
+
+        Rows with `hash_ports` False hash addresses only; IPv4 rows hash the
+        low 32 bits of each address.
+        """
+        out = np.empty(len(src_lo), dtype=np.uint32)
+        ports = np.where(hash_ports, (src_port.astype(np.uint64) << np.uint64(16)) | dst_port.astype(np.uint64),
+                         np.uint64(0))
+        _hash_rows(self.tables, np.ascontiguousarray(src_hi, dtype=np.uint64),
+                   np.ascontiguousarray(src_lo, dtype=np.uint64), np.ascontiguousarray(dst_hi, dtype=np.uint64),
+                   np.ascontiguousarray(dst_lo, dtype=np.uint64), ports,
+                   np.ascontiguousarray(is_v6, dtype=np.bool_), out)
+        return out
+
+    def hash(self, batch: PacketBatch) -> np.ndarray:
+        """Each packet's RSS hash (uint32), 0 for packets the NIC cannot hash (non-IP)."""
+        layers = batch["layers"]
+        tunnelled = (layers & np.uint32(L_TUNNEL)) != 0
+        ip = (layers & np.uint32(L_IP4 | L_IP6)) != 0
+        is_v6 = (layers & np.uint32(L_IP6)) != 0
+        if tunnelled.any():
+            # the outer header decides the queue; the schema keeps it in outer_* columns
+            src_hi = np.where(tunnelled, batch["outer_src_ip_hi"], batch["src_ip_hi"])
+            src_lo = np.where(tunnelled, batch["outer_src_ip_lo"], batch["src_ip_lo"])
+            dst_hi = np.where(tunnelled, batch["outer_dst_ip_hi"], batch["dst_ip_hi"])
+            dst_lo = np.where(tunnelled, batch["outer_dst_ip_lo"], batch["dst_ip_lo"])
+            src_port = np.where(tunnelled, batch["outer_src_port"], batch["src_port"])
+            dst_port = np.where(tunnelled, batch["outer_dst_port"], batch["dst_port"])
+            outer_v4 = (src_hi == np.uint64(0)) & ((src_lo >> np.uint64(32)) == np.uint64(0xFFFF))
+            is_v6 = np.where(tunnelled, ~outer_v4, is_v6)
+            outer_proto = batch["outer_proto"]
+            tcp = np.where(tunnelled, outer_proto == PROTO_TCP, (layers & np.uint32(L_TCP)) != 0)
+            udp = np.where(tunnelled, outer_proto == PROTO_UDP, (layers & np.uint32(L_UDP)) != 0)
+            has_ports = np.where(tunnelled, (src_port | dst_port) != 0, (layers & np.uint32(L_PORTS)) != 0)
+        else:
+            src_hi, src_lo = batch["src_ip_hi"], batch["src_ip_lo"]
+            dst_hi, dst_lo = batch["dst_ip_hi"], batch["dst_ip_lo"]
+            src_port, dst_port = batch["src_port"], batch["dst_port"]
+            tcp = (layers & np.uint32(L_TCP)) != 0
+            udp = (layers & np.uint32(L_UDP)) != 0
+            has_ports = (layers & np.uint32(L_PORTS)) != 0
+        whole = (layers & np.uint32(L_FRAG)) == 0
+        hash_ports = has_ports & whole & ((tcp & self.tcp_ports) | (udp & self.udp_ports))
+        out = np.zeros(len(batch), dtype=np.uint32)
+        rows = np.flatnonzero(ip)
+        if len(rows):
+            out[rows] = self.hash_tuples(src_hi[rows], src_lo[rows], dst_hi[rows], dst_lo[rows],
+                                         src_port[rows], dst_port[rows], is_v6[rows], hash_ports[rows])
+        return out
+
+    def queue_of(self, hashes: np.ndarray) -> np.ndarray:
+        """Receive queue (uint16) of each hash through the indirection table."""
+        return self.indirection[(hashes & np.uint32(self.table_size - 1)).astype(np.intp)]
+
+    def queue(self, batch: PacketBatch) -> np.ndarray:
+        return self.queue_of(self.hash(batch))
+
+
+__all__ = ["RssModel", "MICROSOFT_KEY", "SYMMETRIC_KEY", "toeplitz_tables", "toeplitz_hash",
+           "DEFAULT_QUEUES", "DEFAULT_TABLE_SIZE"]
