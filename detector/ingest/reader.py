@@ -1,0 +1,383 @@
+"""CaptureReader: one pcap or pcapng capture cut into RawBatches of bounded size.
+
+The reader owns a chunk buffer that it fills with large reads and never
+rewrites: a batch's `data` is a view of the chunk, so packet bytes are copied
+once (from the file) and stay valid as long as a consumer keeps the batch.
+When a record straddles the end of a full chunk, the unwalked tail moves to a
+fresh chunk. Header blocks are parsed here in Python; records are found by the
+compiled walks in `walk`.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import CaptureError, UsageError
+from ..schema import BATCH_BYTES, BATCH_PACKETS, RawBatch
+from . import walk as W
+from .source import ByteSource
+
+# Large reads amortise the per-call cost; 16 MiB holds any record or block
+# (MAX_CAPLEN, MAX_BLOCK_BYTES) and keeps a batch's data below BATCH_BYTES.
+CHUNK_BYTES = min(16 << 20, BATCH_BYTES)
+# The smallest record either format can hold (pcap record header; pcapng SPB),
+# which bounds how many records a chunk's bytes can yield.
+MIN_RECORD = 16
+
+# Classic pcap file header magics as read little-endian (pcap-savefile(5)).
+PCAP_MAGIC_US = 0xA1B2C3D4
+PCAP_MAGIC_NS = 0xA1B23C4D
+PCAP_FILE_HEADER = 24
+PCAP_VERSION_MAJOR = 2
+# The link-type field's upper six bits carry FCS information (pcap-savefile(5));
+# libpcap's LT_LINKTYPE() keeps the low 26 bits, and so does tshark.
+LINKTYPE_MASK = 0x03FFFFFF
+MAX_LINKTYPE = 0xFFFF       # RAW_COLUMNS stores link types as uint16
+
+# pcapng (draft-ietf-opsawg-pcapng): byte-order magic, versions read by
+# Wireshark and libpcap (1.2 is 1.0 written by some tools), option codes.
+PCAPNG_BOM = 0x1A2B3C4D
+PCAPNG_VERSIONS = {(1, 0), (1, 2)}
+SHB_MIN = 28                # header, BOM, version, section length, trailer
+IDB_MIN = 20                # header, link type, reserved, snaplen, trailer
+OPT_ENDOFOPT = 0
+OPT_IF_NAME = 2
+OPT_IF_TSRESOL = 9
+OPT_IF_TSOFFSET = 14
+DEFAULT_TSRESOL = 6         # microseconds when if_tsresol is absent
+# iface numbers are uint16 across all sections of a file
+MAX_INTERFACES = 1 << 16
+# |if_tsoffset| is clamped to what int64 nanoseconds can hold (about 292 years)
+MAX_TSOFFSET_S = 9_000_000_000
+
+
+def _ts_params(tsresol: int) -> tuple[int, int, int]:
+    """(kind, factor, shift) for walk.ts_to_ns from an if_tsresol byte."""
+    if tsresol & 0x80:
+        return W.TS_BINARY, 1, tsresol & 0x7F
+    if tsresol <= 9:
+        return W.TS_MULTIPLY, 10 ** (9 - tsresol), 0
+    # resolutions finer than 10^-28 s are clamped: every count is below 1 ns anyway
+    return W.TS_DIVIDE, 10 ** min(tsresol - 9, 19), 0
+
+
+def _options(body: bytes, order: str):
+    """Yield (code, value) for the options in `body`; raise ValueError on overrun."""
+    i = 0
+    while i + 4 <= len(body):
+        code, length = struct.unpack_from(order + "HH", body, i)
+        if code == OPT_ENDOFOPT:
+            return
+        if i + 4 + length > len(body):
+            raise ValueError(f"option {code} of length {length} runs past the end of its block")
+        yield code, body[i + 4:i + 4 + length]
+        i += 4 + ((length + 3) & ~3)
+
+
+class CaptureReader:
+    """Iterate over a capture as RawBatches; see the package docstring for the error policy."""
+
+    def __init__(self, source, batch_packets: int = BATCH_PACKETS, first_frame: int = 1):
+        if int(batch_packets) < 1:
+            raise UsageError(f"batch_packets must be at least 1, not {batch_packets}")
+        self._batch_packets = int(batch_packets)
+        self._next_frame = int(first_frame)
+        self._src = ByteSource(source)
+        self.path = self._src.path
+        self.compression = self._src.compression
+        self.size = self._src.size
+        self.interfaces: list[dict] = []
+        self.warnings: list[str] = []
+        self.packets = 0
+        self.bytes = 0
+        self._buf = np.empty(CHUNK_BYTES, dtype=np.uint8)
+        self._base = 0          # stream offset of _buf[0]
+        self._pos = 0           # first byte not yet walked
+        self._end = 0           # end of the bytes read so far
+        self._eof = False
+        self._read_error = None
+        self._done = False
+        self._started = False
+        self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
+        try:
+            self._read_file_header()
+        except BaseException:
+            self._src.close()
+            raise
+
+    # ---- public ----------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """Bytes of the underlying file consumed so far (compressed bytes if compressed)."""
+        return self._src.position
+
+    def close(self) -> None:
+        self._done = True
+        self._src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self):
+        if self._started:
+            raise UsageError(f"{self.path}: a CaptureReader can be iterated only once")
+        self._started = True
+        try:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            self.close()
+
+    # ---- buffer ----------------------------------------------------------
+    def _offset(self, pos: int | None = None) -> int:
+        return self._base + (self._pos if pos is None else pos)
+
+    def _read_more(self) -> None:
+        """Read once into the chunk; move the unwalked tail to a fresh chunk when full."""
+        if self._end == len(self._buf):
+            tail = self._end - self._pos
+            fresh = np.empty(CHUNK_BYTES, dtype=np.uint8)
+            fresh[:tail] = self._buf[self._pos:self._end]
+            self._base += self._pos
+            self._buf, self._pos, self._end = fresh, 0, tail
+        try:
+            got = self._src.readinto(self._buf[self._end:])
+        except CaptureError as exc:
+            if not self._started:
+                raise
+            # damaged compression after a valid header: keep what came before
+            self._read_error = exc.reason
+            got = 0
+        if got:
+            self._end += got
+        else:
+            self._eof = True
+
+    def _ensure(self, need: int) -> bool:
+        """Have `need` bytes at _pos (need <= CHUNK_BYTES); False at the end of the stream."""
+        while self._end - self._pos < need:
+            if self._eof:
+                return False
+            if len(self._buf) - self._pos < need and self._end < len(self._buf):
+                # the request cannot fit behind _pos: move the tail now
+                fresh = np.empty(CHUNK_BYTES, dtype=np.uint8)
+                tail = self._end - self._pos
+                fresh[:tail] = self._buf[self._pos:self._end]
+                self._base += self._pos
+                self._buf, self._pos, self._end = fresh, 0, tail
+            self._read_more()
+        return True
+
+    def _bytes(self, n: int) -> bytes:
+        return self._buf[self._pos:self._pos + n].tobytes()
+
+    def _damage(self, reason: str, pos: int | None = None) -> None:
+        """Record-level damage: warn once and stop reading."""
+        self.warnings.append(str(CaptureError(self.path, reason, self._offset(pos))))
+        self._done = True
+
+    # ---- headers ---------------------------------------------------------
+    def _read_file_header(self) -> None:
+        if not self._ensure(4):
+            if self._end == 0:
+                raise CaptureError(self.path, "empty file", 0)
+            raise CaptureError(self.path, f"too short to be a capture ({self._end} bytes)", 0)
+        head = self._bytes(4)
+        magic_le = struct.unpack("<I", head)[0]
+        magic_be = struct.unpack(">I", head)[0]
+        if magic_le == W.BT_SHB:
+            self.format = "pcapng"
+            self._section = -1
+            self._read_shb(first=True)
+        elif PCAP_MAGIC_US in (magic_le, magic_be) or PCAP_MAGIC_NS in (magic_le, magic_be):
+            self.format = "pcap"
+            self._read_pcap_header(big=magic_be in (PCAP_MAGIC_US, PCAP_MAGIC_NS),
+                                   nano=PCAP_MAGIC_NS in (magic_le, magic_be))
+        else:
+            raise CaptureError(self.path, f"not a pcap or pcapng capture (magic 0x{head.hex()})", 0)
+
+    def _read_pcap_header(self, big: bool, nano: bool) -> None:
+        if not self._ensure(PCAP_FILE_HEADER):
+            raise CaptureError(self.path, "file ends inside the pcap file header", 0)
+        order = ">" if big else "<"
+        major, minor, _zone, _sigfigs, snaplen, field = struct.unpack(
+            order + "HHiIII", self._bytes(PCAP_FILE_HEADER)[4:])
+        if major != PCAP_VERSION_MAJOR:
+            raise CaptureError(self.path, f"unsupported pcap version {major}.{minor}", 4)
+        linktype = field & LINKTYPE_MASK
+        if linktype > MAX_LINKTYPE:
+            raise CaptureError(self.path, f"unsupported link type {linktype}", 20)
+        self._big = big
+        self._frac_ns = 1 if nano else 1000
+        self._linktype = linktype
+        self.interfaces.append({"linktype": linktype, "snaplen": snaplen, "name": None,
+                                "tsresol": 9 if nano else 6, "tsoffset_s": 0, "section": 0})
+        self._pos += PCAP_FILE_HEADER
+
+    def _read_shb(self, first: bool) -> bool:
+        """Parse the section header block at _pos; False (after a warning) if damaged."""
+        def bad(reason: str, pos: int | None = None) -> bool:
+            if first:
+                raise CaptureError(self.path, reason, self._offset(pos))
+            self._damage(reason, pos)
+            return False
+
+        if not self._ensure(12):
+            return bad("file ends inside a section header block")
+        bom_le = struct.unpack_from("<I", self._bytes(12), 8)[0]
+        if bom_le == PCAPNG_BOM:
+            order = "<"
+        elif struct.unpack_from(">I", self._bytes(12), 8)[0] == PCAPNG_BOM:
+            order = ">"
+        else:
+            return bad("section header block has no valid byte-order magic", self._pos + 8)
+        blen = struct.unpack_from(order + "I", self._bytes(12), 4)[0]
+        if blen < SHB_MIN or blen % 4 or blen > W.MAX_BLOCK_BYTES:
+            return bad(f"section header block has a bad total length {blen}")
+        if not self._ensure(blen):
+            return bad("file ends inside a section header block")
+        block = self._bytes(blen)
+        if struct.unpack_from(order + "I", block, blen - 4)[0] != blen:
+            return bad(f"block total length {blen} differs from the trailing copy")
+        major, minor = struct.unpack_from(order + "HH", block, 12)
+        if (major, minor) not in PCAPNG_VERSIONS:
+            return bad(f"unsupported pcapng version {major}.{minor}", self._pos + 12)
+        try:
+            for _ in _options(block[24:blen - 4], order):
+                pass
+        except ValueError as exc:
+            return bad(f"section header block damaged: {exc}")
+        self._big = order == ">"
+        self._section += 1
+        self._if_gid: list[int] = []
+        self._if_arrays = None
+        self._pos += blen
+        return True
+
+    def _read_idb(self, blen: int) -> bool:
+        """Parse the interface description block at _pos (complete, lengths checked)."""
+        order = ">" if self._big else "<"
+        if blen < IDB_MIN:
+            self._damage(W.DAMAGE_REASONS[W.BLOCK_TOO_SMALL].format(value=blen))
+            return False
+        if len(self.interfaces) >= MAX_INTERFACES:
+            self._damage(f"more than {MAX_INTERFACES} interfaces")
+            return False
+        block = self._bytes(blen)
+        linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", block, 8)
+        tsresol, tsoffset, name = DEFAULT_TSRESOL, 0, None
+        try:
+            for code, value in _options(block[16:blen - 4], order):
+                if code == OPT_IF_TSRESOL and len(value) == 1:
+                    tsresol = value[0]
+                elif code == OPT_IF_TSOFFSET and len(value) == 8:
+                    tsoffset = struct.unpack(order + "q", value)[0]
+                elif code == OPT_IF_NAME:
+                    name = value.decode("utf-8", "replace")
+        except ValueError as exc:
+            self._damage(f"interface description block damaged: {exc}")
+            return False
+        self._if_gid.append(len(self.interfaces))
+        self.interfaces.append({"linktype": linktype, "snaplen": snaplen, "name": name,
+                                "tsresol": tsresol, "tsoffset_s": tsoffset,
+                                "section": self._section})
+        self._if_arrays = None
+        self._pos += blen
+        return True
+
+    def _section_arrays(self):
+        """The current section's interfaces as the arrays walk_pcapng takes."""
+        if self._if_arrays is None:
+            ifs = [self.interfaces[g] for g in self._if_gid]
+            params = [_ts_params(i["tsresol"]) for i in ifs]
+            clamp = [max(-MAX_TSOFFSET_S, min(MAX_TSOFFSET_S, i["tsoffset_s"])) for i in ifs]
+            self._if_arrays = (
+                np.array(self._if_gid, dtype=np.uint16),
+                np.array([i["linktype"] for i in ifs], dtype=np.uint16),
+                np.array([i["snaplen"] for i in ifs], dtype=np.int64),
+                np.array([p[0] for p in params], dtype=np.int64),
+                np.array([p[1] for p in params], dtype=np.uint64),
+                np.array([p[2] for p in params], dtype=np.int64),
+                np.array([c * W.NS_PER_S for c in clamp], dtype=np.int64),
+            )
+        return self._if_arrays
+
+    # ---- records ---------------------------------------------------------
+    def _next_batch(self) -> RawBatch | None:
+        while not self._done:
+            avail = self._end - self._pos
+            limit = min(self._batch_packets, avail // MIN_RECORD + 1)
+            off = np.empty(limit, dtype=np.int64)
+            cap = np.empty(limit, dtype=np.uint32)
+            wire = np.empty(limit, dtype=np.uint32)
+            ts = np.empty(limit, dtype=np.int64)
+            if self.format == "pcap":
+                n, stop, why, code, value = W.walk_pcap(
+                    self._buf, self._pos, self._end, self._big, self._frac_ns,
+                    off, cap, wire, ts, limit)
+                iface = np.zeros(n, dtype=np.uint16)
+                linktype = np.full(n, self._linktype, dtype=np.uint16)
+            else:
+                iface = np.empty(limit, dtype=np.uint16)
+                linktype = np.empty(limit, dtype=np.uint16)
+                gid, lt, snap, kind, factor, shift, tsoff = self._section_arrays()
+                n, stop, why, code, value, self._last_ts = W.walk_pcapng(
+                    self._buf, self._pos, self._end, self._big, gid, lt, snap, kind, factor,
+                    shift, tsoff, len(gid), self._last_ts, off, cap, wire, ts, iface,
+                    linktype, limit)
+            self._pos = stop
+            if n:
+                return self._batch(n, off, cap, wire, ts, iface, linktype)
+            if why == W.NEED_MORE:
+                if self._eof:
+                    self._finish()
+                else:
+                    self._read_more()
+            elif why == W.DAMAGED:
+                self._damage(W.DAMAGE_REASONS[code].format(value=value))
+            elif why == W.SPECIAL:
+                self._special()
+        return None
+
+    def _special(self) -> None:
+        """An SHB or a complete, length-checked IDB at _pos."""
+        btype = struct.unpack_from(">I" if self._big else "<I", self._bytes(4))[0]
+        if btype == W.BT_SHB:
+            self._read_shb(first=False)
+        else:
+            blen = struct.unpack_from(">I" if self._big else "<I", self._bytes(8), 4)[0]
+            self._read_idb(blen)
+
+    def _finish(self) -> None:
+        left = self._end - self._pos
+        if self._read_error is not None:
+            self._damage(self._read_error)
+        elif left:
+            unit = "record" if self.format == "pcap" else "block"
+            self._damage(f"capture cut short: {left} bytes of an incomplete last {unit}")
+        self._done = True
+
+    def _batch(self, n, off, cap, wire, ts, iface, linktype) -> RawBatch:
+        lo = int(off[0])
+        hi = int(off[n - 1]) + int(cap[n - 1])
+        keep = (lambda a: a[:n].copy()) if 2 * n < len(off) else (lambda a: a[:n])
+        cols = {
+            "frame": np.arange(self._next_frame, self._next_frame + n, dtype=np.int64),
+            "offset": keep(off) - lo,
+            "caplen": keep(cap),
+            "wirelen": keep(wire),
+            "ts_ns": keep(ts),
+            "iface": iface if len(iface) == n else keep(iface),
+            "linktype": linktype if len(linktype) == n else keep(linktype),
+        }
+        self._next_frame += n
+        self.packets += n
+        self.bytes += int(cols["caplen"].sum(dtype=np.int64))
+        return RawBatch(data=self._buf[lo:hi], cols=cols, source=self.path)

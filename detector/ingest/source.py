@@ -1,0 +1,134 @@
+"""Byte sources: a capture path or binary stream, decompressed when its magic says so.
+
+Compression is recognised by the first bytes, never by the file name, and the
+stream is never seeked, so a pipe works as well as a file. The source counts
+the bytes it consumed from the underlying file for progress reporting.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import lzma
+import os
+
+import zstandard
+
+from ..errors import CaptureError
+
+# Magic numbers of the compressed formats (RFC 1952, xz file format 1.0.4 section 2.1.1.1,
+# RFC 8878 section 3.1.1).
+GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SNIFF_BYTES = 6
+
+
+class _Counting(io.RawIOBase):
+    """Reads from `raw`, counting the bytes, after replaying the sniffed prefix."""
+
+    def __init__(self, raw, prefix: bytes):
+        self._raw = raw
+        self._prefix = prefix
+        self.consumed = len(prefix)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        view = memoryview(view).cast("B")
+        if self._prefix:
+            take = min(len(view), len(self._prefix))
+            view[:take] = self._prefix[:take]
+            self._prefix = self._prefix[take:]
+            return take
+        if hasattr(self._raw, "readinto"):
+            got = self._raw.readinto(view) or 0
+        else:
+            data = self._raw.read(len(view)) or b""
+            got = len(data)
+            view[:got] = data
+        self.consumed += got
+        return got
+
+
+def _read_some(raw, size: int) -> bytes:
+    """Up to `size` bytes, fewer only at the end of the stream."""
+    parts = []
+    while size > 0:
+        data = raw.read(size)
+        if not data:
+            break
+        parts.append(data)
+        size -= len(data)
+    return b"".join(parts)
+
+
+class ByteSource:
+    """The decompressed bytes of one capture, read into caller-owned buffers."""
+
+    def __init__(self, source):
+        self._owned = None
+        if isinstance(source, (str, os.PathLike)):
+            self.path = os.fsdecode(source)
+            try:
+                raw = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+            except OSError as exc:
+                raise CaptureError(self.path, exc.strerror or str(exc)) from None
+            self._owned = raw
+            try:
+                self.size = os.fstat(raw.fileno()).st_size
+            except OSError:
+                self.size = None
+            if self.size is not None and not os.path.isfile(self.path):
+                self.size = None
+        else:
+            raw = source
+            self.path = str(getattr(source, "name", "<stream>"))
+            self.size = None
+        try:
+            prefix = _read_some(raw, SNIFF_BYTES)
+        except OSError as exc:
+            self.close()
+            raise CaptureError(self.path, exc.strerror or str(exc), 0) from None
+        self._counter = _Counting(raw, prefix)
+        self.compression = ""
+        if prefix.startswith(GZIP_MAGIC):
+            self.compression = "gzip"
+            stream = gzip.GzipFile(fileobj=self._counter, mode="rb")
+        elif prefix.startswith(XZ_MAGIC):
+            self.compression = "xz"
+            stream = lzma.LZMAFile(self._counter, mode="rb")
+        elif prefix.startswith(ZSTD_MAGIC):
+            self.compression = "zstd"
+            stream = zstandard.ZstdDecompressor().stream_reader(self._counter, read_across_frames=True)
+        else:
+            stream = self._counter
+        self._stream = stream
+
+    @property
+    def position(self) -> int:
+        """Bytes of the underlying (compressed) file consumed so far."""
+        return self._counter.consumed
+
+    def readinto(self, view) -> int:
+        """Fill part of `view`; 0 only at the end of the stream.
+
+        One underlying read per call, so on a pipe this returns what is
+        available instead of waiting for the whole buffer.
+        """
+        stream = self._stream
+        try:
+            if stream is self._counter:
+                return stream.readinto(view)
+            if hasattr(stream, "readinto1"):
+                return stream.readinto1(view)
+            return stream.readinto(view)
+        except (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError) as exc:
+            # gzip raises BadGzipFile (an OSError) and EOFError on damaged or cut streams
+            raise CaptureError(self.path, f"{self.compression or 'read'} error: {exc}",
+                               self.position) from None
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None

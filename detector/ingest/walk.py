@@ -1,0 +1,219 @@
+"""Compiled record walks: find every record in a chunk of capture bytes.
+
+Each walk starts at a record boundary, reads record headers only (never the
+packet bytes), and fills preallocated column arrays until the chunk holds no
+further complete record, the arrays are full, a block needs Python's attention
+(pcapng section and interface blocks), or the bytes are damaged. It returns
+where it stopped and why, so the caller can read more, flush a batch, handle
+the block, or report the damage at an exact byte offset.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..schema import MAX_CAPLEN
+
+# Why a walk stopped.
+NEED_MORE = 0   # the record at `pos` is not yet complete in the chunk
+FULL = 1        # the output arrays are full
+SPECIAL = 2     # pcapng: a section header or interface description block at `pos`
+DAMAGED = 3     # the record at `pos` is damaged; the code says how
+
+# Damage codes, explained to the user by DAMAGE_REASONS.
+BAD_CAPLEN = 1          # caplen above MAX_CAPLEN
+BLOCK_TOO_SMALL = 2     # pcapng block total length below its type's minimum
+BLOCK_NOT_ALIGNED = 3   # pcapng block total length not a multiple of 4
+BLOCK_LEN_MISMATCH = 4  # leading and trailing block total length differ
+UNKNOWN_IFACE = 5       # packet block names an interface the section never described
+CAPLEN_PAST_BLOCK = 6   # captured bytes run past the end of their block
+BLOCK_TOO_LARGE = 7     # block total length above MAX_BLOCK_BYTES
+
+DAMAGE_REASONS = {
+    BAD_CAPLEN: "record has a {value}-byte packet, bigger than maximum of %d" % MAX_CAPLEN,
+    BLOCK_TOO_SMALL: "block total length {value} is too small for its block type",
+    BLOCK_NOT_ALIGNED: "block total length {value} is not a multiple of 4",
+    BLOCK_LEN_MISMATCH: "block total length {value} differs from the trailing copy",
+    UNKNOWN_IFACE: "packet block names interface {value}, not described in this section",
+    CAPLEN_PAST_BLOCK: "captured length {value} runs past the end of its block",
+    BLOCK_TOO_LARGE: "block total length {value} is larger than any block this reader accepts",
+}
+
+PCAP_RECORD_HEADER = 16     # ts_sec, ts_frac, incl_len, orig_len
+# A pcapng block larger than this is damage, not data (Wireshark's own limit
+# is of the same order); it also bounds how much a chunk must hold at once.
+MAX_BLOCK_BYTES = 8 << 20
+
+# pcapng block types (draft-ietf-opsawg-pcapng section 4 and 10.1)
+BT_SHB = 0x0A0D0D0A
+BT_IDB = 0x00000001
+BT_OPB = 0x00000002     # obsolete packet block (appendix A)
+BT_SPB = 0x00000003
+BT_EPB = 0x00000006
+
+# Smallest total length of each packet block: header, fixed fields, trailer.
+MIN_EPB = 32
+MIN_OPB = 32
+MIN_SPB = 16
+MIN_BLOCK = 12
+
+# How an interface's timestamp units become nanoseconds (see ts_to_ns).
+TS_MULTIPLY = 0     # units of 10^-k s, k <= 9: multiply by 10^(9-k)
+TS_DIVIDE = 1       # units of 10^-k s, k > 9: divide by 10^(k-9)
+TS_BINARY = 2       # units of 2^-k s: exact integer scaling by 10^9 / 2^k
+
+NS_PER_S = 1_000_000_000
+
+
+@njit(cache=True, inline="always")
+def _u32(buf, i, big):
+    if big:
+        return (np.uint32(buf[i]) << 24) | (np.uint32(buf[i + 1]) << 16) \
+            | (np.uint32(buf[i + 2]) << 8) | np.uint32(buf[i + 3])
+    return (np.uint32(buf[i + 3]) << 24) | (np.uint32(buf[i + 2]) << 16) \
+        | (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
+
+
+@njit(cache=True, inline="always")
+def _u16(buf, i, big):
+    if big:
+        return (np.uint32(buf[i]) << 8) | np.uint32(buf[i + 1])
+    return (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
+
+
+@njit(cache=True)
+def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, limit):
+    """Walk classic pcap records in buf[pos:end].
+
+    frac_ns: nanoseconds per unit of the fractional timestamp (1000 or 1).
+    Returns (records found, stop position, NEED_MORE/FULL/DAMAGED, damage code, value).
+    """
+    n = 0
+    while True:
+        if n >= limit:
+            return n, pos, FULL, 0, 0
+        if end - pos < PCAP_RECORD_HEADER:
+            return n, pos, NEED_MORE, 0, 0
+        caplen = _u32(buf, pos + 8, big)
+        if caplen > MAX_CAPLEN:
+            return n, pos, DAMAGED, BAD_CAPLEN, np.int64(caplen)
+        stop = pos + PCAP_RECORD_HEADER + np.int64(caplen)
+        if stop > end:
+            return n, pos, NEED_MORE, 0, 0
+        sec = np.int64(_u32(buf, pos, big))
+        frac = np.int64(_u32(buf, pos + 4, big))
+        out_ts[n] = sec * NS_PER_S + frac * frac_ns
+        out_off[n] = pos + PCAP_RECORD_HEADER
+        out_cap[n] = caplen
+        out_wire[n] = _u32(buf, pos + 12, big)
+        n += 1
+        pos = stop
+
+
+@njit(cache=True, inline="always")
+def ts_to_ns(units, kind, factor, shift):
+    """Interface timestamp units (uint64) to int64 ns, exactly, without floats."""
+    if kind == TS_MULTIPLY:
+        return np.int64(units * np.uint64(factor))
+    if kind == TS_DIVIDE:
+        return np.int64(units // np.uint64(factor))
+    # TS_BINARY: whole seconds, then the fraction scaled within 64 bits
+    if shift >= 64:
+        secs = np.uint64(0)
+        frac = units
+    else:
+        secs = units >> np.uint64(shift)
+        frac = units & ((np.uint64(1) << np.uint64(shift)) - np.uint64(1))
+    # frac < 2^shift, and 2^34 * 10^9 < 2^64: drop low fraction bits beyond 34
+    if shift > 34:
+        drop = shift - 34
+        frac = np.uint64(0) if drop >= 64 else frac >> np.uint64(drop)
+        fine = (frac * np.uint64(NS_PER_S)) >> np.uint64(34)
+    else:
+        fine = (frac * np.uint64(NS_PER_S)) >> np.uint64(shift)
+    return np.int64(secs * np.uint64(NS_PER_S) + fine)
+
+
+@njit(cache=True)
+def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, if_shift,
+                if_offset_ns, n_if, last_ts, out_off, out_cap, out_wire, out_ts, out_if,
+                out_lt, limit):
+    """Walk pcapng blocks in buf[pos:end] of one section (byte order `big`).
+
+    Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB and
+    IDB are skipped by length; SHB and IDB stop the walk (SPECIAL) for Python
+    to parse. if_* arrays describe the section's first n_if interfaces.
+    last_ts is the time given to a simple packet block, which carries none.
+    Returns (records, stop position, reason, damage code, value, last_ts).
+    """
+    n = 0
+    while True:
+        if n >= limit:
+            return n, pos, FULL, 0, 0, last_ts
+        if end - pos < 8:
+            return n, pos, NEED_MORE, 0, 0, last_ts
+        btype = _u32(buf, pos, big)
+        if btype == BT_SHB:
+            return n, pos, SPECIAL, 0, 0, last_ts
+        blen = np.int64(_u32(buf, pos + 4, big))
+        if blen > MAX_BLOCK_BYTES:
+            return n, pos, DAMAGED, BLOCK_TOO_LARGE, blen, last_ts
+        if blen & 3:
+            return n, pos, DAMAGED, BLOCK_NOT_ALIGNED, blen, last_ts
+        minimum = MIN_BLOCK
+        if btype == BT_EPB:
+            minimum = MIN_EPB
+        elif btype == BT_OPB:
+            minimum = MIN_OPB
+        elif btype == BT_SPB:
+            minimum = MIN_SPB
+        if blen < minimum:
+            return n, pos, DAMAGED, BLOCK_TOO_SMALL, blen, last_ts
+        if end - pos < blen:
+            return n, pos, NEED_MORE, 0, 0, last_ts
+        if np.int64(_u32(buf, pos + blen - 4, big)) != blen:
+            return n, pos, DAMAGED, BLOCK_LEN_MISMATCH, blen, last_ts
+        if btype == BT_IDB:
+            return n, pos, SPECIAL, 0, 0, last_ts
+        if btype == BT_EPB or btype == BT_OPB:
+            if btype == BT_EPB:
+                iface = np.int64(_u32(buf, pos + 8, big))
+            else:
+                iface = np.int64(_u16(buf, pos + 8, big))
+            if iface >= n_if:
+                return n, pos, DAMAGED, UNKNOWN_IFACE, iface, last_ts
+            caplen = _u32(buf, pos + 20, big)
+            if caplen > MAX_CAPLEN:
+                return n, pos, DAMAGED, BAD_CAPLEN, np.int64(caplen), last_ts
+            if np.int64(caplen) > blen - MIN_EPB:
+                return n, pos, DAMAGED, CAPLEN_PAST_BLOCK, caplen, last_ts
+            units = (np.uint64(_u32(buf, pos + 12, big)) << np.uint64(32)) \
+                | np.uint64(_u32(buf, pos + 16, big))
+            last_ts = ts_to_ns(units, if_kind[iface], if_factor[iface], if_shift[iface]) \
+                + if_offset_ns[iface]
+            out_off[n] = pos + 28
+            out_cap[n] = caplen
+            out_wire[n] = _u32(buf, pos + 24, big)
+            out_ts[n] = last_ts
+            out_if[n] = if_gid[iface]
+            out_lt[n] = if_lt[iface]
+            n += 1
+        elif btype == BT_SPB:
+            if n_if == 0:
+                return n, pos, DAMAGED, UNKNOWN_IFACE, 0, last_ts
+            wire = _u32(buf, pos + 8, big)
+            spb_cap = np.int64(wire)
+            if if_snap[0] != 0 and spb_cap > if_snap[0]:
+                spb_cap = if_snap[0]
+            if spb_cap > blen - MIN_SPB:
+                spb_cap = blen - MIN_SPB
+            if spb_cap > MAX_CAPLEN:
+                return n, pos, DAMAGED, BAD_CAPLEN, spb_cap, last_ts
+            out_off[n] = pos + 12
+            out_cap[n] = spb_cap
+            out_wire[n] = wire
+            out_ts[n] = last_ts
+            out_if[n] = if_gid[0]
+            out_lt[n] = if_lt[0]
+            n += 1
+        pos += blen
