@@ -9,6 +9,7 @@ Anything wrong in a file is a `RuleError` naming the file, the key and why.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,8 +205,11 @@ def explain_text(rule: Rule) -> str:
 
 
 def _indent(text: str, width: int = 2) -> str:
+    """Paragraphs of `text` wrapped to the terminal's customary 80 columns, indented."""
     pad = " " * width
-    return "\n".join(pad + line if line.strip() else "" for line in text.splitlines())
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), 80, initial_indent=pad, subsequent_indent=pad)
+                       for p in paragraphs)
 
 
 __all__ = ["Rule", "RULES_DIR", "load_rules", "rules_table", "explain_text", "MAX_RULE_FILE_BYTES"]

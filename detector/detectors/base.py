@@ -107,8 +107,7 @@ def evidence_frames(frames: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> lis
 
 def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> np.ndarray:
     """Bounded evidence: the first `limit//2` and last `limit - limit//2` of kept+new frames (sorted)."""
-    both = np.concatenate([kept, new]).astype(np.int64)
-    both.sort()
+    both = np.unique(np.concatenate([kept, new]).astype(np.int64))
     if len(both) <= limit:
         return both
     head = limit // 2
@@ -130,3 +129,57 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
 
+
+
+# ---- grouping helpers for batch columns -----------------------------------
+
+def group_by(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows grouped by equal key: (order, starts, counts).
+
+    `keys[order]` is sorted, stable (rows of one group stay in batch order);
+    group g covers `order[starts[g]:starts[g] + counts[g]]`.
+    """
+    n = len(keys)
+    order = np.argsort(keys, kind="stable")
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return order, empty, empty
+    ordered = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    counts = np.diff(np.append(starts, n))
+    return order, starts, counts
+
+
+def repeated_keys(keys: np.ndarray, min_count: int = 2) -> np.ndarray:
+    """The distinct keys that occur at least `min_count` times, sorted.
+
+    A plain sort (no argsort) is the cheapest way to find repeats in a batch
+    where nearly every key is unique; the few repeated rows are then picked
+    with `member` and grouped with `group_by`.
+    """
+    ordered = np.sort(keys)
+    # each row equal to its predecessor is one extra copy of that key
+    extra = ordered[1:][ordered[1:] == ordered[:-1]]
+    values, copies = np.unique(extra, return_counts=True)
+    return values[copies + 1 >= min_count]
+
+
+def member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Boolean mask: which `keys` are in `sorted_set` (sorted, unique)."""
+    if len(sorted_set) == 0:
+        return np.zeros(len(keys), dtype=bool)
+    pos = np.searchsorted(sorted_set, keys)
+    pos[pos == len(sorted_set)] = 0
+    return sorted_set[pos] == keys
+
+
+def mix64(*columns: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of several integer columns, row by row (splitmix64 finaliser over a running xor)."""
+    acc = np.zeros(len(columns[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for col in columns:
+            acc = (acc ^ col.astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            acc ^= acc >> np.uint64(31)
+            acc *= np.uint64(0xBF58476D1CE4E5B9)
+            acc ^= acc >> np.uint64(29)
+    return acc
