@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
+from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
 from .base import (AnalysisContext, Detector, check_merge, frame_summary, group_by, ip_text,
@@ -207,6 +208,8 @@ class EchoLoop(Detector):
             if layers & L_PORTS:
                 fields.update(src_port=int(row["src_port"]), dest_port=int(row["dst_port"]))
                 src, dst = f"{src}:{fields['src_port']}", f"{dst}:{fields['dest_port']}"
+            fields["community_id"] = community_id(fields["src_ip"], fields["dest_ip"], int(row["proto"]),
+                                                  fields.get("src_port"), fields.get("dest_port"))
             what = f"{proto.upper()} {src} -> {dst}"
             ttl_text = f", TTL {int(row['ttl'])} never decremented"
         macs = (f" between {fields['src_mac']} and {fields['dest_mac']}"

@@ -1,0 +1,360 @@
+"""rip-trigger: UDP to the RIP ports (520, 521) judged by payload, source and targets.
+
+Routers on one link speak RIP to the multicast groups (224.0.0.9, ff02::9)
+with well-formed messages; that is normal. A packet to port 520 or 521 that
+is zero-filled or malformed, sent unicast from outside the local networks,
+or one source reaching many targets, is a probe: scanners send exactly
+that. A probe whose frame is the one an echo-loop finding repeats is the
+trigger of an outage, and both findings name each other.
+
+Payload rules (RFC 1058 RIPv1, RFC 2453 RIPv2, RFC 2080 RIPng): a 4-byte
+header (command 1 request / 2 response, version, two zero bytes for v1 and
+RIPng) and 20-byte entries; RIP entries carry address family 2 (IP), or
+0xFFFF for RIPv2 authentication (RFC 2453 sec. 4.1, RFC 4822), or family 0
+in a whole-table request; metrics 1-16. RIPng entries carry a prefix length
+of at most 128 and metric 1-16, or 0xFF for a next-hop entry.
+
+State: one row per (source, target, port, verdict, frame fingerprint) with
+counts and times; repeats of one frame (a loop) collapse into one row.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+from numba import njit
+
+from ..errors import RuleError
+from ..findings import SEVERITY_RANK, Finding
+from ..flows.community_id import community_id
+from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text,
+                   mac_text, mix64, register)
+
+RIP_PORT = 520     # RFC 2453
+RIPNG_PORT = 521   # RFC 2080
+RIP_HEADER_BYTES = 4
+RIP_ENTRY_BYTES = 20
+RIP_MAX_ENTRIES = 25          # RFC 2453 sec. 4: a message carries 1 to 25 entries
+AFI_IP = 2                    # RFC 1058
+AFI_AUTH = 0xFFFF             # RFC 2453 sec. 4.1
+RIP_INFINITY = 16             # RFC 2453: metric 16 means unreachable
+RIPNG_NEXT_HOP_METRIC = 0xFF  # RFC 2080 sec. 2.1.1
+MAX_PREFIX_LEN_V6 = 128
+
+# the RIP multicast groups as the schema's 128-bit (hi, lo) values
+RIP2_GROUP = (0, 0x0000FFFF_E0000009)            # 224.0.0.9, RFC 2453 sec. 4.4
+RIPNG_GROUP = (0xFF02_0000_0000_0000, 0x9)       # ff02::9, RFC 2080 sec. 2.5.2
+IPV4_BROADCAST = (0, 0x0000FFFF_FFFFFFFF)        # RIPv1 sends to the broadcast address
+ETHER_BROADCAST = 0xFFFF_FFFF_FFFF
+V4_MAPPED_HI, V4_MAPPED_LO_PREFIX = 0, 0x0000FFFF_00000000
+
+# Verdicts on a payload: code -> what was wrong, for the finding's message
+VALID, EMPTY, ZERO_FILLED, BAD_LENGTH, BAD_COMMAND, BAD_VERSION, NONZERO_MBZ, BAD_AFI, \
+    BAD_METRIC, BAD_PREFIX_LEN, WRONG_FAMILY = range(11)
+VERDICTS = {
+    VALID: "well-formed",
+    EMPTY: "empty payload",
+    ZERO_FILLED: "zero-filled payload",
+    BAD_LENGTH: "length is not a 4-byte header plus 20-byte entries",
+    BAD_COMMAND: "command is neither request (1) nor response (2)",
+    BAD_VERSION: "unknown version",
+    NONZERO_MBZ: "must-be-zero field set",
+    BAD_AFI: "entry with an address family other than IP",
+    BAD_METRIC: "metric outside 1-16",
+    BAD_PREFIX_LEN: "prefix length above 128",
+    WRONG_FAMILY: "RIP port over the other IP version (RIP is IPv4 on 520, RIPng IPv6 on 521)",
+}
+KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY = 0, 1, 2
+
+# Targets listed by address in a finding; the count covers all of them.
+TARGETS_LISTED = 10
+# Rows kept before single probes of one (source, target, verdict) are folded
+# together regardless of their frame: bounds the state under a probe flood
+# while keeping every repeated frame (a loop) distinct.
+MAX_ROWS = 100_000
+
+
+@njit(cache=True)
+def _u16(data, at):
+    return (np.int64(data[at]) << 8) | np.int64(data[at + 1])
+
+
+@njit(cache=True)
+def _judge_one(data, start, avail, length, kind):
+    if length == 0:
+        return EMPTY
+    zero = True
+    for k in range(avail):
+        if data[start + k] != 0:
+            zero = False
+            break
+    if zero and avail > 0:
+        return ZERO_FILLED
+    if kind == KIND_WRONG_FAMILY:
+        return WRONG_FAMILY
+    if length < RIP_HEADER_BYTES + RIP_ENTRY_BYTES or (length - RIP_HEADER_BYTES) % RIP_ENTRY_BYTES != 0:
+        return BAD_LENGTH
+    if avail < RIP_HEADER_BYTES:
+        return VALID  # cut by the snapshot length: nothing left to judge
+    command, version = data[start], data[start + 1]
+    if command != 1 and command != 2:
+        return BAD_COMMAND
+    entries = (length - RIP_HEADER_BYTES) // RIP_ENTRY_BYTES
+    if kind == KIND_RIPNG:
+        if version != 1:
+            return BAD_VERSION
+        if data[start + 2] != 0 or data[start + 3] != 0:
+            return NONZERO_MBZ
+    else:
+        if version != 1 and version != 2:
+            return BAD_VERSION
+        if version == 1 and (data[start + 2] != 0 or data[start + 3] != 0):
+            return NONZERO_MBZ
+        if entries > RIP_MAX_ENTRIES:
+            return BAD_LENGTH
+    for e in range(entries):
+        at = start + RIP_HEADER_BYTES + e * RIP_ENTRY_BYTES
+        if at + RIP_ENTRY_BYTES > start + avail:
+            break  # the rest was not captured
+        if kind == KIND_RIPNG:
+            prefix_len, metric = data[at + 18], data[at + 19]
+            if metric == RIPNG_NEXT_HOP_METRIC:
+                continue
+            if prefix_len > MAX_PREFIX_LEN_V6:
+                return BAD_PREFIX_LEN
+            if command == 2 and (metric < 1 or metric > RIP_INFINITY):
+                return BAD_METRIC
+            continue
+        afi = _u16(data, at)
+        if afi == AFI_AUTH and version == 2:
+            continue
+        metric = (_u16(data, at + 16) << 16) | _u16(data, at + 18)
+        whole_table = command == 1 and entries == 1 and afi == 0 and metric == RIP_INFINITY
+        if afi != AFI_IP and not whole_table:
+            return BAD_AFI
+        if version == 1:
+            for k in (2, 3, 8, 9, 10, 11, 12, 13, 14, 15):
+                if data[at + k] != 0:
+                    return NONZERO_MBZ
+        if command == 2 and (metric < 1 or metric > RIP_INFINITY):
+            return BAD_METRIC
+    return VALID
+
+
+@njit(cache=True)
+def judge_payloads(data, offsets, caplen, payload_off, payload_len, kind):
+    """One verdict per selected packet; reads only captured bytes."""
+    out = np.zeros(len(offsets), dtype=np.uint8)
+    for i in range(len(offsets)):
+        start = np.int64(payload_off[i])
+        avail = min(np.int64(payload_len[i]), np.int64(caplen[i]) - start)
+        if avail < 0:
+            avail = 0
+        out[i] = _judge_one(data, offsets[i] + start, avail, np.int64(payload_len[i]), kind[i])
+    return out
+
+
+ROW_COLUMNS = {
+    "key": np.uint64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dst_ip_hi": np.uint64,
+    "dst_ip_lo": np.uint64, "dst_port": np.uint16, "src_port": np.uint16, "verdict": np.uint8,
+    "group": np.bool_, "local": np.bool_, "fp": np.uint64, "count": np.int64, "first_ns": np.int64,
+    "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64, "ttl": np.uint8,
+    "layers": np.uint32, "src_mac": np.uint64, "dst_mac": np.uint64, "payload_len": np.uint32,
+}
+
+
+def _combine(a: dict, b: dict) -> dict:
+    both = {name: np.concatenate([a[name], b[name]]) for name in ROW_COLUMNS}
+    if len(both["key"]) == 0:
+        return both
+    order = np.lexsort((both["first_ns"], both["key"]))
+    both = {name: col[order] for name, col in both.items()}
+    key = both["key"]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    out = {name: both[name][starts] for name in ROW_COLUMNS}
+    out["count"] = np.add.reduceat(both["count"], starts)
+    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
+    out["first_frame"] = np.minimum.reduceat(both["first_frame"], starts)
+    out["last_frame"] = np.maximum.reduceat(both["last_frame"], starts)
+    return out
+
+
+def _row_key(rows: dict) -> np.ndarray:
+    return mix64(rows["src_ip_hi"], rows["src_ip_lo"], rows["dst_ip_hi"], rows["dst_ip_lo"],
+                 rows["dst_port"], rows["verdict"], rows["fp"])
+
+
+def _networks(rule, values) -> list[tuple[int, int, int]]:
+    """`local_networks` as (hi, lo, prefix length) in the schema's IPv4-mapped 128-bit space."""
+    out = []
+    for text in values:
+        try:
+            net = ipaddress.ip_network(str(text), strict=False)
+        except ValueError as exc:
+            raise RuleError(rule.path, "params.local_networks", str(exc)) from None
+        if net.version == 4:
+            value = int(ipaddress.IPv6Address(f"::ffff:{net.network_address}"))
+            plen = 96 + net.prefixlen
+        else:
+            value, plen = int(net.network_address), net.prefixlen
+        out.append((value >> 64, value & 0xFFFF_FFFF_FFFF_FFFF, plen))
+    return out
+
+
+def _in_networks(hi: np.ndarray, lo: np.ndarray, networks) -> np.ndarray:
+    inside = np.zeros(len(hi), dtype=bool)
+    for net_hi, net_lo, plen in networks:
+        hi_bits, lo_bits = min(plen, 64), max(plen - 64, 0)
+        hi_mask = np.uint64(((1 << hi_bits) - 1) << (64 - hi_bits)) if hi_bits else np.uint64(0)
+        lo_mask = np.uint64(((1 << lo_bits) - 1) << (64 - lo_bits)) if lo_bits else np.uint64(0)
+        inside |= ((hi & hi_mask) == (np.uint64(net_hi) & hi_mask)) & ((lo & lo_mask) == (np.uint64(net_lo) & lo_mask))
+    return inside
+
+
+@register
+class RipTrigger(Detector):
+    rule_id = "rip-trigger"
+    AFTER = ("echo-loop",)
+    PARAMS = {
+        "many_targets_count": (int, 5, "distinct targets on the RIP ports from one source that make it a scan"),
+        "local_networks": (list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+                                  "100.64.0.0/10", "fe80::/10", "fc00::/7"],
+                           "source networks counted as local: unicast RIP from elsewhere is a probe"),
+    }
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.networks = _networks(rule, self.params["local_networks"])
+        self.rows = {name: np.zeros(0, dtype=dtype) for name, dtype in ROW_COLUMNS.items()}
+
+    def update(self, batch: PacketBatch) -> None:
+        layers, dport = batch["layers"], batch["dst_port"]
+        udp = (layers & np.uint32(L_UDP | L_PORTS)) == np.uint32(L_UDP | L_PORTS)
+        sel = np.flatnonzero(udp & ((dport == RIP_PORT) | (dport == RIPNG_PORT)))
+        if len(sel) == 0:
+            return
+        v6 = (layers[sel] & np.uint32(L_IP6)) != 0
+        port = dport[sel]
+        kind = np.where(v6 & (port == RIPNG_PORT), KIND_RIPNG,
+                        np.where(~v6 & (port == RIP_PORT), KIND_RIP, KIND_WRONG_FAMILY)).astype(np.int64)
+        verdict = judge_payloads(batch.data, batch["offset"][sel], batch["caplen"][sel],
+                                 batch["payload_off"][sel], batch["payload_len"][sel], kind)
+        rows = {name: batch[name][sel].astype(dtype) for name, dtype in ROW_COLUMNS.items() if name in batch.cols}
+        dhi, dlo = rows["dst_ip_hi"], rows["dst_ip_lo"]
+        group = ((dhi == RIP2_GROUP[0]) & (dlo == RIP2_GROUP[1])) | ((dhi == RIPNG_GROUP[0]) & (dlo == RIPNG_GROUP[1]))
+        group |= (dhi == IPV4_BROADCAST[0]) & (dlo == IPV4_BROADCAST[1])
+        group |= ((rows["layers"] & np.uint32(L_DST_MAC)) != 0) & (rows["dst_mac"] == ETHER_BROADCAST)
+        rows.update(verdict=verdict, group=group, local=_in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks),
+                    fp=batch["fingerprint"][sel], count=np.ones(len(sel), dtype=np.int64),
+                    first_ns=batch["ts_ns"][sel], last_ns=batch["ts_ns"][sel],
+                    first_frame=batch["frame"][sel], last_frame=batch["frame"][sel])
+        rows["key"] = _row_key(rows)
+        self.rows = _combine(self.rows, rows)
+        self._bound()
+
+    def _bound(self) -> None:
+        if len(self.rows["key"]) <= MAX_ROWS:
+            return
+        single = self.rows["count"] == 1
+        self.rows["fp"] = np.where(single, np.uint64(0), self.rows["fp"])
+        self.rows["key"] = _row_key(self.rows)
+        empty = {name: col[:0] for name, col in self.rows.items()}
+        self.rows = _combine(self.rows, empty)
+
+    def merge(self, other: "RipTrigger") -> "RipTrigger":
+        check_merge(self, other)
+        self.rows = _combine(self.rows, other.rows)
+        self._bound()
+        return self
+
+    # ---- findings ---------------------------------------------------------
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        rows = self.rows
+        if len(rows["key"]) == 0:
+            return []
+        loops = {f.evidence.get("fingerprint"): f for f in ctx.findings.get("echo-loop", [])}
+        order, starts, counts = group_by(mix64(rows["src_ip_hi"], rows["src_ip_lo"]))
+        out = []
+        for start, count in zip(starts.tolist(), counts.tolist()):
+            out.append(self._source_finding(order[start:start + count], loops))
+        out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen))
+        return out
+
+    def _source_finding(self, idx: np.ndarray, loops: dict) -> Finding:
+        rows = {name: col[idx] for name, col in self.rows.items()}
+        first = int(np.argmin(rows["first_ns"]))
+        src = ip_text(rows["src_ip_hi"][first], rows["src_ip_lo"][first])
+        fps = [f"{int(v):016x}" for v in rows["fp"]]
+        linked = [i for i, fp in enumerate(fps) if fp in loops]
+        # a looping frame is one probe, however many copies the loop made of it
+        probes = rows["count"].copy()
+        probes[linked] = 1
+        last_ns = rows["last_ns"].copy()
+        last_ns[linked] = rows["first_ns"][linked]
+        n = int(probes.sum())
+        targets = np.unique(mix64(rows["dst_ip_hi"], rows["dst_ip_lo"]), return_index=True)[1]
+        target_list = [ip_text(rows["dst_ip_hi"][t], rows["dst_ip_lo"][t]) for t in sorted(targets.tolist())]
+        ports = sorted(set(rows["dst_port"].tolist()))
+        verdicts: dict[str, int] = {}
+        for code, c in zip(rows["verdict"].tolist(), probes.tolist()):
+            verdicts[VERDICTS[code]] = verdicts.get(VERDICTS[code], 0) + c
+        malformed = rows["verdict"] != VALID
+        outside = ~rows["group"] & ~rows["local"]
+        scan = len(target_list) >= self.params["many_targets_count"]
+        problems = []
+        if malformed.any():
+            problems.append(", ".join(sorted({VERDICTS[c] for c in rows["verdict"][malformed].tolist()})))
+        if outside.any():
+            problems.append("unicast from outside the local networks")
+        if scan:
+            problems.append(f"{len(target_list)} targets")
+        related = []
+        for i in linked:
+            loop = loops[fps[i]]
+            related.append({"rule": "echo-loop", "fingerprint": fps[i], "severity": loop.severity,
+                            "copies": loop.n})
+            loop.evidence.setdefault("related", []).append(
+                {"rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src, "first_frame": int(rows["first_frame"][i])})
+        if related:
+            worst = max(SEVERITY_RANK[r["severity"]] for r in related)
+            severity = "critical" if worst >= SEVERITY_RANK["high"] else "high"
+        elif problems:
+            severity = self.rule.severity
+        else:
+            severity = "info"
+        t0, t1 = int(rows["first_ns"].min()), int(last_ns.max())
+        port_text = "/".join(str(p) for p in ports)
+        shown = ", ".join(target_list[:3]) + (", ..." if len(target_list) > 3 else "")
+        if severity == "info":
+            version = "RIPng" if RIPNG_PORT in ports else "RIP"
+            msg = (f"{version} speaker {src}: {n:,} well-formed messages to UDP {port_text} of "
+                   f"{len(target_list)} destination(s) ({shown})")
+        else:
+            msg = (f"{src} sent {n:,} probe(s) to UDP {port_text} of {len(target_list)} host(s) ({shown}) "
+                   f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
+            if related:
+                copies = sum(r["copies"] for r in related)
+                msg += f"; the probe's frame is the one looping ({copies:,} copies, echo-loop)"
+        fields = {"src_ip": src, "proto": "UDP"}
+        if len(target_list) == 1:
+            fields.update(dest_ip=target_list[0], dest_port=ports[0] if len(ports) == 1 else None,
+                          src_port=int(rows["src_port"][first]))
+            if len(ports) == 1:
+                fields["community_id"] = community_id(src, target_list[0], 17, fields["src_port"], ports[0])
+        if rows["layers"][first] & L_SRC_MAC:
+            fields["src_mac"] = mac_text(rows["src_mac"][first])
+        if len(target_list) == 1 and rows["layers"][first] & L_DST_MAC:
+            fields["dest_mac"] = mac_text(rows["dst_mac"][first])
+        frames = np.unique(np.concatenate([rows["first_frame"], rows["last_frame"]]))
+        evidence = {
+            "probes": n, "targets": len(target_list), "target_ips": target_list[:TARGETS_LISTED],
+            "dest_ports": ports, "verdicts": verdicts,
+            "to_rip_group": bool(rows["group"].any()), "source_local": bool(rows["local"][first]),
+            "ttl": int(rows["ttl"][first]), "payload_bytes": int(rows["payload_len"][first]),
+            "fingerprint": fps[first], "evidence_frames": evidence_frames(frames),
+        }
+        if related:
+            evidence["related"] = related
+        return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=n, evidence=evidence,
+                            **{k: v for k, v in fields.items() if v is not None})
