@@ -341,7 +341,7 @@ class CaptureReader:
                 else:
                     self._read_more()
             elif why == W.DAMAGED:
-                self._damage(W.DAMAGE_REASONS[code].format(value=value))
+                self._damage(W.DAMAGE_REASONS[code].format(value=int(value)))
             elif why == W.SPECIAL:
                 self._special()
         return None

@@ -91,15 +91,15 @@ def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, l
     n = 0
     while True:
         if n >= limit:
-            return n, pos, FULL, 0, 0
+            return n, pos, FULL, 0, np.int64(0)
         if end - pos < PCAP_RECORD_HEADER:
-            return n, pos, NEED_MORE, 0, 0
+            return n, pos, NEED_MORE, 0, np.int64(0)
         caplen = _u32(buf, pos + 8, big)
         if caplen > MAX_CAPLEN:
             return n, pos, DAMAGED, BAD_CAPLEN, np.int64(caplen)
         stop = pos + PCAP_RECORD_HEADER + np.int64(caplen)
         if stop > end:
-            return n, pos, NEED_MORE, 0, 0
+            return n, pos, NEED_MORE, 0, np.int64(0)
         sec = np.int64(_u32(buf, pos, big))
         frac = np.int64(_u32(buf, pos + 4, big))
         out_ts[n] = sec * NS_PER_S + frac * frac_ns
@@ -149,17 +149,17 @@ def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, 
     n = 0
     while True:
         if n >= limit:
-            return n, pos, FULL, 0, 0, last_ts
+            return n, pos, FULL, 0, np.int64(0), last_ts
         if end - pos < 8:
-            return n, pos, NEED_MORE, 0, 0, last_ts
+            return n, pos, NEED_MORE, 0, np.int64(0), last_ts
         btype = _u32(buf, pos, big)
         if btype == BT_SHB:
-            return n, pos, SPECIAL, 0, 0, last_ts
+            return n, pos, SPECIAL, 0, np.int64(0), last_ts
         blen = np.int64(_u32(buf, pos + 4, big))
         if blen > MAX_BLOCK_BYTES:
-            return n, pos, DAMAGED, BLOCK_TOO_LARGE, blen, last_ts
+            return n, pos, DAMAGED, BLOCK_TOO_LARGE, np.int64(blen), last_ts
         if blen & 3:
-            return n, pos, DAMAGED, BLOCK_NOT_ALIGNED, blen, last_ts
+            return n, pos, DAMAGED, BLOCK_NOT_ALIGNED, np.int64(blen), last_ts
         minimum = MIN_BLOCK
         if btype == BT_EPB:
             minimum = MIN_EPB
@@ -168,25 +168,25 @@ def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, 
         elif btype == BT_SPB:
             minimum = MIN_SPB
         if blen < minimum:
-            return n, pos, DAMAGED, BLOCK_TOO_SMALL, blen, last_ts
+            return n, pos, DAMAGED, BLOCK_TOO_SMALL, np.int64(blen), last_ts
         if end - pos < blen:
-            return n, pos, NEED_MORE, 0, 0, last_ts
+            return n, pos, NEED_MORE, 0, np.int64(0), last_ts
         if np.int64(_u32(buf, pos + blen - 4, big)) != blen:
-            return n, pos, DAMAGED, BLOCK_LEN_MISMATCH, blen, last_ts
+            return n, pos, DAMAGED, BLOCK_LEN_MISMATCH, np.int64(blen), last_ts
         if btype == BT_IDB:
-            return n, pos, SPECIAL, 0, 0, last_ts
+            return n, pos, SPECIAL, 0, np.int64(0), last_ts
         if btype == BT_EPB or btype == BT_OPB:
             if btype == BT_EPB:
                 iface = np.int64(_u32(buf, pos + 8, big))
             else:
                 iface = np.int64(_u16(buf, pos + 8, big))
             if iface >= n_if:
-                return n, pos, DAMAGED, UNKNOWN_IFACE, iface, last_ts
+                return n, pos, DAMAGED, UNKNOWN_IFACE, np.int64(iface), last_ts
             caplen = _u32(buf, pos + 20, big)
             if caplen > MAX_CAPLEN:
                 return n, pos, DAMAGED, BAD_CAPLEN, np.int64(caplen), last_ts
             if np.int64(caplen) > blen - MIN_EPB:
-                return n, pos, DAMAGED, CAPLEN_PAST_BLOCK, caplen, last_ts
+                return n, pos, DAMAGED, CAPLEN_PAST_BLOCK, np.int64(caplen), last_ts
             units = (np.uint64(_u32(buf, pos + 12, big)) << np.uint64(32)) \
                 | np.uint64(_u32(buf, pos + 16, big))
             last_ts = ts_to_ns(units, if_kind[iface], if_factor[iface], if_shift[iface]) \
@@ -200,7 +200,7 @@ def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, 
             n += 1
         elif btype == BT_SPB:
             if n_if == 0:
-                return n, pos, DAMAGED, UNKNOWN_IFACE, 0, last_ts
+                return n, pos, DAMAGED, UNKNOWN_IFACE, np.int64(0), last_ts
             wire = _u32(buf, pos + 8, big)
             spb_cap = np.int64(wire)
             if if_snap[0] != 0 and spb_cap > if_snap[0]:
@@ -208,7 +208,7 @@ def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, 
             if spb_cap > blen - MIN_SPB:
                 spb_cap = blen - MIN_SPB
             if spb_cap > MAX_CAPLEN:
-                return n, pos, DAMAGED, BAD_CAPLEN, spb_cap, last_ts
+                return n, pos, DAMAGED, BAD_CAPLEN, np.int64(spb_cap), last_ts
             out_off[n] = pos + 12
             out_cap[n] = spb_cap
             out_wire[n] = wire
