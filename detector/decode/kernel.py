@@ -1,0 +1,954 @@
+"""The compiled header decoder: one pass over a batch's records, filling every decoded column.
+
+`decode_batch` walks each record once: its fingerprint (XXH64 of all captured
+bytes), then the link layer of its link type, the network layer (IPv4, IPv6
+with its extension-header chain, ARP), the transport header, ICMP error
+quotes, and tunnels, which it removes (to `MAX_TUNNEL_DEPTH`) so the
+network columns describe the innermost packet and the outer_* columns the
+outermost one.
+
+Every read is bounded by the record's captured length, and within an IP
+packet also by the IP length (so Ethernet padding never parses as a header).
+A header cut short or malformed sets L_TRUNCATED and ends the decode there;
+the fields already decoded keep their layer bits. All of this lives in one
+module on purpose: numba's cache tracks the file of the compiled function
+only, so compiled callees in other files could go stale after an edit.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..schema import (IP_DF, IP_MF, L_ARP, L_DST_MAC, L_ETHERTYPE, L_FRAG, L_ICMP, L_ICMP6, L_IP4,
+                      L_IP6, L_MSS, L_MTU, L_PAYLOAD, L_PORTS, L_QINQ, L_QUOTE, L_QUOTE_PORTS,
+                      L_SACK_PERM, L_SCTP, L_SRC_MAC, L_TCP, L_TCP_TS, L_TRUNCATED, L_TUNNEL, L_UDP,
+                      L_VLAN, L_WSCALE, LINKTYPE_C_HDLC, LINKTYPE_ETHERNET, LINKTYPE_IPV4,
+                      LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, LINKTYPE_LOOP,
+                      LINKTYPE_NULL, LINKTYPE_PPP, LINKTYPE_PPP_ETHER, LINKTYPE_PPP_HDLC, LINKTYPE_RAW,
+                      PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, TUNNEL_AYIYA,
+                      TUNNEL_ERSPAN, TUNNEL_GENEVE, TUNNEL_GRE, TUNNEL_GTP, TUNNEL_IPIP, TUNNEL_TEREDO,
+                      TUNNEL_VXLAN)
+from .columns import GROUP_NAMES, ROW
+
+# ---- column rows (see columns.py) ----------------------------------------
+LAYERS = ROW["layers"]
+SRC_MAC, DST_MAC = ROW["src_mac"], ROW["dst_mac"]
+VLAN_OUTER, VLAN_INNER, ETHERTYPE = ROW["vlan_outer"], ROW["vlan_inner"], ROW["ethertype"]
+IP_VERSION, PROTO, TTL = ROW["ip_version"], ROW["proto"], ROW["ttl"]
+SRC_IP_HI, SRC_IP_LO = ROW["src_ip_hi"], ROW["src_ip_lo"]
+DST_IP_HI, DST_IP_LO = ROW["dst_ip_hi"], ROW["dst_ip_lo"]
+IP_ID, IP_LEN, IP_FLAGS, FRAG_OFFSET = ROW["ip_id"], ROW["ip_len"], ROW["ip_flags"], ROW["frag_offset"]
+SRC_PORT, DST_PORT = ROW["src_port"], ROW["dst_port"]
+TCP_FLAGS, TCP_SEQ, TCP_ACK, TCP_WINDOW = ROW["tcp_flags"], ROW["tcp_seq"], ROW["tcp_ack"], ROW["tcp_window"]
+TCP_MSS, TCP_WSCALE, TCP_TSVAL, TCP_TSECR = ROW["tcp_mss"], ROW["tcp_wscale"], ROW["tcp_tsval"], ROW["tcp_tsecr"]
+PAYLOAD_LEN, PAYLOAD_OFF = ROW["payload_len"], ROW["payload_off"]
+L3_OFF, L4_OFF = ROW["l3_off"], ROW["l4_off"]
+ICMP_TYPE, ICMP_CODE, ICMP_MTU = ROW["icmp_type"], ROW["icmp_code"], ROW["icmp_mtu"]
+QUOTE_SRC_HI, QUOTE_SRC_LO = ROW["quote_src_ip_hi"], ROW["quote_src_ip_lo"]
+QUOTE_DST_HI, QUOTE_DST_LO = ROW["quote_dst_ip_hi"], ROW["quote_dst_ip_lo"]
+QUOTE_PROTO, QUOTE_SRC_PORT, QUOTE_DST_PORT = ROW["quote_proto"], ROW["quote_src_port"], ROW["quote_dst_port"]
+ARP_OP, ARP_SHA, ARP_THA, ARP_SPA, ARP_TPA = (ROW["arp_op"], ROW["arp_sha"], ROW["arp_tha"], ROW["arp_spa"],
+                                              ROW["arp_tpa"])
+TUNNEL = ROW["tunnel"]
+OUTER_SRC_HI, OUTER_SRC_LO = ROW["outer_src_ip_hi"], ROW["outer_src_ip_lo"]
+OUTER_DST_HI, OUTER_DST_LO = ROW["outer_dst_ip_hi"], ROW["outer_dst_ip_lo"]
+OUTER_PROTO, OUTER_SRC_PORT, OUTER_DST_PORT = ROW["outer_proto"], ROW["outer_src_port"], ROW["outer_dst_port"]
+FINGERPRINT = ROW["fingerprint"]
+
+# Columns that describe the link a frame was captured on; everything else is
+# network-layer and is cleared when a tunnel is removed.
+_LINK_COLUMNS = {"layers", "src_mac", "dst_mac", "vlan_outer", "vlan_inner", "ethertype", "fingerprint",
+                 "tunnel", "outer_src_ip_hi", "outer_src_ip_lo", "outer_dst_ip_hi", "outer_dst_ip_lo",
+                 "outer_proto", "outer_src_port", "outer_dst_port"}
+NET_ROWS_U8, NET_ROWS_U16, NET_ROWS_U32, NET_ROWS_U64 = (
+    tuple(ROW[name] for name in GROUP_NAMES[dtype] if name not in _LINK_COLUMNS)
+    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64))
+LINK_BITS = L_SRC_MAC | L_DST_MAC | L_VLAN | L_QINQ | L_ETHERTYPE | L_TUNNEL
+
+# ---- protocol numbers ------------------------------------------------------
+ETH_HEADER = 14               # IEEE 802.3: destination, source, type
+ETH_MAX_LENGTH = 1500         # IEEE 802.3: a type field at or below this is a length (LLC follows)
+ETHERTYPE_IP4 = 0x0800
+ETHERTYPE_ARP = 0x0806        # RFC 826
+ETHERTYPE_RARP = 0x8035       # RFC 903, same layout as ARP
+ETHERTYPE_IP6 = 0x86DD
+ETHERTYPE_VLAN = 0x8100       # IEEE 802.1Q customer tag
+ETHERTYPE_QINQ = 0x88A8       # IEEE 802.1ad service tag
+ETHERTYPE_QINQ_OLD = 0x9100   # pre-standard QinQ tag, still common
+ETHERTYPE_PPPOE_SESSION = 0x8864  # RFC 2516
+ETHERTYPE_MPLS = 0x8847       # RFC 3032 unicast
+ETHERTYPE_MPLS_MC = 0x8848    # RFC 3032 multicast (RFC 5332)
+ETHERTYPE_TEB = 0x6558        # transparent Ethernet bridging (GRE, Geneve: an Ethernet frame follows)
+ETHERTYPE_ERSPAN_2 = 0x88BE   # ERSPAN type I (no header) and II (8-byte header), draft-foschiano-erspan
+ETHERTYPE_ERSPAN_3 = 0x22EB   # ERSPAN type III (12-byte header, optional 8-byte subheader)
+ETHERTYPE_PPP = 0x880B        # PPP in enhanced GRE, RFC 2637
+LLC_SNAP = 0xAAAA03           # RFC 1042: DSAP/SSAP 0xAA, UI control, then OUI and type
+SNAP_HEADER = 8
+VLAN_TAG = 4
+VLAN_VID_MASK = 0x0FFF
+MAX_L2_HEADERS = 8            # tags, PPPoE and MPLS stacks walked before giving up
+MPLS_LABEL = 4
+MPLS_BOTTOM_OF_STACK = 0x01   # S bit in the third byte of a label entry, RFC 3032
+PPPOE_HEADER = 6              # RFC 2516 section 4
+PPP_IP4 = 0x0021              # RFC 1332
+PPP_IP6 = 0x0057              # RFC 5072
+PPP_MPLS = 0x0281             # RFC 3032 section 4.3
+PPP_ADDRESS_CONTROL = 0xFF03  # RFC 1662 HDLC-like framing, optional before the protocol
+CHDLC_HEADER = 4              # Cisco HDLC: address, control, ethertype
+SLL_HEADER = 16               # https://www.tcpdump.org/linktypes/LINKTYPE_LINUX_SLL.html
+SLL2_HEADER = 20              # https://www.tcpdump.org/linktypes/LINKTYPE_LINUX_SLL2.html
+ARPHRD_CAN = 280              # SLL protocol field is not an ethertype for these devices
+ARPHRD_NETLINK = 824
+NULL_HEADER = 4               # https://www.tcpdump.org/linktypes/LINKTYPE_NULL.html
+BSD_AF_INET = 2
+BSD_AF_INET6_NETBSD = 24      # also OpenBSD
+BSD_AF_INET6_FREEBSD = 28
+BSD_AF_INET6_DARWIN = 30
+MAC_BYTES = 6
+
+IP4_HEADER = 20
+IP6_HEADER = 40
+IP4_MORE_FRAGMENTS = 0x2000   # RFC 791 flags
+IP4_DONT_FRAGMENT = 0x4000
+IP4_OFFSET_MASK = 0x1FFF
+IP6_OFFSET_MASK = 0xFFF8      # RFC 8200 section 4.5: offset in 8-octet units, already shifted by 3
+IP6_MORE_FRAGMENTS = 0x0001
+# The network header must start within this many bytes of the frame, so every
+# offset column (uint16) holds even after the longest IPv6 extension chain
+# (MAX_IPV6_EXT_HEADERS * 2048 bytes) and a 60-byte TCP header.
+MAX_IP_OFFSET = 16384
+MAX_IPV6_EXT_HEADERS = 16
+MAX_TUNNEL_DEPTH = 4          # tunnels removed per frame; deeper ones stay as they are
+
+PROTO_HOPOPTS = 0             # RFC 8200 extension headers
+PROTO_IPIP = 4                # RFC 2003
+PROTO_DCCP = 33               # RFC 4340
+PROTO_IPV6 = 41               # RFC 2473 / RFC 4213
+PROTO_ROUTING = 43
+PROTO_FRAGMENT = 44
+PROTO_GRE = 47                # RFC 2784, RFC 2890, RFC 2637
+PROTO_AH = 51                 # RFC 4302: length in 4-octet units minus 2
+PROTO_DSTOPTS = 60
+PROTO_MOBILITY = 135          # RFC 6275
+PROTO_UDPLITE = 136           # RFC 3828
+PROTO_HIP = 139               # RFC 7401
+PROTO_SHIM6 = 140             # RFC 5533
+
+TCP_HEADER = 20               # RFC 9293
+UDP_HEADER = 8                # RFC 768
+SCTP_HEADER = 12              # RFC 9260
+ICMP_HEADER = 8               # RFC 792, RFC 4443
+TCPOPT_EOL = 0
+TCPOPT_NOP = 1
+TCPOPT_MSS = 2                # RFC 9293
+TCPOPT_WSCALE = 3             # RFC 7323
+TCPOPT_SACK_PERM = 4          # RFC 2018
+TCPOPT_TIMESTAMP = 8          # RFC 7323
+ICMP_UNREACH = 3              # RFC 792 error types, which quote the offending datagram
+ICMP_SOURCE_QUENCH = 4
+ICMP_REDIRECT = 5
+ICMP_TIME_EXCEEDED = 11
+ICMP_PARAM_PROBLEM = 12
+ICMP_FRAG_NEEDED = 4          # code of type 3; RFC 1191 next-hop MTU in bytes 6-7
+ICMP6_ERROR_MAX = 4           # RFC 4443: types 1-4 are errors quoting the offending packet
+ICMP6_PACKET_TOO_BIG = 2      # RFC 4443 section 3.2: MTU in bytes 4-7
+
+PORT_VXLAN = 4789             # RFC 7348
+PORT_GENEVE = 6081            # RFC 8926
+PORT_TEREDO = 3544            # RFC 4380
+PORT_GTP_U = 2152             # 3GPP TS 29.281
+PORT_AYIYA = 5072             # draft-massar-v6ops-ayiya
+VXLAN_HEADER = 8
+GENEVE_HEADER = 8
+GTP_HEADER = 8
+GTP_OPTIONAL = 4              # sequence number, N-PDU number, next extension type
+GTP_VERSION_1 = 1
+GTP_PT = 0x10                 # protocol type: GTP (not GTP')
+GTP_FLAGS_OPTIONAL = 0x07     # E, S, PN: any set means the 4 optional bytes are present
+GTP_FLAG_EXTENSION = 0x04
+GTP_G_PDU = 0xFF              # message type carrying a user packet
+MAX_GTP_EXTENSIONS = 8
+TEREDO_AUTH = 0x0001          # RFC 4380 section 5.1.1 authentication indicator
+TEREDO_AUTH_FIXED = 13        # indicator type, lengths, nonce and confirmation byte
+TEREDO_ORIGIN = 0x0000        # origin indication
+TEREDO_ORIGIN_LEN = 8
+AYIYA_HEADER = 8
+AYIYA_OP_FORWARD = 1
+GRE_HEADER = 4
+GRE_CHECKSUM = 0x8000         # RFC 2784 / RFC 2890 flag bits
+GRE_ROUTING = 0x4000          # RFC 1701 source routing, deprecated: not decapsulated
+GRE_KEY = 0x2000
+GRE_SEQUENCE = 0x1000
+GRE_ACK = 0x0080              # RFC 2637 enhanced GRE acknowledgement present
+GRE_VERSION_MASK = 0x0007
+GRE_PPTP_HEADER = 8           # flags, protocol, payload length, call id
+ERSPAN_2_HEADER = 8
+ERSPAN_3_HEADER = 12
+ERSPAN_3_SUBHEADER = 8
+ERSPAN_3_O_FLAG = 0x01        # last bit of the header: platform-specific subheader follows
+
+IP4_MAPPED = np.uint64(0x0000FFFF00000000)  # ::ffff:0:0/96, high bits of the low half
+
+# XXH64 primes (https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md)
+P1 = np.uint64(0x9E3779B185EBCA87)
+P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+P3 = np.uint64(0x165667B19E3779F9)
+P4 = np.uint64(0x85EBCA77C2B2AE63)
+P5 = np.uint64(0x27D4EB2F165667C5)
+# Seed 0, so a fingerprint equals `xxhsum -H64` of the frame's bytes.
+FINGERPRINT_SEED = np.uint64(0)
+
+
+# ---- byte readers ------------------------------------------------------------
+@njit(cache=True)
+def _u16(b, p):
+    return (np.int64(b[p]) << 8) | np.int64(b[p + 1])
+
+
+@njit(cache=True)
+def _u32(b, p):
+    return (np.int64(b[p]) << 24) | (np.int64(b[p + 1]) << 16) | (np.int64(b[p + 2]) << 8) | np.int64(b[p + 3])
+
+
+@njit(cache=True)
+def _be64(b, p):
+    v = np.uint64(0)
+    for k in range(8):
+        v = (v << np.uint64(8)) | np.uint64(b[p + k])
+    return v
+
+
+@njit(cache=True)
+def _mac(b, p):
+    v = np.uint64(0)
+    for k in range(MAC_BYTES):
+        v = (v << np.uint64(8)) | np.uint64(b[p + k])
+    return v
+
+
+@njit(cache=True)
+def _le64(b, p):
+    return (np.uint64(b[p]) | (np.uint64(b[p + 1]) << np.uint64(8)) | (np.uint64(b[p + 2]) << np.uint64(16))
+            | (np.uint64(b[p + 3]) << np.uint64(24)) | (np.uint64(b[p + 4]) << np.uint64(32))
+            | (np.uint64(b[p + 5]) << np.uint64(40)) | (np.uint64(b[p + 6]) << np.uint64(48))
+            | (np.uint64(b[p + 7]) << np.uint64(56)))
+
+
+@njit(cache=True)
+def _le32(b, p):
+    return (np.uint64(b[p]) | (np.uint64(b[p + 1]) << np.uint64(8)) | (np.uint64(b[p + 2]) << np.uint64(16))
+            | (np.uint64(b[p + 3]) << np.uint64(24)))
+
+
+# ---- fingerprint: XXH64 ------------------------------------------------------
+@njit(cache=True)
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True)
+def _xxh_round(acc, lane):
+    return _rotl(acc + lane * P2, 31) * P1
+
+
+@njit(cache=True)
+def _xxh_merge(acc, v):
+    return (acc ^ _xxh_round(np.uint64(0), v)) * P1 + P4
+
+
+@njit(cache=True)
+def xxh64(b, start, end, seed):
+    """XXH64 of b[start:end]: four independent lanes over 32-byte stripes, then the tail."""
+    p = start
+    length = end - start
+    if length >= 32:
+        v1 = seed + P1 + P2
+        v2 = seed + P2
+        v3 = seed
+        v4 = seed - P1
+        last = end - 32
+        while p <= last:
+            v1 = _xxh_round(v1, _le64(b, p))
+            v2 = _xxh_round(v2, _le64(b, p + 8))
+            v3 = _xxh_round(v3, _le64(b, p + 16))
+            v4 = _xxh_round(v4, _le64(b, p + 24))
+            p += 32
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        h = _xxh_merge(h, v1)
+        h = _xxh_merge(h, v2)
+        h = _xxh_merge(h, v3)
+        h = _xxh_merge(h, v4)
+    else:
+        h = seed + P5
+    h += np.uint64(length)
+    while p + 8 <= end:
+        h ^= _xxh_round(np.uint64(0), _le64(b, p))
+        h = _rotl(h, 27) * P1 + P4
+        p += 8
+    if p + 4 <= end:
+        h ^= _le32(b, p) * P1
+        h = _rotl(h, 23) * P2 + P3
+        p += 4
+    while p < end:
+        h ^= np.uint64(b[p]) * P5
+        h = _rotl(h, 11) * P1
+        p += 1
+    h ^= h >> np.uint64(33)
+    h *= P2
+    h ^= h >> np.uint64(29)
+    h *= P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(cache=True)
+def fingerprint_rows(data, offset, caplen, out):
+    """XXH64 of each record's captured bytes, for callers that hash without decoding."""
+    for i in range(offset.shape[0]):
+        out[i] = xxh64(data, offset[i], offset[i] + np.int64(caplen[i]), FINGERPRINT_SEED)
+
+
+# ---- link layer ----------------------------------------------------------------
+@njit(cache=True)
+def _ppp_protocol(b, p, end):
+    """(network ethertype or 0, offset after the PPP header); optional FF03 and 1-byte protocols."""
+    if p + 2 <= end and _u16(b, p) == PPP_ADDRESS_CONTROL:
+        p += 2
+    if p + 1 > end:
+        return -1, p
+    if b[p] & 1:                 # protocol field compression, RFC 1661 section 6.5
+        proto = np.int64(b[p])
+        p += 1
+    else:
+        if p + 2 > end:
+            return -1, p
+        proto = _u16(b, p)
+        p += 2
+    if proto == PPP_IP4:
+        return ETHERTYPE_IP4, p
+    if proto == PPP_IP6:
+        return ETHERTYPE_IP6, p
+    if proto == PPP_MPLS:
+        return ETHERTYPE_MPLS, p
+    return 0, p
+
+
+@njit(cache=True)
+def _l2_walk(b, p, end, etype, outer, layers, i, c16):
+    """Walk VLAN tags, PPPoE and MPLS from `etype` at `p`: (network ethertype or 0, offset, layers).
+
+    Tags are recorded only on the outer link; the ethertype column always
+    ends up holding the innermost link-layer type field read.
+    """
+    tags = 0
+    for _ in range(MAX_L2_HEADERS):
+        c16[ETHERTYPE, i] = etype
+        layers |= L_ETHERTYPE
+        if etype == ETHERTYPE_VLAN or etype == ETHERTYPE_QINQ or etype == ETHERTYPE_QINQ_OLD:
+            if p + VLAN_TAG > end:
+                return 0, p, layers | L_TRUNCATED
+            tags += 1
+            if outer and tags == 1:
+                c16[VLAN_OUTER, i] = _u16(b, p) & VLAN_VID_MASK
+                layers |= L_VLAN
+            elif outer and tags == 2:
+                c16[VLAN_INNER, i] = _u16(b, p) & VLAN_VID_MASK
+                layers |= L_QINQ
+            etype = _u16(b, p + 2)
+            p += VLAN_TAG
+        elif etype == ETHERTYPE_PPPOE_SESSION:
+            if p + PPPOE_HEADER + 2 > end:
+                return 0, p, layers | L_TRUNCATED
+            net, p = _ppp_protocol(b, p + PPPOE_HEADER, end)
+            if net < 0:
+                return 0, p, layers | L_TRUNCATED
+            if net != ETHERTYPE_MPLS:
+                return net, p, layers
+            etype = net
+        elif etype == ETHERTYPE_MPLS or etype == ETHERTYPE_MPLS_MC:
+            for _label in range(MAX_L2_HEADERS):
+                if p + MPLS_LABEL > end:
+                    return 0, p, layers | L_TRUNCATED
+                bottom = b[p + 2] & MPLS_BOTTOM_OF_STACK
+                p += MPLS_LABEL
+                if bottom:
+                    break
+            else:
+                return 0, p, layers | L_TRUNCATED
+            if p + 1 > end:
+                return 0, p, layers | L_TRUNCATED
+            version = b[p] >> 4
+            if version == 4:
+                return ETHERTYPE_IP4, p, layers
+            if version == 6:
+                return ETHERTYPE_IP6, p, layers
+            return 0, p, layers
+        else:
+            return etype, p, layers
+    return 0, p, layers | L_TRUNCATED
+
+
+@njit(cache=True)
+def _ethernet(b, p, end, outer, layers, i, c16, c64):
+    """An Ethernet header at `p`: (network ethertype or 0, offset, layers)."""
+    if p + ETH_HEADER > end:
+        return 0, p, layers | L_TRUNCATED
+    if outer:
+        c64[DST_MAC, i] = _mac(b, p)
+        c64[SRC_MAC, i] = _mac(b, p + MAC_BYTES)
+        layers |= L_SRC_MAC | L_DST_MAC
+    etype = _u16(b, p + 12)
+    p += ETH_HEADER
+    if etype <= ETH_MAX_LENGTH:
+        if p + SNAP_HEADER <= end and (_u32(b, p) >> 8) == LLC_SNAP and (_u32(b, p + 2) & 0xFFFFFF) == 0:
+            return _l2_walk(b, p + SNAP_HEADER, end, _u16(b, p + 6), outer, layers, i, c16)
+        return 0, p, layers
+    return _l2_walk(b, p, end, etype, outer, layers, i, c16)
+
+
+@njit(cache=True)
+def _ip_by_version(b, p, end):
+    if p + 1 > end:
+        return 0
+    version = b[p] >> 4
+    if version == 4:
+        return ETHERTYPE_IP4
+    if version == 6:
+        return ETHERTYPE_IP6
+    return 0
+
+
+@njit(cache=True)
+def _link(b, s, end, lt, i, c16, c64):
+    """The record's link header: (network ethertype or 0, offset of the network header, layers)."""
+    layers = 0
+    if lt == LINKTYPE_ETHERNET:
+        return _ethernet(b, s, end, True, layers, i, c16, c64)
+    if lt == LINKTYPE_RAW:
+        return _ip_by_version(b, s, end), s, layers
+    if lt == LINKTYPE_IPV4:
+        return ETHERTYPE_IP4, s, layers
+    if lt == LINKTYPE_IPV6:
+        return ETHERTYPE_IP6, s, layers
+    if lt == LINKTYPE_LINUX_SLL or lt == LINKTYPE_LINUX_SLL2:
+        if lt == LINKTYPE_LINUX_SLL:
+            header = SLL_HEADER
+            if s + header > end:
+                return 0, s, layers | L_TRUNCATED
+            hatype = _u16(b, s + 2)
+            addr_len = _u16(b, s + 4)
+            addr = s + 6
+            proto = _u16(b, s + 14)
+        else:
+            header = SLL2_HEADER
+            if s + header > end:
+                return 0, s, layers | L_TRUNCATED
+            proto = _u16(b, s)
+            hatype = _u16(b, s + 8)
+            addr_len = np.int64(b[s + 11])
+            addr = s + 12
+        if addr_len == MAC_BYTES:
+            c64[SRC_MAC, i] = _mac(b, addr)
+            layers |= L_SRC_MAC
+        if hatype == ARPHRD_CAN or hatype == ARPHRD_NETLINK or proto <= ETH_MAX_LENGTH:
+            return 0, s + header, layers
+        return _l2_walk(b, s + header, end, proto, True, layers, i, c16)
+    if lt == LINKTYPE_NULL or lt == LINKTYPE_LOOP:
+        if s + NULL_HEADER > end:
+            return 0, s, layers | L_TRUNCATED
+        family = _u32(b, s)
+        if lt == LINKTYPE_NULL and family > 0xFFFF:
+            # written in the capturing host's byte order; a little-endian writer's family
+            # reads as a huge big-endian number
+            family = np.int64(b[s]) | (np.int64(b[s + 1]) << 8)
+        if family == BSD_AF_INET:
+            return ETHERTYPE_IP4, s + NULL_HEADER, layers
+        if family == BSD_AF_INET6_NETBSD or family == BSD_AF_INET6_FREEBSD or family == BSD_AF_INET6_DARWIN:
+            return ETHERTYPE_IP6, s + NULL_HEADER, layers
+        return 0, s + NULL_HEADER, layers
+    if lt == LINKTYPE_PPP or lt == LINKTYPE_PPP_HDLC:
+        net, p = _ppp_protocol(b, s, end)
+        if net < 0:
+            return 0, p, layers | L_TRUNCATED
+        if net == ETHERTYPE_MPLS:
+            return _l2_walk(b, p, end, net, True, layers, i, c16)
+        return net, p, layers
+    if lt == LINKTYPE_PPP_ETHER:
+        return _l2_walk(b, s, end, ETHERTYPE_PPPOE_SESSION, True, layers, i, c16)
+    if lt == LINKTYPE_C_HDLC:
+        if s + CHDLC_HEADER > end:
+            return 0, s, layers | L_TRUNCATED
+        return _l2_walk(b, s + CHDLC_HEADER, end, _u16(b, s + 2), True, layers, i, c16)
+    return 0, s, layers
+
+
+# ---- network layer -------------------------------------------------------------
+@njit(cache=True)
+def _ip4_lo(b, p):
+    return IP4_MAPPED | np.uint64(_u32(b, p))
+
+
+@njit(cache=True)
+def _ext_chain(b, q, lim, nh):
+    """Walk IPv6 extension headers from `q`: (final next header, its offset, fragment offset,
+    more-fragments, fragment id, complete)."""
+    frag_off = 0
+    more = 0
+    frag_id = 0
+    for _ in range(MAX_IPV6_EXT_HEADERS):
+        if (nh == PROTO_HOPOPTS or nh == PROTO_ROUTING or nh == PROTO_DSTOPTS or nh == PROTO_MOBILITY
+                or nh == PROTO_HIP or nh == PROTO_SHIM6):
+            if q + 2 > lim:
+                return nh, q, frag_off, more, frag_id, False
+            length = (np.int64(b[q + 1]) + 1) * 8
+        elif nh == PROTO_AH:
+            if q + 2 > lim:
+                return nh, q, frag_off, more, frag_id, False
+            length = (np.int64(b[q + 1]) + 2) * 4
+        elif nh == PROTO_FRAGMENT:
+            if q + 8 > lim:
+                return nh, q, frag_off, more, frag_id, False
+            word = _u16(b, q + 2)
+            frag_off = word & IP6_OFFSET_MASK
+            more = word & IP6_MORE_FRAGMENTS
+            frag_id = _u32(b, q + 4)
+            length = 8
+        else:
+            return nh, q, frag_off, more, frag_id, True
+        nh = np.int64(b[q])
+        q += length
+    return nh, q, frag_off, more, frag_id, False
+
+
+@njit(cache=True)
+def _has_ports(proto):
+    return (proto == PROTO_TCP or proto == PROTO_UDP or proto == PROTO_SCTP or proto == PROTO_DCCP
+            or proto == PROTO_UDPLITE)
+
+
+@njit(cache=True)
+def _quote(b, q, lim, version, layers, i, c8, c16, c64):
+    """The IP header (and first 4 transport bytes) an ICMP error quotes, at `q`."""
+    if version == 4:
+        if q + IP4_HEADER > lim or b[q] >> 4 != 4:
+            return layers
+        ihl = (np.int64(b[q]) & 15) * 4
+        if ihl < IP4_HEADER:
+            return layers
+        c64[QUOTE_SRC_HI, i] = 0
+        c64[QUOTE_SRC_LO, i] = _ip4_lo(b, q + 12)
+        c64[QUOTE_DST_HI, i] = 0
+        c64[QUOTE_DST_LO, i] = _ip4_lo(b, q + 16)
+        proto = np.int64(b[q + 9])
+        first = (_u16(b, q + 6) & IP4_OFFSET_MASK) == 0
+        l4 = q + ihl
+    else:
+        if q + IP6_HEADER > lim or b[q] >> 4 != 6:
+            return layers
+        c64[QUOTE_SRC_HI, i] = _be64(b, q + 8)
+        c64[QUOTE_SRC_LO, i] = _be64(b, q + 16)
+        c64[QUOTE_DST_HI, i] = _be64(b, q + 24)
+        c64[QUOTE_DST_LO, i] = _be64(b, q + 32)
+        proto, l4, frag_off, _more, _fid, complete = _ext_chain(b, q + IP6_HEADER, lim, np.int64(b[q + 6]))
+        first = complete and frag_off == 0
+    c8[QUOTE_PROTO, i] = proto
+    layers |= L_QUOTE
+    if first and _has_ports(proto) and l4 + 4 <= lim:
+        c16[QUOTE_SRC_PORT, i] = _u16(b, l4)
+        c16[QUOTE_DST_PORT, i] = _u16(b, l4 + 2)
+        layers |= L_QUOTE_PORTS
+    return layers
+
+
+@njit(cache=True)
+def _payload(s, p, header, l4len, layers, i, c16, c32):
+    """Transport payload length and offset, from the IP-declared transport length."""
+    if l4len < header:
+        return layers | L_TRUNCATED
+    c32[PAYLOAD_LEN, i] = l4len - header
+    c16[PAYLOAD_OFF, i] = p + header - s
+    return layers | L_PAYLOAD
+
+
+@njit(cache=True)
+def _udp_tunnel(b, q, lim, sport, dport):
+    """A tunnel in the UDP payload at `q`: (inner ethertype, inner offset, tunnel kind), kind 0 if none."""
+    if dport == PORT_VXLAN or sport == PORT_VXLAN:
+        if q + VXLAN_HEADER + ETH_HEADER <= lim:
+            return ETHERTYPE_TEB, q + VXLAN_HEADER, TUNNEL_VXLAN
+        return 0, q, 0
+    if dport == PORT_GENEVE or sport == PORT_GENEVE:
+        if q + GENEVE_HEADER > lim or b[q] >> 6 != 0:
+            return 0, q, 0
+        inner = q + GENEVE_HEADER + (np.int64(b[q]) & 0x3F) * 4
+        proto = _u16(b, q + 2)
+        if proto == ETHERTYPE_TEB and inner + ETH_HEADER <= lim:
+            return ETHERTYPE_TEB, inner, TUNNEL_GENEVE
+        if (proto == ETHERTYPE_IP4 or proto == ETHERTYPE_IP6) and inner + 1 <= lim:
+            return proto, inner, TUNNEL_GENEVE
+        return 0, q, 0
+    if dport == PORT_GTP_U or sport == PORT_GTP_U:
+        if q + GTP_HEADER > lim:
+            return 0, q, 0
+        flags = np.int64(b[q])
+        if flags >> 5 != GTP_VERSION_1 or not (flags & GTP_PT) or b[q + 1] != GTP_G_PDU:
+            return 0, q, 0
+        inner = q + GTP_HEADER
+        if flags & GTP_FLAGS_OPTIONAL:
+            inner += GTP_OPTIONAL
+            if inner > lim:
+                return 0, q, 0
+            next_ext = np.int64(b[inner - 1]) if flags & GTP_FLAG_EXTENSION else 0
+            for _ in range(MAX_GTP_EXTENSIONS):
+                if next_ext == 0:
+                    break
+                if inner + 1 > lim or b[inner] == 0:
+                    return 0, q, 0
+                ext_len = np.int64(b[inner]) * 4
+                if inner + ext_len > lim:
+                    return 0, q, 0
+                next_ext = np.int64(b[inner + ext_len - 1])
+                inner += ext_len
+            else:
+                return 0, q, 0
+        net = _ip_by_version(b, inner, lim)
+        if net == 0:
+            return 0, q, 0
+        return net, inner, TUNNEL_GTP
+    if dport == PORT_TEREDO or sport == PORT_TEREDO:
+        inner = q
+        if inner + TEREDO_AUTH_FIXED <= lim and _u16(b, inner) == TEREDO_AUTH:
+            inner += TEREDO_AUTH_FIXED + np.int64(b[inner + 2]) + np.int64(b[inner + 3])
+        if inner + TEREDO_ORIGIN_LEN <= lim and _u16(b, inner) == TEREDO_ORIGIN:
+            inner += TEREDO_ORIGIN_LEN
+        # only a complete IPv6 header whose payload fits the datagram makes this Teredo
+        if (inner + IP6_HEADER <= lim and b[inner] >> 4 == 6
+                and inner + IP6_HEADER + _u16(b, inner + 4) <= lim):
+            return ETHERTYPE_IP6, inner, TUNNEL_TEREDO
+        return 0, q, 0
+    if dport == PORT_AYIYA or sport == PORT_AYIYA:
+        if q + AYIYA_HEADER > lim or (b[q + 2] & 0x0F) != AYIYA_OP_FORWARD:
+            return 0, q, 0
+        inner = q + AYIYA_HEADER + (1 << (np.int64(b[q]) >> 4)) + (np.int64(b[q + 1]) >> 4) * 4
+        nh = b[q + 3]
+        if inner + 1 > lim:
+            return 0, q, 0
+        if nh == PROTO_IPIP:
+            return ETHERTYPE_IP4, inner, TUNNEL_AYIYA
+        if nh == PROTO_IPV6:
+            return ETHERTYPE_IP6, inner, TUNNEL_AYIYA
+    return 0, q, 0
+
+
+@njit(cache=True)
+def _gre(b, p, lim):
+    """The payload of a GRE header at `p`: (inner ethertype, inner offset, tunnel kind), kind 0 if none."""
+    if p + GRE_HEADER > lim:
+        return 0, p, 0
+    flags = _u16(b, p)
+    ptype = _u16(b, p + 2)
+    version = flags & GRE_VERSION_MASK
+    if version == 1:
+        if ptype != ETHERTYPE_PPP or not (flags & GRE_KEY) or p + GRE_PPTP_HEADER > lim:
+            return 0, p, 0
+        if _u16(b, p + 4) == 0:      # acknowledgement only, no payload
+            return 0, p, 0
+        q = p + GRE_PPTP_HEADER + (4 if flags & GRE_SEQUENCE else 0) + (4 if flags & GRE_ACK else 0)
+        net, q = _ppp_protocol(b, q, lim)
+        if net == ETHERTYPE_IP4 or net == ETHERTYPE_IP6:
+            return net, q, TUNNEL_GRE
+        return 0, p, 0
+    if version != 0 or flags & GRE_ROUTING:
+        return 0, p, 0
+    q = p + GRE_HEADER
+    if flags & GRE_CHECKSUM:
+        q += 4
+    if flags & GRE_KEY:
+        q += 4
+    if flags & GRE_SEQUENCE:
+        q += 4
+    if ptype == ETHERTYPE_IP4 or ptype == ETHERTYPE_IP6 or ptype == ETHERTYPE_MPLS:
+        if q + 1 <= lim:
+            return ptype, q, TUNNEL_GRE
+        return 0, p, 0
+    if ptype == ETHERTYPE_TEB:
+        if q + ETH_HEADER <= lim:
+            return ETHERTYPE_TEB, q, TUNNEL_GRE
+        return 0, p, 0
+    if ptype == ETHERTYPE_ERSPAN_2:
+        if flags & GRE_SEQUENCE:     # type II has a header; type I (no sequence number) has none
+            q += ERSPAN_2_HEADER
+    elif ptype == ETHERTYPE_ERSPAN_3:
+        if q + ERSPAN_3_HEADER > lim:
+            return 0, p, 0
+        extra = ERSPAN_3_SUBHEADER if b[q + ERSPAN_3_HEADER - 1] & ERSPAN_3_O_FLAG else 0
+        q += ERSPAN_3_HEADER + extra
+    else:
+        return 0, p, 0
+    if q + ETH_HEADER <= lim:
+        return ETHERTYPE_TEB, q, TUNNEL_ERSPAN
+    return 0, p, 0
+
+
+@njit(cache=True)
+def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c64):
+    """The transport header at `p` (bytes to `lim`): (layers, inner ethertype, inner offset, tunnel)."""
+    if proto == PROTO_TCP:
+        if p + 4 > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        c16[SRC_PORT, i] = _u16(b, p)
+        c16[DST_PORT, i] = _u16(b, p + 2)
+        layers |= L_PORTS
+        if p + TCP_HEADER > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        doff = (np.int64(b[p + 12]) >> 4) * 4
+        if doff < TCP_HEADER:
+            return layers | L_TRUNCATED, 0, 0, 0
+        c16[TCP_FLAGS, i] = ((np.int64(b[p + 12]) & 1) << 8) | np.int64(b[p + 13])
+        c32[TCP_SEQ, i] = _u32(b, p + 4)
+        c32[TCP_ACK, i] = _u32(b, p + 8)
+        c16[TCP_WINDOW, i] = _u16(b, p + 14)
+        layers |= L_TCP
+        q = p + TCP_HEADER
+        opt_end = min(p + doff, lim)
+        while q < opt_end:
+            kind = b[q]
+            if kind == TCPOPT_EOL:
+                break
+            if kind == TCPOPT_NOP:
+                q += 1
+                continue
+            if q + 2 > opt_end:
+                break
+            olen = np.int64(b[q + 1])
+            if olen < 2 or q + olen > opt_end:
+                break
+            if kind == TCPOPT_MSS and olen == 4:
+                c16[TCP_MSS, i] = _u16(b, q + 2)
+                layers |= L_MSS
+            elif kind == TCPOPT_WSCALE and olen == 3:
+                c8[TCP_WSCALE, i] = b[q + 2]
+                layers |= L_WSCALE
+            elif kind == TCPOPT_SACK_PERM and olen == 2:
+                layers |= L_SACK_PERM
+            elif kind == TCPOPT_TIMESTAMP and olen == 10:
+                c32[TCP_TSVAL, i] = _u32(b, q + 2)
+                c32[TCP_TSECR, i] = _u32(b, q + 6)
+                layers |= L_TCP_TS
+            q += olen
+        if p + doff > lim:
+            layers |= L_TRUNCATED
+        return _payload(s, p, doff, l4len, layers, i, c16, c32), 0, 0, 0
+    if proto == PROTO_UDP or proto == PROTO_UDPLITE:
+        if p + 4 > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        sport = _u16(b, p)
+        dport = _u16(b, p + 2)
+        c16[SRC_PORT, i] = sport
+        c16[DST_PORT, i] = dport
+        layers |= L_PORTS
+        if p + UDP_HEADER > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        if proto == PROTO_UDP:
+            layers |= L_UDP
+        # the IP length, not the UDP length field: both describe one datagram, and
+        # the IP one is what the other transports use too (a mismatch is malformed)
+        layers = _payload(s, p, UDP_HEADER, l4len, layers, i, c16, c32)
+        if can_decap and proto == PROTO_UDP:
+            inner, q, kind = _udp_tunnel(b, p + UDP_HEADER, lim, sport, dport)
+            return layers, inner, q, kind
+        return layers, 0, 0, 0
+    if proto == PROTO_ICMP or proto == PROTO_ICMP6:
+        if p + 2 > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        icmp_type = np.int64(b[p])
+        code = np.int64(b[p + 1])
+        c8[ICMP_TYPE, i] = icmp_type
+        c8[ICMP_CODE, i] = code
+        layers |= L_ICMP if proto == PROTO_ICMP else L_ICMP6
+        if p + ICMP_HEADER > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        layers = _payload(s, p, ICMP_HEADER, l4len, layers, i, c16, c32)
+        if proto == PROTO_ICMP:
+            if icmp_type == ICMP_UNREACH and code == ICMP_FRAG_NEEDED:
+                c32[ICMP_MTU, i] = _u16(b, p + 6)
+                layers |= L_MTU
+            if (icmp_type == ICMP_UNREACH or icmp_type == ICMP_SOURCE_QUENCH or icmp_type == ICMP_REDIRECT
+                    or icmp_type == ICMP_TIME_EXCEEDED or icmp_type == ICMP_PARAM_PROBLEM):
+                layers = _quote(b, p + ICMP_HEADER, lim, 4, layers, i, c8, c16, c64)
+        else:
+            if icmp_type == ICMP6_PACKET_TOO_BIG:
+                c32[ICMP_MTU, i] = _u32(b, p + 4)
+                layers |= L_MTU
+            if 1 <= icmp_type <= ICMP6_ERROR_MAX:
+                layers = _quote(b, p + ICMP_HEADER, lim, 6, layers, i, c8, c16, c64)
+        return layers, 0, 0, 0
+    if proto == PROTO_SCTP or proto == PROTO_DCCP:
+        if p + 4 > lim:
+            return layers | L_TRUNCATED, 0, 0, 0
+        c16[SRC_PORT, i] = _u16(b, p)
+        c16[DST_PORT, i] = _u16(b, p + 2)
+        layers |= L_PORTS
+        if proto == PROTO_SCTP:
+            if p + SCTP_HEADER > lim:
+                return layers | L_TRUNCATED, 0, 0, 0
+            layers = _payload(s, p, SCTP_HEADER, l4len, layers | L_SCTP, i, c16, c32)
+        return layers, 0, 0, 0
+    if can_decap and (proto == PROTO_IPIP or proto == PROTO_IPV6):
+        if p + 1 <= lim:
+            return layers, ETHERTYPE_IP4 if proto == PROTO_IPIP else ETHERTYPE_IP6, p, TUNNEL_IPIP
+        return layers | L_TRUNCATED, 0, 0, 0
+    if can_decap and proto == PROTO_GRE:
+        inner, q, kind = _gre(b, p, lim)
+        return layers, inner, q, kind
+    return layers, 0, 0, 0
+
+
+@njit(cache=True)
+def _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
+    """An IPv4 header at `p`: (layers, inner ethertype, inner offset, tunnel kind)."""
+    if p + IP4_HEADER > end or p - s > MAX_IP_OFFSET or b[p] >> 4 != 4:
+        return layers | L_TRUNCATED, 0, 0, 0
+    ihl = (np.int64(b[p]) & 15) * 4
+    total = _u16(b, p + 2)
+    if total == 0:
+        # segmentation offload: the stack left the length to the NIC, so the capture holds it all
+        total = end - p
+    if ihl < IP4_HEADER or total < ihl:
+        return layers | L_TRUNCATED, 0, 0, 0
+    frag = _u16(b, p + 6)
+    frag_off = (frag & IP4_OFFSET_MASK) * 8
+    proto = np.int64(b[p + 9])
+    c8[IP_VERSION, i] = 4
+    c8[PROTO, i] = proto
+    c8[TTL, i] = b[p + 8]
+    c32[IP_ID, i] = _u16(b, p + 4)
+    c32[IP_LEN, i] = total
+    c8[IP_FLAGS, i] = (IP_MF if frag & IP4_MORE_FRAGMENTS else 0) | (IP_DF if frag & IP4_DONT_FRAGMENT else 0)
+    c32[FRAG_OFFSET, i] = frag_off
+    c64[SRC_IP_LO, i] = _ip4_lo(b, p + 12)
+    c64[DST_IP_LO, i] = _ip4_lo(b, p + 16)
+    c16[L3_OFF, i] = p - s
+    c16[L4_OFF, i] = p + ihl - s
+    layers |= L_IP4
+    if frag & IP4_MORE_FRAGMENTS or frag_off:
+        layers |= L_FRAG
+    if p + ihl > end:
+        return layers | L_TRUNCATED, 0, 0, 0
+    if frag_off:
+        return layers, 0, 0, 0
+    lim = min(end, p + total)
+    return _transport(b, s, p + ihl, lim, proto, total - ihl, can_decap and not (frag & IP4_MORE_FRAGMENTS),
+                      layers, i, c8, c16, c32, c64)
+
+
+@njit(cache=True)
+def _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
+    """An IPv6 header at `p` and its extension headers: (layers, inner ethertype, inner offset, tunnel kind)."""
+    if p + IP6_HEADER > end or p - s > MAX_IP_OFFSET or b[p] >> 4 != 6:
+        return layers | L_TRUNCATED, 0, 0, 0
+    plen = _u16(b, p + 4)
+    if plen == 0:
+        # a jumbogram (RFC 2675) or segmentation offload: the capture holds the whole packet
+        plen = max(end - p - IP6_HEADER, 0)
+    c8[IP_VERSION, i] = 6
+    c8[TTL, i] = b[p + 7]
+    c32[IP_LEN, i] = IP6_HEADER + plen
+    c64[SRC_IP_HI, i] = _be64(b, p + 8)
+    c64[SRC_IP_LO, i] = _be64(b, p + 16)
+    c64[DST_IP_HI, i] = _be64(b, p + 24)
+    c64[DST_IP_LO, i] = _be64(b, p + 32)
+    c16[L3_OFF, i] = p - s
+    layers |= L_IP6
+    ip_end = p + IP6_HEADER + plen
+    lim = min(end, ip_end)
+    proto, q, frag_off, more, frag_id, complete = _ext_chain(b, p + IP6_HEADER, lim, np.int64(b[p + 6]))
+    c8[PROTO, i] = proto
+    c16[L4_OFF, i] = q - s
+    c32[IP_ID, i] = frag_id
+    c8[IP_FLAGS, i] = IP_MF if more else 0
+    c32[FRAG_OFFSET, i] = frag_off
+    if frag_off or more:
+        layers |= L_FRAG
+    if not complete or q > ip_end:
+        return layers | L_TRUNCATED, 0, 0, 0
+    if frag_off:
+        return layers, 0, 0, 0
+    return _transport(b, s, q, lim, proto, ip_end - q, can_decap and not more, layers, i, c8, c16, c32, c64)
+
+
+@njit(cache=True)
+def _arp(b, p, end, layers, i, c16, c32, c64):
+    """An ARP (or RARP) packet for IPv4 over 6-byte hardware addresses, RFC 826."""
+    if p + 8 > end:
+        return layers | L_TRUNCATED
+    if b[p + 4] != MAC_BYTES or b[p + 5] != 4 or _u16(b, p + 2) != ETHERTYPE_IP4:
+        return layers
+    if p + 28 > end:
+        return layers | L_TRUNCATED
+    c16[ARP_OP, i] = _u16(b, p + 6)
+    c64[ARP_SHA, i] = _mac(b, p + 8)
+    c32[ARP_SPA, i] = _u32(b, p + 14)
+    c64[ARP_THA, i] = _mac(b, p + 18)
+    c32[ARP_TPA, i] = _u32(b, p + 24)
+    return layers | L_ARP
+
+
+@njit(cache=True)
+def _begin_tunnel(kind, layers, i, c8, c16, c32, c64):
+    """Keep the outer header's identity (the first time only), then clear the network columns."""
+    if not (layers & L_TUNNEL):
+        c8[TUNNEL, i] = kind
+        c64[OUTER_SRC_HI, i] = c64[SRC_IP_HI, i]
+        c64[OUTER_SRC_LO, i] = c64[SRC_IP_LO, i]
+        c64[OUTER_DST_HI, i] = c64[DST_IP_HI, i]
+        c64[OUTER_DST_LO, i] = c64[DST_IP_LO, i]
+        c8[OUTER_PROTO, i] = c8[PROTO, i]
+        if layers & L_UDP:
+            c16[OUTER_SRC_PORT, i] = c16[SRC_PORT, i]
+            c16[OUTER_DST_PORT, i] = c16[DST_PORT, i]
+    for r in NET_ROWS_U8:
+        c8[r, i] = 0
+    for r in NET_ROWS_U16:
+        c16[r, i] = 0
+    for r in NET_ROWS_U32:
+        c32[r, i] = 0
+    for r in NET_ROWS_U64:
+        c64[r, i] = 0
+    return (layers & LINK_BITS) | L_TUNNEL
+
+
+@njit(cache=True)
+def _frame(b, s, end, lt, i, c8, c16, c32, c64):
+    """Decode one record; returns its layer bits."""
+    net, p, layers = _link(b, s, end, lt, i, c16, c64)
+    depth = 0
+    while True:
+        if net == ETHERTYPE_IP4 or net == ETHERTYPE_IP6:
+            can_decap = depth < MAX_TUNNEL_DEPTH
+            if net == ETHERTYPE_IP4:
+                layers, net, p, kind = _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64)
+            else:
+                layers, net, p, kind = _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64)
+            if kind == 0:
+                return layers
+            layers = _begin_tunnel(kind, layers, i, c8, c16, c32, c64)
+            depth += 1
+            if net == ETHERTYPE_TEB:
+                net, p, layers = _ethernet(b, p, end, False, layers, i, c16, c64)
+            elif net == ETHERTYPE_MPLS:
+                net, p, layers = _l2_walk(b, p, end, net, False, layers, i, c16)
+        elif net == ETHERTYPE_ARP or net == ETHERTYPE_RARP:
+            return _arp(b, p, end, layers, i, c16, c32, c64)
+        else:
+            return layers
+
+
+@njit(cache=True)
+def decode_batch(data, offset, caplen, linktype, c8, c16, c32, c64):
+    """Decode every record of a batch into the (column, record) arrays c8, c16, c32 and c64."""
+    for i in range(offset.shape[0]):
+        s = offset[i]
+        end = s + np.int64(caplen[i])
+        c64[FINGERPRINT, i] = xxh64(data, s, end, FINGERPRINT_SEED)
+        c32[LAYERS, i] = _frame(data, s, end, np.int64(linktype[i]), i, c8, c16, c32, c64)
