@@ -1,4 +1,12 @@
-"""Flow table and Community ID: packets grouped into Zeek-like connections."""
-from .community_id import community_id
+"""Flow table and Community ID: packets grouped into Zeek-like connections.
 
-__all__ = ["community_id"]
+    ft = FlowTable()            # IDLE_TIMEOUT_S per protocol, or idle_timeout_s=...
+    ft.update(batch)            # each decoded PacketBatch, in capture order
+    ft.merge(other)             # absorb the table of the packets that follow
+    cols = ft.finish()          # FLOW_COLUMNS as numpy arrays
+    frame = ft.to_frame()       # pandas view
+"""
+from .community_id import community_id
+from .table import FLOW_COLUMNS, IDLE_TIMEOUT_S, FlowTable
+
+__all__ = ["FlowTable", "community_id", "FLOW_COLUMNS", "IDLE_TIMEOUT_S"]

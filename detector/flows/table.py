@@ -1,0 +1,572 @@
+"""FlowTable: decoded packet batches in, Zeek-like connection records out (mergeable state).
+
+Per batch, with no Python loop over packets:
+ 1. every IP packet gets a direction-independent key (keys.py) and its 64-bit hash;
+ 2. a stable argsort by hash groups each key's packets, capture order kept;
+ 3. each key segment is joined (searchsorted on the hash) to the flow still
+    open for that key from earlier batches;
+ 4. the compiled scan (kernel.py) aggregates each segment, starting a new flow
+    on an idle gap longer than the timeout or on a new connection's SYN;
+ 5. each key's last flow stays open; the others are finished.
+Open flows idle past their timeout are finished after every batch, so memory
+is O(open flows) plus the finished flow records, never O(packets).
+
+Hash collisions are checked, not assumed away: where two different keys share
+a hash, the whole table is rehashed with another seed and the batch redone.
+
+Timeouts (`IDLE_TIMEOUT_S`) follow Zeek's inactivity timeouts: TCP 5 min,
+UDP 1 min, ICMP 1 min, other IP protocols 1 min. A longer gap splits a flow.
+There is no active (maximum-duration) timeout: like Zeek, a connection that
+keeps talking stays one flow however long it lasts.
+
+TCP port reuse: a SYN without ACK starts a new flow when the flow already has
+a SYN from that side with another sequence number (Zeek's connection reuse),
+or when the flow has ended (a RST, or FINs from both sides) and that side sent
+no SYN yet. A SYN retransmission — same sequence number — never splits.
+
+Fragments: non-first IP fragments carry no ports. They join the flow of their
+first fragment, matched by (addresses, protocol, IP identification), when that
+first fragment came in the same batch or within FRAGMENT_TIMEOUT_S before
+(at most MAX_RECENT_FRAGMENTS remembered); otherwise they form a port-0 flow.
+Each fragment counts as one packet (Zeek, which reassembles, counts one per
+datagram). Packets without an IP header are not flows; `non_ip_packets`
+counts them.
+
+Tunnels: a decapsulated packet counts in its inner flow. When the outermost
+carrier is UDP (VXLAN, Geneve, Teredo, GTP, AYIYA), the packet also counts in
+the carrier's UDP flow, as Zeek logs both; the carrier's IP length is
+estimated from the inner one and the link header (the schema keeps no outer
+IP length).
+"""
+from __future__ import annotations
+
+import re
+import socket
+
+import numpy as np
+
+from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PROTO_NAMES, PROTO_ICMP,
+                      PROTO_ICMP6, PROTO_TCP, PROTO_UDP, TH_ACK, TH_CWR, TH_ECE, TH_FIN, TH_NS,
+                      TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
+from . import keys as K_
+from . import kernel as k
+from .community_id import community_id
+
+NS = 1_000_000_000
+# Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
+IDLE_TIMEOUT_S = {"tcp": 300.0, "udp": 60.0, "icmp": 60.0, "icmpv6": 60.0, "other": 60.0}
+# Open flows are finished once idle for their timeout plus this slack, measured
+# from the newest packet seen: the slack tolerates capture-order disorder (e.g.
+# merged captures) of up to this much without splitting a flow.
+EXPIRY_SLACK_S = 60.0
+# Linux keeps fragments for reassembly 30 s (ipfrag_time); RFC 791 suggests 15 s.
+FRAGMENT_TIMEOUT_S = 30.0
+MAX_RECENT_FRAGMENTS = 1 << 16
+
+# Column contract of finish(): name -> dtype (object = Python strings).
+FLOW_COLUMNS: dict[str, type] = {
+    "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "src_port": np.uint16,
+    "dest_ip_hi": np.uint64, "dest_ip_lo": np.uint64, "dest_port": np.uint16,
+    "proto": np.uint8, "ip_version": np.uint8, "community_id": object,
+    "first_seen": np.int64, "last_seen": np.int64, "duration_s": np.float64,
+    "src2dst_packets": np.int64, "dst2src_packets": np.int64,
+    "src2dst_bytes": np.int64, "dst2src_bytes": np.int64,
+    "src2dst_payload_bytes": np.int64, "dst2src_payload_bytes": np.int64,
+    "src2dst_tcp_flags": np.uint16, "dst2src_tcp_flags": np.uint16,
+    "src_mss": np.uint16, "dst_mss": np.uint16,
+    "src2dst_max_payload_bytes": np.int64, "dst2src_max_payload_bytes": np.int64,
+    "src2dst_retransmits": np.int64, "dst2src_retransmits": np.int64,
+    "handshake_rtt_ms": np.float64, "state": object, "history": object,
+    "vlan": np.uint16, "first_frame": np.int64,
+}
+
+# Letters of the TCP flag strings in the DataFrame view, "SAF" style.
+FLAG_LETTERS = ((TH_SYN, "S"), (TH_ACK, "A"), (TH_FIN, "F"), (TH_RST, "R"), (TH_PSH, "P"),
+                (TH_URG, "U"), (TH_ECE, "E"), (TH_CWR, "C"), (TH_NS, "N"))
+# Zeek's RSTOS0 test on the history: originator SYN, then its RST, nothing in between
+RSTOS0_HISTORY = re.compile(r"\^?S[^HAFGIQ]*R.*")
+
+
+def _timeouts_ns(idle_timeout_s) -> np.ndarray:
+    spec = dict(IDLE_TIMEOUT_S)
+    if isinstance(idle_timeout_s, (int, float)):
+        spec = {name: float(idle_timeout_s) for name in spec}
+    elif idle_timeout_s is not None:
+        unknown = set(idle_timeout_s) - set(spec)
+        if unknown:
+            raise ValueError(f"unknown protocol in idle_timeout_s: {sorted(unknown)}")
+        spec.update({name: float(v) for name, v in idle_timeout_s.items()})
+    if min(spec.values()) <= 0:
+        raise ValueError("idle timeouts must be positive")
+    table = np.full(256, int(spec["other"] * NS), dtype=np.int64)
+    for number, name in PROTO_NAMES.items():
+        table[number] = int(spec[name] * NS)
+    return table
+
+
+def _empty(rows: int = 0):
+    return (np.zeros((rows, k.NF), np.int64), np.zeros((rows, k.HIST_MAX), np.uint8),
+            np.zeros((rows, K_.KEY_WIDTH), np.uint64))
+
+
+class FlowTable:
+    """Streaming, mergeable flow table. update(batch) per PacketBatch; finish() or to_frame() at the end."""
+
+    def __init__(self, idle_timeout_s=None):
+        self.idle_timeout_s = idle_timeout_s
+        self._timeout_ns = _timeouts_ns(idle_timeout_s)
+        self._seed = 0
+        self._open_F, self._open_H, self._open_K = _empty()
+        self._open_h = np.zeros(0, np.uint64)
+        self._done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._frag = (np.zeros(0, np.uint64), np.zeros(0, np.uint16), np.zeros(0, np.uint16),
+                      np.zeros(0, np.int64))
+        self._newest_ns: int | None = None
+        self.packets = 0
+        self.non_ip_packets = 0
+
+    # ---- packets -> flow packets ----------------------------------------
+    def _flow_packets(self, batch: PacketBatch) -> dict[str, np.ndarray]:
+        layers = batch["layers"]
+        ip = (layers & np.uint32(IP)) != 0
+        self.non_ip_packets += int(len(layers) - np.count_nonzero(ip))
+        idx = np.flatnonzero(ip)
+        c = {name: batch[name][idx] for name in (
+            "layers", "ts_ns", "frame", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto",
+            "ip_version", "ip_len", "ip_id", "ip_flags", "frag_offset", "src_port", "dst_port",
+            "tcp_flags", "tcp_seq", "tcp_mss", "payload_len", "icmp_type", "icmp_code", "vlan_outer")}
+        lay = c["layers"]
+        sport, dport = K_.transport_ports(lay, c["proto"], c["src_port"], c["dst_port"],
+                                          c["icmp_type"], c["icmp_code"])
+        self._attach_fragments(c, sport, dport)
+        tcp_ok = ((lay & np.uint32(L_TCP)) != 0).astype(np.uint8)
+        pkt = {
+            "src_hi": c["src_ip_hi"], "src_lo": c["src_ip_lo"], "dst_hi": c["dst_ip_hi"],
+            "dst_lo": c["dst_ip_lo"], "sport": sport, "dport": dport, "proto": c["proto"],
+            "ts": c["ts_ns"], "frame": c["frame"], "tcp_ok": tcp_ok,
+            "flags": np.where(tcp_ok, c["tcp_flags"], 0).astype(np.int64),
+            "ip_len": c["ip_len"].astype(np.int64),
+            "pay": np.where(lay & np.uint32(L_PAYLOAD), c["payload_len"], 0).astype(np.int64),
+            "seq": np.where(tcp_ok, c["tcp_seq"], 0).astype(np.int64),
+            "mss": np.where(lay & np.uint32(L_MSS), c["tcp_mss"], 0).astype(np.int64),
+            "vlan": np.where(lay & np.uint32(L_VLAN), c["vlan_outer"], 0).astype(np.int64),
+            "ipver": c["ip_version"].astype(np.int64),
+        }
+        carrier = self._carrier_packets(batch, idx, c)
+        if carrier is not None:
+            pkt = {name: np.concatenate([pkt[name], carrier[name].astype(pkt[name].dtype)]) for name in pkt}
+        return pkt
+
+    def _attach_fragments(self, c, sport, dport) -> None:
+        lay = c["layers"]
+        if not (lay & np.uint32(L_FRAG)).any():
+            return
+        first = K_.first_fragment_mask(lay, c["frag_offset"], c["ip_flags"])
+        later = K_.later_fragment_mask(lay, c["frag_offset"])
+        fid = K_.fragment_ids(c["src_ip_hi"], c["src_ip_lo"], c["dst_ip_hi"], c["dst_ip_lo"],
+                              c["proto"], c["ip_id"])
+        old_id, old_sp, old_dp, old_ts = self._frag
+        ids = np.concatenate([old_id, fid[first]])
+        sps = np.concatenate([old_sp, sport[first]])
+        dps = np.concatenate([old_dp, dport[first]])
+        tss = np.concatenate([old_ts, c["ts_ns"][first]])
+        if later.any() and len(ids):
+            order = np.argsort(ids, kind="stable")
+            ids_s = ids[order]
+            want = fid[later]
+            # the latest first fragment with that id wins (a reused IP id)
+            pos = np.searchsorted(ids_s, want, side="right") - 1
+            ok = (pos >= 0) & (ids_s[np.maximum(pos, 0)] == want)
+            rows = np.flatnonzero(later)[ok]
+            src = order[pos[ok]]
+            sport[rows] = sps[src]
+            dport[rows] = dps[src]
+        if len(ids):
+            newest = int(c["ts_ns"].max()) if len(c["ts_ns"]) else 0
+            keep = tss >= newest - int(FRAGMENT_TIMEOUT_S * NS)
+            ids, sps, dps, tss = ids[keep], sps[keep], dps[keep], tss[keep]
+            if len(ids) > MAX_RECENT_FRAGMENTS:
+                last = np.argsort(tss, kind="stable")[-MAX_RECENT_FRAGMENTS:]
+                ids, sps, dps, tss = ids[last], sps[last], dps[last], tss[last]
+        self._frag = (ids, sps, dps, tss)
+
+    @staticmethod
+    def _carrier_packets(batch, idx, c):
+        lay = c["layers"]
+        tun = (lay & np.uint32(L_TUNNEL)) != 0
+        if not tun.any():
+            return None
+        rows = idx[tun]
+        outer_proto = batch["outer_proto"][rows]
+        udp = (outer_proto == PROTO_UDP) & ((batch["outer_src_port"][rows] | batch["outer_dst_port"][rows]) != 0)
+        if not udp.any():
+            return None
+        rows = rows[udp]
+        sel = np.flatnonzero(tun)[udp]
+        shi, slo = batch["outer_src_ip_hi"][rows], batch["outer_src_ip_lo"][rows]
+        v4 = K_.is_v4_mapped(shi, slo)
+        ip_len, pay = K_.carrier_ip_len(c["ip_len"][sel], batch["l3_off"][rows], batch["linktype"][rows],
+                                        lay[sel], v4)
+        zero = np.zeros(len(rows), np.int64)
+        return {
+            "src_hi": shi, "src_lo": slo, "dst_hi": batch["outer_dst_ip_hi"][rows],
+            "dst_lo": batch["outer_dst_ip_lo"][rows], "sport": batch["outer_src_port"][rows],
+            "dport": batch["outer_dst_port"][rows], "proto": np.full(len(rows), PROTO_UDP, np.uint8),
+            "ts": c["ts_ns"][sel], "frame": c["frame"][sel], "tcp_ok": zero.astype(np.uint8),
+            "flags": zero, "ip_len": ip_len, "pay": pay, "seq": zero, "mss": zero,
+            "vlan": np.where(lay[sel] & np.uint32(L_VLAN), c["vlan_outer"][sel], 0),
+            "ipver": np.where(v4, 4, 6),
+        }
+
+    # ---- batches ---------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        """Add one decoded batch (batches in capture order)."""
+        n = len(batch)
+        if n == 0:
+            return
+        self.packets += n
+        pkt = self._flow_packets(batch)
+        if len(pkt["ts"]):
+            self._aggregate(pkt)
+            newest = int(pkt["ts"].max())
+            self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
+            self._expire()
+
+    def _aggregate(self, pkt) -> None:
+        K, from_a = K_.canonical_keys(pkt["src_hi"], pkt["src_lo"], pkt["dst_hi"], pkt["dst_lo"],
+                                      pkt["sport"], pkt["dport"], pkt["proto"])
+        while True:
+            h = K_.hash_rows(K, self._seed)
+            order = np.argsort(h, kind="stable")
+            hs, Ks = h[order], K[order]
+            new_hash = hs[1:] != hs[:-1]
+            if (np.any(Ks[1:] != Ks[:-1], axis=1) & ~new_hash).any():
+                self._rehash()
+                continue
+            starts = np.concatenate([[0], np.flatnonzero(new_hash) + 1, [len(hs)]]).astype(np.int64)
+            uh, uK = hs[starts[:-1]], Ks[starts[:-1]]
+            pos = np.searchsorted(self._open_h, uh)
+            posc = np.minimum(pos, max(len(self._open_h) - 1, 0))
+            found = (pos < len(self._open_h)) & (self._open_h[posc] == uh) if len(self._open_h) else \
+                np.zeros(len(uh), bool)
+            if found.any() and np.any(self._open_K[posc[found]] != uK[found]):
+                self._rehash()
+                continue
+            break
+        seg_row = np.where(found, posc, -1).astype(np.int64)
+        proto = K_.key_proto(uK)
+        aport, bport = K_.key_ports(uK)
+        ported = (proto == PROTO_TCP) | (proto == PROTO_UDP)
+        nseg = len(uh)
+        cap = len(hs) + nseg
+        out_F, out_H, _ = _empty(cap)
+        out_seg = np.zeros(cap, np.int64)
+        out_open = np.zeros(cap, np.uint8)
+        n = k.scan(starts, seg_row, self._timeout_ns[proto], proto,
+                   K_.SERVER_PORT[aport] & ported, K_.SERVER_PORT[bport] & ported,
+                   aport.astype(np.int64), bport.astype(np.int64),
+                   pkt["ts"][order], pkt["frame"][order], from_a[order], pkt["flags"][order],
+                   pkt["tcp_ok"][order], pkt["ip_len"][order], pkt["pay"][order], pkt["seq"][order],
+                   pkt["mss"][order], pkt["vlan"][order], pkt["ipver"][order],
+                   self._open_F, self._open_H, out_F, out_H, out_seg, out_open)
+        out_F, out_H, out_seg, out_open = out_F[:n], out_H[:n], out_seg[:n], out_open[:n] == 1
+        out_K = uK[out_seg]
+        done = ~out_open
+        if done.any():
+            self._done.append((out_F[done], out_H[done], out_K[done]))
+        keep = np.ones(len(self._open_h), bool)
+        keep[seg_row[found]] = False
+        self._set_open(np.concatenate([self._open_F[keep], out_F[out_open]]),
+                       np.concatenate([self._open_H[keep], out_H[out_open]]),
+                       np.concatenate([self._open_K[keep], out_K[out_open]]))
+
+    def _set_open(self, F, H, K, hashes=None) -> None:
+        h = K_.hash_rows(K, self._seed) if hashes is None else hashes
+        order = np.argsort(h, kind="stable")
+        self._open_F, self._open_H, self._open_K, self._open_h = F[order], H[order], K[order], h[order]
+
+    def _rehash(self) -> None:
+        self._seed += 1
+        self._set_open(self._open_F, self._open_H, self._open_K)
+
+    def _expire(self) -> None:
+        if not len(self._open_h):
+            return
+        limit = self._timeout_ns[K_.key_proto(self._open_K)] + int(EXPIRY_SLACK_S * NS)
+        idle = self._open_F[:, k.F_LAST_NS] < self._newest_ns - limit
+        if idle.any():
+            self._done.append((self._open_F[idle], self._open_H[idle], self._open_K[idle]))
+            live = ~idle
+            self._open_F, self._open_H = self._open_F[live], self._open_H[live]
+            self._open_K, self._open_h = self._open_K[live], self._open_h[live]
+
+    # ---- results ---------------------------------------------------------
+    def _all(self):
+        parts = self._done + [(self._open_F, self._open_H, self._open_K)]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
+
+    @property
+    def flow_count(self) -> int:
+        return sum(len(p[0]) for p in self._done) + len(self._open_F)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
+        F, H, K = self._all()
+        order = np.lexsort((K[:, 4], K[:, 3], K[:, 2], K[:, 1], K[:, 0],
+                            F[:, k.F_FIRST_FRAME], F[:, k.F_FIRST_NS]))
+        F, H, K = F[order], H[order], K[order]
+        orig_a = F[:, k.F_ORIG_IS_A] == 1
+        proto = K_.key_proto(K)
+        aport, bport = K_.key_ports(K)
+        out: dict[str, np.ndarray] = {
+            "src_ip_hi": np.where(orig_a, K[:, 0], K[:, 2]), "src_ip_lo": np.where(orig_a, K[:, 1], K[:, 3]),
+            "src_port": np.where(orig_a, aport, bport),
+            "dest_ip_hi": np.where(orig_a, K[:, 2], K[:, 0]), "dest_ip_lo": np.where(orig_a, K[:, 3], K[:, 1]),
+            "dest_port": np.where(orig_a, bport, aport),
+            "proto": proto, "ip_version": F[:, k.F_IPVER].astype(np.uint8),
+            "first_seen": F[:, k.F_FIRST_NS], "last_seen": F[:, k.F_LAST_NS],
+            "duration_s": (F[:, k.F_LAST_NS] - F[:, k.F_FIRST_NS]) / NS,
+        }
+        for prefix, side in (("src2dst", 0), ("dst2src", 1)):
+            out[f"{prefix}_packets"] = F[:, k.F_PKTS + side]
+            out[f"{prefix}_bytes"] = F[:, k.F_BYTES + side]
+            out[f"{prefix}_payload_bytes"] = F[:, k.F_PAY + side]
+            out[f"{prefix}_tcp_flags"] = F[:, k.F_FLAGS + side]
+            out[f"{prefix}_max_payload_bytes"] = F[:, k.F_MAXPAY + side]
+            out[f"{prefix}_retransmits"] = F[:, k.F_RETX + side]
+        out["src_mss"], out["dst_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
+        rtt = F[:, k.F_RTT_NS]
+        out["handshake_rtt_ms"] = np.where(rtt >= 0, rtt / 1e6, np.nan)
+        out["history"] = _history_strings(H, F[:, k.F_HLEN])
+        out["state"] = _conn_states(F, proto, out["history"])
+        out["vlan"] = F[:, k.F_VLAN]
+        out["first_frame"] = F[:, k.F_FIRST_FRAME]
+        out["community_id"] = _community_ids(out)
+        return {name: np.asarray(out[name]).astype(dtype, copy=False) for name, dtype in FLOW_COLUMNS.items()}
+
+    def to_frame(self):
+        """pandas view: addresses as strings, proto names, UTC times, flag strings."""
+        import pandas as pd
+        cols = self.finish()
+        frame = pd.DataFrame({name: cols[name] for name in FLOW_COLUMNS})
+        frame.insert(0, "src_ip", addresses(cols["src_ip_hi"], cols["src_ip_lo"]))
+        frame.insert(3, "dest_ip", addresses(cols["dest_ip_hi"], cols["dest_ip_lo"]))
+        frame = frame.drop(columns=["src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"])
+        frame["proto"] = proto_names(cols["proto"])
+        frame["first_seen"] = pd.to_datetime(cols["first_seen"], unit="ns", utc=True)
+        frame["last_seen"] = pd.to_datetime(cols["last_seen"], unit="ns", utc=True)
+        for column in ("src2dst_tcp_flags", "dst2src_tcp_flags"):
+            frame[column + "_str"] = flag_strings(cols[column])
+        return frame
+
+    # ---- merging -----------------------------------------------------------
+    def merge(self, other: "FlowTable") -> "FlowTable":
+        """Absorb `other`, the table of the packets that follow this one's. Returns self.
+
+        Counters, times, flags, MSS and payload maxima combine exactly. A TCP
+        connection cut by the partition boundary keeps this table's direction;
+        its endpoint states are composed (exact when the later part continues
+        an established connection), and the later part's first segments
+        cannot be recognised as retransmissions of earlier ones.
+        """
+        if other._seed != self._seed:
+            other = other._copy_rehashed(self._seed)
+        self.packets += other.packets
+        self.non_ip_packets += other.non_ip_packets
+        oF, oH, oK = other._all()
+        if len(oF) == 0:
+            return self
+        n_open_other = len(other._open_F)
+        o_is_open = np.zeros(len(oF), bool)
+        o_is_open[len(oF) - n_open_other:] = True
+        oh = K_.hash_rows(oK, self._seed)
+        order = np.lexsort((oF[:, k.F_FIRST_NS], oh))
+        first = np.ones(len(order), bool)
+        first[1:] = oh[order][1:] != oh[order][:-1]
+        heads = order[first]                       # each key's earliest flow in `other`
+        pos = np.searchsorted(self._open_h, oh[heads])
+        posc = np.minimum(pos, max(len(self._open_h) - 1, 0))
+        hit = (pos < len(self._open_h)) & (self._open_h[posc] == oh[heads]) if len(self._open_h) else \
+            np.zeros(len(heads), bool)
+        hit &= np.all(self._open_K[posc] == oK[heads], axis=1) if len(self._open_h) else hit
+        mine_rows, theirs = posc[hit], heads[hit]
+        joined = _continues(self._open_F[mine_rows], oF[theirs], self._timeout_ns[K_.key_proto(oK[theirs])])
+        combined_F, combined_H = _combine(self._open_F[mine_rows[joined]], self._open_H[mine_rows[joined]],
+                                          oF[theirs[joined]], oH[theirs[joined]])
+        oF, oH = oF.copy(), oH.copy()
+        oF[theirs[joined]] = combined_F
+        oH[theirs[joined]] = combined_H
+        superseded = np.zeros(len(self._open_F), bool)
+        superseded[mine_rows] = True               # a later flow of the same key exists
+        ended_mine = superseded.copy()
+        ended_mine[mine_rows[joined]] = False      # those continue inside oF instead
+        if ended_mine.any():
+            self._done.append((self._open_F[ended_mine], self._open_H[ended_mine], self._open_K[ended_mine]))
+        done = ~o_is_open
+        if done.any():
+            self._done.append((oF[done], oH[done], oK[done]))
+        keep = ~superseded
+        self._set_open(np.concatenate([self._open_F[keep], oF[o_is_open]]),
+                       np.concatenate([self._open_H[keep], oH[o_is_open]]),
+                       np.concatenate([self._open_K[keep], oK[o_is_open]]))
+        self._merge_fragments(other)
+        if other._newest_ns is not None:
+            self._newest_ns = other._newest_ns if self._newest_ns is None else max(self._newest_ns, other._newest_ns)
+        return self
+
+    def _merge_fragments(self, other) -> None:
+        parts = list(zip(self._frag, other._frag))
+        ids, sps, dps, tss = (np.concatenate(p) for p in parts)
+        if len(ids) > MAX_RECENT_FRAGMENTS:
+            last = np.argsort(tss, kind="stable")[-MAX_RECENT_FRAGMENTS:]
+            ids, sps, dps, tss = ids[last], sps[last], dps[last], tss[last]
+        self._frag = (ids, sps, dps, tss)
+
+    def _copy_rehashed(self, seed: int) -> "FlowTable":
+        twin = FlowTable(self.idle_timeout_s)
+        twin.__dict__.update(self.__dict__)
+        twin._seed = seed
+        twin._set_open(self._open_F, self._open_H, self._open_K)
+        return twin
+
+
+# ---- merge helpers (vectorised over the flows cut by a partition boundary) --
+def _continues(mine, theirs, timeout_ns) -> np.ndarray:
+    """Whether each later partial flow continues the earlier open one (else it is a new flow)."""
+    gap_ok = theirs[:, k.F_FIRST_NS] - mine[:, k.F_LAST_NS] <= timeout_ns
+    first_flags = theirs[:, k.F_FIRST_FLAGS]
+    syn_only = ((first_flags & k.FIRST_TCP) != 0) & ((first_flags & TH_SYN) != 0) & ((first_flags & TH_ACK) == 0)
+    side = np.where(theirs[:, k.F_FIRST_FROM_A] == mine[:, k.F_ORIG_IS_A], 0, 1)
+    syn_seq = np.where(side == 0, mine[:, k.F_SYNSEQ], mine[:, k.F_SYNSEQ + 1])
+    reuse = syn_only & np.where(syn_seq >= 0, syn_seq != theirs[:, k.F_FIRST_SEQ], mine[:, k.F_ENDED] == 1)
+    return gap_ok & ~reuse
+
+
+def _compose_state(mine, mine_peer_closed, theirs):
+    """Endpoint state after `mine` then the later part that on its own reached `theirs`."""
+    later_silent = (theirs == k.TCP_INACTIVE) | ((theirs == k.TCP_PARTIAL) & (mine != k.TCP_INACTIVE))
+    rst_after_close = (theirs == k.TCP_RESET) & (mine == k.TCP_CLOSED) & mine_peer_closed
+    return np.where(later_silent | rst_after_close, mine, theirs)
+
+
+def _combine(mF, mH, tF, tH):
+    """Earlier open flows + their continuation in the later table, with the earlier one's direction."""
+    out = mF.copy()
+    H = mH.copy()
+    same = tF[:, k.F_ORIG_IS_A] == mF[:, k.F_ORIG_IS_A]
+
+    def theirs(base, side):
+        return np.where(same, tF[:, base + side], tF[:, base + 1 - side])
+
+    for side in (0, 1):
+        for base in (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX):
+            out[:, base + side] += theirs(base, side)
+        out[:, k.F_FLAGS + side] |= theirs(k.F_FLAGS, side)
+        out[:, k.F_MAXPAY + side] = np.maximum(out[:, k.F_MAXPAY + side], theirs(k.F_MAXPAY, side))
+        out[:, k.F_MSS + side] = np.where(out[:, k.F_MSS + side] > 0, out[:, k.F_MSS + side], theirs(k.F_MSS, side))
+        later_end = theirs(k.F_SEQEND, side)
+        out[:, k.F_SEQEND + side] = np.where(later_end >= 0, later_end, out[:, k.F_SEQEND + side])
+        out[:, k.F_SYNSEQ + side] = np.where(out[:, k.F_SYNSEQ + side] >= 0, out[:, k.F_SYNSEQ + side],
+                                             theirs(k.F_SYNSEQ, side))
+    for side in (0, 1):
+        peer_closed = mF[:, k.F_STATE + 1 - side] == k.TCP_CLOSED
+        out[:, k.F_STATE + side] = _compose_state(mF[:, k.F_STATE + side], peer_closed, theirs(k.F_STATE, side))
+    out[:, k.F_FIRST_NS] = np.minimum(mF[:, k.F_FIRST_NS], tF[:, k.F_FIRST_NS])
+    out[:, k.F_LAST_NS] = np.maximum(mF[:, k.F_LAST_NS], tF[:, k.F_LAST_NS])
+    no_rtt = out[:, k.F_RTT_NS] < 0
+    later_rtt = (tF[:, k.F_RTT_NS] >= 0) & (mF[:, k.F_SYN_NS] < 0)
+    out[:, k.F_RTT_NS] = np.where(no_rtt & later_rtt, tF[:, k.F_RTT_NS], out[:, k.F_RTT_NS])
+    s0, s1 = out[:, k.F_STATE], out[:, k.F_STATE + 1]
+    out[:, k.F_ENDED] = ((s0 == k.TCP_RESET) | (s1 == k.TCP_RESET) |
+                         ((s0 == k.TCP_CLOSED) & (s1 == k.TCP_CLOSED)) | (mF[:, k.F_ENDED] == 1)).astype(np.int64)
+    # history: the later part's letters that this side had not recorded yet
+    for i in range(len(out)):
+        n = int(out[i, k.F_HLEN])
+        for j in range(int(tF[i, k.F_HLEN])):
+            c = int(tH[i, j])
+            if c == k.FLIP_MARK:
+                continue
+            later_side = 0 if c < ord("a") else 1
+            side = later_side if same[i] else 1 - later_side
+            bit = 1 << k._H_CHARS.index(c if c < ord("a") else c - 32)
+            if out[i, k.F_HSEEN + side] & bit or n >= k.HIST_MAX:
+                continue
+            out[i, k.F_HSEEN + side] |= bit
+            H[i, n] = (c if c < ord("a") else c - 32) + (32 if side else 0)
+            n += 1
+        out[i, k.F_HLEN] = n
+    return out, H
+
+
+# ---- output helpers ------------------------------------------------------
+def _history_strings(H, lengths) -> np.ndarray:
+    return np.array([bytes(row[:n]).decode("ascii") for row, n in zip(H, lengths.tolist())], dtype=object)
+
+
+def _conn_states(F, proto, history) -> np.ndarray:
+    """Zeek's conn_state (base/protocols/conn/main.zeek) from the endpoint states."""
+    os_, rs = F[:, k.F_STATE], F[:, k.F_STATE + 1]
+    o_inactive = (os_ == k.TCP_INACTIVE) | (os_ == k.TCP_PARTIAL)
+    r_inactive = (rs == k.TCP_INACTIVE) | (rs == k.TCP_PARTIAL)
+    no_bytes = (F[:, k.F_PAY] == 0) & (F[:, k.F_PAY + 1] == 0)
+    o_syn = (os_ == k.TCP_SYN_SENT) | (os_ == k.TCP_SYN_ACK_SENT)
+    tcp = np.select([
+        (rs == k.TCP_RESET) & (o_syn | ((os_ == k.TCP_RESET) & no_bytes)),
+        (rs == k.TCP_RESET) & o_inactive,
+        rs == k.TCP_RESET,
+        (os_ == k.TCP_RESET) & r_inactive,
+        os_ == k.TCP_RESET,
+        (rs == k.TCP_CLOSED) & (os_ == k.TCP_CLOSED),
+        (os_ == k.TCP_CLOSED) & r_inactive,
+        os_ == k.TCP_CLOSED,
+        (rs == k.TCP_CLOSED) & o_inactive,
+        rs == k.TCP_CLOSED,
+        (os_ == k.TCP_SYN_SENT) & (rs == k.TCP_INACTIVE),
+        (os_ == k.TCP_ESTABLISHED) & (rs == k.TCP_ESTABLISHED),
+    ], ["REJ", "RSTRH", "RSTR", "RSTOS0?", "RSTO", "SF", "SH", "S2", "SHR", "S3", "S0", "S1"],
+        default="OTH").astype(object)
+    maybe = np.flatnonzero(tcp == "RSTOS0?")
+    tcp[maybe] = ["RSTOS0" if RSTOS0_HISTORY.fullmatch(history[i]) else "OTH" for i in maybe]
+    o_active, r_active = F[:, k.F_PKTS] > 0, F[:, k.F_PKTS + 1] > 0
+    udp = np.where(o_active, np.where(r_active, "SF", "S0"), np.where(r_active, "SHR", "OTH")).astype(object)
+    return np.where(proto == PROTO_TCP, tcp, np.where(proto == PROTO_UDP, udp, "OTH")).astype(object)
+
+
+def _packed(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    both = np.empty((len(hi), 2), dtype=">u8")
+    both[:, 0], both[:, 1] = hi, lo
+    return both.view(np.uint8).reshape(len(hi), 16)
+
+
+def addresses(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """128-bit addresses as text; IPv4-mapped ones as dotted quads."""
+    raw = _packed(hi, lo)
+    v4 = K_.is_v4_mapped(hi, lo)
+    return np.array([socket.inet_ntop(socket.AF_INET, r[12:].tobytes()) if m
+                     else socket.inet_ntop(socket.AF_INET6, r.tobytes())
+                     for r, m in zip(raw, v4.tolist())], dtype=object)
+
+
+def _community_ids(out) -> np.ndarray:
+    raw_s, raw_d = _packed(out["src_ip_hi"], out["src_ip_lo"]), _packed(out["dest_ip_hi"], out["dest_ip_lo"])
+    v4 = K_.is_v4_mapped(out["src_ip_hi"], out["src_ip_lo"]) & K_.is_v4_mapped(out["dest_ip_hi"], out["dest_ip_lo"])
+    ids = []
+    for s, d, is4, proto, sp, dp in zip(raw_s, raw_d, v4.tolist(), out["proto"].tolist(),
+                                         out["src_port"].tolist(), out["dest_port"].tolist()):
+        a, b = (s[12:].tobytes(), d[12:].tobytes()) if is4 else (s.tobytes(), d.tobytes())
+        ids.append(community_id(a, b, proto, sp, dp))
+    return np.array(ids, dtype=object)
+
+
+def proto_names(proto: np.ndarray) -> np.ndarray:
+    names = np.array([PROTO_NAMES.get(p, str(p)) for p in range(256)], dtype=object)
+    names[132] = "sctp"
+    return names[proto.astype(np.intp)]
+
+
+def flag_strings(flags: np.ndarray) -> np.ndarray:
+    out = np.full(len(flags), "", dtype=object)
+    for bit, letter in FLAG_LETTERS:
+        out = np.where(flags & bit, out + letter, out)
+    return out
