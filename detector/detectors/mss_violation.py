@@ -1,0 +1,197 @@
+"""mss-violation: TCP segments carrying more payload than the peer said it can receive.
+
+Each side of a TCP connection announces in its SYN the largest segment it
+accepts (the MSS option, RFC 9293 section 3.7.1; RFC 6691). A sender that
+exceeds it builds packets the path or the receiver may drop: in the PMTUD
+black hole of the incidents, a virtual NIC segmented at a fixed 1500 bytes
+although the client had announced 1320, and every such packet died behind a
+1420-byte tunnel.
+
+A capture taken on the sending (or receiving) host itself shows TSO/GSO
+(or GRO/LRO) super-segments: tens of kilobytes in one "packet" that the NIC
+cuts to size after the capture point. Such a segment is larger than any
+frame the link carries, so it never was on the wire; those are reported at
+info severity, as a property of the capture, not as a violation.
+
+State: the MSS each SYN announced, by the direction it constrains, in a
+sorted array; per violating direction of a flow, counters and bounded
+evidence frames. Segments of a flow whose SYN was not captured are not
+judged (the MSS is unknown).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..schema import L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, ip_text, keep_ends, member,
+                   mix64, register)
+from .pmtud_blackhole import endpoint, match_flow
+
+NS = 1_000_000_000
+# Announcements kept: a SYN flood with MSS options must not grow the state
+# without bound; past this, new announcements are counted and not kept.
+MAX_ANNOUNCED = 1 << 21
+# Violating flow directions tracked with their own counters.
+MAX_FLOWS = 4096
+
+FLOW_FIELDS = ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
+
+
+def _direction_key(src_hi, src_lo, dst_hi, dst_lo, sport, dport) -> np.ndarray:
+    ports = (sport.astype(np.uint64) << np.uint64(16)) | dport.astype(np.uint64)
+    return mix64(src_hi, src_lo, dst_hi, dst_lo, ports)
+
+
+@register
+class MssViolation(Detector):
+    rule_id = "mss-violation"
+    AFTER = ("pmtud-blackhole",)
+    PARAMS = {
+        "min_segments": (int, 3, "violating segments on the wire from which the finding takes the rule's "
+                                 "severity (fewer: low)"),
+        "link_mtu_bytes": (int, 1500, "largest IP packet the captured link carries; a segment in a larger "
+                                      "packet never was on the wire (TSO/GSO/GRO capture)"),
+    }
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.limit_keys = np.zeros(0, dtype=np.uint64)   # direction that must obey, sorted
+        self.limit_mss = np.zeros(0, dtype=np.uint32)
+        self.dropped_announcements = 0
+        self.flows: dict[int, dict] = {}
+
+    # ---- state ------------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        if len(batch) == 0:
+            return
+        layers, flags = batch["layers"], batch["tcp_flags"]
+        syn = np.flatnonzero(((layers & np.uint32(L_MSS)) != 0) & ((flags & TH_SYN) != 0))
+        if len(syn):
+            # the SYN's sender limits what its peer may send: key the reverse direction
+            keys = _direction_key(batch["dst_ip_hi"][syn], batch["dst_ip_lo"][syn], batch["src_ip_hi"][syn],
+                                  batch["src_ip_lo"][syn], batch["dst_port"][syn], batch["src_port"][syn])
+            self._announce(keys, batch["tcp_mss"][syn].astype(np.uint32))
+        if len(self.limit_keys):
+            self._check_segments(batch)
+
+    def _announce(self, keys: np.ndarray, mss: np.ndarray) -> None:
+        room = MAX_ANNOUNCED - len(self.limit_keys)
+        if len(keys) > room:
+            self.dropped_announcements += len(keys) - max(room, 0)
+            keys, mss = keys[:max(room, 0)], mss[:max(room, 0)]
+        all_keys = np.concatenate([self.limit_keys, keys])
+        all_mss = np.concatenate([self.limit_mss, mss])
+        # a repeated SYN keeps the largest MSS announced: judge against the most lenient one
+        order = np.lexsort((-all_mss.astype(np.int64), all_keys))
+        all_keys, all_mss = all_keys[order], all_mss[order]
+        first = np.concatenate(([True], all_keys[1:] != all_keys[:-1]))
+        self.limit_keys, self.limit_mss = all_keys[first], all_mss[first]
+
+    def _check_segments(self, batch: PacketBatch) -> None:
+        layers = batch["layers"]
+        need = np.uint32(L_TCP | L_PAYLOAD)
+        payload = batch["payload_len"]
+        rows = np.flatnonzero(((layers & need) == need) & (payload > self.limit_mss.min()))
+        if len(rows) == 0:
+            return
+        cols = {"src_hi": batch["src_ip_hi"][rows], "src_lo": batch["src_ip_lo"][rows],
+                "dst_hi": batch["dst_ip_hi"][rows], "dst_lo": batch["dst_ip_lo"][rows],
+                "sport": batch["src_port"][rows], "dport": batch["dst_port"][rows]}
+        keys = _direction_key(*(cols[name] for name in FLOW_FIELDS))
+        known = member(keys, self.limit_keys)
+        at = np.searchsorted(self.limit_keys, keys[known])
+        sel = np.flatnonzero(known)[payload[rows[known]] > self.limit_mss[at]]
+        if len(sel) == 0:
+            return
+        mss = self.limit_mss[np.searchsorted(self.limit_keys, keys[sel])]
+        rows, keys = rows[sel], keys[sel]
+        cols = {name: col[sel] for name, col in cols.items()}
+        ts, frames = batch["ts_ns"][rows], batch["frame"][rows]
+        size, ip_len = payload[rows], batch["ip_len"][rows]
+        on_wire = ip_len <= self.params["link_mtu_bytes"]
+        for key in np.unique(keys):
+            mine = np.flatnonzero(keys == key)
+            flow = self.flows.get(int(key))
+            if flow is None:
+                if len(self.flows) >= MAX_FLOWS:
+                    continue
+                i = mine[0]
+                flow = {name: int(cols[name][i]) for name in FLOW_FIELDS}
+                flow.update(mss=int(mss[i]), count=0, on_wire=0, largest=0, largest_on_wire=0,
+                            first_ns=int(ts[i]), last_ns=int(ts[i]), frames=np.zeros(0, dtype=np.int64))
+                self.flows[int(key)] = flow
+            wire = mine[on_wire[mine]]
+            flow["count"] += len(mine)
+            flow["on_wire"] += len(wire)
+            flow["largest"] = max(flow["largest"], int(size[mine].max()))
+            if len(wire):
+                flow["largest_on_wire"] = max(flow["largest_on_wire"], int(size[wire].max()))
+            flow["first_ns"] = min(flow["first_ns"], int(ts[mine].min()))
+            flow["last_ns"] = max(flow["last_ns"], int(ts[mine].max()))
+            flow["frames"] = keep_ends(flow["frames"], frames[mine])
+
+    def merge(self, other: "MssViolation") -> "MssViolation":
+        check_merge(self, other)
+        self._announce(other.limit_keys, other.limit_mss)
+        self.dropped_announcements += other.dropped_announcements
+        for key, theirs in other.flows.items():
+            mine = self.flows.get(key)
+            if mine is None:
+                if len(self.flows) < MAX_FLOWS:
+                    self.flows[key] = dict(theirs)
+                continue
+            for name in ("count", "on_wire"):
+                mine[name] += theirs[name]
+            for name in ("largest", "largest_on_wire", "last_ns"):
+                mine[name] = max(mine[name], theirs[name])
+            mine["first_ns"] = min(mine["first_ns"], theirs["first_ns"])
+            mine["frames"] = keep_ends(mine["frames"], theirs["frames"])
+        return self
+
+    # ---- findings ---------------------------------------------------------
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        blackholed = {(f.src_ip, f.dest_ip) for f in ctx.findings.get("pmtud-blackhole", [])}
+        out = []
+        for flow in sorted(self.flows.values(), key=lambda f: (f["first_ns"], f["sport"], f["dport"])):
+            out.append(self._finding(flow, ctx, blackholed))
+        return out
+
+    def _finding(self, flow: dict, ctx: AnalysisContext, blackholed: set) -> Finding:
+        src, dst = ip_text(flow["src_hi"], flow["src_lo"]), ip_text(flow["dst_hi"], flow["dst_lo"])
+        sport, dport, mss = flow["sport"], flow["dport"], flow["mss"]
+        super_segments = flow["count"] - flow["on_wire"]
+        window = (flow["last_ns"] - flow["first_ns"]) / NS
+        where = f"{endpoint(src, sport)} -> {endpoint(dst, dport)}"
+        if flow["on_wire"] == 0:
+            severity = "info"
+            msg = (f"{where} sent {flow['count']} segments of up to {flow['largest']:,} bytes of payload above "
+                   f"the MSS {mss} its peer announced, all in packets larger than the {self.params['link_mtu_bytes']}"
+                   f"-byte link MTU: TSO/GSO (or GRO) super-segments of a capture taken on a host, not a "
+                   f"violation on the wire")
+        else:
+            severity = self.rule.severity if flow["on_wire"] >= self.params["min_segments"] else "low"
+            msg = (f"{where} sent {flow['on_wire']} segments with up to {flow['largest_on_wire']} bytes of payload "
+                   f"over {window:.1f} s although {dst} announced an MSS of {mss} in its SYN")
+            if super_segments:
+                msg += f" (and {super_segments} host-side super-segments)"
+            if (src, dst) in blackholed:
+                msg += "; routers report a smaller path MTU for this host (see pmtud-blackhole)"
+        evidence = {
+            "peer_mss": mss, "violating_segments": flow["count"], "on_wire_segments": flow["on_wire"],
+            "super_segments": super_segments, "largest_payload_bytes": flow["largest"],
+            "largest_on_wire_payload_bytes": flow["largest_on_wire"] or None,
+            "link_mtu_bytes": self.params["link_mtu_bytes"],
+            "pmtud_blackhole": (src, dst) in blackholed,
+            "evidence_frames": evidence_frames(flow["frames"]),
+        }
+        return self.finding(severity, msg, first_seen=flow["first_ns"], last_seen=flow["last_ns"],
+                            n=flow["count"], src_ip=src, dest_ip=dst, src_port=sport, dest_port=dport,
+                            proto="TCP", community_id=_community_id(ctx, src, sport, dst, dport),
+                            evidence={k: v for k, v in evidence.items() if v is not None})
+
+
+def _community_id(ctx: AnalysisContext, src: str, sport: int, dst: str, dport: int) -> str | None:
+    """The flow table's Community ID of this TCP connection, if it has one."""
+    match = match_flow(ctx.flows, src, sport, dst, dport, PROTO_TCP)
+    return None if match is None or "community_id" not in match else str(match["community_id"])
