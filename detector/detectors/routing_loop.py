@@ -1,0 +1,269 @@
+"""routing-loop: one packet seen again and again with its TTL falling step by step.
+
+When two routers each send a destination's traffic to the other, every
+packet to it circles between them until its TTL (hop limit) runs out. A
+capture on the link between them shows the same packet (addresses, IP ID,
+length, ports, transport header) many times, its TTL a little lower each
+time, its source MAC alternating between the two routers. Traceroute (TTL
+rising), a mirror that sees a packet on the way in and out of one router
+(two copies, one step) and TCP retransmissions (new IP ID or same TTL) do
+not look like that.
+
+State: one summary per packet identity seen more than once (count, first and
+last TTL, number of drops, largest step, whether the TTL ever rose, two
+source MACs), kept in arrays; identities that qualify as looping are folded
+into a per-destination summary once they stop, others are forgotten.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+
+from ..findings import Finding
+from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text,
+                   mac_text, member, mix64, register, repeated_keys)
+
+NS = 1_000_000_000
+# A packet identity not seen for this long is finished: a looping packet
+# crosses the link again within milliseconds, and it dies within 255 hops.
+FINISHED_AFTER_S = 1.0
+# Transport header bytes that enter the identity: ports, sequence or ICMP
+# id/sequence, and (TCP) the checksum at bytes 16-17, which covers the payload.
+L4_SAMPLE = (0, 1, 2, 3, 4, 5, 6, 7, 16, 17)
+# Looping packets whose frames are kept for evidence, per destination.
+EVIDENCE_PACKETS = 16
+# The prefix a finding names: the routes that loop are usually for a prefix.
+PREFIX_V4, PREFIX_V6 = 24, 64
+
+CANDIDATE_COLUMNS = {
+    "key": np.uint64, "coarse": np.uint64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
+    "first_frame": np.int64, "last_frame": np.int64, "ttl_first": np.int64, "ttl_last": np.int64,
+    "drops": np.int64, "rises": np.int64, "max_step": np.int64, "mac_a": np.uint64, "mac_b": np.uint64,
+    "layers": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dst_ip_hi": np.uint64,
+    "dst_ip_lo": np.uint64, "proto": np.uint8,
+}
+DEST_COLUMNS = {
+    "dst_ip_hi": np.uint64, "dst_ip_lo": np.uint64, "mac_a": np.uint64, "mac_b": np.uint64,
+    "packets": np.int64, "copies": np.int64, "first_ns": np.int64, "last_ns": np.int64,
+    "ttl_first": np.int64, "ttl_last": np.int64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64,
+    "proto": np.uint8, "layers": np.uint32,
+}
+
+
+def _empty(columns) -> dict[str, np.ndarray]:
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+def _l4_sample(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """A hash of a few transport header bytes of `rows` (bytes past the capture count as 0)."""
+    base = batch["offset"][rows] + batch["l4_off"][rows].astype(np.int64)
+    end = batch["offset"][rows] + batch["caplen"][rows].astype(np.int64)
+    pos = base[:, None] + np.array(L4_SAMPLE, dtype=np.int64)[None, :]
+    inside = pos < end[:, None]
+    sample = np.where(inside, batch.data[np.where(inside, pos, 0)], 0).astype(np.uint64)
+    weights = np.uint64(1) << (np.arange(len(L4_SAMPLE), dtype=np.uint64) * np.uint64(6))
+    return (sample * weights[None, :]).sum(axis=1, dtype=np.uint64)
+
+
+def _combine(a: dict, b: dict) -> dict:
+    """Candidate summaries of the same packet identity joined in time order."""
+    both = {name: np.concatenate([a[name], b[name]]) for name in CANDIDATE_COLUMNS}
+    if len(both["key"]) == 0:
+        return both
+    order = np.lexsort((both["first_ns"], both["key"]))
+    both = {name: col[order] for name, col in both.items()}
+    key = both["key"]
+    new_group = np.concatenate(([True], key[1:] != key[:-1]))
+    starts = np.flatnonzero(new_group)
+    ends = np.append(starts[1:], len(key)) - 1
+    # the join between consecutive pieces of one identity: the TTL fell, stayed or rose
+    joint = ~new_group[1:]
+    step = np.where(joint, both["ttl_last"][:-1] - both["ttl_first"][1:], 0)
+    gid = np.cumsum(new_group) - 1
+    out = {name: both[name][starts] for name in CANDIDATE_COLUMNS}
+    for name in ("count", "drops", "rises"):
+        out[name] = np.add.reduceat(both[name], starts)
+    out["drops"] += np.bincount(gid[1:], weights=(step > 0), minlength=len(starts)).astype(np.int64)
+    out["rises"] += np.bincount(gid[1:], weights=(step < 0), minlength=len(starts)).astype(np.int64)
+    out["max_step"] = np.maximum(np.maximum.reduceat(both["max_step"], starts),
+                                 _group_max(gid[1:], step, len(starts)))
+    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
+    out["last_frame"] = np.maximum.reduceat(both["last_frame"], starts)
+    out["ttl_last"] = both["ttl_last"][ends]
+    first_mac = np.repeat(out["mac_a"], np.diff(np.append(starts, len(key))))
+    other = np.where(both["mac_a"] != first_mac, both["mac_a"], both["mac_b"])
+    out["mac_b"] = np.where(out["mac_b"] != 0, out["mac_b"], np.maximum.reduceat(other, starts))
+    return out
+
+
+def _group_max(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    out = np.zeros(groups, dtype=np.int64)
+    np.maximum.at(out, gid, values.astype(np.int64))
+    return out
+
+
+@register
+class RoutingLoop(Detector):
+    rule_id = "routing-loop"
+    PARAMS = {
+        "min_ttl_drops": (int, 3, "times one packet's TTL must fall while it is seen again"),
+        "max_ttl_step": (int, 4, "largest TTL fall between two sightings (the routers in the loop)"),
+        "high_packets": (int, 100, "looping packets toward one prefix from which the finding is high"),
+    }
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.cand = _empty(CANDIDATE_COLUMNS)
+        self.dest = _empty(DEST_COLUMNS)
+        self.evidence: dict[tuple[int, int], list[int]] = {}   # destination -> frames of a few looping packets
+
+    def update(self, batch: PacketBatch) -> None:
+        if len(batch) == 0:
+            return
+        ip_rows = np.flatnonzero((batch["layers"] & np.uint32(IP)) != 0)
+        if len(ip_rows):
+            # the identity from header columns first; the transport bytes only for repeats
+            coarse = mix64(*(batch[name][ip_rows] for name in (
+                "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "ip_id", "ip_len", "frag_offset")))
+            picked = member(coarse, repeated_keys(coarse)) | member(coarse, np.unique(self.cand["coarse"]))
+            if picked.any():
+                self._fold_batch(batch, ip_rows[picked], coarse[picked])
+        self._finish(int(batch["ts_ns"].max()))
+
+    def _fold_batch(self, batch: PacketBatch, rows: np.ndarray, coarse: np.ndarray) -> None:
+        key = mix64(coarse, _l4_sample(batch, rows))
+        order, starts, counts = group_by(key)
+        rows, coarse, key = rows[order], coarse[order], key[order]
+        ends = starts + counts - 1
+        ttl = batch["ttl"][rows].astype(np.int64)
+        gid = np.repeat(np.arange(len(starts)), counts)
+        joint = gid[1:] == gid[:-1]
+        step = np.where(joint, ttl[:-1] - ttl[1:], 0)
+        mac = np.where((batch["layers"][rows] & np.uint32(L_SRC_MAC)) != 0, batch["src_mac"][rows], 0)
+        mac = mac.astype(np.uint64)
+        first_mac = np.repeat(mac[starts], counts)
+        part = {
+            "key": key[starts], "coarse": coarse[starts], "count": counts.astype(np.int64),
+            "first_ns": np.minimum.reduceat(batch["ts_ns"][rows], starts),
+            "last_ns": np.maximum.reduceat(batch["ts_ns"][rows], starts),
+            "first_frame": batch["frame"][rows[starts]], "last_frame": batch["frame"][rows[ends]],
+            "ttl_first": ttl[starts], "ttl_last": ttl[ends],
+            "drops": np.bincount(gid[1:], weights=step > 0, minlength=len(starts)).astype(np.int64),
+            "rises": np.bincount(gid[1:], weights=step < 0, minlength=len(starts)).astype(np.int64),
+            "max_step": _group_max(gid[1:], step, len(starts)),
+            "mac_a": mac[starts],
+            "mac_b": np.maximum.reduceat(np.where(mac != first_mac, mac, np.uint64(0)), starts),
+        }
+        for name in ("layers", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto"):
+            part[name] = batch[name][rows[starts]].astype(CANDIDATE_COLUMNS[name])
+        self.cand = _combine(self.cand, part)
+
+    def _looping(self, cand: dict) -> np.ndarray:
+        p = self.params
+        two_macs = ((cand["layers"] & np.uint32(L_SRC_MAC)) == 0) | (cand["mac_b"] != 0)
+        return ((cand["drops"] >= p["min_ttl_drops"]) & (cand["rises"] == 0)
+                & (cand["max_step"] <= p["max_ttl_step"]) & two_macs)
+
+    def _finish(self, now_ns: int | None) -> None:
+        """Fold finished looping identities into per-destination summaries; forget finished others."""
+        cand = self.cand
+        if len(cand["key"]) == 0:
+            return
+        done = np.ones(len(cand["key"]), dtype=bool) if now_ns is None else \
+            cand["last_ns"] < now_ns - int(FINISHED_AFTER_S * NS)
+        if not done.any():
+            return
+        loop = done & self._looping(cand)
+        if loop.any():
+            self._add_destinations({name: col[loop] for name, col in cand.items()})
+        self.cand = {name: col[~done] for name, col in cand.items()}
+
+    def _add_destinations(self, c: dict) -> None:
+        part = {name: c[name] for name in ("dst_ip_hi", "dst_ip_lo", "mac_a", "mac_b", "first_ns", "last_ns",
+                                           "ttl_first", "ttl_last", "src_ip_hi", "src_ip_lo", "proto", "layers")}
+        part["packets"] = np.ones(len(c["key"]), dtype=np.int64)
+        part["copies"] = c["count"]
+        # one pair of routers, whichever of the two was seen first
+        lo_mac, hi_mac = np.minimum(part["mac_a"], part["mac_b"]), np.maximum(part["mac_a"], part["mac_b"])
+        part["mac_a"], part["mac_b"] = lo_mac, hi_mac
+        for i in np.argsort(c["first_ns"], kind="stable")[:EVIDENCE_PACKETS]:
+            kept = self.evidence.setdefault((int(c["dst_ip_hi"][i]), int(c["dst_ip_lo"][i])), [])
+            if len(kept) < 2 * EVIDENCE_PACKETS:
+                kept += [int(c["first_frame"][i]), int(c["last_frame"][i])]
+        self.dest = _combine_dest(self.dest, part)
+
+    def merge(self, other: "RoutingLoop") -> "RoutingLoop":
+        check_merge(self, other)
+        self.cand = _combine(self.cand, other.cand)
+        self.dest = _combine_dest(self.dest, other.dest)
+        for dst, frames in other.evidence.items():
+            kept = self.evidence.setdefault(dst, [])
+            kept += frames[:max(0, 2 * EVIDENCE_PACKETS - len(kept))]
+        return self
+
+    # ---- findings ---------------------------------------------------------
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        self._finish(None)
+        dest = self.dest
+        if len(dest["packets"]) == 0:
+            return []
+        v4 = (dest["layers"] & np.uint32(L_IP4)) != 0
+        prefix_lo = np.where(v4, dest["dst_ip_lo"] & np.uint64(~((1 << (32 - PREFIX_V4)) - 1) & (2**64 - 1)),
+                             np.uint64(0))
+        prefix_hi = dest["dst_ip_hi"]
+        order, starts, counts = group_by(mix64(prefix_hi, prefix_lo, dest["mac_a"], dest["mac_b"]))
+        out = []
+        for start, count in zip(starts.tolist(), counts.tolist()):
+            idx = order[start:start + count]
+            out.append(self._finding({name: col[idx] for name, col in dest.items()},
+                                     int(prefix_hi[idx[0]]), int(prefix_lo[idx[0]]), bool(v4[idx[0]])))
+        out.sort(key=lambda f: (-f.n, f.first_seen))
+        return out
+
+    def _finding(self, d: dict, prefix_hi: int, prefix_lo: int, v4: bool) -> Finding:
+        packets, copies = int(d["packets"].sum()), int(d["copies"].sum())
+        t0, t1 = int(d["first_ns"].min()), int(d["last_ns"].max())
+        first = int(np.argmin(d["first_ns"]))
+        net = ipaddress.ip_network(f"{ip_text(prefix_hi, prefix_lo)}/{PREFIX_V4 if v4 else PREFIX_V6}")
+        destinations = sorted({ip_text(h, l) for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist())})
+        sources = {(h, l) for h, l in zip(d["src_ip_hi"].tolist(), d["src_ip_lo"].tolist())}
+        routers = [mac_text(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
+        frames = []
+        for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist()):
+            frames += self.evidence.get((h, l), [])
+        ttl_from, ttl_to = int(d["ttl_first"][first]), int(d["ttl_last"][first])
+        severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
+        where = f" between {routers[0]} and {routers[1]}" if len(routers) == 2 else ""
+        proto = PROTO_NAMES.get(int(d["proto"][first]), str(int(d["proto"][first])))
+        msg = (f"{packets:,} packet(s) to {net} looped{where} in {(t1 - t0) / 1e9:.3f} s: {copies:,} sightings, "
+               f"{copies / packets:.1f} per packet, TTL falling (e.g. {ttl_from} to {ttl_to})")
+        fields = {"dest_ip": destinations[0] if len(destinations) == 1 else None, "proto": proto.upper(),
+                  "src_ip": ip_text(d["src_ip_hi"][first], d["src_ip_lo"][first]) if len(sources) == 1 else None}
+        if len(routers) == 2:
+            fields.update(src_mac=routers[0], dest_mac=routers[1])
+        evidence = {
+            "prefix": str(net), "destinations": destinations[:10], "destination_count": len(destinations),
+            "sources": len(sources), "looping_packets": packets, "sightings": copies,
+            "router_macs": routers, "ttl_first": ttl_from, "ttl_last": ttl_to,
+            "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
+        }
+        return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=packets, evidence=evidence,
+                            **{k: v for k, v in fields.items() if v is not None})
+
+
+def _combine_dest(a: dict, b: dict) -> dict:
+    both = {name: np.concatenate([a[name], b[name]]) for name in DEST_COLUMNS}
+    if len(both["packets"]) == 0:
+        return both
+    key = mix64(both["dst_ip_hi"], both["dst_ip_lo"], both["mac_a"], both["mac_b"])
+    order = np.lexsort((both["first_ns"], key))
+    both = {name: col[order] for name, col in both.items()}
+    key = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    out = {name: both[name][starts] for name in DEST_COLUMNS}
+    out["packets"] = np.add.reduceat(both["packets"], starts)
+    out["copies"] = np.add.reduceat(both["copies"], starts)
+    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
+    return out
