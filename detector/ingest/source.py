@@ -10,6 +10,7 @@ import gzip
 import io
 import lzma
 import os
+import zlib
 
 import zstandard
 
@@ -123,8 +124,8 @@ class ByteSource:
             if hasattr(stream, "readinto1"):
                 return stream.readinto1(view)
             return stream.readinto(view)
-        except (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError) as exc:
-            # gzip raises BadGzipFile (an OSError) and EOFError on damaged or cut streams
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+            # gzip raises BadGzipFile (an OSError), zlib.error and EOFError on damaged or cut streams
             raise CaptureError(self.path, f"{self.compression or 'read'} error: {exc}",
                                self.position) from None
 
