@@ -244,7 +244,7 @@ def _must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
 
 
 @njit(cache=True)
-def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_tcp):
+def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_tcp, is_udp):
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1
     F[row, F_BYTES + side] += ip_len
@@ -255,6 +255,8 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
         F[row, F_LAST_NS] = ts
     if ts < F[row, F_FIRST_NS]:
         F[row, F_FIRST_NS] = ts
+    if is_udp:
+        _history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
     if not (is_tcp and tcp_ok):
         return
     syn = (flags & TH_SYN) != 0
@@ -335,7 +337,7 @@ def scan(seg_start, seg_row, seg_timeout, seg_proto, seg_a_server, seg_b_server,
                 out_seg[cur] = s
                 out_open[cur] = 0
             _add_packet(out_F, out_H, cur, ts[i], from_a[i], flags[i], tcp_ok[i], ip_len[i], pay[i],
-                        seq[i], mss[i], is_tcp)
+                        seq[i], mss[i], is_tcp, is_udp)
         if cur >= 0:
             out_open[cur] = 1
     return n
