@@ -446,3 +446,16 @@ def test_live_pipe_yields_before_the_writer_finishes():
         frames = [len(first)] + [len(b) for b in batches]
     thread.join()
     assert frames[0] == 3 and sum(frames) == 6
+
+
+@pytest.mark.parametrize("tsresol, units, ns", [
+    (0, T0, T0 * 10**9),                                        # whole seconds
+    (3, T0 * 1000 + 5, T0 * 10**9 + 5_000_000),                 # milliseconds
+    (12, 10**18 + 123_456_789_012, 10**15 + 123_456_789),     # picoseconds, floored
+    (0x80, T0, T0 * 10**9),                                     # 2^0 s
+    (0x80 | 10, (T0 << 10) + 512, T0 * 10**9 + 500_000_000),    # 2^-10 s
+    (0x80 | 40, (7 << 40) + (1 << 39) + (1 << 20), 7 * 10**9 + 500_000_000 + 953),  # beyond 2^-34
+])
+def test_pcapng_timestamp_resolutions(tmp_path, tsresol, units, ns):
+    data = shb() + idb(1, tsresol=tsresol) + epb(0, units, b"x")
+    assert read_all(write(tmp_path, "r.pcapng", data))[1]["ts_ns"].tolist() == [ns]
