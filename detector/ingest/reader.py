@@ -139,14 +139,18 @@ class CaptureReader:
     def _offset(self, pos: int | None = None) -> int:
         return self._base + (self._pos if pos is None else pos)
 
+    def _move_tail(self) -> None:
+        """Continue in a fresh chunk; the old one stays intact for the batches that view it."""
+        tail = self._end - self._pos
+        fresh = np.empty(CHUNK_BYTES, dtype=np.uint8)
+        fresh[:tail] = self._buf[self._pos:self._end]
+        self._base += self._pos
+        self._buf, self._pos, self._end = fresh, 0, tail
+
     def _read_more(self) -> None:
-        """Read once into the chunk; move the unwalked tail to a fresh chunk when full."""
+        """Read once into the chunk, moving to a fresh chunk when this one is full."""
         if self._end == len(self._buf):
-            tail = self._end - self._pos
-            fresh = np.empty(CHUNK_BYTES, dtype=np.uint8)
-            fresh[:tail] = self._buf[self._pos:self._end]
-            self._base += self._pos
-            self._buf, self._pos, self._end = fresh, 0, tail
+            self._move_tail()
         try:
             got = self._src.readinto(self._buf[self._end:])
         except CaptureError as exc:
@@ -166,12 +170,7 @@ class CaptureReader:
             if self._eof:
                 return False
             if len(self._buf) - self._pos < need and self._end < len(self._buf):
-                # the request cannot fit behind _pos: move the tail now
-                fresh = np.empty(CHUNK_BYTES, dtype=np.uint8)
-                tail = self._end - self._pos
-                fresh[:tail] = self._buf[self._pos:self._end]
-                self._base += self._pos
-                self._buf, self._pos, self._end = fresh, 0, tail
+                self._move_tail()       # the request cannot fit behind _pos
             self._read_more()
         return True
 
