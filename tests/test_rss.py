@@ -94,3 +94,43 @@ def test_bad_configurations_are_usage_errors():
         RssModel(table_size=100)
     with pytest.raises(UsageError, match="at least one queue"):
         RssModel(queues=0)
+
+
+# ---- the model over decoded frames -------------------------------------------
+
+def decoded(tmp_path, packets):
+    """Frames written with scapy, read back through the project's reader and decoder (one batch)."""
+    from scapy.all import wrpcap
+
+    from detector.decode import decode
+    from detector.ingest import open_capture
+
+    path = tmp_path / "frames.pcap"
+    wrpcap(str(path), packets)
+    batches = [decode(raw) for raw in open_capture(str(path))]
+    assert len(batches) == 1
+    return batches[0]
+
+
+def test_batch_hash_follows_the_fields_the_nic_hashes(tmp_path):
+    from scapy.all import ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw
+
+    src, sport, dst, dport, two, four = IPV4_VECTORS[0]
+    src6, sport6, dst6, dport6, _, four6 = IPV6_VECTORS[0]
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    frames = [
+        eth / IP(src=src, dst=dst) / TCP(sport=sport, dport=dport),                  # 4-tuple
+        eth / IP(src=src, dst=dst) / UDP(sport=sport, dport=dport) / Raw(b"x"),      # UDP: 2-tuple by default
+        eth / Dot1Q(vlan=7) / IP(src=src, dst=dst) / TCP(sport=sport, dport=dport),  # the tag is not hashed
+        eth / IPv6(src=src6, dst=dst6) / TCP(sport=sport6, dport=dport6),
+        eth / IP(src=src, dst=dst, flags="MF", frag=0) / UDP(sport=sport, dport=dport) / Raw(bytes(64)),
+        eth / IP(src=src, dst=dst) / ICMP(),                                         # no ports: 2-tuple
+        eth / ARP(psrc="10.0.0.1", pdst="10.0.0.2"),                                 # not IP: hash 0
+    ]
+    batch = decoded(tmp_path, frames)
+    hashes = RssModel().hash(batch).tolist()
+    assert hashes == [four, two, four, four6, two, two, 0]
+    with_udp_ports = RssModel(udp_ports=True).hash(batch).tolist()
+    assert with_udp_ports[1] == four and with_udp_ports[4] == two   # a fragment never hashes ports
+    queues = RssModel(queues=8).queue(batch).tolist()
+    assert queues == [h % 8 for h in hashes] and queues[-1] == 0
