@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from ..findings import Finding
 from ..rules import Rule
@@ -165,12 +166,48 @@ def repeated_keys(keys: np.ndarray, min_count: int = 2) -> np.ndarray:
 
 
 def member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Boolean mask: which `keys` are in `sorted_set` (sorted, unique)."""
+    """Boolean mask: which `keys` (uint64) are in `sorted_set` (sorted, unique)."""
     if len(sorted_set) == 0:
         return np.zeros(len(keys), dtype=bool)
-    pos = np.searchsorted(sorted_set, keys)
-    pos[pos == len(sorted_set)] = 0
-    return sorted_set[pos] == keys
+    if len(sorted_set) <= SMALL_SET:
+        mask = keys == sorted_set[0]
+        for value in sorted_set[1:]:
+            mask |= keys == value
+        return mask
+    return _member_hashed(keys.astype(np.uint64), sorted_set.astype(np.uint64))
+
+
+# Up to this many values, comparing against each is cheaper than a hash table.
+SMALL_SET = 4
+
+
+@njit(cache=True)
+def _member_hashed(keys, values):
+    # open addressing over a power-of-two table at most half full; slot 0 of
+    # `used` marks free entries, so the key 0 needs no sentinel
+    size = 1
+    while size < 2 * len(values):
+        size <<= 1
+    mask = np.uint64(size - 1)
+    table = np.zeros(size, dtype=np.uint64)
+    used = np.zeros(size, dtype=np.bool_)
+    for v in values:
+        h = (v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+        slot = h & mask
+        while used[slot] and table[slot] != v:
+            slot = (slot + np.uint64(1)) & mask
+        table[slot] = v
+        used[slot] = True
+    out = np.zeros(len(keys), dtype=np.bool_)
+    for i in range(len(keys)):
+        k = keys[i]
+        slot = ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+        while used[slot]:
+            if table[slot] == k:
+                out[i] = True
+                break
+            slot = (slot + np.uint64(1)) & mask
+    return out
 
 
 def mix64(*columns: np.ndarray) -> np.ndarray:

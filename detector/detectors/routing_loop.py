@@ -32,6 +32,10 @@ FINISHED_AFTER_S = 1.0
 # Transport header bytes that enter the identity: ports, sequence or ICMP
 # id/sequence, and (TCP) the checksum at bytes 16-17, which covers the payload.
 L4_SAMPLE = (0, 1, 2, 3, 4, 5, 6, 7, 16, 17)
+# The columns a router leaves alone; those of absent layers hold 0, so one
+# list serves every protocol.
+IDENTITY_COLUMNS = ("src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "ip_id", "ip_len",
+                    "frag_offset", "src_port", "dst_port", "tcp_seq", "tcp_ack", "icmp_type", "icmp_code")
 # Looping packets whose frames are kept for evidence, per destination.
 EVIDENCE_PACKETS = 16
 # The prefix a finding names: the routes that loop are usually for a prefix.
@@ -65,6 +69,18 @@ def _l4_sample(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
     sample = np.where(inside, batch.data[np.where(inside, pos, 0)], 0).astype(np.uint64)
     weights = np.uint64(1) << (np.arange(len(L4_SAMPLE), dtype=np.uint64) * np.uint64(6))
     return (sample * weights[None, :]).sum(axis=1, dtype=np.uint64)
+
+
+def _identity(batch: PacketBatch) -> np.ndarray:
+    """A hash of the header fields a router leaves alone (all but TTL, checksum, MACs), per row."""
+    c = {name: batch[name].astype(np.uint64, copy=False) for name in IDENTITY_COLUMNS}
+    u = np.uint64
+    ids = c["ip_id"] | (c["ip_len"] << u(32))
+    small = (c["src_port"] | (c["dst_port"] << u(16)) | (c["proto"] << u(32)) | (c["icmp_type"] << u(40))
+             | (c["icmp_code"] << u(48)))
+    tcp = c["tcp_seq"] | (c["tcp_ack"] << u(32))
+    return mix64(c["src_ip_hi"], c["src_ip_lo"], c["dst_ip_hi"], c["dst_ip_lo"], ids, small, tcp,
+                 c["frag_offset"])
 
 
 def _combine(a: dict, b: dict) -> dict:
@@ -122,14 +138,23 @@ class RoutingLoop(Detector):
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
-        ip_rows = np.flatnonzero((batch["layers"] & np.uint32(IP)) != 0)
-        if len(ip_rows):
-            # the identity from header columns first; the transport bytes only for repeats
-            coarse = mix64(*(batch[name][ip_rows] for name in (
-                "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "ip_id", "ip_len", "frag_offset")))
-            picked = member(coarse, repeated_keys(coarse)) | member(coarse, np.unique(self.cand["coarse"]))
-            if picked.any():
-                self._fold_batch(batch, ip_rows[picked], coarse[picked])
+        # the identity from header columns first (absent layers hold 0, non-IP
+        # rows are dropped below); the transport bytes only for repeats
+        coarse = _identity(batch)
+        tracked = np.unique(self.cand["coarse"])
+        picked = (member(coarse, repeated_keys(coarse)) | member(coarse, tracked)) \
+            & ((batch["layers"] & np.uint32(IP)) != 0)
+        rows = np.flatnonzero(picked)
+        if len(rows):
+            # a packet whose TTL never changed in this batch is a repeat, not a loop
+            order, starts, counts = group_by(coarse[rows])
+            rows = rows[order]
+            ttl = batch["ttl"][rows]
+            varies = np.minimum.reduceat(ttl, starts) != np.maximum.reduceat(ttl, starts)
+            varies |= member(coarse[rows[starts]], tracked)
+            rows = rows[np.repeat(varies, counts)]
+            if len(rows):
+                self._fold_batch(batch, rows, coarse[rows])
         self._finish(int(batch["ts_ns"].max()))
 
     def _fold_batch(self, batch: PacketBatch, rows: np.ndarray, coarse: np.ndarray) -> None:
