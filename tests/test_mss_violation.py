@@ -1,0 +1,107 @@
+"""mss-violation on the bundled captures (counts checked with tshark) and on crafted connections."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from scapy.all import IP, TCP, Ether, IPv6, Raw, wrpcap
+
+from detector.commands import analyze
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+RULE = "mss-violation"
+
+
+def run(paths, tmp_path, rules_dir=None):
+    findings, _, _ = analyze([str(p) for p in paths], tmp_path / "out", rules_dir)
+    return [f for f in findings if f.rule == RULE]
+
+
+def tshark_count(path, display_filter) -> int:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark not installed")
+    out = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", display_filter, "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True, check=True).stdout
+    return len(out.split())
+
+
+def test_blackhole_sender_exceeds_the_clients_mss(tmp_path):
+    path = CAPTURES / "pmtud-blackhole-ipv4.pcapng"
+    [finding] = run([path], tmp_path)
+    on_wire = tshark_count(path, "ip.src == 203.0.113.80 && tcp.len > 1320")
+    assert finding.evidence["on_wire_segments"] == finding.n == on_wire == 18
+    assert finding.evidence["peer_mss"] == 1320 and finding.evidence["super_segments"] == 0
+    assert finding.evidence["largest_payload_bytes"] == 1460
+    assert finding.severity == "medium"
+    assert (finding.src_ip, finding.src_port, finding.dest_ip, finding.dest_port) == \
+        ("203.0.113.80", 443, "198.51.100.23", 51514)
+    # cross-linked with the black hole the same host causes
+    assert finding.evidence["pmtud_blackhole"] is True and "pmtud-blackhole" in finding.msg
+    assert finding.community_id and finding.community_id.startswith("1:")
+
+
+def test_ipv6_violation_names_endpoints_in_brackets(tmp_path):
+    path = CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng"
+    [finding] = run([path], tmp_path)
+    assert finding.n == tshark_count(path, "ipv6.src == 2001:db8:10::80 && tcp.len > 1300") == 15
+    assert "[2001:db8:10::80]:443 -> [2001:db8:77::23]:52020" in finding.msg
+
+
+def test_tso_host_capture_is_info_only(tmp_path):
+    path = CAPTURES / "tso-host-capture.pcapng"
+    [finding] = run([path], tmp_path)
+    assert finding.severity == "info"
+    assert finding.evidence["super_segments"] == tshark_count(path, "tcp.len > 1460") == 12
+    assert finding.evidence["on_wire_segments"] == 0
+    assert "TSO" in finding.msg and finding.evidence["largest_payload_bytes"] == 14600
+
+
+def test_on_a_jumbo_link_the_same_segments_are_violations(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "jumbo.yaml").write_text("id: mss-violation\nparams:\n  link_mtu_bytes: 16000\n")
+    [finding] = run([CAPTURES / "tso-host-capture.pcapng"], tmp_path, rules)
+    assert finding.severity == "medium" and finding.evidence["on_wire_segments"] == 12
+
+
+def test_near_misses_are_quiet(tmp_path):
+    assert run([CAPTURES / "pmtud-works.pcapng", CAPTURES / "benign-office.pcapng"], tmp_path) == []
+
+
+def _connection(mss, payloads, with_syn=True, v6=False):
+    """A client announcing `mss`, then server segments of the given payload sizes."""
+    net, back = ((IPv6(src="2001:db8::1", dst="2001:db8::2"), IPv6(src="2001:db8::2", dst="2001:db8::1")) if v6
+                 else (IP(src="10.0.0.1", dst="10.0.0.2"), IP(src="10.0.0.2", dst="10.0.0.1")))
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    frames = []
+    if with_syn:
+        frames.append(eth / net / TCP(sport=40000, dport=80, flags="S", seq=1, options=[("MSS", mss)]))
+        frames.append(eth / back / TCP(sport=80, dport=40000, flags="SA", seq=100, ack=2, options=[("MSS", 1460)]))
+    seq = 101
+    for size in payloads:
+        frames.append(eth / back / TCP(sport=80, dport=40000, flags="A", seq=seq, ack=2) / Raw(bytes(size)))
+        seq += size
+    for i, frame in enumerate(frames):
+        frame.time = 1_767_225_600 + i * 0.01
+    return frames
+
+
+@pytest.mark.parametrize("v6", [False, True])
+def test_segments_at_the_mss_pass_and_one_byte_more_is_low(tmp_path, v6):
+    path = tmp_path / "conn.pcap"
+    wrpcap(str(path), _connection(1000, [1000, 1000, 999], v6=v6))
+    assert run([path], tmp_path) == []
+    wrpcap(str(path), _connection(1000, [1000, 1001, 1000], v6=v6))
+    [finding] = run([path], tmp_path)
+    assert finding.severity == "low" and finding.n == 1 and finding.evidence["largest_payload_bytes"] == 1001
+    wrpcap(str(path), _connection(1000, [1001, 1200, 1001], v6=v6))
+    [finding] = run([path], tmp_path)
+    assert finding.severity == "medium" and finding.n == 3
+
+
+def test_without_the_syn_the_mss_is_unknown_and_nothing_is_judged(tmp_path):
+    path = tmp_path / "midstream.pcap"
+    wrpcap(str(path), _connection(1000, [1400, 1400, 1400], with_syn=False))
+    assert run([path], tmp_path) == []
