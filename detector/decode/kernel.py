@@ -82,6 +82,10 @@ ETHERTYPE_TEB = 0x6558        # transparent Ethernet bridging (GRE, Geneve: an E
 ETHERTYPE_ERSPAN_2 = 0x88BE   # ERSPAN type I (no header) and II (8-byte header), draft-foschiano-erspan
 ETHERTYPE_ERSPAN_3 = 0x22EB   # ERSPAN type III (12-byte header, optional 8-byte subheader)
 ETHERTYPE_PPP = 0x880B        # PPP in enhanced GRE, RFC 2637
+ETHERTYPE_PBB = 0x88E7        # IEEE 802.1ah I-TAG: 4-byte tag, then customer destination and source MAC
+ETHERTYPE_VNTAG = 0x8926      # Cisco VN-Tag: 4-byte tag, then a type field as after a VLAN tag
+PBB_HEADER = 4 + 2 * 6
+VNTAG_HEADER = 4
 LLC_SNAP = 0xAAAA03           # RFC 1042: DSAP/SSAP 0xAA, UI control, then OUI and type
 SNAP_HEADER = 8
 VLAN_TAG = 4
@@ -342,8 +346,9 @@ def _l2_walk(b, p, end, etype, outer, layers, i, c16):
     """
     tags = 0
     for _ in range(MAX_L2_HEADERS):
-        c16[ETHERTYPE, i] = etype
-        layers |= L_ETHERTYPE
+        if etype > ETH_MAX_LENGTH:
+            c16[ETHERTYPE, i] = etype
+            layers |= L_ETHERTYPE
         if etype == ETHERTYPE_VLAN or etype == ETHERTYPE_QINQ or etype == ETHERTYPE_QINQ_OLD:
             if p + VLAN_TAG > end:
                 return 0, p, layers | L_TRUNCATED
@@ -356,6 +361,19 @@ def _l2_walk(b, p, end, etype, outer, layers, i, c16):
                 layers |= L_QINQ
             etype = _u16(b, p + 2)
             p += VLAN_TAG
+        elif etype == ETHERTYPE_VNTAG or etype == ETHERTYPE_PBB:
+            skip = VNTAG_HEADER if etype == ETHERTYPE_VNTAG else PBB_HEADER
+            if p + skip + 2 > end:
+                return 0, p, layers | L_TRUNCATED
+            etype = _u16(b, p + skip)
+            p += skip + 2
+        elif etype <= ETH_MAX_LENGTH:
+            # a length, not a type: only an LLC/SNAP header with a zero OUI carries a type on
+            if p + SNAP_HEADER <= end and (_u32(b, p) >> 8) == LLC_SNAP and (_u32(b, p + 2) & 0xFFFFFF) == 0:
+                etype = _u16(b, p + 6)
+                p += SNAP_HEADER
+            else:
+                return 0, p, layers
         elif etype == ETHERTYPE_PPPOE_SESSION:
             if p + PPPOE_HEADER + 2 > end:
                 return 0, p, layers | L_TRUNCATED
@@ -397,13 +415,7 @@ def _ethernet(b, p, end, outer, layers, i, c16, c64):
         c64[DST_MAC, i] = _mac(b, p)
         c64[SRC_MAC, i] = _mac(b, p + MAC_BYTES)
         layers |= L_SRC_MAC | L_DST_MAC
-    etype = _u16(b, p + 12)
-    p += ETH_HEADER
-    if etype <= ETH_MAX_LENGTH:
-        if p + SNAP_HEADER <= end and (_u32(b, p) >> 8) == LLC_SNAP and (_u32(b, p + 2) & 0xFFFFFF) == 0:
-            return _l2_walk(b, p + SNAP_HEADER, end, _u16(b, p + 6), outer, layers, i, c16)
-        return 0, p, layers
-    return _l2_walk(b, p, end, etype, outer, layers, i, c16)
+    return _l2_walk(b, p + ETH_HEADER, end, _u16(b, p + 12), outer, layers, i, c16)
 
 
 @njit(cache=True)
@@ -416,6 +428,15 @@ def _ip_by_version(b, p, end):
     if version == 6:
         return ETHERTYPE_IP6
     return 0
+
+
+@njit(cache=True)
+def _ip_matches(b, q, lim, etype):
+    """Whether the bytes at `q` begin an IP header of the version `etype` announces."""
+    if q + 1 > lim:
+        return False
+    version = b[q] >> 4
+    return (etype == ETHERTYPE_IP4 and version == 4) or (etype == ETHERTYPE_IP6 and version == 6)
 
 
 @njit(cache=True)
@@ -584,7 +605,7 @@ def _udp_tunnel(b, q, lim, sport, dport):
         proto = _u16(b, q + 2)
         if proto == ETHERTYPE_TEB and inner + ETH_HEADER <= lim:
             return ETHERTYPE_TEB, inner, TUNNEL_GENEVE
-        if (proto == ETHERTYPE_IP4 or proto == ETHERTYPE_IP6) and inner + 1 <= lim:
+        if _ip_matches(b, inner, lim, proto) or (proto == ETHERTYPE_ARP and inner + 1 <= lim):
             return proto, inner, TUNNEL_GENEVE
         return 0, q, 0
     if dport == PORT_GTP_U or sport == PORT_GTP_U:
@@ -631,12 +652,9 @@ def _udp_tunnel(b, q, lim, sport, dport):
             return 0, q, 0
         inner = q + AYIYA_HEADER + (1 << (np.int64(b[q]) >> 4)) + (np.int64(b[q + 1]) >> 4) * 4
         nh = b[q + 3]
-        if inner + 1 > lim:
-            return 0, q, 0
-        if nh == PROTO_IPIP:
-            return ETHERTYPE_IP4, inner, TUNNEL_AYIYA
-        if nh == PROTO_IPV6:
-            return ETHERTYPE_IP6, inner, TUNNEL_AYIYA
+        net = ETHERTYPE_IP4 if nh == PROTO_IPIP else ETHERTYPE_IP6 if nh == PROTO_IPV6 else 0
+        if _ip_matches(b, inner, lim, net):
+            return net, inner, TUNNEL_AYIYA
     return 0, q, 0
 
 
@@ -655,7 +673,7 @@ def _gre(b, p, lim):
             return 0, p, 0
         q = p + GRE_PPTP_HEADER + (4 if flags & GRE_SEQUENCE else 0) + (4 if flags & GRE_ACK else 0)
         net, q = _ppp_protocol(b, q, lim)
-        if net == ETHERTYPE_IP4 or net == ETHERTYPE_IP6:
+        if _ip_matches(b, q, lim, net):
             return net, q, TUNNEL_GRE
         return 0, p, 0
     if version != 0 or flags & GRE_ROUTING:
@@ -667,9 +685,9 @@ def _gre(b, p, lim):
         q += 4
     if flags & GRE_SEQUENCE:
         q += 4
-    if ptype == ETHERTYPE_IP4 or ptype == ETHERTYPE_IP6 or ptype == ETHERTYPE_MPLS:
-        if q + 1 <= lim:
-            return ptype, q, TUNNEL_GRE
+    if _ip_matches(b, q, lim, ptype) or ((ptype == ETHERTYPE_MPLS or ptype == ETHERTYPE_ARP) and q + 1 <= lim):
+        return ptype, q, TUNNEL_GRE
+    if ptype == ETHERTYPE_IP4 or ptype == ETHERTYPE_IP6 or ptype == ETHERTYPE_MPLS or ptype == ETHERTYPE_ARP:
         return 0, p, 0
     if ptype == ETHERTYPE_TEB:
         if q + ETH_HEADER <= lim:
@@ -795,9 +813,10 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
             layers = _payload(s, p, SCTP_HEADER, l4len, layers | L_SCTP, i, c16, c32)
         return layers, 0, 0, 0
     if can_decap and (proto == PROTO_IPIP or proto == PROTO_IPV6):
-        if p + 1 <= lim:
-            return layers, ETHERTYPE_IP4 if proto == PROTO_IPIP else ETHERTYPE_IP6, p, TUNNEL_IPIP
-        return layers | L_TRUNCATED, 0, 0, 0
+        inner = ETHERTYPE_IP4 if proto == PROTO_IPIP else ETHERTYPE_IP6
+        if _ip_matches(b, p, lim, inner):
+            return layers, inner, p, TUNNEL_IPIP
+        return layers, 0, 0, 0
     if can_decap and proto == PROTO_GRE:
         inner, q, kind = _gre(b, p, lim)
         return layers, inner, q, kind
