@@ -1,0 +1,505 @@
+"""Times detector against its peers on one generated capture, in one run: wall time, packets/s, peak RSS.
+
+    make bench                                   # = .venv/bin/python bench/run.py
+    .venv/bin/python bench/run.py --packets 200000 --tools cat,flows,dpkt
+    .venv/bin/python bench/run.py --skip-slow --memory-check
+
+Every tool reads the same cached capture (bench/make_capture.py), already in
+the page cache, as a separate process. Seconds are wall clock for the whole
+process, start-up included: the median of 3 runs, or a single run when the
+first one takes longer than SLOW_RUN_S. Peak RSS is the process's maximum
+resident set size as GNU time reports it (for a tool that forks workers, the
+largest single process). The table goes to stdout and, as Markdown, to
+bench/out/results.md, which the README includes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_capture  # noqa: E402  (bench/ is a folder of scripts, not a package)
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+OUT_DIR = make_capture.OUT_DIR
+VENV_BIN = REPO / ".venv" / "bin"
+DETECTOR = VENV_BIN / "detector"
+PYTHON = VENV_BIN / "python"
+PEERS = BENCH_DIR / "peers.py"
+GNU_TIME = "/usr/bin/time"
+
+RUNS = 3                        # median of this many runs per tool
+SLOW_RUN_S = 60.0               # a first run longer than this is not repeated
+RUN_TIMEOUT_S = 3600.0          # a run still going after this is killed and reported
+SCAPY_SAMPLE = 200_000          # scapy reads this many packets when the whole file ...
+SCAPY_FULL_LIMIT_S = 180.0      # ... would take longer than this; packets/s are extrapolated
+MEMORY_CHECK_PACKETS = 10_000_000
+
+# Targets, printed beside the figures (not asserted: timing belongs here, not in tests).
+TARGET_FLOWS_PPS = 2_000_000
+TARGET_ANALYZE_PPS = 1_000_000
+TARGET_PEAK_RSS_MIB = 1536
+
+# The fields asked of tshark: what a flow table needs, nothing more.
+TSHARK_FIELDS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport",
+                 "udp.srcport", "udp.dstport", "frame.len")
+# tshark's fairest setting keeps only these dissectors (plus its internal _ws.*
+# ones). tshark 4.0 has no --disable-all-protocols, so every other protocol is
+# disabled by name; "data" is the sink for undissected payload.
+TSHARK_KEEP = {"frame", "eth", "ethertype", "vlan", "ip", "ipv6", "tcp", "udp", "icmp", "icmpv6",
+               "data"}
+
+ALL_TOOLS = ("cat", "flows", "analyze", "tshark", "tshark-fair", "scapy", "dpkt", "nfstream")
+SLOW_TOOLS = ("scapy", "nfstream")
+LABELS = {
+    "cat": "cat FILE > /dev/null (page-cache floor)",
+    "flows": "detector flows -o flows.csv",
+    "analyze": "detector analyze -o DIR",
+    "tshark": "tshark -T fields (defaults)",
+    "tshark-fair": "tshark -T fields (no reassembly, L2-L4 dissectors only)",
+    "scapy": "scapy PcapReader (IP, ports)",
+    "dpkt": "dpkt Reader + Ethernet + 5-tuple dict",
+    "nfstream": "nfstream NFStreamer().to_pandas()",
+}
+
+
+class BenchError(Exception):
+    """A reason the benchmark cannot run at all (one line for the terminal)."""
+
+
+@dataclass
+class Run:
+    seconds: float
+    cpu_s: float
+    rss_mib: float
+    code: int
+    stderr: str
+
+
+@dataclass
+class Result:
+    tool: str
+    packets: int                    # packets the figures stand for (the whole file)
+    seconds: float | None = None
+    cpu_s: float | None = None
+    rss_mib: float | None = None
+    runs: str = ""
+    flows: int | None = None        # flows the tool reported, where it groups flows
+    note: str = ""
+    failed: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def pps(self) -> float | None:
+        return self.packets / self.seconds if self.seconds else None
+
+
+def measure(cmd: list[str], stdout_path: Path | None = None) -> Run:
+    """Run one process to completion; its wall time, CPU time, peak RSS, exit code, stderr tail.
+
+    The process is started by GNU time, not by this one: Linux carries a
+    process's RSS high-water mark across exec, so a child forked from this
+    large Python process would report at least this process's size.
+    """
+    err_path = OUT_DIR / "stderr.tmp"
+    usage_path = OUT_DIR / "usage.tmp"
+    with open(err_path, "wb") as err, open(stdout_path or os.devnull, "wb") as out:
+        began = time.perf_counter()
+        proc = subprocess.Popen([GNU_TIME, "-f", "%M %U %S", "-o", str(usage_path), *cmd],
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        killer = threading.Timer(RUN_TIMEOUT_S, os.killpg, (proc.pid, signal.SIGKILL))
+        killer.start()
+        try:
+            code = proc.wait()
+        finally:
+            killer.cancel()
+        seconds = time.perf_counter() - began
+    tail = err_path.read_text(errors="replace").strip().splitlines()
+    err_path.unlink()
+    # GNU time writes "Command exited with non-zero status N" before the figures,
+    # and nothing when the run was killed
+    usage = usage_path.read_text().split()
+    usage_path.unlink()
+    if len(usage) < 3:
+        return Run(seconds, 0.0, 0.0, code or 1, f"killed after {RUN_TIMEOUT_S:.0f} s")
+    max_rss_kib, user_s, sys_s = int(usage[-3]), float(usage[-2]), float(usage[-1])
+    return Run(seconds, user_s + sys_s, max_rss_kib / 1024, code, tail[-1] if tail else "")
+
+
+def repeat(cmd: list[str], runs: int, stdout_path: Path | None = None) -> tuple[Run, str]:
+    """The median run of `runs` (one when the first is slow), and how it was taken."""
+    first = measure(cmd, stdout_path)
+    if first.code != 0 or first.seconds > SLOW_RUN_S or runs == 1:
+        return first, "1 run"
+    taken = [first] + [measure(cmd, stdout_path) for _ in range(runs - 1)]
+    failed = [r for r in taken if r.code != 0]
+    if failed:
+        return failed[0], f"{runs} runs"
+    taken.sort(key=lambda r: r.seconds)
+    median = taken[len(taken) // 2]
+    median.rss_mib = max(r.rss_mib for r in taken)
+    return median, f"median of {runs}"
+
+
+def _failure(result: Result, run: Run) -> Result:
+    result.failed = True
+    result.note = f"failed: exit {run.code}: {run.stderr[:160]}"
+    return result
+
+
+def _fill(result: Result, run: Run, how: str) -> Result:
+    result.seconds, result.cpu_s, result.rss_mib, result.runs = run.seconds, run.cpu_s, run.rss_mib, how
+    return result
+
+
+def _count_lines(path: Path) -> int:
+    lines = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            lines += chunk.count(b"\n")
+    return lines
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def tshark_disabled_protocols() -> list[str]:
+    listing = subprocess.run(["tshark", "-G", "protocols"], capture_output=True, text=True,
+                             check=True).stdout
+    names = (line.split("\t")[2] for line in listing.splitlines() if line.count("\t") >= 2)
+    return sorted(n for n in names if n not in TSHARK_KEEP and not n.startswith("_ws"))
+
+
+def bench_cat(capture: Path, packets: int, runs: int) -> Result:
+    result = Result("cat", packets)
+    run, how = repeat(["cat", str(capture)], runs)
+    return _failure(result, run) if run.code else _fill(result, run, how)
+
+
+def bench_flows(capture: Path, packets: int, runs: int) -> Result:
+    result = Result("flows", packets)
+    out = OUT_DIR / "flows.csv"
+    run, how = repeat([str(DETECTOR), "flows", str(capture), "-o", str(out)], runs)
+    if run.code:
+        return _failure(result, run)
+    result.flows = _count_lines(out) - 1
+    out.unlink()
+    return _fill(result, run, how)
+
+
+def bench_analyze(capture: Path, packets: int, runs: int) -> Result:
+    result = Result("analyze", packets)
+    out = OUT_DIR / "analyze"
+    shutil.rmtree(out, ignore_errors=True)
+    run, how = repeat([str(DETECTOR), "analyze", str(capture), "-o", str(out)], runs)
+    if run.code:
+        return _failure(result, run)
+    document = json.loads((out / "findings.json").read_text())
+    result.flows = document["stats"].get("flows")
+    rules = sorted({f["rule"] for f in document["findings"]})
+    result.note = f"{len(document['findings'])} findings on this benign traffic" \
+        + (f" ({', '.join(rules)})" if rules else "")
+    shutil.rmtree(out, ignore_errors=True)
+    return _fill(result, run, how)
+
+
+def _bench_tshark(tool: str, capture: Path, packets: int, runs: int, options: list[str]) -> Result:
+    result = Result(tool, packets)
+    out = OUT_DIR / f"{tool}.tsv"
+    fields = [arg for name in TSHARK_FIELDS for arg in ("-e", name)]
+    run, how = repeat(["tshark", "-r", str(capture), *options, "-T", "fields", *fields], runs, out)
+    if run.code:
+        return _failure(result, run)
+    lines = _count_lines(out)
+    if lines != packets:
+        result.note = f"printed {lines:,} lines for {packets:,} packets"
+    result.extra["digest"] = _digest(out)
+    out.unlink()
+    return _fill(result, run, how)
+
+
+def bench_tshark(capture: Path, packets: int, runs: int) -> Result:
+    return _bench_tshark("tshark", capture, packets, runs, [])
+
+
+def bench_tshark_fair(capture: Path, packets: int, runs: int) -> Result:
+    disabled = [arg for name in tshark_disabled_protocols() for arg in ("--disable-protocol", name)]
+    return _bench_tshark("tshark-fair", capture, packets, runs,
+                         ["-o", "tcp.desegment_tcp_streams:FALSE", *disabled])
+
+
+def _peer(tool: str, capture: Path, packets: int, runs: int, limit: int | None = None) -> tuple[Result, dict]:
+    result = Result(tool, packets)
+    out = OUT_DIR / f"{tool}.json"
+    cmd = [str(PYTHON), str(PEERS), tool, str(capture)] + (["--limit", str(limit)] if limit else [])
+    run, how = repeat(cmd, runs, out)
+    if run.code:
+        return _failure(result, run), {}
+    report = json.loads(out.read_text())
+    out.unlink()
+    result.flows = report.get("flows")
+    if report["packets"] != (limit or packets):
+        result.note = f"read {report['packets']:,} of {limit or packets:,} packets"
+    return _fill(result, run, how), report
+
+
+def bench_scapy(capture: Path, packets: int, runs: int) -> Result:
+    if packets > SCAPY_SAMPLE:
+        sample, report = _peer("scapy", capture, packets, 1, SCAPY_SAMPLE)
+        if sample.failed:
+            return sample
+        projected = sample.seconds * packets / SCAPY_SAMPLE
+        if projected > SCAPY_FULL_LIMIT_S:
+            sample.seconds = projected
+            sample.cpu_s = None
+            sample.note = (f"extrapolated: read the first {SCAPY_SAMPLE:,} packets in "
+                           f"{projected * SCAPY_SAMPLE / packets:.1f} s; seconds = packets / that rate")
+            return sample
+    return _peer("scapy", capture, packets, runs)[0]
+
+
+def bench_dpkt(capture: Path, packets: int, runs: int) -> Result:
+    return _peer("dpkt", capture, packets, runs)[0]
+
+
+def bench_nfstream(capture: Path, packets: int, runs: int) -> Result:
+    if importlib.util.find_spec("nfstream") is None:
+        return Result("nfstream", packets, note="not runnable here: nfstream is not installed "
+                      "(make venv installs the bench extra)")
+    result = _peer("nfstream", capture, packets, runs)[0]
+    if result.failed:
+        result.note = "not runnable here: " + result.note
+    result.failed = False                       # a peer that cannot run is reported, not fatal
+    return result
+
+
+BENCHES = {"cat": bench_cat, "flows": bench_flows, "analyze": bench_analyze, "tshark": bench_tshark,
+           "tshark-fair": bench_tshark_fair, "scapy": bench_scapy, "dpkt": bench_dpkt,
+           "nfstream": bench_nfstream}
+
+
+def check_requirements(tools: list[str]) -> None:
+    """Raise BenchError naming the first required tool that is missing."""
+    if not os.access(GNU_TIME, os.X_OK):
+        raise BenchError(f"required tool missing: {GNU_TIME} (apt-get install time)")
+    if shutil.which("cat") is None:                 # also pulls the capture into the page cache
+        raise BenchError("required tool missing: cat (coreutils)")
+    if {"flows", "analyze"} & set(tools) and not os.access(DETECTOR, os.X_OK):
+        raise BenchError(f"required tool missing: {DETECTOR} (run `make venv`)")
+    if {"tshark", "tshark-fair"} & set(tools) and shutil.which("tshark") is None:
+        raise BenchError("required tool missing: tshark (apt-get install tshark, or `make venv` as root)")
+    for module in ("scapy", "dpkt"):
+        if module in tools and importlib.util.find_spec(module) is None:
+            raise BenchError(f"required tool missing: python module {module} (run `make venv`)")
+    if any(t in tools for t in ("scapy", "dpkt", "nfstream")) and not os.access(PYTHON, os.X_OK):
+        raise BenchError(f"required tool missing: {PYTHON} (run `make venv`)")
+
+
+# ---- reporting -----------------------------------------------------------------------
+
+def _fmt(value, spec: str, missing: str = "—") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _versus(speedup: float) -> str:
+    return f"{speedup:,.1f}× faster" if speedup >= 1 else f"{1 / speedup:,.1f}× slower"
+
+
+def table_rows(results: list[Result]) -> list[list[str]]:
+    ours = next((r for r in results if r.tool == "flows" and r.pps), None)
+    rows = []
+    for r in results:
+        if ours is None or r.pps is None or r.tool in ("cat", "flows", "analyze"):
+            ratio = "—"
+        else:
+            ratio = _versus(ours.pps / r.pps)
+        rows.append([LABELS[r.tool], _fmt(r.seconds, ",.2f"), _fmt(r.pps, ",.0f"), ratio,
+                     _fmt(r.rss_mib, ",.0f"), _fmt(r.cpu_s, ",.1f"), _fmt(r.flows, ","),
+                     r.runs or "—", r.note])
+    return rows
+
+
+HEADER = ["tool", "seconds", "packets/s", "detector flows vs tool", "peak RSS MiB", "CPU s",
+          "flows", "runs", "notes"]
+
+
+def text_table(rows: list[list[str]]) -> str:
+    cols = HEADER[:-1]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))]
+    for row in rows:
+        cells = [cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells) + (f"  {row[-1]}" if row[-1] else ""))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(HEADER) - 2) + ["---"]) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def verdicts(results: list[Result], memory: list[Result]) -> list[str]:
+    """The targets, each with the measured figure and whether it is met."""
+    by_tool = {r.tool: r for r in results}
+    lines = []
+    cat, flows, analyze = by_tool.get("cat"), by_tool.get("flows"), by_tool.get("analyze")
+    if flows and flows.pps:
+        met = "met" if flows.pps >= TARGET_FLOWS_PPS else "NOT met"
+        lines.append(f"detector flows: {flows.pps / 1e6:.2f} M packets/s whole process "
+                     f"(target >= {TARGET_FLOWS_PPS / 1e6:.0f} M: {met})")
+        peers = [r for r in results if r.tool not in ("cat", "flows", "analyze") and r.pps]
+        if peers:
+            fastest = max(peers, key=lambda r: r.pps)
+            lines.append(f"fastest peer: {fastest.tool}, {fastest.pps / 1e3:,.0f} k packets/s; "
+                         f"detector flows is {_versus(flows.pps / fastest.pps)}")
+        if cat and cat.seconds:
+            lines.append(f"detector flows is within {flows.seconds / cat.seconds:,.1f}× of page-cache "
+                         f"read (cat: {cat.seconds:.2f} s)")
+    if analyze and analyze.pps:
+        met = "met" if analyze.pps >= TARGET_ANALYZE_PPS else "NOT met"
+        lines.append(f"detector analyze: {analyze.pps / 1e6:.2f} M packets/s "
+                     f"(target >= {TARGET_ANALYZE_PPS / 1e6:.0f} M: {met})")
+    for r in memory:
+        if r.rss_mib is not None:
+            met = "met" if r.rss_mib < TARGET_PEAK_RSS_MIB else "NOT met"
+            lines.append(f"detector {r.tool} peak RSS on {r.packets / 1e6:.0f} M packets: "
+                         f"{r.rss_mib:,.0f} MiB (target < {TARGET_PEAK_RSS_MIB / 1024:.1f} GiB: {met}; "
+                         f"{r.seconds:.1f} s, {r.pps / 1e6:.2f} M packets/s)")
+        else:
+            lines.append(f"detector {r.tool} on {r.packets / 1e6:.0f} M packets: {r.note}")
+    tshark, fair = by_tool.get("tshark"), by_tool.get("tshark-fair")
+    if tshark and fair and "digest" in tshark.extra and "digest" in fair.extra:
+        same = tshark.extra["digest"] == fair.extra["digest"]
+        lines.append("tshark's fair setting prints the same fields as its defaults: "
+                     + ("yes (identical output)" if same else "NO: outputs differ"))
+    return lines
+
+
+def environment(capture: Path, manifest: dict) -> list[str]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown cpu")
+    mem_kib = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                    if line.startswith("MemTotal:")), 0)
+    tshark = subprocess.run(["tshark", "--version"], capture_output=True, text=True).stdout.splitlines() \
+        if shutil.which("tshark") else []
+    load1 = os.getloadavg()[0]
+    lines = [
+        f"capture: {capture.name}: {manifest['packets']:,} packets, {manifest['bytes'] / 2**20:,.0f} MiB, "
+        f"{manifest['flows']:,} flows ({manifest['flows_tcp']:,} TCP, {manifest['flows_udp']:,} UDP, "
+        f"{manifest['flows_icmp']:,} ICMP echo; {manifest['flows_ipv6']:,} IPv6, "
+        f"{manifest['flows_vlan']:,} VLAN-tagged), 60 s of traffic",
+        f"machine: {cpu}, {os.cpu_count()} cores, {mem_kib / 2**20:.0f} GiB; "
+        f"load average {load1:.2f} at start; Python {platform.python_version()}; "
+        f"{tshark[0] if tshark else 'tshark missing'}",
+        f"method: wall clock of the whole process incl. start-up, file in page cache; median of "
+        f"{RUNS} runs (1 run when the first takes > {SLOW_RUN_S:.0f} s); peak RSS and CPU from GNU time",
+    ]
+    if load1 > (os.cpu_count() or 1) / 2:
+        lines.append(f"warning: the machine was busy (load {load1:.2f}); figures may be slow and noisy")
+    return lines
+
+
+def memory_check(log) -> list[Result]:
+    """detector's peak RSS on a 10 M packet capture, flows and analyze, one run each."""
+    capture, manifest = make_capture.ensure_capture(MEMORY_CHECK_PACKETS, log=log)
+    read_ahead(capture)
+    results = []
+    for tool in ("flows", "analyze"):
+        log(f"memory check: detector {tool} on {capture.name} ...")
+        results.append(BENCHES[tool](capture, manifest["packets"], 1))
+    return results
+
+
+def read_ahead(capture: Path) -> None:
+    """Pull the capture into the page cache, so no tool pays for the disk."""
+    subprocess.run(["cat", str(capture)], stdout=subprocess.DEVNULL, check=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packets", type=int, default=make_capture.DEFAULT_PACKETS, metavar="N",
+                        help=f"packets in the capture (default {make_capture.DEFAULT_PACKETS:,})")
+    parser.add_argument("--tools", metavar="A,B,C",
+                        help=f"comma-separated subset of {','.join(ALL_TOOLS)}")
+    parser.add_argument("--skip-slow", action="store_true", help="skip " + " and ".join(SLOW_TOOLS))
+    parser.add_argument("--memory-check", action="store_true",
+                        help=f"also report detector's peak RSS on a {MEMORY_CHECK_PACKETS / 1e6:.0f} M "
+                             "packet capture")
+    parser.add_argument("--runs", type=int, default=RUNS, metavar="K", help=f"runs per tool (default {RUNS})")
+    args = parser.parse_args(argv)
+
+    tools = list(ALL_TOOLS)
+    if args.tools:
+        tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+        unknown = [t for t in tools if t not in ALL_TOOLS]
+        if unknown:
+            raise BenchError(f"--tools: unknown tool '{unknown[0]}' (known: {', '.join(ALL_TOOLS)})")
+    if args.skip_slow:
+        tools = [t for t in tools if t not in SLOW_TOOLS]
+    if args.packets < 1 or args.runs < 1:
+        raise BenchError("--packets and --runs must be at least 1")
+    check_requirements(tools + (["flows", "analyze"] if args.memory_check else []))
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    capture, manifest = make_capture.ensure_capture(args.packets, log=log)
+    read_ahead(capture)
+    env = environment(capture, manifest)
+    results = []
+    for tool in tools:
+        log(f"timing {tool} ...")
+        results.append(BENCHES[tool](capture, manifest["packets"], args.runs))
+    memory = memory_check(log) if args.memory_check else []
+
+    rows = table_rows(results)
+    summary = verdicts(results, memory)
+    print("\n".join(env))
+    print()
+    print(text_table(rows))
+    print()
+    print("\n".join(summary))
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    markdown = [f"# Benchmark results ({stamp})", "", *[f"- {line}" for line in env], "",
+                markdown_table(rows), "", *[f"- {line}" for line in summary], ""]
+    (OUT_DIR / "results.md").write_text("\n".join(markdown))
+    log(f"written to {OUT_DIR / 'results.md'}")
+
+    ours_failed = [r for r in results + memory if r.tool in ("flows", "analyze") and r.failed]
+    if ours_failed:
+        log(f"bench: detector {ours_failed[0].tool} {ours_failed[0].note}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        sys.exit(130)
