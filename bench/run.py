@@ -125,6 +125,10 @@ def measure(cmd: list[str], stdout_path: Path | None = None) -> Run:
         killer.start()
         try:
             code = proc.wait()
+        except BaseException:
+            # interrupted: the run sits in its own session, so take it down too
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
         finally:
             killer.cancel()
         seconds = time.perf_counter() - began
