@@ -31,7 +31,6 @@ NESTED_UDP = ("UDP tunnel inside a UDP tunnel: the schema keeps only the outermo
               "addresses, so the inner carrier's UDP connection cannot be produced")
 # (trace, baseline test directory) -> why it cannot match
 XFAIL = {
-    ("pbb.pcap", "core.pbb"): "decoder: 802.1ah provider backbone bridging (PBB) is not decapsulated",
     ("syn-bad.pcap", "core.tcp.bad-checksum-syn"): CHECKSUM,
     ("geneve-inner-tcp-bad-checksum.pcap", "core.tunnels.geneve-inner-tcp-bad-checksum"): CHECKSUM,
     ("vxlan-inner-tcp-bad-checksum.pcap", "core.tunnels.vxlan-inner-tcp-bad-checksum"): CHECKSUM,
@@ -42,8 +41,9 @@ XFAIL = {
     ("gtp8_teredo.pcap", "core.tunnels.gtp.inner_teredo"): NESTED_UDP,
     ("gre-aruba-amsdu.pcap", "core.tunnels.gre-aruba-amsdu"):
         "decoder: Aruba GRE carrying 802.11 A-MSDU frames is not decapsulated",
-    ("vntag_vlan_sandwich_clean.pcap", "core.vntag-in-vlan"): "decoder: VN-Tag (0x8926) is not decoded",
-    ("vntag.pcap", "core.vntag"): "decoder: VN-Tag (0x8926) is not decoded",
+    ("vntag_vlan_sandwich_clean.pcap", "core.vntag-in-vlan"):
+        "the only packet is cut by the snapshot length (70 of 88 bytes): Zeek logs the connection with "
+        "0 packets and no history, the flow table counts the packet",
     ("wlanmon.pcap", "core.wlanmon"): "decoder: 802.11 monitor-mode (radiotap) frames are not decoded",
     ("misordered-ntp.pcap", "scripts.base.protocols.ntp.misordered-ntp"):
         "Zeek's NTP analyzer flips roles on a server-mode first packet and then counts both packets "

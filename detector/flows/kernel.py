@@ -294,19 +294,49 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
     _tcp_state_machine(F, H, row, side, flags, pay)
 
 
-@njit(cache=True)
-def scan(seg_start, seg_row, seg_timeout, seg_proto, seg_a_server, seg_b_server, seg_a_port, seg_b_port,
-         ts, frame, from_a, flags, tcp_ok, ip_len, pay, seq, mss, vlan, ipver,
-         state_F, state_H, out_F, out_H, out_seg, out_open):
-    """Aggregate packets (sorted by flow key, capture order within a key) into flows.
+# ---- packet rows: what the scan reads per packet, one int64 row each --------
+P_TS, P_FRAME, P_FROM_A, P_FLAGS, P_TCP_OK, P_IP_LEN, P_PAY, P_SEQ, P_MSS, P_VLAN, P_IPVER = range(11)
+NP = 11
 
-    Segment s holds packets seg_start[s]:seg_start[s+1] of one key; seg_row[s]
-    is the open flow carried over from earlier batches (-1: none). Writes flow
-    rows to out_*; out_open marks each segment's last flow, still open.
-    Returns the number of rows written.
+
+@njit(cache=True)
+def pack_packets(ts, frame, from_a, flags, tcp_ok, ip_len, pay, seq, mss, vlan, ipver):
+    """Per-packet fields as rows, so that reordering them by flow moves one row per packet."""
+    n = len(ts)
+    P = np.empty((n, NP), dtype=np.int64)
+    for i in range(n):
+        P[i, P_TS] = ts[i]
+        P[i, P_FRAME] = frame[i]
+        P[i, P_FROM_A] = from_a[i]
+        P[i, P_FLAGS] = flags[i]
+        P[i, P_TCP_OK] = tcp_ok[i]
+        P[i, P_IP_LEN] = ip_len[i]
+        P[i, P_PAY] = pay[i]
+        P[i, P_SEQ] = seq[i]
+        P[i, P_MSS] = mss[i]
+        P[i, P_VLAN] = vlan[i]
+        P[i, P_IPVER] = ipver[i]
+    return P
+
+
+@njit(cache=True)
+def scan(s0, n0, seg_start, seg_row, seg_timeout, seg_proto, seg_a_server, seg_b_server, seg_a_port,
+         seg_b_port, P, state_F, state_H, out_F, out_H, out_seg, seg_last):
+    """Aggregate packet rows P (grouped by flow key, capture order within a key) into flow rows.
+
+    Segment s holds rows seg_start[s]:seg_start[s+1]; seg_row[s] is the open
+    flow carried over from earlier batches (-1: none), read but never written.
+    Flow rows go to out_*, and seg_last[s] is the row of segment s's last flow
+    (still open). Starts at segment s0 / row n0 and stops before a segment
+    that might not fit in out_F; returns (rows written, next segment) so the
+    caller can grow the output and resume.
     """
-    n = 0
-    for s in range(len(seg_start) - 1):
+    n = n0
+    cap = out_F.shape[0]
+    nseg = len(seg_start) - 1
+    for s in range(s0, nseg):
+        if n + (seg_start[s + 1] - seg_start[s]) + 1 > cap:
+            return n, s
         is_tcp = seg_proto[s] == 6
         is_udp = seg_proto[s] == 17
         cur = -1
@@ -316,28 +346,26 @@ def scan(seg_start, seg_row, seg_timeout, seg_proto, seg_a_server, seg_b_server,
             out_F[cur, :] = state_F[seg_row[s], :]
             out_H[cur, :] = state_H[seg_row[s], :]
             out_seg[cur] = s
-            out_open[cur] = 0
         for i in range(seg_start[s], seg_start[s + 1]):
+            ts, from_a, flags, tcp_ok, seq = P[i, P_TS], P[i, P_FROM_A], P[i, P_FLAGS], P[i, P_TCP_OK], P[i, P_SEQ]
             if cur >= 0:
-                side = 0 if from_a[i] == out_F[cur, F_ORIG_IS_A] else 1
-                if _must_split(out_F, cur, ts[i], seg_timeout[s], side, flags[i], tcp_ok[i], seq[i], is_tcp):
+                side = 0 if from_a == out_F[cur, F_ORIG_IS_A] else 1
+                if _must_split(out_F, cur, ts, seg_timeout[s], side, flags, tcp_ok, seq, is_tcp):
                     cur = -1
             if cur < 0:
                 cur = n
                 n += 1
-                if from_a[i]:
+                if from_a:
                     sender_server, receiver_server = seg_a_server[s], seg_b_server[s]
                     sender_port, receiver_port = seg_a_port[s], seg_b_port[s]
                 else:
                     sender_server, receiver_server = seg_b_server[s], seg_a_server[s]
                     sender_port, receiver_port = seg_b_port[s], seg_a_port[s]
-                _start_flow(out_F, out_H, cur, ts[i], frame[i], from_a[i], flags[i], tcp_ok[i], seq[i],
-                            vlan[i], ipver[i], is_tcp, is_udp, sender_server, receiver_server,
+                _start_flow(out_F, out_H, cur, ts, P[i, P_FRAME], from_a, flags, tcp_ok, seq,
+                            P[i, P_VLAN], P[i, P_IPVER], is_tcp, is_udp, sender_server, receiver_server,
                             sender_port, receiver_port)
                 out_seg[cur] = s
-                out_open[cur] = 0
-            _add_packet(out_F, out_H, cur, ts[i], from_a[i], flags[i], tcp_ok[i], ip_len[i], pay[i],
-                        seq[i], mss[i], is_tcp, is_udp)
-        if cur >= 0:
-            out_open[cur] = 1
-    return n
+            _add_packet(out_F, out_H, cur, ts, from_a, flags, tcp_ok, P[i, P_IP_LEN], P[i, P_PAY],
+                        seq, P[i, P_MSS], is_tcp, is_udp)
+        seg_last[s] = cur
+    return n, nseg

@@ -14,7 +14,7 @@ from numba import njit
 
 from ..schema import (IP_MF, L_FRAG, L_ICMP6, L_PORTS, L_QINQ, L_VLAN, ICMP_ANY, LINKTYPE_ETHERNET,
                       LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
-                      LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW, PROTO_UDP)
+                      LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW)
 from .community_id import icmp_port_equivalents
 
 KEY_WIDTH = 5
@@ -71,19 +71,67 @@ def hash_rows(K, seed):
     return out
 
 
+@njit(cache=True)
 def canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto):
     """(K, from_a): the direction-independent key matrix and whether each packet was sent by `a`."""
-    swap = (src_hi > dst_hi) | ((src_hi == dst_hi) & (
-        (src_lo > dst_lo) | ((src_lo == dst_lo) & (sport > dport))))
-    K = np.empty((len(src_hi), KEY_WIDTH), dtype=np.uint64)
-    K[:, 0] = np.where(swap, dst_hi, src_hi)
-    K[:, 1] = np.where(swap, dst_lo, src_lo)
-    K[:, 2] = np.where(swap, src_hi, dst_hi)
-    K[:, 3] = np.where(swap, src_lo, dst_lo)
-    aport = np.where(swap, dport, sport).astype(np.uint64)
-    bport = np.where(swap, sport, dport).astype(np.uint64)
-    K[:, 4] = (proto.astype(np.uint64) << np.uint64(32)) | (aport << np.uint64(16)) | bport
-    return K, (~swap).astype(np.uint8)
+    n = len(src_hi)
+    K = np.empty((n, KEY_WIDTH), dtype=np.uint64)
+    from_a = np.empty(n, dtype=np.uint8)
+    for i in range(n):
+        swap = src_hi[i] > dst_hi[i] or (src_hi[i] == dst_hi[i] and (
+            src_lo[i] > dst_lo[i] or (src_lo[i] == dst_lo[i] and sport[i] > dport[i])))
+        if swap:
+            K[i, 0], K[i, 1], K[i, 2], K[i, 3] = dst_hi[i], dst_lo[i], src_hi[i], src_lo[i]
+            ports = (np.uint64(dport[i]) << np.uint64(16)) | np.uint64(sport[i])
+        else:
+            K[i, 0], K[i, 1], K[i, 2], K[i, 3] = src_hi[i], src_lo[i], dst_hi[i], dst_lo[i]
+            ports = (np.uint64(sport[i]) << np.uint64(16)) | np.uint64(dport[i])
+        K[i, 4] = (np.uint64(proto[i]) << np.uint64(32)) | ports
+        from_a[i] = 0 if swap else 1
+    return K, from_a
+
+
+@njit(cache=True)
+def gather_rows(order, P, K):
+    """Rows of P and K in `order`: one contiguous row copy per packet."""
+    n = len(order)
+    wp, wk = P.shape[1], K.shape[1]
+    Ps = np.empty_like(P)
+    Ks = np.empty_like(K)
+    for pos in range(n):
+        i = order[pos]
+        for c in range(wp):
+            Ps[pos, c] = P[i, c]
+        for c in range(wk):
+            Ks[pos, c] = K[i, c]
+    return Ps, Ks
+
+
+@njit(cache=True)
+def segments(Ks, hs):
+    """Run starts of equal keys in the sorted key rows Ks, and whether two different keys share
+    a sort hash `hs` (then their packets may interleave)."""
+    n = Ks.shape[0]
+    starts = np.empty(n + 1, dtype=np.int64)
+    m = 0
+    clash = False
+    for i in range(n):
+        if i == 0:
+            starts[m] = 0
+            m += 1
+            continue
+        same = True
+        for j in range(KEY_WIDTH):
+            if Ks[i - 1, j] != Ks[i, j]:
+                same = False
+                break
+        if not same:
+            starts[m] = i
+            m += 1
+            if hs[i - 1] == hs[i]:
+                clash = True
+    starts[m] = n
+    return starts[:m + 1], clash
 
 
 def key_proto(K) -> np.ndarray:
@@ -129,18 +177,18 @@ def later_fragment_mask(layers, frag_offset):
     return ((layers & np.uint32(L_FRAG)) != 0) & (frag_offset > 0)
 
 
-def carrier_ip_len(ip_len, l3_off, linktype, layers, outer_v4):
-    """Estimated IP length of a tunnel's outer packet (the schema carries only the inner one)."""
+def carrier_ip_len(ip_len, l3_off, wirelen, inner_ip, linktype, layers, outer_v4):
+    """Estimated (IP length, UDP payload) of a tunnel's outer packet; the schema carries only
+    the inner IP length: inner IP length + (inner IP offset - link header), or for a
+    non-IP inner frame (e.g. ARP in Geneve) the frame length less the link header."""
     link = np.full(len(ip_len), -1, dtype=np.int64)
     for kind, size in LINK_HEADER_BYTES.items():
         link[linktype == kind] = size
     tags = ((layers & np.uint32(L_VLAN)) != 0).astype(np.int64) + ((layers & np.uint32(L_QINQ)) != 0)
-    link += np.where(link >= 0, tags * VLAN_TAG_BYTES, 0)
-    outer = ip_len.astype(np.int64) + l3_off.astype(np.int64) - np.where(link >= 0, link, 0)
-    outer = np.where(link >= 0, outer, ip_len.astype(np.int64))
+    known = link >= 0
+    link = np.where(known, link + tags * VLAN_TAG_BYTES, 0)
+    from_inner = ip_len.astype(np.int64) + l3_off.astype(np.int64) - link
+    outer = np.where(inner_ip, from_inner, wirelen.astype(np.int64) - link)
+    outer = np.where(known, outer, wirelen.astype(np.int64))
     header = np.where(outer_v4, IPV4_HEADER_BYTES, IPV6_HEADER_BYTES) + UDP_HEADER_BYTES
     return outer, np.maximum(outer - header, 0)
-
-
-def is_udp(proto) -> np.ndarray:
-    return proto == PROTO_UDP

@@ -2,7 +2,9 @@
 
 Per batch, with no Python loop over packets:
  1. every IP packet gets a direction-independent key (keys.py) and its 64-bit hash;
- 2. a stable argsort by hash groups each key's packets, capture order kept;
+ 2. one sort of (hash high bits | packet index) groups each key's packets,
+    capture order kept, and a compiled gather moves each packet's fields
+    (one int64 row) into that order;
  3. each key segment is joined (searchsorted on the hash) to the flow still
     open for that key from earlier batches;
  4. the compiled scan (kernel.py) aggregates each segment, starting a new flow
@@ -45,8 +47,8 @@ import socket
 
 import numpy as np
 
-from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PROTO_NAMES, PROTO_ICMP,
-                      PROTO_ICMP6, PROTO_TCP, PROTO_UDP, TH_ACK, TH_CWR, TH_ECE, TH_FIN, TH_NS,
+from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PROTO_NAMES, PROTO_SCTP,
+                      PROTO_TCP, PROTO_UDP, TH_ACK, TH_CWR, TH_ECE, TH_FIN, TH_NS,
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
 from . import kernel as k
@@ -62,6 +64,8 @@ EXPIRY_SLACK_S = 60.0
 # Linux keeps fragments for reassembly 30 s (ipfrag_time); RFC 791 suggests 15 s.
 FRAGMENT_TIMEOUT_S = 30.0
 MAX_RECENT_FRAGMENTS = 1 << 16
+# How often (capture time) idle flows are looked for: memory, not results, depends on it.
+EXPIRY_INTERVAL_S = 10.0
 
 # Column contract of finish(): name -> dtype (object = Python strings).
 FLOW_COLUMNS: dict[str, type] = {
@@ -122,6 +126,7 @@ class FlowTable:
         self._frag = (np.zeros(0, np.uint64), np.zeros(0, np.uint16), np.zeros(0, np.uint16),
                       np.zeros(0, np.int64))
         self._newest_ns: int | None = None
+        self._expired_ns = 0
         self.packets = 0
         self.non_ip_packets = 0
 
@@ -130,11 +135,13 @@ class FlowTable:
         layers = batch["layers"]
         ip = (layers & np.uint32(IP)) != 0
         self.non_ip_packets += int(len(layers) - np.count_nonzero(ip))
-        idx = np.flatnonzero(ip)
-        c = {name: batch[name][idx] for name in (
+        names = (
             "layers", "ts_ns", "frame", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto",
             "ip_version", "ip_len", "ip_id", "ip_flags", "frag_offset", "src_port", "dst_port",
-            "tcp_flags", "tcp_seq", "tcp_mss", "payload_len", "icmp_type", "icmp_code", "vlan_outer")}
+            "tcp_flags", "tcp_seq", "tcp_mss", "payload_len", "icmp_type", "icmp_code", "vlan_outer")
+        every = bool(ip.all())
+        idx = np.flatnonzero(ip)
+        c = {name: batch[name] if every else batch[name][idx] for name in names}
         lay = c["layers"]
         sport, dport = K_.transport_ports(lay, c["proto"], c["src_port"], c["dst_port"],
                                           c["icmp_type"], c["icmp_code"])
@@ -152,7 +159,7 @@ class FlowTable:
             "vlan": np.where(lay & np.uint32(L_VLAN), c["vlan_outer"], 0).astype(np.int64),
             "ipver": c["ip_version"].astype(np.int64),
         }
-        carrier = self._carrier_packets(batch, idx, c)
+        carrier = self._carrier_packets(batch)
         if carrier is not None:
             pkt = {name: np.concatenate([pkt[name], carrier[name].astype(pkt[name].dtype)]) for name in pkt}
         return pkt
@@ -191,30 +198,26 @@ class FlowTable:
         self._frag = (ids, sps, dps, tss)
 
     @staticmethod
-    def _carrier_packets(batch, idx, c):
-        lay = c["layers"]
-        tun = (lay & np.uint32(L_TUNNEL)) != 0
-        if not tun.any():
+    def _carrier_packets(batch):
+        """The outer UDP packets of UDP tunnels (any inner frame, IP or not) as flow packets."""
+        layers = batch["layers"]
+        rows = np.flatnonzero(((layers & np.uint32(L_TUNNEL)) != 0) & (batch["outer_proto"] == PROTO_UDP)
+                              & ((batch["outer_src_port"] | batch["outer_dst_port"]) != 0))
+        if not len(rows):
             return None
-        rows = idx[tun]
-        outer_proto = batch["outer_proto"][rows]
-        udp = (outer_proto == PROTO_UDP) & ((batch["outer_src_port"][rows] | batch["outer_dst_port"][rows]) != 0)
-        if not udp.any():
-            return None
-        rows = rows[udp]
-        sel = np.flatnonzero(tun)[udp]
+        lay = layers[rows]
         shi, slo = batch["outer_src_ip_hi"][rows], batch["outer_src_ip_lo"][rows]
         v4 = K_.is_v4_mapped(shi, slo)
-        ip_len, pay = K_.carrier_ip_len(c["ip_len"][sel], batch["l3_off"][rows], batch["linktype"][rows],
-                                        lay[sel], v4)
+        ip_len, pay = K_.carrier_ip_len(batch["ip_len"][rows], batch["l3_off"][rows], batch["wirelen"][rows],
+                                        (lay & np.uint32(IP)) != 0, batch["linktype"][rows], lay, v4)
         zero = np.zeros(len(rows), np.int64)
         return {
             "src_hi": shi, "src_lo": slo, "dst_hi": batch["outer_dst_ip_hi"][rows],
             "dst_lo": batch["outer_dst_ip_lo"][rows], "sport": batch["outer_src_port"][rows],
             "dport": batch["outer_dst_port"][rows], "proto": np.full(len(rows), PROTO_UDP, np.uint8),
-            "ts": c["ts_ns"][sel], "frame": c["frame"][sel], "tcp_ok": zero.astype(np.uint8),
+            "ts": batch["ts_ns"][rows], "frame": batch["frame"][rows], "tcp_ok": zero.astype(np.uint8),
             "flags": zero, "ip_len": ip_len, "pay": pay, "seq": zero, "mss": zero,
-            "vlan": np.where(lay[sel] & np.uint32(L_VLAN), c["vlan_outer"][sel], 0),
+            "vlan": np.where(lay & np.uint32(L_VLAN), batch["vlan_outer"][rows], 0),
             "ipver": np.where(v4, 4, 6),
         }
 
@@ -232,53 +235,80 @@ class FlowTable:
             self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
             self._expire()
 
+    def _group(self, K, P):
+        """Packet rows P and keys K sorted so that each key's packets are contiguous, capture
+        order kept; run starts; and each key's join to the open flows.
+        Returns (Ps, starts, uK, uh, seg_row)."""
+        n = len(K)
+        low = np.uint64((1 << max(int(n - 1).bit_length(), 1)) - 1)
+        index = np.arange(n, dtype=np.uint64)
+        while True:
+            h = K_.hash_rows(K, self._seed)
+            # one unstable sort of (hash high bits | packet index) = a stable sort by hash
+            composite = (h & ~low) | index
+            composite.sort()
+            order = (composite & low).astype(np.int64)
+            Ps, Ks = K_.gather_rows(order, P, K)
+            starts, clash = K_.segments(Ks, composite & ~low)
+            if clash:       # keys sharing the high bits: sort on the full hash instead
+                order = np.argsort(h, kind="stable")
+                Ps, Ks = K_.gather_rows(order, P, K)
+                starts, clash = K_.segments(Ks, h[order])
+                if clash:
+                    self._rehash()
+                    continue
+            heads = starts[:-1]
+            uh, uK = h[order[heads]], Ks[heads]
+            m = len(self._open_h)
+            if m == 0:
+                return Ps, starts, uK, uh, np.full(len(uh), -1, np.int64)
+            pos = np.minimum(np.searchsorted(self._open_h, uh), m - 1)
+            found = self._open_h[pos] == uh
+            if np.any(self._open_K[pos[found]] != uK[found]):
+                self._rehash()
+                continue
+            return Ps, starts, uK, uh, np.where(found, pos, -1).astype(np.int64)
+
     def _aggregate(self, pkt) -> None:
         K, from_a = K_.canonical_keys(pkt["src_hi"], pkt["src_lo"], pkt["dst_hi"], pkt["dst_lo"],
                                       pkt["sport"], pkt["dport"], pkt["proto"])
-        while True:
-            h = K_.hash_rows(K, self._seed)
-            order = np.argsort(h, kind="stable")
-            hs, Ks = h[order], K[order]
-            new_hash = hs[1:] != hs[:-1]
-            if (np.any(Ks[1:] != Ks[:-1], axis=1) & ~new_hash).any():
-                self._rehash()
-                continue
-            starts = np.concatenate([[0], np.flatnonzero(new_hash) + 1, [len(hs)]]).astype(np.int64)
-            uh, uK = hs[starts[:-1]], Ks[starts[:-1]]
-            pos = np.searchsorted(self._open_h, uh)
-            posc = np.minimum(pos, max(len(self._open_h) - 1, 0))
-            found = (pos < len(self._open_h)) & (self._open_h[posc] == uh) if len(self._open_h) else \
-                np.zeros(len(uh), bool)
-            if found.any() and np.any(self._open_K[posc[found]] != uK[found]):
-                self._rehash()
-                continue
-            break
-        seg_row = np.where(found, posc, -1).astype(np.int64)
+        P = k.pack_packets(pkt["ts"], pkt["frame"], from_a, pkt["flags"], pkt["tcp_ok"], pkt["ip_len"],
+                           pkt["pay"], pkt["seq"], pkt["mss"], pkt["vlan"], pkt["ipver"])
+        P, starts, uK, uh, seg_row = self._group(K, P)
         proto = K_.key_proto(uK)
         aport, bport = K_.key_ports(uK)
         ported = (proto == PROTO_TCP) | (proto == PROTO_UDP)
         nseg = len(uh)
-        cap = len(hs) + nseg
-        out_F, out_H, _ = _empty(cap)
-        out_seg = np.zeros(cap, np.int64)
-        out_open = np.zeros(cap, np.uint8)
-        n = k.scan(starts, seg_row, self._timeout_ns[proto], proto,
-                   K_.SERVER_PORT[aport] & ported, K_.SERVER_PORT[bport] & ported,
-                   aport.astype(np.int64), bport.astype(np.int64),
-                   pkt["ts"][order], pkt["frame"][order], from_a[order], pkt["flags"][order],
-                   pkt["tcp_ok"][order], pkt["ip_len"][order], pkt["pay"][order], pkt["seq"][order],
-                   pkt["mss"][order], pkt["vlan"][order], pkt["ipver"][order],
-                   self._open_F, self._open_H, out_F, out_H, out_seg, out_open)
-        out_F, out_H, out_seg, out_open = out_F[:n], out_H[:n], out_seg[:n], out_open[:n] == 1
-        out_K = uK[out_seg]
-        done = ~out_open
-        if done.any():
-            self._done.append((out_F[done], out_H[done], out_K[done]))
-        keep = np.ones(len(self._open_h), bool)
-        keep[seg_row[found]] = False
-        self._set_open(np.concatenate([self._open_F[keep], out_F[out_open]]),
-                       np.concatenate([self._open_H[keep], out_H[out_open]]),
-                       np.concatenate([self._open_K[keep], out_K[out_open]]))
+        cap = nseg + nseg // 4 + 64
+        out_F, out_H = np.empty((cap, k.NF), np.int64), np.empty((cap, k.HIST_MAX), np.uint8)
+        out_seg, seg_last = np.empty(cap, np.int64), np.empty(nseg, np.int64)
+        rows, s = 0, 0
+        while True:
+            rows, s = k.scan(s, rows, starts, seg_row, self._timeout_ns[proto], proto,
+                             K_.SERVER_PORT[aport] & ported, K_.SERVER_PORT[bport] & ported,
+                             aport.astype(np.int64), bport.astype(np.int64), P, self._open_F, self._open_H, out_F, out_H, out_seg, seg_last)
+            if s == nseg:
+                break
+            cap = 2 * cap + int(starts[s + 1] - starts[s])     # many splits: grow and resume
+            out_F = np.concatenate([out_F[:rows], np.empty((cap - rows, k.NF), np.int64)])
+            out_H = np.concatenate([out_H[:rows], np.empty((cap - rows, k.HIST_MAX), np.uint8)])
+            out_seg = np.concatenate([out_seg[:rows], np.empty(cap - rows, np.int64)])
+        still_open = np.zeros(rows, bool)
+        still_open[seg_last] = True
+        if rows > nseg:
+            done = np.flatnonzero(~still_open)
+            self._done.append((out_F[done], out_H[done], uK[out_seg[done]]))
+        found = seg_row >= 0
+        self._open_F[seg_row[found]] = out_F[seg_last[found]]
+        self._open_H[seg_row[found]] = out_H[seg_last[found]]
+        new = np.flatnonzero(~found)
+        if len(new):
+            new = new[np.argsort(uh[new], kind="stable")]
+            at = np.searchsorted(self._open_h, uh[new])
+            self._open_F = np.insert(self._open_F, at, out_F[seg_last[new]], axis=0)
+            self._open_H = np.insert(self._open_H, at, out_H[seg_last[new]], axis=0)
+            self._open_K = np.insert(self._open_K, at, uK[new], axis=0)
+            self._open_h = np.insert(self._open_h, at, uh[new])
 
     def _set_open(self, F, H, K, hashes=None) -> None:
         h = K_.hash_rows(K, self._seed) if hashes is None else hashes
@@ -290,8 +320,10 @@ class FlowTable:
         self._set_open(self._open_F, self._open_H, self._open_K)
 
     def _expire(self) -> None:
-        if not len(self._open_h):
+        """Finish open flows idle past their timeout (+ slack); run every EXPIRY_INTERVAL_S of capture time."""
+        if self._newest_ns - self._expired_ns < int(EXPIRY_INTERVAL_S * NS) or not len(self._open_h):
             return
+        self._expired_ns = self._newest_ns
         limit = self._timeout_ns[K_.key_proto(self._open_K)] + int(EXPIRY_SLACK_S * NS)
         idle = self._open_F[:, k.F_LAST_NS] < self._newest_ns - limit
         if idle.any():
@@ -349,11 +381,12 @@ class FlowTable:
         """pandas view: addresses as strings, proto names, UTC times, flag strings."""
         import pandas as pd
         cols = self.finish()
-        frame = pd.DataFrame({name: cols[name] for name in FLOW_COLUMNS})
-        frame.insert(0, "src_ip", addresses(cols["src_ip_hi"], cols["src_ip_lo"]))
-        frame.insert(3, "dest_ip", addresses(cols["dest_ip_hi"], cols["dest_ip_lo"]))
-        frame = frame.drop(columns=["src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"])
-        frame["proto"] = proto_names(cols["proto"])
+        view = {"src_ip": addresses(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
+                "dest_ip": addresses(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
+                "proto": proto_names(cols["proto"])}
+        view.update((name, cols[name]) for name in FLOW_COLUMNS
+                    if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
+        frame = pd.DataFrame(view)
         frame["first_seen"] = pd.to_datetime(cols["first_seen"], unit="ns", utc=True)
         frame["last_seen"] = pd.to_datetime(cols["last_seen"], unit="ns", utc=True)
         for column in ("src2dst_tcp_flags", "dst2src_tcp_flags"):
@@ -559,10 +592,13 @@ def _community_ids(out) -> np.ndarray:
     return np.array(ids, dtype=object)
 
 
+# Protocol names in the DataFrame view; others appear as their IANA number.
+FLOW_PROTO_NAMES = {**PROTO_NAMES, PROTO_SCTP: "sctp"}
+_PROTO_TEXT = np.array([FLOW_PROTO_NAMES.get(p, str(p)) for p in range(256)], dtype=object)
+
+
 def proto_names(proto: np.ndarray) -> np.ndarray:
-    names = np.array([PROTO_NAMES.get(p, str(p)) for p in range(256)], dtype=object)
-    names[132] = "sctp"
-    return names[proto.astype(np.intp)]
+    return _PROTO_TEXT[proto.astype(np.intp)]
 
 
 def flag_strings(flags: np.ndarray) -> np.ndarray:
