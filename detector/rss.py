@@ -82,21 +82,54 @@ def _xor_word(tables, word, first_position, n_bytes, h):
 
 
 @njit(cache=True)
-def _hash_rows(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6, out):
+def _toeplitz_row(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6):
+    h = np.uint32(0)
+    if is_v6:
+        h = _xor_word(tables, src_hi, 0, 8, h)
+        h = _xor_word(tables, src_lo, 8, 8, h)
+        h = _xor_word(tables, dst_hi, 16, 8, h)
+        h = _xor_word(tables, dst_lo, 24, 8, h)
+        return _xor_word(tables, ports, 32, 4, h)
     low32 = np.uint64(0xFFFFFFFF)
+    h = _xor_word(tables, src_lo & low32, 0, 4, h)
+    h = _xor_word(tables, dst_lo & low32, 4, 4, h)
+    return _xor_word(tables, ports, 8, 4, h)
+
+
+@njit(cache=True)
+def _hash_rows(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6, out):
     for i in range(len(out)):
-        h = np.uint32(0)
-        if is_v6[i]:
-            h = _xor_word(tables, src_hi[i], 0, 8, h)
-            h = _xor_word(tables, src_lo[i], 8, 8, h)
-            h = _xor_word(tables, dst_hi[i], 16, 8, h)
-            h = _xor_word(tables, dst_lo[i], 24, 8, h)
-            h = _xor_word(tables, ports[i], 32, 4, h)
+        out[i] = _toeplitz_row(tables, src_hi[i], src_lo[i], dst_hi[i], dst_lo[i], ports[i], is_v6[i])
+
+
+@njit(cache=True)
+def _hash_packets(tables, layers, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+                  outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, out):
+    ip_bits = np.uint32(L_IP4 | L_IP6)
+    mapped = np.uint64(0xFFFF)
+    for i in range(len(out)):
+        bits = layers[i]
+        if bits & ip_bits == 0:
+            out[i] = 0        # not IP: nothing a NIC hashes
+            continue
+        if bits & np.uint32(L_TUNNEL):
+            # the NIC parses the outer header, which the schema keeps in outer_* columns
+            s_hi, s_lo, d_hi, d_lo = outer_src_hi[i], outer_src_lo[i], outer_dst_hi[i], outer_dst_lo[i]
+            sp, dp = outer_sport[i], outer_dport[i]
+            is_v6 = not (s_hi == 0 and (s_lo >> np.uint64(32)) == mapped)
+            tcp, udp = outer_proto[i] == PROTO_TCP, outer_proto[i] == PROTO_UDP
+            has_ports = sp != 0 or dp != 0
         else:
-            h = _xor_word(tables, src_lo[i] & low32, 0, 4, h)
-            h = _xor_word(tables, dst_lo[i] & low32, 4, 4, h)
-            h = _xor_word(tables, ports[i], 8, 4, h)
-        out[i] = h
+            s_hi, s_lo, d_hi, d_lo = src_hi[i], src_lo[i], dst_hi[i], dst_lo[i]
+            sp, dp = sport[i], dport[i]
+            is_v6 = bits & np.uint32(L_IP6) != 0
+            tcp, udp = bits & np.uint32(L_TCP) != 0, bits & np.uint32(L_UDP) != 0
+            has_ports = bits & np.uint32(L_PORTS) != 0
+        # every fragment of a datagram hashes alike: addresses only
+        ports = np.uint64(0)
+        if has_ports and bits & np.uint32(L_FRAG) == 0 and ((tcp and tcp_ports) or (udp and udp_ports)):
+            ports = (np.uint64(sp) << np.uint64(16)) | np.uint64(dp)
+        out[i] = _toeplitz_row(tables, s_hi, s_lo, d_hi, d_lo, ports, is_v6)
 
 
 class RssModel:
@@ -141,38 +174,12 @@ class RssModel:
 
     def hash(self, batch: PacketBatch) -> np.ndarray:
         """Each packet's RSS hash (uint32), 0 for packets the NIC cannot hash (non-IP)."""
-        layers = batch["layers"]
-        tunnelled = (layers & np.uint32(L_TUNNEL)) != 0
-        ip = (layers & np.uint32(L_IP4 | L_IP6)) != 0
-        is_v6 = (layers & np.uint32(L_IP6)) != 0
-        if tunnelled.any():
-            # the outer header decides the queue; the schema keeps it in outer_* columns
-            src_hi = np.where(tunnelled, batch["outer_src_ip_hi"], batch["src_ip_hi"])
-            src_lo = np.where(tunnelled, batch["outer_src_ip_lo"], batch["src_ip_lo"])
-            dst_hi = np.where(tunnelled, batch["outer_dst_ip_hi"], batch["dst_ip_hi"])
-            dst_lo = np.where(tunnelled, batch["outer_dst_ip_lo"], batch["dst_ip_lo"])
-            src_port = np.where(tunnelled, batch["outer_src_port"], batch["src_port"])
-            dst_port = np.where(tunnelled, batch["outer_dst_port"], batch["dst_port"])
-            outer_v4 = (src_hi == np.uint64(0)) & ((src_lo >> np.uint64(32)) == np.uint64(0xFFFF))
-            is_v6 = np.where(tunnelled, ~outer_v4, is_v6)
-            outer_proto = batch["outer_proto"]
-            tcp = np.where(tunnelled, outer_proto == PROTO_TCP, (layers & np.uint32(L_TCP)) != 0)
-            udp = np.where(tunnelled, outer_proto == PROTO_UDP, (layers & np.uint32(L_UDP)) != 0)
-            has_ports = np.where(tunnelled, (src_port | dst_port) != 0, (layers & np.uint32(L_PORTS)) != 0)
-        else:
-            src_hi, src_lo = batch["src_ip_hi"], batch["src_ip_lo"]
-            dst_hi, dst_lo = batch["dst_ip_hi"], batch["dst_ip_lo"]
-            src_port, dst_port = batch["src_port"], batch["dst_port"]
-            tcp = (layers & np.uint32(L_TCP)) != 0
-            udp = (layers & np.uint32(L_UDP)) != 0
-            has_ports = (layers & np.uint32(L_PORTS)) != 0
-        whole = (layers & np.uint32(L_FRAG)) == 0
-        hash_ports = has_ports & whole & ((tcp & self.tcp_ports) | (udp & self.udp_ports))
-        out = np.zeros(len(batch), dtype=np.uint32)
-        rows = np.flatnonzero(ip)
-        if len(rows):
-            out[rows] = self.hash_tuples(src_hi[rows], src_lo[rows], dst_hi[rows], dst_lo[rows],
-                                         src_port[rows], dst_port[rows], is_v6[rows], hash_ports[rows])
+        out = np.empty(len(batch), dtype=np.uint32)
+        columns = [np.ascontiguousarray(batch[name]) for name in (
+            "layers", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "src_port", "dst_port",
+            "outer_src_ip_hi", "outer_src_ip_lo", "outer_dst_ip_hi", "outer_dst_ip_lo", "outer_src_port",
+            "outer_dst_port", "outer_proto")]
+        _hash_packets(self.tables, *columns, self.tcp_ports, self.udp_ports, out)
         return out
 
     def queue_of(self, hashes: np.ndarray) -> np.ndarray:

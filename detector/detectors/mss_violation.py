@@ -21,21 +21,54 @@ judged (the MSS is unknown).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..findings import Finding
-from ..schema import L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, ip_text, keep_ends, member,
-                   mix64, register)
+from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
+from .base import AnalysisContext, Detector, check_merge, evidence_frames, ip_text, keep_ends, mix64, register
 from .pmtud_blackhole import endpoint, match_flow
 
 NS = 1_000_000_000
 # Announcements kept: a SYN flood with MSS options must not grow the state
 # without bound; past this, new announcements are counted and not kept.
 MAX_ANNOUNCED = 1 << 21
+# Above any MSS the 16-bit option can carry: "nothing announced yet".
+UNANNOUNCED = 1 << 16
 # Violating flow directions tracked with their own counters.
 MAX_FLOWS = 4096
 
 FLOW_FIELDS = ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
+
+
+@njit(cache=True)
+def _scan(layers, flags, payload, mss, min_mss_v4, min_mss_v6):
+    """Rows of SYNs with an MSS option, and rows of segments above the smallest MSS of their family.
+
+    No segment at or below the smallest MSS announced in its address family
+    (this batch's SYNs included) can violate, so nearly every row stops at
+    that comparison.
+    """
+    syn = np.empty(len(layers), dtype=np.int64)
+    n_syn = 0
+    for i in range(len(layers)):
+        if layers[i] & np.uint32(L_MSS) and flags[i] & TH_SYN:
+            syn[n_syn] = i
+            n_syn += 1
+            if layers[i] & np.uint32(L_IP6):
+                min_mss_v6 = min(min_mss_v6, np.int64(mss[i]))
+            else:
+                min_mss_v4 = min(min_mss_v4, np.int64(mss[i]))
+    segments = np.empty(len(layers), dtype=np.int64)
+    n_seg = 0
+    need = np.uint32(L_TCP | L_PAYLOAD)
+    for i in range(len(layers)):
+        bits = layers[i]
+        if bits & need == need:
+            floor = min_mss_v6 if bits & np.uint32(L_IP6) else min_mss_v4
+            if payload[i] > floor:
+                segments[n_seg] = i
+                n_seg += 1
+    return syn[:n_syn], segments[:n_seg]
 
 
 def _direction_key(src_hi, src_lo, dst_hi, dst_lo, sport, dport) -> np.ndarray:
@@ -58,6 +91,8 @@ class MssViolation(Detector):
         super().__init__(rule)
         self.limit_keys = np.zeros(0, dtype=np.uint64)   # direction that must obey, sorted
         self.limit_mss = np.zeros(0, dtype=np.uint32)
+        # smallest MSS announced per address family: the cheap first filter of segments
+        self.min_mss_v4 = self.min_mss_v6 = UNANNOUNCED
         self.dropped_announcements = 0
         self.flows: dict[int, dict] = {}
 
@@ -65,47 +100,57 @@ class MssViolation(Detector):
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
-        layers, flags = batch["layers"], batch["tcp_flags"]
-        syn = np.flatnonzero(((layers & np.uint32(L_MSS)) != 0) & ((flags & TH_SYN) != 0))
+        layers = batch["layers"]
+        syn, segments = _scan(layers, batch["tcp_flags"], batch["payload_len"], batch["tcp_mss"],
+                              self.min_mss_v4, self.min_mss_v6)
         if len(syn):
             # the SYN's sender limits what its peer may send: key the reverse direction
             keys = _direction_key(batch["dst_ip_hi"][syn], batch["dst_ip_lo"][syn], batch["src_ip_hi"][syn],
                                   batch["src_ip_lo"][syn], batch["dst_port"][syn], batch["src_port"][syn])
-            self._announce(keys, batch["tcp_mss"][syn].astype(np.uint32))
-        if len(self.limit_keys):
-            self._check_segments(batch)
+            v6 = (layers[syn] & np.uint32(L_IP6)) != 0
+            self._announce(keys, batch["tcp_mss"][syn].astype(np.uint32), v6)
+        if len(segments):
+            self._check_segments(batch, segments)
 
-    def _announce(self, keys: np.ndarray, mss: np.ndarray) -> None:
-        room = MAX_ANNOUNCED - len(self.limit_keys)
+    def _announce(self, keys: np.ndarray, mss: np.ndarray, v6: np.ndarray) -> None:
+        for family, smallest in ((v6, "min_mss_v6"), (~v6, "min_mss_v4")):
+            if family.any():
+                setattr(self, smallest, min(getattr(self, smallest), int(mss[family].min())))
+        self._insert(keys, mss)
+
+    def _insert(self, keys: np.ndarray, mss: np.ndarray) -> None:
+        """Add announcements to the sorted table; a key seen again keeps its largest MSS."""
+        room = max(MAX_ANNOUNCED - len(self.limit_keys), 0)
         if len(keys) > room:
-            self.dropped_announcements += len(keys) - max(room, 0)
-            keys, mss = keys[:max(room, 0)], mss[:max(room, 0)]
-        all_keys = np.concatenate([self.limit_keys, keys])
-        all_mss = np.concatenate([self.limit_mss, mss])
-        # a repeated SYN keeps the largest MSS announced: judge against the most lenient one
-        order = np.lexsort((-all_mss.astype(np.int64), all_keys))
-        all_keys, all_mss = all_keys[order], all_mss[order]
-        first = np.concatenate(([True], all_keys[1:] != all_keys[:-1]))
-        self.limit_keys, self.limit_mss = all_keys[first], all_mss[first]
-
-    def _check_segments(self, batch: PacketBatch) -> None:
-        layers = batch["layers"]
-        need = np.uint32(L_TCP | L_PAYLOAD)
-        payload = batch["payload_len"]
-        rows = np.flatnonzero(((layers & need) == need) & (payload > self.limit_mss.min()))
-        if len(rows) == 0:
+            self.dropped_announcements += len(keys) - room
+            keys, mss = keys[:room], mss[:room]
+        if len(keys) == 0:
             return
+        # judge against the most lenient announcement of a repeated SYN
+        order = np.lexsort((-mss.astype(np.int64), keys))
+        keys, mss = keys[order], mss[order]
+        first = np.concatenate(([True], keys[1:] != keys[:-1]))
+        keys, mss = keys[first], mss[first]
+        at = np.searchsorted(self.limit_keys, keys)
+        known = at < len(self.limit_keys)
+        known[known] = self.limit_keys[at[known]] == keys[known]
+        self.limit_mss[at[known]] = np.maximum(self.limit_mss[at[known]], mss[known])
+        # new keys go in at their sorted places: a copy of the table, not a sort of it
+        self.limit_keys = np.insert(self.limit_keys, at[~known], keys[~known])
+        self.limit_mss = np.insert(self.limit_mss, at[~known], mss[~known])
+
+    def _check_segments(self, batch: PacketBatch, rows: np.ndarray) -> None:
+        payload = batch["payload_len"]
         cols = {"src_hi": batch["src_ip_hi"][rows], "src_lo": batch["src_ip_lo"][rows],
                 "dst_hi": batch["dst_ip_hi"][rows], "dst_lo": batch["dst_ip_lo"][rows],
                 "sport": batch["src_port"][rows], "dport": batch["dst_port"][rows]}
         keys = _direction_key(*(cols[name] for name in FLOW_FIELDS))
-        known = member(keys, self.limit_keys)
-        at = np.searchsorted(self.limit_keys, keys[known])
-        sel = np.flatnonzero(known)[payload[rows[known]] > self.limit_mss[at]]
+        at = np.minimum(np.searchsorted(self.limit_keys, keys), len(self.limit_keys) - 1)
+        mss = self.limit_mss[at]
+        sel = np.flatnonzero((self.limit_keys[at] == keys) & (payload[rows] > mss))
         if len(sel) == 0:
             return
-        mss = self.limit_mss[np.searchsorted(self.limit_keys, keys[sel])]
-        rows, keys = rows[sel], keys[sel]
+        rows, keys, mss = rows[sel], keys[sel], mss[sel]
         cols = {name: col[sel] for name, col in cols.items()}
         ts, frames = batch["ts_ns"][rows], batch["frame"][rows]
         size, ip_len = payload[rows], batch["ip_len"][rows]
@@ -133,7 +178,9 @@ class MssViolation(Detector):
 
     def merge(self, other: "MssViolation") -> "MssViolation":
         check_merge(self, other)
-        self._announce(other.limit_keys, other.limit_mss)
+        self._insert(other.limit_keys, other.limit_mss)
+        self.min_mss_v4 = min(self.min_mss_v4, other.min_mss_v4)
+        self.min_mss_v6 = min(self.min_mss_v6, other.min_mss_v6)
         self.dropped_announcements += other.dropped_announcements
         for key, theirs in other.flows.items():
             mine = self.flows.get(key)
