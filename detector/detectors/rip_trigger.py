@@ -293,8 +293,10 @@ class RipTrigger(Detector):
         last_ns = rows["last_ns"].copy()
         last_ns[linked] = rows["first_ns"][linked]
         n = int(probes.sum())
-        targets = np.unique(mix64(rows["dst_ip_hi"], rows["dst_ip_lo"]), return_index=True)[1]
-        target_list = [ip_text(rows["dst_ip_hi"][t], rows["dst_ip_lo"][t]) for t in sorted(targets.tolist())]
+        # targets in the order the source reached them
+        by_time = np.argsort(rows["first_ns"], kind="stable")
+        targets = np.unique(mix64(rows["dst_ip_hi"], rows["dst_ip_lo"])[by_time], return_index=True)[1]
+        target_list = [ip_text(rows["dst_ip_hi"][t], rows["dst_ip_lo"][t]) for t in by_time[np.sort(targets)]]
         ports = sorted(set(rows["dst_port"].tolist()))
         verdicts: dict[str, int] = {}
         for code, c in zip(rows["verdict"].tolist(), probes.tolist()):
