@@ -7,11 +7,10 @@ import tempfile
 from pathlib import Path
 
 from . import engine
-from .detectors import AnalysisContext, active_detectors, run_findings
 from .errors import CaptureError, UsageError
 from .findings import SEVERITY_RANK
 from .flows import FlowTable
-from .rules import load_rules
+from .flows.export import write_csv, write_parquet
 from .stats import CaptureStats
 
 FINDINGS_VERSION = 1
@@ -77,17 +76,12 @@ def info_one(path: str) -> tuple[dict, str]:
 def write_flows(paths, out: Path):
     table = FlowTable()
     result = engine.run(paths, [table], label="flows")
-    frame = table.to_frame()
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise UsageError("parquet output needs pyarrow: pip install 'detector[parquet]'") from None
-        frame.to_parquet(out, index=False)
+        write_parquet(table.to_frame(), out)
     else:
-        frame.to_csv(out, index=False)
-    return result, len(frame)
+        write_csv(table.text_columns(), out)
+    return result, table.flow_count
 
 
 def analyze(paths, out_dir: Path, rules_dir=None):
@@ -96,6 +90,10 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
     file is refused before any capture is read.
     """
+    # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
+    from .detectors import AnalysisContext, active_detectors, run_findings
+    from .rules import load_rules
+
     detectors = active_detectors(load_rules(rules_dir))
     stats = CaptureStats()
     table = FlowTable()

@@ -43,7 +43,6 @@ IP length).
 from __future__ import annotations
 
 import re
-import socket
 
 import numpy as np
 
@@ -52,6 +51,7 @@ from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PRO
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
 from . import kernel as k
+from ..decode.addr import ip_to_str
 from .community_id import community_id
 
 NS = 1_000_000_000
@@ -377,20 +377,28 @@ class FlowTable:
         out["community_id"] = _community_ids(out)
         return {name: np.asarray(out[name]).astype(dtype, copy=False) for name, dtype in FLOW_COLUMNS.items()}
 
-    def to_frame(self):
-        """pandas view: addresses as strings, proto names, UTC times, flag strings."""
-        import pandas as pd
+    def text_columns(self) -> dict[str, np.ndarray]:
+        """The user-facing view of finish(): addresses as text, proto names, flag strings.
+
+        Times stay int64 nanoseconds here; to_frame() and the CSV writer render them.
+        """
         cols = self.finish()
-        view = {"src_ip": addresses(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
-                "dest_ip": addresses(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
+        view = {"src_ip": ip_to_str(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
+                "dest_ip": ip_to_str(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
                 "proto": proto_names(cols["proto"])}
         view.update((name, cols[name]) for name in FLOW_COLUMNS
                     if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
-        frame = pd.DataFrame(view)
-        frame["first_seen"] = pd.to_datetime(cols["first_seen"], unit="ns", utc=True)
-        frame["last_seen"] = pd.to_datetime(cols["last_seen"], unit="ns", utc=True)
         for column in ("src2dst_tcp_flags", "dst2src_tcp_flags"):
-            frame[column + "_str"] = flag_strings(cols[column])
+            view[column + "_str"] = flag_strings(cols[column])
+        return view
+
+    def to_frame(self):
+        """pandas view: addresses as strings, proto names, UTC times, flag strings."""
+        import pandas as pd
+        view = self.text_columns()
+        frame = pd.DataFrame(view)
+        for column in ("first_seen", "last_seen"):
+            frame[column] = pd.to_datetime(view[column], unit="ns", utc=True)
         return frame
 
     # ---- merging -----------------------------------------------------------
@@ -570,15 +578,6 @@ def _packed(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     both = np.empty((len(hi), 2), dtype=">u8")
     both[:, 0], both[:, 1] = hi, lo
     return both.view(np.uint8).reshape(len(hi), 16)
-
-
-def addresses(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """128-bit addresses as text; IPv4-mapped ones as dotted quads."""
-    raw = _packed(hi, lo)
-    v4 = K_.is_v4_mapped(hi, lo)
-    return np.array([socket.inet_ntop(socket.AF_INET, r[12:].tobytes()) if m
-                     else socket.inet_ntop(socket.AF_INET6, r.tobytes())
-                     for r, m in zip(raw, v4.tolist())], dtype=object)
 
 
 def _community_ids(out) -> np.ndarray:
