@@ -1,0 +1,45 @@
+"""Every bundled capture yields what captures/MANIFEST.json says, and nothing it rules out.
+
+Each capture runs through `detector analyze` in process (all default rules);
+the manifest lists per file the findings it must yield (rule and lowest
+severity) and must not yield (rule or "*" and the severity they must stay at
+or below).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from detector.commands import analyze
+from detector.findings import SEVERITY_RANK
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+MANIFEST = json.loads((CAPTURES / "MANIFEST.json").read_text())["captures"]
+# Bundled files stay small so the repository does too.
+MAX_CAPTURE_BYTES = 2 * 1024 * 1024
+
+
+def test_manifest_lists_exactly_the_bundled_captures():
+    on_disk = {p.name for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng")}
+    assert on_disk == {entry["file"] for entry in MANIFEST}
+    for name in on_disk:
+        assert (CAPTURES / name).stat().st_size < MAX_CAPTURE_BYTES, name
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_capture_meets_its_manifest(entry, tmp_path):
+    findings, _, out = analyze([CAPTURES / entry["file"]], tmp_path)
+    document = json.loads(out.read_text())
+    assert document["stats"]["packets"] == entry["packets"]
+    seen = [(f.rule, f.severity) for f in findings]
+    for want in entry["must_yield"]:
+        floor = SEVERITY_RANK[want["severity_at_least"]]
+        assert any(rule == want["rule"] and SEVERITY_RANK[sev] >= floor for rule, sev in seen), \
+            f"{entry['file']}: no {want['rule']} finding at {want['severity_at_least']} or above in {seen}"
+    for ban in entry["must_not_yield"]:
+        ceiling = SEVERITY_RANK[ban["severity_above"]]
+        loud = [(rule, sev) for rule, sev in seen
+                if ban["rule"] in ("*", rule) and SEVERITY_RANK[sev] > ceiling]
+        assert not loud, f"{entry['file']}: {loud} above {ban['severity_above']}"

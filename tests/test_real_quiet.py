@@ -1,0 +1,57 @@
+"""Real captures from other projects' test suites raise nothing above "low" unless they hold a signature.
+
+All default rules run in process over every file of ../shared/captures-real
+(files that cannot be read are the ingest tests' business and are passed
+over here). A file that really contains what a rule looks for is listed in
+ALLOWED with the rule, the highest severity it may reach and why; the list
+is reviewed like code.
+"""
+from __future__ import annotations
+
+from detector import engine
+from detector.detectors import AnalysisContext, active_detectors, run_findings
+from detector.errors import DetectorError
+from detector.findings import SEVERITY_RANK
+from detector.flows import FlowTable
+from detector.rules import load_rules
+from detector.stats import CaptureStats
+from tests._real import manifest_rows
+
+QUIET_UP_TO = "low"
+
+# path -> {rule: (highest severity allowed, why the file really contains the signature)}
+ALLOWED = {
+    "tcpdump/tests/ripv2-invalid-length.pcap": {
+        "rip-trigger": ("medium", "a RIPv2 message whose length does not match its entries: a malformed "
+                                  "RIP payload, which the rule reports as a probe"),
+    },
+}
+
+
+def _findings(path, rules):
+    detectors = active_detectors(rules)
+    stats, table = CaptureStats(), FlowTable()
+    engine.run([path], [stats, table, *detectors], label="quiet")
+    return run_findings(detectors, AnalysisContext(flows=table.to_frame(), stats=stats))
+
+
+def test_real_captures_stay_quiet(captures_real):
+    rules = load_rules()
+    loud, used = [], set()
+    rows = manifest_rows()
+    assert len(rows) > 1000
+    for row in rows:
+        try:
+            findings = _findings(captures_real / row["path"], rules)
+        except DetectorError:
+            continue
+        allowed = ALLOWED.get(row["path"], {})
+        for f in findings:
+            if f.rule in allowed and f.rank <= SEVERITY_RANK[allowed[f.rule][0]]:
+                used.add((row["path"], f.rule))
+                continue
+            if f.rank > SEVERITY_RANK[QUIET_UP_TO]:
+                loud.append(f"{row['path']}: {f.rule} {f.severity}: {f.msg}")
+    assert not loud, "\n".join(loud)
+    # an allowance nothing needs any more is stale: drop it
+    assert used == {(path, rule) for path, rules_ in ALLOWED.items() for rule in rules_}
