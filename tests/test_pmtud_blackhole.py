@@ -164,3 +164,23 @@ def test_merged_halves_give_the_single_pass_finding():
     assert merged.severity == single.severity == "high"
     assert single.evidence["oversized_after_icmp"] - 1 <= merged.evidence["oversized_after_icmp"] \
         <= single.evidence["oversized_after_icmp"]
+
+
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "captures-real"
+
+
+def test_real_capture_where_pmtud_works_is_quiet():
+    """suricata-verify's bug-3616 capture: four frag-needed messages (MTU 1492) for a window of
+    1500-byte segments, after which the sender uses 1492-byte packets: PMTUD working on real bytes."""
+    path = REAL / "suricata-verify" / "tests" / "bug-3616-smtp" / "input.pcap"
+    if not path.is_file():
+        pytest.skip(f"real captures not present at {REAL}")
+    [batch] = _batches([path])
+    detector = REGISTRY[RULE](load_rules()[RULE])
+    detector.update(batch)
+    [pair] = detector.pairs.values()
+    assert pair.icmp_count == len(tshark_fields(path, "icmp.type == 3 && icmp.code == 4", "icmp.mtu")) == 4
+    assert pair.mtu == 1492 and pair.packets_after > 0 and pair.oversized_after == 0
+    flows, stats = FlowTable(), CaptureStats()
+    flows.update(batch)
+    assert detector.findings(AnalysisContext(flows=flows.to_frame(), stats=stats)) == []
