@@ -196,12 +196,16 @@ def explain_text(rule: Rule) -> str:
     for name in sorted(rule.params):
         kind, default, doc = declared[name]
         changed = "" if rule.params[name] == default else f" (default {default!r})"
-        out.append(f"  {name} = {rule.params[name]!r}{changed}  [{kind.__name__}]")
+        out.append(_wrap(f"{name} = {rule.params[name]!r}{changed}  [{kind.__name__}]", "  ", "      "))
         out.append(_indent(doc, 6))
-    out += ["", "False positives"] + [f"  - {item}" for item in rule.false_positives]
+    out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]
     out += ["", "Remediation", _indent(rule.remediation), "", "References"]
     out += [f"  - {item}" for item in rule.references]
     return "\n".join(out) + "\n"
+
+
+def _wrap(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(text, 80, initial_indent=first, subsequent_indent=rest, break_long_words=False)
 
 
 def _indent(text: str, width: int = 2) -> str:

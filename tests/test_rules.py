@@ -1,0 +1,169 @@
+"""Rule files: the defaults agree with the detectors, overrides merge, and every mistake names file and key."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from detector.detectors import REGISTRY, active_detectors
+from detector.errors import RuleError
+from detector.findings import SEVERITIES
+from detector.rules import RULES_DIR, explain_text, load_rules
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+ECHO_CAPTURE = CAPTURES / "echo-loop-rip-ipv4.pcapng"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "detector", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def write_rule(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def test_every_detector_has_a_rule_whose_defaults_match_the_code():
+    rules = load_rules()
+    assert set(rules) == set(REGISTRY)
+    for rule_id, rule in rules.items():
+        assert Path(rule.path).name == f"{rule_id}.yaml"
+        assert rule.severity in SEVERITIES
+        assert rule.references and rule.false_positives
+        declared = REGISTRY[rule_id].PARAMS
+        # the YAML states every default, so the file a user copies documents them all
+        document = yaml.safe_load(Path(rule.path).read_text())
+        assert set(document["params"]) == set(declared), rule_id
+        for name, (kind, default, doc) in declared.items():
+            assert rule.params[name] == default, (rule_id, name)
+            assert doc, (rule_id, name)
+
+
+def test_findings_order_puts_rip_trigger_after_echo_loop():
+    order = [d.rule_id for d in active_detectors(load_rules())]
+    assert order.index("rip-trigger") > order.index("echo-loop")
+
+
+def test_override_merges_params_and_keeps_other_keys(tmp_path):
+    write_rule(tmp_path, "mine.yaml", "id: echo-loop\nseverity: high\nparams:\n  min_copies: 50\n")
+    rules = load_rules(tmp_path)
+    echo = rules["echo-loop"]
+    assert echo.severity == "high"
+    assert echo.params["min_copies"] == 50
+    assert echo.params["min_rate_pps"] == REGISTRY["echo-loop"].PARAMS["min_rate_pps"][1]
+    assert echo.title == load_rules()["echo-loop"].title
+    assert echo.path.endswith("mine.yaml")
+    assert rules["routing-loop"] == load_rules()["routing-loop"]
+
+
+def test_disabled_rule_is_not_run(tmp_path):
+    write_rule(tmp_path, "off.yaml", "id: routing-loop\nenabled: false\n")
+    ids = [d.rule_id for d in active_detectors(load_rules(tmp_path))]
+    assert "routing-loop" not in ids and "echo-loop" in ids
+
+
+@pytest.mark.parametrize("text, key, reason", [
+    ("id: echo-loop\ncolour: red\n", "colour", "unknown key"),
+    ("id: echo-loop\nseverity: urgent\n", "severity", "not one of"),
+    ("id: echo-loop\nparams:\n  min_copy: 5\n", "params.min_copy", "unknown parameter"),
+    ("id: echo-loop\nparams:\n  min_copies: many\n", "params.min_copies", "expected int"),
+    ("id: echo-loop\nparams:\n  min_copies: true\n", "params.min_copies", "expected int"),
+    ("id: echo-loop\nparams:\n  min_rate_pps: -3\n", "params.min_rate_pps", ">= 0"),
+    ("id: echo-loop\nparams:\n  high_share_ratio: 20\n", "params.high_share_ratio", "between 0 and 1"),
+    ("id: echo-loop\nparams: [1, 2]\n", "params", "mapping"),
+    ("id: echo-loop\nreferences: just one\n", "references", "list of strings"),
+    ("id: echo-loop\ntitle: ''\n", "title", "non-empty"),
+    ("id: echo-loop\nenabled: maybe\n", "enabled", "true or false"),
+    ("id: no-such-rule\n", "id", "no detector implements"),
+    ("title: x\n", "id", "missing"),
+    ("id: rip-trigger\nparams:\n  local_networks: [10.0.0.0/33]\n", "params.local_networks", None),
+])
+def test_bad_rule_file_names_file_and_key(tmp_path, text, key, reason):
+    path = write_rule(tmp_path, "bad.yaml", text)
+    with pytest.raises(RuleError) as info:
+        active_detectors(load_rules(tmp_path))
+    assert info.value.key == key
+    assert str(path) in str(info.value)
+    if reason:
+        assert reason in info.value.reason
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("id: [unclosed\n", "not valid YAML: line 2"),
+    ("- a\n- list\n", "one mapping"),
+    ("", "one mapping"),
+])
+def test_unreadable_rule_file(tmp_path, text, reason):
+    path = write_rule(tmp_path, "broken.yaml", text)
+    with pytest.raises(RuleError) as info:
+        load_rules(tmp_path)
+    assert reason in str(info.value) and str(path) in str(info.value)
+
+
+def test_rule_file_limits(tmp_path):
+    write_rule(tmp_path / "a", "x.yaml", "id: echo-loop\n" + "# padding\n" * 40000)
+    with pytest.raises(RuleError, match="larger than a rule file"):
+        load_rules(tmp_path / "a")
+    write_rule(tmp_path / "b", "one.yaml", "id: echo-loop\n")
+    write_rule(tmp_path / "b", "two.yaml", "id: echo-loop\n")
+    with pytest.raises(RuleError, match="defined in one.yaml too"):
+        load_rules(tmp_path / "b")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "latin1.yaml").write_bytes(b"id: echo-loop\ntitle: caf\xe9\n")
+    with pytest.raises(RuleError, match="not UTF-8"):
+        load_rules(tmp_path / "c")
+    with pytest.raises(RuleError, match="not a folder"):
+        load_rules(tmp_path / "missing")
+
+
+def test_default_rule_file_must_match_its_name(tmp_path, monkeypatch):
+    import detector.rules as rules_module
+    write_rule(tmp_path, "echo-loop.yaml", (RULES_DIR / "routing-loop.yaml").read_text())
+    monkeypatch.setattr(rules_module, "RULES_DIR", tmp_path)
+    with pytest.raises(RuleError, match="differs from the file name"):
+        rules_module.load_rules()
+
+
+def test_explain_text_has_every_section():
+    for rule in load_rules().values():
+        text = explain_text(rule)
+        for section in ("What it detects", "Why it matters", "Parameters", "False positives",
+                        "Remediation", "References"):
+            assert f"\n{section}\n" in text, (rule.id, section)
+        for name in rule.params:
+            assert f"  {name} = " in text
+        assert max(len(line) for line in text.splitlines() if "://" not in line) <= 100
+
+
+def test_cli_rules_and_explain(tmp_path):
+    proc = run_cli("rules")
+    assert proc.returncode == 0, proc.stderr
+    for rule_id in ("echo-loop", "routing-loop", "rip-trigger"):
+        assert rule_id in proc.stdout
+    proc = run_cli("explain", "rip-trigger")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("rip-trigger: ")
+    assert "many_targets_count = 5" in proc.stdout
+    proc = run_cli("explain", "no-such-rule")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown rule 'no-such-rule'" in proc.stderr
+
+
+def test_cli_analyze_with_rules_dir(tmp_path):
+    # a threshold above the loop's 6,000 copies silences echo-loop; rip-trigger still sees the probe
+    write_rule(tmp_path / "rules", "echo.yaml", "id: echo-loop\nparams:\n  min_copies: 10000\n")
+    proc = run_cli("analyze", ECHO_CAPTURE, "-o", tmp_path / "out", "--rules", tmp_path / "rules")
+    assert proc.returncode == 0, proc.stderr
+    assert "echo-loop" not in proc.stdout and "rip-trigger" in proc.stdout
+    bad = write_rule(tmp_path / "bad", "echo.yaml", "id: echo-loop\nparams:\n  min_copies: -1\n")
+    proc = run_cli("analyze", ECHO_CAPTURE, "-o", tmp_path / "out2", "--rules", tmp_path / "bad")
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and "params.min_copies" in lines[0]
+    assert not (tmp_path / "out2" / "findings.json").exists()
