@@ -184,3 +184,22 @@ def test_real_capture_where_pmtud_works_is_quiet():
     flows, stats = FlowTable(), CaptureStats()
     flows.update(batch)
     assert detector.findings(AnalysisContext(flows=flows.to_frame(), stats=stats)) == []
+
+
+def test_forged_messages_for_many_pairs_keep_the_state_bounded(tmp_path, monkeypatch):
+    from detector.detectors import pmtud_blackhole
+
+    monkeypatch.setattr(pmtud_blackhole, "MAX_PAIRS", 8)
+    packets = []
+    for i in range(20):
+        quoted = Ether() / IP(src=f"203.0.113.{i + 1}", dst="198.51.100.7") / TCP(sport=443, dport=40000 + i)
+        for k in range(3):
+            packets.append(_frame(i + k * 0.1, _too_big(1400, quoted)))
+    path = tmp_path / "forged.pcap"
+    wrpcap(str(path), packets)
+    [batch] = _batches([path])
+    detector = REGISTRY[RULE](load_rules()[RULE])
+    detector.update(batch)
+    assert len(detector.pairs) == 8
+    assert detector.unwatched_icmp == 12 * 3
+    assert sum(pair.icmp_count for pair in detector.pairs.values()) == 8 * 3

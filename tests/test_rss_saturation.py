@@ -115,3 +115,19 @@ def test_merged_partitions_give_the_single_pass_histogram():
     expected_bins, expected_counts = combined.histogram()
     assert np.array_equal(bins, expected_bins) and np.array_equal(counts, expected_counts)
     assert counts.sum() == 11500 + 8000
+
+
+def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
+    from scapy.all import IP, UDP, Ether, wrpcap
+
+    frames = []
+    for k, when in enumerate((0.0, 0.01, 3.2e8, 3.2e8 + 0.02, 1.7e9)):
+        frame = Ether() / IP(src="10.0.0.1", dst="10.0.0.2", id=k) / UDP(sport=1, dport=2)
+        frame.time = when
+        frames.append(frame)
+    path = tmp_path / "years.pcap"
+    wrpcap(str(path), frames)
+    detector = REGISTRY[RULE](load_rules()[RULE])
+    engine.run([str(path)], [detector])
+    bins, counts = detector.histogram()
+    assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]

@@ -25,7 +25,8 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from .base import AnalysisContext, Detector, check_merge, evidence_frames, ip_text, keep_ends, mix64, register
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends, member,
+                   mix64, register)
 from .pmtud_blackhole import endpoint, match_flow
 
 NS = 1_000_000_000
@@ -155,17 +156,20 @@ class MssViolation(Detector):
         ts, frames = batch["ts_ns"][rows], batch["frame"][rows]
         size, ip_len = payload[rows], batch["ip_len"][rows]
         on_wire = ip_len <= self.params["link_mtu_bytes"]
-        for key in np.unique(keys):
-            mine = np.flatnonzero(keys == key)
-            flow = self.flows.get(int(key))
+        known = np.array(sorted(self.flows), dtype=np.uint64)
+        fresh = np.unique(keys[~member(keys, known)])[:max(MAX_FLOWS - len(self.flows), 0)]
+        order, starts, counts = group_by(keys)
+        tracked = member(keys[order[starts]], known) | member(keys[order[starts]], fresh)
+        for start, count in zip(starts[tracked].tolist(), counts[tracked].tolist()):
+            mine = order[start:start + count]
+            key = int(keys[mine[0]])
+            flow = self.flows.get(key)
             if flow is None:
-                if len(self.flows) >= MAX_FLOWS:
-                    continue
                 i = mine[0]
                 flow = {name: int(cols[name][i]) for name in FLOW_FIELDS}
                 flow.update(mss=int(mss[i]), count=0, on_wire=0, largest=0, largest_on_wire=0,
                             first_ns=int(ts[i]), last_ns=int(ts[i]), frames=np.zeros(0, dtype=np.int64))
-                self.flows[int(key)] = flow
+                self.flows[key] = flow
             wire = mine[on_wire[mine]]
             flow["count"] += len(mine)
             flow["on_wire"] += len(wire)

@@ -35,8 +35,8 @@ import pandas as pd
 from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, ip_text, keep_ends, member,
-                   mix64, register)
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends,
+                   member, mix64, register)
 
 NS = 1_000_000_000
 ICMP_UNREACH = 3            # destination unreachable, RFC 792
@@ -155,30 +155,41 @@ class PmtudBlackhole(Detector):
         has_ports = (batch["layers"][rows] & np.uint32(L_QUOTE_PORTS)) != 0
         cols["quote_src_port"] = np.where(has_ports, cols["quote_src_port"], 0)
         cols["quote_dst_port"] = np.where(has_ports, cols["quote_dst_port"], 0)
-        frame = pd.DataFrame(cols)
-        frame["key"] = _pair_key(cols["quote_src_ip_hi"], cols["quote_src_ip_lo"],
-                                 cols["quote_dst_ip_hi"], cols["quote_dst_ip_lo"])
-        for key, group in frame.groupby("key", sort=False):
-            key = int(key)
-            pair = self.pairs.get(key)
-            if pair is None:
-                if len(self.pairs) >= MAX_PAIRS:
-                    self.unwatched_icmp += len(group)
-                    continue
-                first = group.iloc[0]
-                pair = _Pair(host=(int(first.quote_src_ip_hi), int(first.quote_src_ip_lo)),
-                             peer=(int(first.quote_dst_ip_hi), int(first.quote_dst_ip_lo)),
-                             mtu=int(group.icmp_mtu.min()), first_icmp_ns=int(group.ts_ns.min()),
-                             last_icmp_ns=int(group.ts_ns.max()))
-                self.pairs[key] = pair
-            part = _Pair(host=pair.host, peer=pair.peer, mtu=int(group.icmp_mtu.min()),
-                         first_icmp_ns=int(group.ts_ns.min()), last_icmp_ns=int(group.ts_ns.max()),
-                         icmp_count=len(group), icmp_frames=group.frame.to_numpy(np.int64))
-            for (hi, lo), count in group.groupby(["src_ip_hi", "src_ip_lo"]).size().items():
-                part.routers[(int(hi), int(lo))] = int(count)
-            for quoted, count in group.groupby(["quote_proto", "quote_src_port", "quote_dst_port"]).size().items():
-                part.quoted[tuple(int(v) for v in quoted)] = int(count)
-            pair.absorb(part)
+        keys = _pair_key(cols["quote_src_ip_hi"], cols["quote_src_ip_lo"], cols["quote_dst_ip_hi"],
+                         cols["quote_dst_ip_lo"])
+        # pairs beyond MAX_PAIRS are counted and dropped before any per-pair work
+        watched = np.array(sorted(self.pairs), dtype=np.uint64)
+        fresh = np.unique(keys[~member(keys, watched)])[:max(MAX_PAIRS - len(self.pairs), 0)]
+        keep = member(keys, watched) | member(keys, fresh)
+        self.unwatched_icmp += int(np.count_nonzero(~keep))
+        frame = pd.DataFrame({name: col[keep] for name, col in cols.items()})
+        frame["key"] = keys[keep]
+        # one vectorised aggregation per batch; the loops below run once per pair, router and quoted flow
+        per_pair = frame.groupby("key", sort=False).agg(
+            mtu=("icmp_mtu", "min"), first_ns=("ts_ns", "min"), last_ns=("ts_ns", "max"), count=("ts_ns", "size"),
+            host_hi=("quote_src_ip_hi", "first"), host_lo=("quote_src_ip_lo", "first"),
+            peer_hi=("quote_dst_ip_hi", "first"), peer_lo=("quote_dst_ip_lo", "first"))
+        parts: dict[int, _Pair] = {}
+        for key, row in zip(per_pair.index.tolist(), per_pair.itertuples(index=False)):
+            host, peer = (int(row.host_hi), int(row.host_lo)), (int(row.peer_hi), int(row.peer_lo))
+            span = {"mtu": int(row.mtu), "first_icmp_ns": int(row.first_ns), "last_icmp_ns": int(row.last_ns)}
+            self.pairs.setdefault(key, _Pair(host=host, peer=peer, **span))
+            parts[key] = _Pair(host=host, peer=peer, icmp_count=int(row.count), **span)
+        for (key, hi, lo), count in frame.groupby(["key", "src_ip_hi", "src_ip_lo"]).size().items():
+            routers = parts[key].routers
+            if len(routers) < MAX_LISTED:
+                routers[(int(hi), int(lo))] = int(count)
+        quoted = frame.groupby(["key", "quote_proto", "quote_src_port", "quote_dst_port"]).size()
+        for (key, proto, sport, dport), count in quoted.items():
+            if len(parts[key].quoted) < MAX_LISTED:
+                parts[key].quoted[(int(proto), int(sport), int(dport))] = int(count)
+        order, starts, counts = group_by(frame["key"].to_numpy())
+        frames = frame["frame"].to_numpy(np.int64)[order]
+        for start, count in zip(starts.tolist(), counts.tolist()):
+            key = int(frame["key"].iat[order[start]])
+            parts[key].icmp_frames = keep_ends(parts[key].icmp_frames, frames[start:start + count])
+        for key, part in parts.items():
+            self.pairs[key].absorb(part)
 
     def _add_host_packets(self, batch: PacketBatch) -> None:
         layers = batch["layers"]
@@ -199,9 +210,11 @@ class PmtudBlackhole(Detector):
         ports = (batch["layers"][rows] & np.uint32(L_PORTS)) != 0
         tcp = (batch["layers"][rows] & np.uint32(L_TCP)) != 0
         payload = np.where((batch["layers"][rows] & np.uint32(L_PAYLOAD)) != 0, batch["payload_len"][rows], 0)
-        for key in np.unique(keys):
-            pair = self.pairs[int(key)]
-            sel = np.flatnonzero((keys == key) & (ts >= pair.first_icmp_ns))
+        order, starts, counts = group_by(keys)
+        for start, count in zip(starts.tolist(), counts.tolist()):
+            group = order[start:start + count]
+            pair = self.pairs[int(keys[group[0]])]
+            sel = group[ts[group] >= pair.first_icmp_ns]
             if len(sel) == 0:
                 continue
             pair.packets_after += len(sel)
