@@ -131,3 +131,24 @@ def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
     engine.run([str(path)], [detector])
     bins, counts = detector.histogram()
     assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]
+
+
+def test_an_echo_loop_filling_the_queue_makes_it_high_and_is_named(tmp_path):
+    from scapy.all import IP, UDP, Ether, Raw
+    from scapy.utils import PcapWriter
+
+    frame = bytes(Ether(src="02:00:00:00:0a:01", dst="02:00:00:00:0a:02") /
+                  IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
+                  UDP(sport=44123, dport=520) / Raw(bytes(24)))
+    path = tmp_path / "loop.pcap"
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for k in range(6000):      # one frame 6,000 times in 100 ms
+        writer.write_packet(frame, sec=1_767_225_600, usec=100_000 + k * 16)
+    writer.close()
+    findings, _, _ = analyze([str(path)], tmp_path / "out")
+    [loop] = [f for f in findings if f.rule == "echo-loop"]
+    [finding] = [f for f in findings if f.rule == RULE]
+    assert finding.severity == "high" and finding.n == 6000
+    assert finding.evidence["echo_loop"] == loop.msg and "echo loop" in finding.msg
+    assert (finding.src_ip, finding.dest_port) == ("198.18.44.201", 520)

@@ -313,7 +313,8 @@ class PmtudBlackhole(Detector):
         frames = evidence_frames(np.union1d(pair.icmp_frames, pair.oversized_frames))
         evidence = {
             "host": host, "peer": peer, "reported_mtu": pair.mtu, "icmp_count": pair.icmp_count,
-            "routers": routers, "first_icmp": iso_time(pair.first_icmp_ns), "host_packets_after_icmp": pair.packets_after,
+            "routers": routers, "first_icmp": iso_time(pair.first_icmp_ns),
+            "host_packets_after_icmp": pair.packets_after,
             "oversized_after_icmp": pair.oversized_after, "largest_after_icmp_bytes": pair.largest_after,
             "sizes_after_icmp_bytes": sizes, "shrinking_retransmissions": ladders["count"],
             "shrinking_example_bytes": ladders["example"], "affected_flows": flows,

@@ -194,9 +194,10 @@ class RssSaturation(Detector):
         loop = _loop_filling(named, loops)
         severity = "high" if peak >= p["high_queue_rate_pps"] or loop is not None else self.rule.severity
         fair = 1 / p["queues"]
-        flow_text = "; ".join(f"{f['proto']} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
-                              f"(~{f['packets_in_window']:,} packets)" for f in named[:3]
-                              if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
+        flow_text = "; ".join(
+            f"{f['proto']} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
+            f"(~{f['packets_in_window']:,} packets)"
+            for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
         msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {total:,} packets "
                f"(fair share {fair:.1%}) in {len(idx)} bin(s) of {p['bin_ms']:g} ms, peak {peak:,.0f} packets/s "
                f"on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
