@@ -38,6 +38,10 @@ NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
 DENSE_BINS_MAX = 1 << 16
 # Per-batch partial histograms kept before they are folded into one.
 PARTS_MAX = 32
+# Frames are kept from a queue that dominates a bin within one batch at this
+# share of the firing rate: a bin split over two batches still gets evidence,
+# and quiet bins cost nothing.
+EVIDENCE_RATE_RATIO = 0.25
 # Frames kept per busy bin as evidence, and flows named per finding.
 FRAMES_PER_BIN = 16
 FLOWS_NAMED = 5
@@ -125,7 +129,7 @@ class RssSaturation(Detector):
     def _keep_frames(self, batch, queue, bins, part_bins, counts) -> None:
         """Frame numbers of the dominant queue of bins where it already dominates within this batch."""
         p = self.params
-        floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 / 4
+        floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
         top = counts.argmax(axis=1)
         top_count = counts[np.arange(len(counts)), top]
         busy = np.flatnonzero((top_count >= p["min_share_ratio"] * counts.sum(axis=1)) & (top_count >= floor))
@@ -236,9 +240,11 @@ def _address_halves(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _proto_numbers(column: pd.Series) -> np.ndarray:
-    names = {name: number for number, name in PROTO_NAMES.items()}
-    names.update({name.upper(): number for number, name in PROTO_NAMES.items()})
-    return column.map(lambda v: names.get(v, v)).astype(np.int64).to_numpy()
+    """IANA numbers of the flow table's protocol names; only TCP and UDP matter here, others become 0."""
+    known = {name: number for number, name in PROTO_NAMES.items()}
+    known.update({name.upper(): number for name, number in list(known.items())})
+    known.update({number: number for number in PROTO_NAMES})
+    return column.map(lambda value: known.get(value, 0)).to_numpy(np.int64)
 
 
 def _time_ns(column: pd.Series) -> np.ndarray:
