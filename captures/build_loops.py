@@ -159,8 +159,8 @@ def rip_between_routers(out_dir: Path) -> dict:
                             UDP(sport=521, dport=521) / RIPng(cmd=2) /
                             RIPngEntry(prefix_or_nh=f"2001:db8:{30 + r}::", prefixlen=48, metric=1)))
         mac, v4, _ = routers[0]
-        packets.append((update * 30.0 + 5, Ether(src=mac, dst="01:00:5e:00:00:09") / IP(src=v4, dst="224.0.0.9", ttl=1) /
-                        UDP(sport=520, dport=520) / RIP(cmd=2, version=2) /
+        packets.append((update * 30.0 + 5, Ether(src=mac, dst="01:00:5e:00:00:09") /
+                        IP(src=v4, dst="224.0.0.9", ttl=1) / UDP(sport=520, dport=520) / RIP(cmd=2, version=2) /
                         RIPAuth(authtype=2, password=b"campus-rip") /
                         RIPEntry(addr="10.50.0.0", mask="255.255.0.0", metric=3)))
         packets.append((update * 30.0 + 6, Ether(src="02:00:5e:30:00:03", dst="ff:ff:ff:ff:ff:ff") /

@@ -210,6 +210,18 @@ def _member_hashed(keys, values):
     return out
 
 
+# A repeat split across two batches shows up once at the end of the first:
+# rows this close to a batch's last time are tracked even when they do not
+# repeat inside it. A loop repeats far faster than this; the window bounds
+# the extra state to 10 ms of traffic.
+CARRY_OVER_S = 0.010
+
+
+def batch_tail(ts: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows within CARRY_OVER_S of the batch's last time."""
+    return ts >= ts.max() - int(CARRY_OVER_S * 1e9)
+
+
 def mix64(*columns: np.ndarray) -> np.ndarray:
     """A 64-bit hash of several integer columns, row by row (splitmix64 finaliser over a running xor)."""
     acc = np.zeros(len(columns[0]), dtype=np.uint64)

@@ -21,8 +21,8 @@ from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
-from .base import (AnalysisContext, Detector, check_merge, frame_summary, group_by, ip_text,
-                   keep_ends, mac_text, member, register, repeated_keys)
+from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, frame_summary,
+                   group_by, ip_text, keep_ends, mac_text, member, register, repeated_keys)
 
 NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
@@ -116,7 +116,7 @@ class EchoLoop(Detector):
         ts = batch["ts_ns"]
         self._count_seconds(ts)
         fp = batch["fingerprint"]
-        picked = member(fp, repeated_keys(fp)) | member(fp, self.state["fp"])
+        picked = member(fp, repeated_keys(fp)) | member(fp, self.state["fp"]) | batch_tail(ts)
         rows = np.flatnonzero(picked)
         if len(rows):
             order, starts, counts = group_by(fp[rows])
@@ -150,7 +150,7 @@ class EchoLoop(Detector):
         rate = self.params["min_rate_pps"]
         if rate <= 0:
             return
-        horizon = int(FORGET_AFTER_COPIES / rate * NS)
+        horizon = max(int(FORGET_AFTER_COPIES / rate * NS), int(CARRY_OVER_S * NS))
         state = self.state
         keep = (state["count"] >= self.params["min_copies"]) | (state["last_ns"] >= now_ns - horizon)
         if not keep.all():

@@ -245,7 +245,8 @@ class RipTrigger(Detector):
         group = ((dhi == RIP2_GROUP[0]) & (dlo == RIP2_GROUP[1])) | ((dhi == RIPNG_GROUP[0]) & (dlo == RIPNG_GROUP[1]))
         group |= (dhi == IPV4_BROADCAST[0]) & (dlo == IPV4_BROADCAST[1])
         group |= ((rows["layers"] & np.uint32(L_DST_MAC)) != 0) & (rows["dst_mac"] == ETHER_BROADCAST)
-        rows.update(verdict=verdict, group=group, local=_in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks),
+        local = _in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks)
+        rows.update(verdict=verdict, group=group, local=local,
                     fp=batch["fingerprint"][sel], count=np.ones(len(sel), dtype=np.int64),
                     first_ns=batch["ts_ns"][sel], last_ns=batch["ts_ns"][sel],
                     first_frame=batch["frame"][sel], last_frame=batch["frame"][sel])
@@ -316,8 +317,9 @@ class RipTrigger(Detector):
             loop = loops[fps[i]]
             related.append({"rule": "echo-loop", "fingerprint": fps[i], "severity": loop.severity,
                             "copies": loop.n})
-            loop.evidence.setdefault("related", []).append(
-                {"rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src, "first_frame": int(rows["first_frame"][i])})
+            loop.evidence.setdefault("related", []).append({
+                "rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src,
+                "first_frame": int(rows["first_frame"][i])})
         if related:
             worst = max(SEVERITY_RANK[r["severity"]] for r in related)
             severity = "critical" if worst >= SEVERITY_RANK["high"] else "high"

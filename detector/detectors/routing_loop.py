@@ -12,7 +12,9 @@ not look like that.
 State: one summary per packet identity seen more than once (count, first and
 last TTL, number of drops, largest step, whether the TTL ever rose, two
 source MACs), kept in arrays; identities that qualify as looping are folded
-into a per-destination summary once they stop, others are forgotten.
+into a per-destination summary once they stop, others are forgotten. Those
+seen in the first second of the input wait until merge() or the end, so
+partitions cut through a loop merge to the counts of one pass.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ import numpy as np
 
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text,
-                   mac_text, member, mix64, register, repeated_keys)
+from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, evidence_frames,
+                   group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
 
 NS = 1_000_000_000
 # A packet identity not seen for this long is finished: a looping packet
@@ -133,16 +135,20 @@ class RoutingLoop(Detector):
         super().__init__(rule)
         self.cand = _empty(CANDIDATE_COLUMNS)
         self.dest = _empty(DEST_COLUMNS)
+        self.start_ns: int | None = None      # the earliest time this state has seen
         self.evidence: dict[tuple[int, int], list[int]] = {}   # destination -> frames of a few looping packets
 
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
+        first = int(batch["ts_ns"].min())
+        self.start_ns = first if self.start_ns is None else min(self.start_ns, first)
         # the identity from header columns first (absent layers hold 0, non-IP
         # rows are dropped below); the transport bytes only for repeats
         coarse = _identity(batch)
         tracked = np.unique(self.cand["coarse"])
-        picked = (member(coarse, repeated_keys(coarse)) | member(coarse, tracked)) \
+        tail = batch_tail(batch["ts_ns"])
+        picked = (member(coarse, repeated_keys(coarse)) | member(coarse, tracked) | tail) \
             & ((batch["layers"] & np.uint32(IP)) != 0)
         rows = np.flatnonzero(picked)
         if len(rows):
@@ -151,7 +157,7 @@ class RoutingLoop(Detector):
             rows = rows[order]
             ttl = batch["ttl"][rows]
             varies = np.minimum.reduceat(ttl, starts) != np.maximum.reduceat(ttl, starts)
-            varies |= member(coarse[rows[starts]], tracked)
+            varies |= member(coarse[rows[starts]], tracked) | tail[rows[starts + counts - 1]]
             rows = rows[np.repeat(varies, counts)]
             if len(rows):
                 self._fold_batch(batch, rows, coarse[rows])
@@ -196,8 +202,15 @@ class RoutingLoop(Detector):
         cand = self.cand
         if len(cand["key"]) == 0:
             return
-        done = np.ones(len(cand["key"]), dtype=bool) if now_ns is None else \
-            cand["last_ns"] < now_ns - int(FINISHED_AFTER_S * NS)
+        horizon = int(FINISHED_AFTER_S * NS)
+        if now_ns is None:
+            done = np.ones(len(cand["key"]), dtype=bool)
+        else:
+            # identities seen near the start of this input may continue a loop
+            # that began in an earlier partition: they wait for merge() or the end
+            # a single sighting carried over from a batch's tail is forgotten sooner
+            idle = np.where(cand["count"] > 1, horizon, int(CARRY_OVER_S * NS))
+            done = (cand["last_ns"] < now_ns - idle) & (cand["first_ns"] >= self.start_ns + horizon)
         if not done.any():
             return
         loop = done & self._looping(cand)
@@ -221,6 +234,8 @@ class RoutingLoop(Detector):
 
     def merge(self, other: "RoutingLoop") -> "RoutingLoop":
         check_merge(self, other)
+        starts = [t for t in (self.start_ns, other.start_ns) if t is not None]
+        self.start_ns = min(starts) if starts else None
         self.cand = _combine(self.cand, other.cand)
         self.dest = _combine_dest(self.dest, other.dest)
         for dst, frames in other.evidence.items():
