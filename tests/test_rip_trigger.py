@@ -12,7 +12,8 @@ from scapy.layers.rip import RIP, RIPEntry
 from detector.commands import analyze
 from detector.detectors.rip_trigger import (BAD_AFI, BAD_COMMAND, BAD_LENGTH, BAD_METRIC, BAD_PREFIX_LEN,
                                             BAD_VERSION, EMPTY, KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY,
-                                            NONZERO_MBZ, VALID, WRONG_FAMILY, ZERO_FILLED, judge_payloads)
+                                            NONZERO_MBZ, VALID, VERDICTS, WRONG_FAMILY, ZERO_FILLED,
+                                            judge_payloads)
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -165,4 +166,4 @@ def test_ipv6_to_port_520_and_non_rip_ports(tmp_path):
     (f,) = rip_findings(analyze([path], tmp_path / "out")[0])
     # RIPv2 bytes over IPv6 to port 520: no RIP speaks there, even from a link-local source to ff02::9
     assert f.src_ip == "fe80::5" and f.severity == "medium"
-    assert list(f.evidence["verdicts"]) == ["RIP port over the other IP version (RIP is IPv4 on 520, RIPng IPv6 on 521)"]
+    assert list(f.evidence["verdicts"]) == [VERDICTS[WRONG_FAMILY]]
