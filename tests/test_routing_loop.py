@@ -109,8 +109,12 @@ def test_small_batches_and_merge_agree_with_one_pass():
     stream = fresh()
     for start in range(0, len(batch), 300):         # cuts fall inside packets' loops
         stream.update(PacketBatch(data=batch.data, cols={k: v[start:start + 300] for k, v in batch.cols.items()}))
+        if start == 3000:    # a live capture asks for findings while loops are in flight
+            (mid,) = stream.findings(ctx)
+            assert 0 < mid.n < 120
     (b,) = stream.findings(ctx)
     assert (b.n, b.evidence["sightings"]) == (a.n, a.evidence["sightings"]) == (120, 120 * 64)
+    assert [f.to_json() for f in stream.findings(ctx)] == [b.to_json()]
     # two partitions cut inside the loops of packets 59 and 60 (each circles for 12.8 ms, one starts every 10 ms)
     cut = int(((batch["ts_ns"] - batch["ts_ns"][0]) < 600_000_000).sum())
     left, right = fresh(), fresh()

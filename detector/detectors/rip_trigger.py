@@ -317,9 +317,10 @@ class RipTrigger(Detector):
             loop = loops[fps[i]]
             related.append({"rule": "echo-loop", "fingerprint": fps[i], "severity": loop.severity,
                             "copies": loop.n})
-            loop.evidence.setdefault("related", []).append({
-                "rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src,
-                "first_frame": int(rows["first_frame"][i])})
+            back = {"rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src,
+                    "first_frame": int(rows["first_frame"][i])}
+            if back not in loop.evidence.setdefault("related", []):
+                loop.evidence["related"].append(back)
         if related:
             worst = max(SEVERITY_RANK[r["severity"]] for r in related)
             severity = "critical" if worst >= SEVERITY_RANK["high"] else "high"

@@ -197,40 +197,23 @@ class RoutingLoop(Detector):
         return ((cand["drops"] >= p["min_ttl_drops"]) & (cand["rises"] == 0)
                 & (cand["max_step"] <= p["max_ttl_step"]) & two_macs)
 
-    def _finish(self, now_ns: int | None) -> None:
+    def _finish(self, now_ns: int) -> None:
         """Fold finished looping identities into per-destination summaries; forget finished others."""
         cand = self.cand
         if len(cand["key"]) == 0:
             return
         horizon = int(FINISHED_AFTER_S * NS)
-        if now_ns is None:
-            done = np.ones(len(cand["key"]), dtype=bool)
-        else:
-            # identities seen near the start of this input may continue a loop
-            # that began in an earlier partition: they wait for merge() or the end
-            # a single sighting carried over from a batch's tail is forgotten sooner
-            idle = np.where(cand["count"] > 1, horizon, int(CARRY_OVER_S * NS))
-            done = (cand["last_ns"] < now_ns - idle) & (cand["first_ns"] >= self.start_ns + horizon)
+        # a single sighting carried over from a batch's tail is forgotten sooner;
+        # identities seen near the start of this input may continue a loop that
+        # began in an earlier partition: they wait for merge() or the end
+        idle = np.where(cand["count"] > 1, horizon, int(CARRY_OVER_S * NS))
+        done = (cand["last_ns"] < now_ns - idle) & (cand["first_ns"] >= self.start_ns + horizon)
         if not done.any():
             return
         loop = done & self._looping(cand)
         if loop.any():
-            self._add_destinations({name: col[loop] for name, col in cand.items()})
+            self.dest = _add_destinations({name: col[loop] for name, col in cand.items()}, self.dest, self.evidence)
         self.cand = {name: col[~done] for name, col in cand.items()}
-
-    def _add_destinations(self, c: dict) -> None:
-        part = {name: c[name] for name in ("dst_ip_hi", "dst_ip_lo", "mac_a", "mac_b", "first_ns", "last_ns",
-                                           "ttl_first", "ttl_last", "src_ip_hi", "src_ip_lo", "proto", "layers")}
-        part["packets"] = np.ones(len(c["key"]), dtype=np.int64)
-        part["copies"] = c["count"]
-        # one pair of routers, whichever of the two was seen first
-        lo_mac, hi_mac = np.minimum(part["mac_a"], part["mac_b"]), np.maximum(part["mac_a"], part["mac_b"])
-        part["mac_a"], part["mac_b"] = lo_mac, hi_mac
-        for i in np.argsort(c["first_ns"], kind="stable")[:EVIDENCE_PACKETS]:
-            kept = self.evidence.setdefault((int(c["dst_ip_hi"][i]), int(c["dst_ip_lo"][i])), [])
-            if len(kept) < 2 * EVIDENCE_PACKETS:
-                kept += [int(c["first_frame"][i]), int(c["last_frame"][i])]
-        self.dest = _combine_dest(self.dest, part)
 
     def merge(self, other: "RoutingLoop") -> "RoutingLoop":
         check_merge(self, other)
@@ -245,8 +228,13 @@ class RoutingLoop(Detector):
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        self._finish(None)
+        # identities still in flight count as they stand, without ending them:
+        # findings() may be asked for in the middle of a live capture
+        evidence = {dst: list(frames) for dst, frames in self.evidence.items()}
+        loop = self._looping(self.cand)
         dest = self.dest
+        if loop.any():
+            dest = _add_destinations({name: col[loop] for name, col in self.cand.items()}, dest, evidence)
         if len(dest["packets"]) == 0:
             return []
         v4 = (dest["layers"] & np.uint32(L_IP4)) != 0
@@ -257,12 +245,12 @@ class RoutingLoop(Detector):
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
             idx = order[start:start + count]
-            out.append(self._finding({name: col[idx] for name, col in dest.items()},
+            out.append(self._finding({name: col[idx] for name, col in dest.items()}, evidence,
                                      int(prefix_hi[idx[0]]), int(prefix_lo[idx[0]]), bool(v4[idx[0]])))
         out.sort(key=lambda f: (-f.n, f.first_seen))
         return out
 
-    def _finding(self, d: dict, prefix_hi: int, prefix_lo: int, v4: bool) -> Finding:
+    def _finding(self, d: dict, evidence_by_dst: dict, prefix_hi: int, prefix_lo: int, v4: bool) -> Finding:
         packets, copies = int(d["packets"].sum()), int(d["copies"].sum())
         t0, t1 = int(d["first_ns"].min()), int(d["last_ns"].max())
         first = int(np.argmin(d["first_ns"]))
@@ -272,7 +260,7 @@ class RoutingLoop(Detector):
         routers = [mac_text(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
         frames = []
         for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist()):
-            frames += self.evidence.get((h, l), [])
+            frames += evidence_by_dst.get((h, l), [])
         ttl_from, ttl_to = int(d["ttl_first"][first]), int(d["ttl_last"][first])
         severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
         where = f" between {routers[0]} and {routers[1]}" if len(routers) == 2 else ""
@@ -291,6 +279,21 @@ class RoutingLoop(Detector):
         }
         return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=packets, evidence=evidence,
                             **{k: v for k, v in fields.items() if v is not None})
+
+
+def _add_destinations(c: dict, dest: dict, evidence: dict) -> dict:
+    """`dest` with the looping identities `c` added; frames of their first packets go into `evidence`."""
+    part = {name: c[name] for name in ("dst_ip_hi", "dst_ip_lo", "mac_a", "mac_b", "first_ns", "last_ns",
+                                       "ttl_first", "ttl_last", "src_ip_hi", "src_ip_lo", "proto", "layers")}
+    part["packets"] = np.ones(len(c["key"]), dtype=np.int64)
+    part["copies"] = c["count"]
+    # one pair of routers, whichever of the two was seen first
+    part["mac_a"], part["mac_b"] = np.minimum(c["mac_a"], c["mac_b"]), np.maximum(c["mac_a"], c["mac_b"])
+    for i in np.argsort(c["first_ns"], kind="stable")[:EVIDENCE_PACKETS]:
+        kept = evidence.setdefault((int(c["dst_ip_hi"][i]), int(c["dst_ip_lo"][i])), [])
+        if len(kept) < 2 * EVIDENCE_PACKETS:
+            kept += [int(c["first_frame"][i]), int(c["last_frame"][i])]
+    return _combine_dest(dest, part)
 
 
 def _combine_dest(a: dict, b: dict) -> dict:
