@@ -302,10 +302,20 @@ def _draw_packets(rng: np.random.Generator, flows: dict) -> dict:
             "seq": seq, "ack": ack, "ipid": ipid, "ts": ts, "own_count": own_count}
 
 
+def _scatter(buf: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> None:
+    """buf[offsets[j] + k] = rows[j, k] (or rows[k] for one row shared by all), a byte column at a time.
+
+    Column by column keeps the index arrays one packet long; a 2-D index over
+    all bytes at once costs more in temporaries than the writes themselves.
+    """
+    for k in range(rows.shape[-1]):
+        buf[offsets + k] = rows[..., k]
+
+
 def _put(buf: np.ndarray, offsets: np.ndarray, values: np.ndarray, dtype: str) -> None:
     """Write one fixed-width integer per packet at `offsets` (dtype sets width and byte order)."""
     raw = np.ascontiguousarray(values.astype(dtype)).view(np.uint8).reshape(len(offsets), -1)
-    buf[offsets[:, None] + np.arange(raw.shape[1])] = raw
+    _scatter(buf, offsets, raw)
 
 
 def _template(vlan: bool, v6: bool, l4: str) -> bytes:
@@ -347,10 +357,17 @@ class _Fill:
         wide = self.block.astype(np.int64)
         self.even = np.r_[0, np.cumsum(wide * (np.arange(self.PERIOD) % 2 == 0))]
         self.odd = np.r_[0, np.cumsum(wide * (np.arange(self.PERIOD) % 2 == 1))]
+        self.buffer = np.empty(0, dtype=np.uint8)
 
     def tile(self, file_offset: int, size: int) -> np.ndarray:
-        """Buffer bytes for file positions file_offset .. file_offset + size."""
-        out = np.empty(size, dtype=np.uint8)
+        """Buffer bytes for file positions file_offset .. file_offset + size.
+
+        The same memory is handed out again on the next call (fresh pages for
+        every chunk cost more in page faults than the copy itself).
+        """
+        if len(self.buffer) < size:
+            self.buffer = np.empty(size, dtype=np.uint8)
+        out = self.buffer[:size]
         phase = file_offset % self.PERIOD
         head = min(size, self.PERIOD - phase)
         out[:head] = self.block[phase:phase + head]
@@ -377,8 +394,10 @@ def _fold(total: np.ndarray) -> np.ndarray:
 
 def _word_sum(buf: np.ndarray, offsets: np.ndarray, nbytes: int) -> np.ndarray:
     """Sum of the big-endian 16-bit words of a short fixed-size field per packet."""
-    raw = buf[offsets[:, None] + np.arange(nbytes)].astype(np.int64)
-    return (raw[:, 0::2] << 8).sum(axis=1) + raw[:, 1::2].sum(axis=1)
+    total = np.zeros(len(offsets), dtype=np.int64)
+    for k in range(0, nbytes, 2):
+        total += (buf[offsets + k].astype(np.int64) << 8) + buf[offsets + k + 1]
+    return total
 
 
 def _write_chunk(fill: _Fill, file_offset: int, flows: dict, pk: dict, idx: np.ndarray) -> np.ndarray:
@@ -411,7 +430,7 @@ def _write_chunk(fill: _Fill, file_offset: int, flows: dict, pk: dict, idx: np.n
     header[:, 1] = ts % 1_000_000
     header[:, 2] = frame_len
     header[:, 3] = frame_len
-    buf[rec[:, None] + np.arange(PCAP_RECORD_HLEN)] = header.view(np.uint8).reshape(n, -1)
+    _scatter(buf, rec, header.view(np.uint8).reshape(n, -1))
 
     frame = rec + PCAP_RECORD_HLEN
     l4_name = np.select([syn, kind == KIND_TCP, kind == KIND_UDP], [0, 1, 2], 3)
@@ -421,7 +440,7 @@ def _write_chunk(fill: _Fill, file_offset: int, flows: dict, pk: dict, idx: np.n
                 sel = (vlan == t_vlan) & (v6 == t_v6) & (l4_name == code)
                 if sel.any():
                     tpl = np.frombuffer(_template(t_vlan, t_v6, name), dtype=np.uint8)
-                    buf[frame[sel][:, None] + np.arange(len(tpl))] = tpl
+                    _scatter(buf, frame[sel], tpl)
     # Ethernet padding is zeros; random bytes there would read as a trailer.
     pad_from = frame + l2 + ip_len
     for k in range(ETH_MIN_FRAME - ETH_HLEN - IPV4_HLEN - UDP_HLEN):
@@ -504,7 +523,7 @@ def _write_chunk(fill: _Fill, file_offset: int, flows: dict, pk: dict, idx: np.n
     _put(buf, l4[i] + ICMP_HLEN, EPOCH_S + echo_ts // 1_000_000, "<u8")
     _put(buf, l4[i] + ICMP_HLEN + 8, echo_ts % 1_000_000, "<u8")
     ping_fill = np.arange(PING_FILL_FROM, PING_FILL_FROM + ICMP_PING_DATA - PING_TIMEVAL_LEN, dtype=np.uint8)
-    buf[(l4[i] + ICMP_HLEN + PING_TIMEVAL_LEN)[:, None] + np.arange(len(ping_fill))] = ping_fill
+    _scatter(buf, l4[i] + ICMP_HLEN + PING_TIMEVAL_LEN, ping_fill)
 
     # ---- checksums last, over the finished bytes (checksum fields still zero)
     l4_len = ip_len - ip_hlen

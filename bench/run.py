@@ -10,7 +10,8 @@ process, start-up included: the median of 3 runs, or a single run when the
 first one takes longer than SLOW_RUN_S. Peak RSS is the process's maximum
 resident set size as GNU time reports it (for a tool that forks workers, the
 largest single process). The table goes to stdout and, as Markdown, to
-bench/out/results.md, which the README includes.
+bench/out/results.md (results-N.md for a --packets N trial), which the README
+includes.
 """
 from __future__ import annotations
 
@@ -488,8 +489,10 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     markdown = [f"# Benchmark results ({stamp})", "", *[f"- {line}" for line in env], "",
                 markdown_table(rows), "", *[f"- {line}" for line in summary], ""]
-    (OUT_DIR / "results.md").write_text("\n".join(markdown))
-    log(f"written to {OUT_DIR / 'results.md'}")
+    # Only the default-size run feeds the README; smaller trial runs keep their own file.
+    name = "results.md" if args.packets == make_capture.DEFAULT_PACKETS else f"results-{args.packets}.md"
+    (OUT_DIR / name).write_text("\n".join(markdown))
+    log(f"written to {OUT_DIR / name}")
 
     ours_failed = [r for r in results + memory if r.tool in ("flows", "analyze") and r.failed]
     if ours_failed:
