@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
+from numba import njit
 
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
@@ -75,14 +76,35 @@ def _l4_sample(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
 
 def _identity(batch: PacketBatch) -> np.ndarray:
     """A hash of the header fields a router leaves alone (all but TTL, checksum, MACs), per row."""
-    c = {name: batch[name].astype(np.uint64, copy=False) for name in IDENTITY_COLUMNS}
-    u = np.uint64
-    ids = c["ip_id"] | (c["ip_len"] << u(32))
-    small = (c["src_port"] | (c["dst_port"] << u(16)) | (c["proto"] << u(32)) | (c["icmp_type"] << u(40))
-             | (c["icmp_code"] << u(48)))
-    tcp = c["tcp_seq"] | (c["tcp_ack"] << u(32))
-    return mix64(c["src_ip_hi"], c["src_ip_lo"], c["dst_ip_hi"], c["dst_ip_lo"], ids, small, tcp,
-                 c["frag_offset"])
+    return _identity_kernel(*(batch[name] for name in IDENTITY_COLUMNS))
+
+
+@njit(cache=True)
+def _mix(acc, value):
+    # splitmix64's finaliser over a running xor, as base.mix64 does column by column
+    acc = (acc ^ value) * np.uint64(0x9E3779B97F4A7C15)
+    acc ^= acc >> np.uint64(31)
+    acc *= np.uint64(0xBF58476D1CE4E5B9)
+    return acc ^ (acc >> np.uint64(29))
+
+
+@njit(cache=True)
+def _identity_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id, ip_len, frag_offset, src_port, dst_port,
+                     tcp_seq, tcp_ack, icmp_type, icmp_code):
+    # one pass over the columns instead of a numpy temporary per column and step
+    out = np.empty(len(src_hi), dtype=np.uint64)
+    for i in range(len(src_hi)):
+        acc = _mix(np.uint64(0), src_hi[i])
+        acc = _mix(acc, src_lo[i])
+        acc = _mix(acc, dst_hi[i])
+        acc = _mix(acc, dst_lo[i])
+        acc = _mix(acc, np.uint64(ip_id[i]) | (np.uint64(ip_len[i]) << np.uint64(32)))
+        acc = _mix(acc, np.uint64(src_port[i]) | (np.uint64(dst_port[i]) << np.uint64(16))
+                   | (np.uint64(proto[i]) << np.uint64(32)) | (np.uint64(icmp_type[i]) << np.uint64(40))
+                   | (np.uint64(icmp_code[i]) << np.uint64(48)))
+        acc = _mix(acc, np.uint64(tcp_seq[i]) | (np.uint64(tcp_ack[i]) << np.uint64(32)))
+        out[i] = _mix(acc, np.uint64(frag_offset[i]))
+    return out
 
 
 def _combine(a: dict, b: dict) -> dict:
