@@ -116,6 +116,8 @@ def _empty(rows: int = 0):
 class FlowTable:
     """Streaming, mergeable flow table. update(batch) per PacketBatch; finish() or to_frame() at the end."""
 
+    needs_fingerprint = False   # the engine skips hashing frames when no consumer needs it
+
     def __init__(self, idle_timeout_s=None):
         self.idle_timeout_s = idle_timeout_s
         self._timeout_ns = _timeouts_ns(idle_timeout_s)
