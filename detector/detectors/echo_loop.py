@@ -69,14 +69,6 @@ def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np
     return out
 
 
-def _add_seconds(secs: np.ndarray, counts: np.ndarray, new_secs: np.ndarray, new_counts: np.ndarray):
-    """Merge two sparse per-second packet histograms."""
-    allsecs = np.concatenate([secs, new_secs])
-    allcounts = np.concatenate([counts, new_counts])
-    keys, inverse = np.unique(allsecs, return_inverse=True)
-    return keys, np.bincount(inverse, weights=allcounts, minlength=len(keys)).astype(np.int64)
-
-
 @register
 class EchoLoop(Detector):
     rule_id = "echo-loop"
@@ -85,7 +77,7 @@ class EchoLoop(Detector):
         "min_rate_pps": (float, 200.0, "copies per second (count over first-to-last time) a loop reaches"),
         "high_rate_pps": (float, 5000.0, "rate from which the finding is high"),
         "critical_rate_pps": (float, 50000.0, "rate from which the finding is critical"),
-        "high_share_ratio": (float, 0.2, "share of all packets in the loop's seconds from which it is high"),
+        "high_share_ratio": (float, 0.2, "share of all packets from first to last copy from which it is high"),
         "critical_share_ratio": (float, 0.5,
                                  "share of all packets from which it is critical (with high_rate_pps reached)"),
     }
@@ -93,28 +85,14 @@ class EchoLoop(Detector):
     def __init__(self, rule):
         super().__init__(rule)
         self.state = _empty_state()
-        self.sec = np.zeros(0, dtype=np.int64)        # per-second histogram of all packets (sparse)
-        self.sec_packets = np.zeros(0, dtype=np.int64)
         self.evidence: dict[int, np.ndarray] = {}     # fingerprint -> kept frame numbers (hot candidates)
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)
 
     # ---- state ------------------------------------------------------------
-    def _count_seconds(self, ts: np.ndarray) -> None:
-        secs = ts // NS
-        lo = int(secs.min())
-        if int(secs.max()) - lo < 1 << 16:
-            hist = np.bincount(secs - lo)
-            nonzero = np.flatnonzero(hist)
-            new_secs, new_counts = nonzero.astype(np.int64) + lo, hist[nonzero]
-        else:
-            new_secs, new_counts = np.unique(secs, return_counts=True)
-        self.sec, self.sec_packets = _add_seconds(self.sec, self.sec_packets, new_secs, new_counts)
-
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
         ts = batch["ts_ns"]
-        self._count_seconds(ts)
         fp = batch["fingerprint"]
         picked = member(fp, repeated_keys(fp)) | member(fp, self.state["fp"]) | batch_tail(ts)
         rows = np.flatnonzero(picked)
@@ -159,7 +137,6 @@ class EchoLoop(Detector):
     def merge(self, other: "EchoLoop") -> "EchoLoop":
         check_merge(self, other)
         self.state = _combine(self.state, other.state)
-        self.sec, self.sec_packets = _add_seconds(self.sec, self.sec_packets, other.sec, other.sec_packets)
         for key, frames in other.evidence.items():
             self.evidence[key] = keep_ends(self.evidence.get(key, frames[:0]), frames)
         for key, value in other.frame_bytes.items():
@@ -185,14 +162,12 @@ class EchoLoop(Detector):
             out.append(self._finding(i, float(duration_s[i]), float(rate[i])))
         return out
 
-    def _packets_between(self, first_ns: int, last_ns: int) -> int:
-        lo, hi = np.searchsorted(self.sec, [first_ns // NS, last_ns // NS + 1])
-        return int(self.sec_packets[lo:hi].sum())
-
     def _finding(self, i: int, duration_s: float, rate: float) -> Finding:
         row = {name: col[i] for name, col in self.state.items()}
         key, count, layers = int(row["fp"]), int(row["count"]), int(row["layers"])
-        share = count / max(self._packets_between(int(row["first_ns"]), int(row["last_ns"])), count)
+        # frame numbers run across the whole input: the span from the first copy
+        # to the last counts every packet captured meanwhile, the copies included
+        share = count / max(int(row["last_frame"]) - int(row["first_frame"]) + 1, count)
         fields: dict = {}
         if layers & L_SRC_MAC:
             fields["src_mac"] = mac_text(row["src_mac"])
@@ -231,7 +206,7 @@ class EchoLoop(Detector):
             "evidence_frames": np.unique(frames).tolist(),
         }
         msg = (f"one frame seen {count:,} times in {duration_s:.3f} s ({rate:,.0f}/s, "
-               f"{share:.0%} of the packets in those seconds){macs}: {what}{ttl_text}")
+               f"{share:.0%} of all packets meanwhile){macs}: {what}{ttl_text}")
         return self.finding(self._severity(rate, share), msg, first_seen=int(row["first_ns"]),
                             last_seen=int(row["last_ns"]), n=count,
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
