@@ -2,10 +2,17 @@
 
 A consumer is anything with `update(batch)`: the flow table, capture stats,
 detectors. Every consumer sees the same decoded batch; nothing parses twice.
+
+Reading and decoding run one thread ahead of the consumers: the compiled
+record walk and decoder release the GIL, so on two cores the next batch is
+decoded while the consumers work on this one. At most `PREFETCH_BATCHES`
+decoded batches wait, which bounds the memory this adds.
 """
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from dataclasses import dataclass, field
 
 from .decode import decode
@@ -26,6 +33,55 @@ def _file_size(path) -> int:
         return 0
 
 
+# Decoded batches allowed to wait for the consumers: one is enough to keep both
+# cores busy; more only holds memory (each batch is up to BATCH_BYTES of frames).
+PREFETCH_BATCHES = 2
+_DONE = object()
+
+
+def decoded_batches(paths, fingerprint: bool = True):
+    """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread.
+
+    Errors in the reading thread (a CaptureError for a damaged file) are
+    raised here, in the caller's thread, after the batches read before them.
+    Closing the generator early stops the reading thread.
+    """
+    pending: queue.Queue = queue.Queue(maxsize=PREFETCH_BATCHES)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                pending.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for reader, raw in read_captures(paths):
+                if not put((reader, decode(raw, fingerprint=fingerprint))):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the consumer thread, which raises it
+            put(exc)
+
+    worker = threading.Thread(target=produce, name="detector-read", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = pending.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 def run(paths, consumers, label: str = "reading") -> RunResult:
     """Stream every capture in `paths` (one continuous capture) through `consumers`."""
     paths = [str(p) for p in paths]
@@ -35,12 +91,13 @@ def run(paths, consumers, label: str = "reading") -> RunResult:
     done_before = 0          # bytes of the files already finished
     packets = 0
     try:
-        for reader, raw in read_captures(paths):
+        # the fingerprint hashes every captured byte: only when a consumer reads it
+        fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
+        for reader, batch in decoded_batches(paths, fingerprint=fingerprint):
             if not readers or readers[-1] is not reader:
                 if readers:
                     done_before += _file_size(readers[-1].path)
                 readers.append(reader)
-            batch = decode(raw)
             for consumer in consumers:
                 consumer.update(batch)
             packets += len(batch)

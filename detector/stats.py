@@ -19,6 +19,8 @@ COUNTED_LAYERS = {
 
 @dataclass
 class CaptureStats:
+    needs_fingerprint = False   # a ClassVar (no annotation): not a dataclass field
+
     packets: int = 0
     bytes: int = 0            # captured bytes
     wire_bytes: int = 0

@@ -31,15 +31,22 @@ def _records(raw: RawBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return data, offset, caplen
 
 
-def decode(raw: RawBatch) -> PacketBatch:
-    """Decode every record of `raw`; the result carries the raw columns too."""
+def decode(raw: RawBatch, fingerprint: bool = True) -> PacketBatch:
+    """Decode every record of `raw`; the result carries the raw columns too.
+
+    With `fingerprint=False` the batch has no "fingerprint" column (hashing
+    every captured byte is the costliest part of the pass, and the flow table
+    does not need it); a consumer that reads it anyway fails loudly.
+    """
     data, offset, caplen = _records(raw)
     linktype = np.ascontiguousarray(raw.cols["linktype"], dtype=np.uint16)
     groups = columns.allocate(len(offset))
-    decode_batch(data, offset, caplen, linktype,
+    decode_batch(data, offset, caplen, linktype, fingerprint,
                  groups[np.uint8], groups[np.uint16], groups[np.uint32], groups[np.uint64])
     cols = dict(raw.cols)
     cols.update(columns.columns(groups))
+    if not fingerprint:
+        del cols["fingerprint"]
     return PacketBatch(data=raw.data, cols=cols, source=raw.source)
 
 

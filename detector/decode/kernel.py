@@ -327,7 +327,7 @@ def xxh64(b, start, end, seed):
     return h
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def fingerprint_rows(data, offset, caplen, out):
     """XXH64 of each record's captured bytes, for callers that hash without decoding."""
     for i in range(offset.shape[0]):
@@ -985,11 +985,17 @@ def _frame(b, s, end, lt, i, c8, c16, c32, c64):
             return layers
 
 
-@njit(cache=True, _nrt=False)
-def decode_batch(data, offset, caplen, linktype, c8, c16, c32, c64):
-    """Decode every record of a batch into the (column, record) arrays c8, c16, c32 and c64."""
+@njit(cache=True, _nrt=False, nogil=True)
+def decode_batch(data, offset, caplen, linktype, with_fingerprint, c8, c16, c32, c64):
+    """Decode every record of a batch into the (column, record) arrays c8, c16, c32 and c64.
+
+    Without the GIL, so reading and decoding the next batch overlaps the
+    consumers' work on this one. The fingerprint reads every captured byte,
+    the rest only headers: it is skipped when no consumer asked for it.
+    """
     for i in range(offset.shape[0]):
         s = offset[i]
         end = s + np.int64(caplen[i])
-        c64[FINGERPRINT, i] = xxh64(data, s, end, FINGERPRINT_SEED)
+        if with_fingerprint:
+            c64[FINGERPRINT, i] = xxh64(data, s, end, FINGERPRINT_SEED)
         c32[LAYERS, i] = _frame(data, s, end, np.int64(linktype[i]), i, c8, c16, c32, c64)

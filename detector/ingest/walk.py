@@ -81,7 +81,7 @@ def _u16(buf, i, big):
     return (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, limit):
     """Walk classic pcap records in buf[pos:end].
 
@@ -134,7 +134,7 @@ def ts_to_ns(units, kind, factor, shift):
     return np.int64(secs * np.uint64(NS_PER_S) + fine)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, if_shift,
                 if_offset_ns, n_if, last_ts, out_off, out_cap, out_wire, out_ts, out_if,
                 out_lt, limit):
