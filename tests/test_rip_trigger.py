@@ -167,3 +167,27 @@ def test_ipv6_to_port_520_and_non_rip_ports(tmp_path):
     # RIPv2 bytes over IPv6 to port 520: no RIP speaks there, even from a link-local source to ff02::9
     assert f.src_ip == "fe80::5" and f.severity == "medium"
     assert list(f.evidence["verdicts"]) == [VERDICTS[WRONG_FAMILY]]
+
+
+def test_state_folds_under_a_probe_flood_but_keeps_counts_and_the_loop(tmp_path, monkeypatch):
+    import detector.detectors.rip_trigger as rip
+    monkeypatch.setattr(rip, "MAX_ROWS", 20)
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    packets = []
+    for i in range(300):       # 300 probes to 150 targets, two different frames each
+        pkt = eth / IP(src="198.51.100.66", dst=f"10.{i % 150 // 100}.{i % 150 % 100}.1", id=i) / \
+            UDP(sport=7, dport=520) / Raw(bytes(24))
+        pkt.time = T0 + i * 0.001
+        packets.append(pkt)
+    loop = eth / IP(src="198.51.100.66", dst="192.0.2.1", id=1) / UDP(sport=7, dport=520) / Raw(bytes(24))
+    for k in range(1500):
+        copy = loop.copy()
+        copy.time = T0 + 0.4 + k * 0.0001
+        packets.append(copy)
+    path = tmp_path / "flood.pcap"
+    wrpcap(str(path), packets)
+    findings = analyze([path], tmp_path / "out")[0]
+    (trigger,) = rip_findings(findings)
+    assert trigger.n == 301                      # every probe, the looping frame once
+    assert trigger.evidence["targets"] == 151    # 150 counted after folding, plus the looped one
+    assert trigger.severity == "critical" and trigger.evidence["related"][0]["copies"] == 1500

@@ -69,9 +69,10 @@ KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY = 0, 1, 2
 
 # Targets listed by address in a finding; the count covers all of them.
 TARGETS_LISTED = 10
-# Rows kept before single probes of one (source, target, verdict) are folded
-# together regardless of their frame: bounds the state under a probe flood
-# while keeping every repeated frame (a loop) distinct.
+# Rows kept before the state is folded to bound it under a probe flood: first
+# single probes of one (source, target, verdict) lose their frame identity,
+# then, if still too many, probes that never repeated lose their target
+# address (counted, no longer listed). Repeated frames (a loop) stay distinct.
 MAX_ROWS = 100_000
 
 
@@ -161,6 +162,8 @@ ROW_COLUMNS = {
     "group": np.bool_, "local": np.bool_, "fp": np.uint64, "count": np.int64, "first_ns": np.int64,
     "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64, "ttl": np.uint8,
     "layers": np.uint32, "src_mac": np.uint64, "dst_mac": np.uint64, "payload_len": np.uint32,
+    # a folded row stands for `targets` rows whose target address was dropped to bound the state
+    "folded": np.bool_, "targets": np.int64,
 }
 
 
@@ -174,6 +177,7 @@ def _combine(a: dict, b: dict) -> dict:
     starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
     out = {name: both[name][starts] for name in ROW_COLUMNS}
     out["count"] = np.add.reduceat(both["count"], starts)
+    out["targets"] = np.add.reduceat(both["targets"], starts)
     out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
     out["first_frame"] = np.minimum.reduceat(both["first_frame"], starts)
     out["last_frame"] = np.maximum.reduceat(both["last_frame"], starts)
@@ -182,7 +186,7 @@ def _combine(a: dict, b: dict) -> dict:
 
 def _row_key(rows: dict) -> np.ndarray:
     return mix64(rows["src_ip_hi"], rows["src_ip_lo"], rows["dst_ip_hi"], rows["dst_ip_lo"],
-                 rows["dst_port"], rows["verdict"], rows["fp"])
+                 rows["dst_port"], rows["verdict"], rows["fp"], rows["folded"])
 
 
 def _networks(rule, values) -> list[tuple[int, int, int]]:
@@ -248,6 +252,7 @@ class RipTrigger(Detector):
         local = _in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks)
         rows.update(verdict=verdict, group=group, local=local,
                     fp=batch["fingerprint"][sel], count=np.ones(len(sel), dtype=np.int64),
+                    folded=np.zeros(len(sel), dtype=bool), targets=np.zeros(len(sel), dtype=np.int64),
                     first_ns=batch["ts_ns"][sel], last_ns=batch["ts_ns"][sel],
                     first_frame=batch["frame"][sel], last_frame=batch["frame"][sel])
         rows["key"] = _row_key(rows)
@@ -257,11 +262,23 @@ class RipTrigger(Detector):
     def _bound(self) -> None:
         if len(self.rows["key"]) <= MAX_ROWS:
             return
-        single = self.rows["count"] == 1
-        self.rows["fp"] = np.where(single, np.uint64(0), self.rows["fp"])
-        self.rows["key"] = _row_key(self.rows)
-        empty = {name: col[:0] for name, col in self.rows.items()}
-        self.rows = _combine(self.rows, empty)
+        rows = self.rows
+        rows["fp"] = np.where(rows["count"] == 1, np.uint64(0), rows["fp"])
+        self.rows = self._rekey(rows)
+        if len(self.rows["key"]) <= MAX_ROWS:
+            return
+        rows = self.rows
+        fold = (rows["fp"] == 0) & ~rows["folded"]
+        rows["targets"] = np.where(fold, 1, rows["targets"])
+        rows["folded"] = rows["folded"] | fold
+        for name in ("dst_ip_hi", "dst_ip_lo", "dst_mac"):
+            rows[name] = np.where(fold, np.uint64(0), rows[name])
+        self.rows = self._rekey(rows)
+
+    @staticmethod
+    def _rekey(rows: dict) -> dict:
+        rows["key"] = _row_key(rows)
+        return _combine(rows, {name: col[:0] for name, col in rows.items()})
 
     def merge(self, other: "RipTrigger") -> "RipTrigger":
         check_merge(self, other)
@@ -294,24 +311,26 @@ class RipTrigger(Detector):
         last_ns = rows["last_ns"].copy()
         last_ns[linked] = rows["first_ns"][linked]
         n = int(probes.sum())
-        # targets in the order the source reached them
+        # targets in the order the source reached them; folded rows only count theirs
         by_time = np.argsort(rows["first_ns"], kind="stable")
+        by_time = by_time[~rows["folded"][by_time]]
         targets = np.unique(mix64(rows["dst_ip_hi"], rows["dst_ip_lo"])[by_time], return_index=True)[1]
         target_list = [ip_text(rows["dst_ip_hi"][t], rows["dst_ip_lo"][t]) for t in by_time[np.sort(targets)]]
+        target_count = len(target_list) + int(rows["targets"].sum())
         ports = sorted(set(rows["dst_port"].tolist()))
         verdicts: dict[str, int] = {}
         for code, c in zip(rows["verdict"].tolist(), probes.tolist()):
             verdicts[VERDICTS[code]] = verdicts.get(VERDICTS[code], 0) + c
         malformed = rows["verdict"] != VALID
         outside = ~rows["group"] & ~rows["local"]
-        scan = len(target_list) >= self.params["many_targets_count"]
+        scan = target_count >= self.params["many_targets_count"]
         problems = []
         if malformed.any():
             problems.append(", ".join(sorted({VERDICTS[c] for c in rows["verdict"][malformed].tolist()})))
         if outside.any():
             problems.append("unicast from outside the local networks")
         if scan:
-            problems.append(f"{len(target_list)} targets")
+            problems.append(f"{target_count:,} targets")
         related = []
         for i in linked:
             loop = loops[fps[i]]
@@ -330,30 +349,30 @@ class RipTrigger(Detector):
             severity = "info"
         t0, t1 = int(rows["first_ns"].min()), int(last_ns.max())
         port_text = "/".join(str(p) for p in ports)
-        shown = ", ".join(target_list[:3]) + (", ..." if len(target_list) > 3 else "")
+        shown = ", ".join(target_list[:3]) + (", ..." if target_count > 3 else "")
         if severity == "info":
             version = "RIPng" if RIPNG_PORT in ports else "RIP"
             msg = (f"{version} speaker {src}: {n:,} well-formed messages to UDP {port_text} of "
-                   f"{len(target_list)} destination(s) ({shown})")
+                   f"{target_count:,} destination(s) ({shown})")
         else:
-            msg = (f"{src} sent {n:,} probe(s) to UDP {port_text} of {len(target_list)} host(s) ({shown}) "
+            msg = (f"{src} sent {n:,} probe(s) to UDP {port_text} of {target_count:,} host(s) ({shown}) "
                    f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
             if related:
                 copies = sum(r["copies"] for r in related)
                 msg += f"; the probe's frame is the one looping ({copies:,} copies, echo-loop)"
         fields = {"src_ip": src, "proto": "UDP"}
-        if len(target_list) == 1:
+        if target_count == 1 and target_list:
             fields.update(dest_ip=target_list[0], dest_port=ports[0] if len(ports) == 1 else None,
                           src_port=int(rows["src_port"][first]))
             if len(ports) == 1:
                 fields["community_id"] = community_id(src, target_list[0], 17, fields["src_port"], ports[0])
         if rows["layers"][first] & L_SRC_MAC:
             fields["src_mac"] = mac_text(rows["src_mac"][first])
-        if len(target_list) == 1 and rows["layers"][first] & L_DST_MAC:
+        if target_count == 1 and target_list and rows["layers"][first] & L_DST_MAC:
             fields["dest_mac"] = mac_text(rows["dst_mac"][first])
         frames = np.unique(np.concatenate([rows["first_frame"], rows["last_frame"]]))
         evidence = {
-            "probes": n, "targets": len(target_list), "target_ips": target_list[:TARGETS_LISTED],
+            "probes": n, "targets": target_count, "target_ips": target_list[:TARGETS_LISTED],
             "dest_ports": ports, "verdicts": verdicts,
             "to_rip_group": bool(rows["group"].any()), "source_local": bool(rows["local"][first]),
             "ttl": int(rows["ttl"][first]), "payload_bytes": int(rows["payload_len"][first]),
