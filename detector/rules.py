@@ -9,6 +9,7 @@ Anything wrong in a file is a `RuleError` naming the file, the key and why.
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,17 @@ import yaml
 from .errors import RuleError
 from .findings import SEVERITIES
 
-RULES_DIR = Path(__file__).resolve().parents[1] / "rules"
+
+
+def _default_rules_dir() -> Path:
+    """The repository's rules/ (a checkout or editable install), else the copy a wheel installs."""
+    checkout = Path(__file__).resolve().parents[1] / "rules"
+    if checkout.is_dir():
+        return checkout
+    return Path(sys.prefix) / "share" / "detector" / "rules"
+
+
+RULES_DIR = _default_rules_dir()
 
 # A rule file is a page of text; anything larger is not a rule file and is
 # refused before the YAML parser spends time and memory on it.
