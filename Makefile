@@ -33,7 +33,11 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q tests
 
+# the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)
 bench: venv
+	@if [ ! -x /usr/bin/time ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null; \
+	fi
 	$(BIN)/python bench/run.py
 
 clean:
