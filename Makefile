@@ -25,10 +25,14 @@ system-tools:
 	  fi; \
 	fi
 
+# each bundled capture is its own incident: one report folder per capture
 demo: venv
-	$(BIN)/detector info captures/*.pcap*
-	$(BIN)/detector analyze captures/*.pcap* -o reports/demo
-	@echo "report written to reports/demo/"
+	@set -e; for capture in captures/*.pcap captures/*.pcapng; do \
+	  name=$$(basename "$$capture"); name=$${name%%.*}; \
+	  echo "== $$capture"; \
+	  $(BIN)/detector analyze "$$capture" -o "reports/$$name"; \
+	done
+	@echo "findings written to reports/*/findings.json"
 
 test: venv
 	$(BIN)/python -m pytest -q tests

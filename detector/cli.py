@@ -105,7 +105,8 @@ def cmd_analyze(args) -> int:
         print(f"{'severity':<9} {'rule':<18} {'n':>9}  message")
         for f in sorted(findings, key=lambda f: -f.rank):
             print(f"{f.severity:<9} {f.rule:<18} {f.n:>9}  {f.msg}")
-    print(f"{len(findings)} findings written to {out}", file=sys.stderr)
+    noun = "finding" if len(findings) == 1 else "findings"
+    print(f"{len(findings)} {noun} written to {out}", file=sys.stderr)
     if args.fail_on is not None and any(f.rank >= SEVERITY_RANK[args.fail_on] for f in findings):
         return EXIT_FINDINGS
     return EXIT_OK
