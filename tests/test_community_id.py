@@ -6,9 +6,11 @@ pycommunityid from pcaps/combined.pcap.gz; ICMP given as port equivalents).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from detector.flows import community_id
+from detector.flows.community_id import community_ids
 
 V6A = "fe80:0001:0203:0405:0607:0809:0A0B:0C0D"
 V6B = "fe80:1011:1213:1415:1617:1819:1A1B:1C1D"
@@ -114,3 +116,51 @@ def test_packed_addresses_equal_strings():
 def test_mixed_families_rejected():
     with pytest.raises(ValueError):
         community_id("1.2.3.4", "::1", 6, 1, 2)
+
+
+def _columns(rows):
+    """(src_hi, src_lo, dst_hi, dst_lo, proto, sport, dport) columns of (src, dst, proto, sport, dport) rows."""
+    from detector.decode.addr import str_to_ip
+    src = np.array([str_to_ip(r[0]) for r in rows], dtype=np.uint64).reshape(-1, 2)
+    dst = np.array([str_to_ip(r[1]) for r in rows], dtype=np.uint64).reshape(-1, 2)
+    return (src[:, 0], src[:, 1], dst[:, 0], dst[:, 1], np.array([r[2] for r in rows], np.uint8),
+            np.array([r[3] or 0 for r in rows], np.uint16), np.array([r[4] or 0 for r in rows], np.uint16))
+
+
+def test_columns_match_spec_vectors():
+    rows = [(src, dst, proto, sport, dport) for proto, src, dst, sport, dport, *_ in TABLE + PCAP_VECTORS]
+    for seed, column in ((0, 5), (1, 6)):
+        expected = ["1:" + row[column] for row in TABLE + PCAP_VECTORS]
+        assert community_ids(*_columns(rows), seed=seed).tolist() == expected
+
+
+def test_columns_match_hashlib_on_random_flows():
+    rng = np.random.default_rng(7)
+    n = 600
+    v4 = rng.random(n) < 0.5
+    protos = np.array([1, 6, 17, 58, 132, 0, 46, 47, 255], np.uint8)
+
+    def addresses():
+        hi = rng.integers(0, 1 << 63, n, dtype=np.uint64) << np.uint64(1)
+        lo = rng.integers(0, 1 << 63, n, dtype=np.uint64) << np.uint64(1)
+        mapped = (np.uint64(0xFFFF) << np.uint64(32)) | rng.integers(0, 1 << 32, n, dtype=np.uint64)
+        return np.where(v4, np.uint64(0), hi), np.where(v4, mapped, lo)
+
+    (shi, slo), (dhi, dlo) = addresses(), addresses()
+    same = rng.random(n) < 0.1                 # equal addresses: the ports decide the order
+    dhi[same], dlo[same] = shi[same], slo[same]
+    proto = protos[rng.integers(0, len(protos), n)]
+    small = rng.random(n) < 0.6                # ICMP types and codes, incl. two-way and one-way ones
+    sport = np.where(small, rng.integers(0, 256, n), rng.integers(0, 65536, n)).astype(np.uint16)
+    dport = np.where(small, rng.integers(0, 256, n), rng.integers(0, 65536, n)).astype(np.uint16)
+    for seed in (0, 1, 0x1234):
+        got = community_ids(shi, slo, dhi, dlo, proto, sport, dport, seed=seed)
+
+        def packed(hi, lo, four):
+            raw = int(hi).to_bytes(8, "big") + int(lo).to_bytes(8, "big")
+            return raw[12:] if four else raw
+
+        expected = [community_id(packed(shi[i], slo[i], v4[i]), packed(dhi[i], dlo[i], v4[i]), int(proto[i]),
+                                 int(sport[i]), int(dport[i]), seed=seed) for i in range(n)]
+        assert got.tolist() == expected
+    assert {int(p) for p in proto} == {int(p) for p in protos}

@@ -52,7 +52,7 @@ from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PRO
 from . import keys as K_
 from . import kernel as k
 from ..decode.addr import ip_to_str
-from .community_id import community_id
+from .community_id import community_ids
 
 NS = 1_000_000_000
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
@@ -376,7 +376,8 @@ class FlowTable:
         out["state"] = _conn_states(F, proto, out["history"])
         out["vlan"] = F[:, k.F_VLAN]
         out["first_frame"] = F[:, k.F_FIRST_FRAME]
-        out["community_id"] = _community_ids(out)
+        out["community_id"] = community_ids(out["src_ip_hi"], out["src_ip_lo"], out["dest_ip_hi"],
+                                            out["dest_ip_lo"], proto, out["src_port"], out["dest_port"])
         return {name: np.asarray(out[name]).astype(dtype, copy=False) for name, dtype in FLOW_COLUMNS.items()}
 
     def text_columns(self) -> dict[str, np.ndarray]:
@@ -574,23 +575,6 @@ def _conn_states(F, proto, history) -> np.ndarray:
     o_active, r_active = F[:, k.F_PKTS] > 0, F[:, k.F_PKTS + 1] > 0
     udp = np.where(o_active, np.where(r_active, "SF", "S0"), np.where(r_active, "SHR", "OTH")).astype(object)
     return np.where(proto == PROTO_TCP, tcp, np.where(proto == PROTO_UDP, udp, "OTH")).astype(object)
-
-
-def _packed(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    both = np.empty((len(hi), 2), dtype=">u8")
-    both[:, 0], both[:, 1] = hi, lo
-    return both.view(np.uint8).reshape(len(hi), 16)
-
-
-def _community_ids(out) -> np.ndarray:
-    raw_s, raw_d = _packed(out["src_ip_hi"], out["src_ip_lo"]), _packed(out["dest_ip_hi"], out["dest_ip_lo"])
-    v4 = K_.is_v4_mapped(out["src_ip_hi"], out["src_ip_lo"]) & K_.is_v4_mapped(out["dest_ip_hi"], out["dest_ip_lo"])
-    ids = []
-    for s, d, is4, proto, sp, dp in zip(raw_s, raw_d, v4.tolist(), out["proto"].tolist(),
-                                         out["src_port"].tolist(), out["dest_port"].tolist()):
-        a, b = (s[12:].tobytes(), d[12:].tobytes()) if is4 else (s.tobytes(), d.tobytes())
-        ids.append(community_id(a, b, proto, sp, dp))
-    return np.array(ids, dtype=object)
 
 
 # Protocol names in the DataFrame view; others appear as their IANA number.
