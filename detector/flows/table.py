@@ -52,7 +52,7 @@ from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PRO
 from . import keys as K_
 from . import kernel as k
 from ..decode.addr import ip_to_str
-from .community_id import community_ids
+from .community_id import ascii_rows, community_ids
 
 NS = 1_000_000_000
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
@@ -386,8 +386,8 @@ class FlowTable:
         Times stay int64 nanoseconds here; to_frame() and the CSV writer render them.
         """
         cols = self.finish()
-        view = {"src_ip": ip_to_str(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
-                "dest_ip": ip_to_str(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
+        view = {"src_ip": address_texts(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
+                "dest_ip": address_texts(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
                 "proto": proto_names(cols["proto"])}
         view.update((name, cols[name]) for name in FLOW_COLUMNS
                     if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
@@ -545,7 +545,13 @@ def _combine(mF, mH, tF, tH):
 
 # ---- output helpers ------------------------------------------------------
 def _history_strings(H, lengths) -> np.ndarray:
-    return np.array([bytes(row[:n]).decode("ascii") for row, n in zip(H, lengths.tolist())], dtype=object)
+    return ascii_rows(H, lengths)
+
+
+# Zeek's conn_state names, indexed by the codes _conn_states computes
+_STATE_NAMES = np.array(["OTH", "REJ", "RSTRH", "RSTR", "RSTOS0", "RSTO", "SF", "SH", "S2", "SHR", "S3",
+                         "S0", "S1"], dtype=object)
+_OTH, _RSTOS0 = 0, 4
 
 
 def _conn_states(F, proto, history) -> np.ndarray:
@@ -555,11 +561,12 @@ def _conn_states(F, proto, history) -> np.ndarray:
     r_inactive = (rs == k.TCP_INACTIVE) | (rs == k.TCP_PARTIAL)
     no_bytes = (F[:, k.F_PAY] == 0) & (F[:, k.F_PAY + 1] == 0)
     o_syn = (os_ == k.TCP_SYN_SENT) | (os_ == k.TCP_SYN_ACK_SENT)
+    # the first condition that holds picks the code (index into _STATE_NAMES)
     tcp = np.select([
         (rs == k.TCP_RESET) & (o_syn | ((os_ == k.TCP_RESET) & no_bytes)),
         (rs == k.TCP_RESET) & o_inactive,
         rs == k.TCP_RESET,
-        (os_ == k.TCP_RESET) & r_inactive,
+        (os_ == k.TCP_RESET) & r_inactive,     # RSTOS0 if the history agrees, else OTH
         os_ == k.TCP_RESET,
         (rs == k.TCP_CLOSED) & (os_ == k.TCP_CLOSED),
         (os_ == k.TCP_CLOSED) & r_inactive,
@@ -568,13 +575,13 @@ def _conn_states(F, proto, history) -> np.ndarray:
         rs == k.TCP_CLOSED,
         (os_ == k.TCP_SYN_SENT) & (rs == k.TCP_INACTIVE),
         (os_ == k.TCP_ESTABLISHED) & (rs == k.TCP_ESTABLISHED),
-    ], ["REJ", "RSTRH", "RSTR", "RSTOS0?", "RSTO", "SF", "SH", "S2", "SHR", "S3", "S0", "S1"],
-        default="OTH").astype(object)
-    maybe = np.flatnonzero(tcp == "RSTOS0?")
-    tcp[maybe] = ["RSTOS0" if RSTOS0_HISTORY.fullmatch(history[i]) else "OTH" for i in maybe]
+    ], np.arange(1, len(_STATE_NAMES)), default=_OTH)
+    maybe = np.flatnonzero((tcp == _RSTOS0) & (proto == PROTO_TCP))
+    tcp[maybe] = [_RSTOS0 if RSTOS0_HISTORY.fullmatch(history[i]) else _OTH for i in maybe]
     o_active, r_active = F[:, k.F_PKTS] > 0, F[:, k.F_PKTS + 1] > 0
-    udp = np.where(o_active, np.where(r_active, "SF", "S0"), np.where(r_active, "SHR", "OTH")).astype(object)
-    return np.where(proto == PROTO_TCP, tcp, np.where(proto == PROTO_UDP, udp, "OTH")).astype(object)
+    udp = np.where(o_active, np.where(r_active, 6, 11), np.where(r_active, 9, _OTH))    # SF, S0, SHR, OTH
+    code = np.where(proto == PROTO_TCP, tcp, np.where(proto == PROTO_UDP, udp, _OTH))
+    return _STATE_NAMES[code]
 
 
 # Protocol names in the DataFrame view; others appear as their IANA number.
@@ -587,7 +594,22 @@ def proto_names(proto: np.ndarray) -> np.ndarray:
 
 
 def flag_strings(flags: np.ndarray) -> np.ndarray:
-    out = np.full(len(flags), "", dtype=object)
+    """"SAF"-style text of TCP flag unions, built once per distinct value."""
+    values, inverse = np.unique(flags, return_inverse=True)
+    texts = np.full(len(values), "", dtype=object)
     for bit, letter in FLAG_LETTERS:
-        out = np.where(flags & bit, out + letter, out)
-    return out
+        texts = np.where(values & bit, texts + letter, texts)
+    return texts[inverse.reshape(-1)] if len(flags) else np.full(0, "", dtype=object)
+
+
+def address_texts(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """ip_to_str of address columns, formatted once per distinct address (flows share few)."""
+    if not len(hi):
+        return ip_to_str(hi, lo)
+    order = np.lexsort((lo, hi))
+    shi, slo = hi[order], lo[order]
+    new = np.ones(len(hi), bool)
+    new[1:] = (shi[1:] != shi[:-1]) | (slo[1:] != slo[:-1])
+    group = np.empty(len(hi), np.intp)
+    group[order] = np.cumsum(new) - 1
+    return ip_to_str(shi[new], slo[new])[group]
