@@ -1,4 +1,4 @@
-"""The per-flow scan: packets sorted by flow key, aggregated into flow records in compiled code.
+"""The per-flow update: packets, in capture order, aggregated into open flow records in compiled code.
 
 A flow record is one row of an int64 matrix (`NF` fields, indices below) plus
 a row of history letters. Per-direction fields come in pairs: `F_PKTS + side`,
@@ -6,13 +6,17 @@ where side 0 is the originator (the flow's `src`) and side 1 the responder.
 The TCP state machine is Zeek's endpoint state machine
 (src/packet_analysis/protocol/tcp/TCPSessionAdapter.cc), run per packet in
 capture order, so `state` reads like Zeek's conn_state.
+
+Open flows live in an open-addressing hash table (linear probing) keyed by
+the 64-bit key hash, each hit verified on the full key; `update_flows` walks
+a batch once, in capture order, and releases the GIL.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from ..schema import TH_ACK, TH_FIN, TH_RST, TH_SYN
+from ..schema import IP, L_MSS, L_PAYLOAD, L_TCP, L_VLAN, TH_ACK, TH_FIN, TH_RST, TH_SYN
 
 # ---- flow record fields ---------------------------------------------------
 F_FIRST_NS = 0
@@ -294,78 +298,120 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
     _tcp_state_machine(F, H, row, side, flags, pay)
 
 
-# ---- packet rows: what the scan reads per packet, one int64 row each --------
-P_TS, P_FRAME, P_FROM_A, P_FLAGS, P_TCP_OK, P_IP_LEN, P_PAY, P_SEQ, P_MSS, P_VLAN, P_IPVER = range(11)
-NP = 11
+# ---- the open-flow hash table and the per-batch pass ------------------------
+# Longest probe run tolerated before the table is rehashed with another seed:
+# at the load factor kept (at most 1/2) runs average 1.5 probes and one of
+# 128 does not occur by chance; it means keys crafted to collide.
+MAX_PROBES = 128
+# counts[]: rows in use of the open and done arenas, newest packet time of the pass
+C_OPEN, C_DONE, C_NEWEST = 0, 1, 2
+NO_TIME = np.iinfo(np.int64).min
 
 
-@njit(cache=True)
-def pack_packets(ts, frame, from_a, flags, tcp_ok, ip_len, pay, seq, mss, vlan, ipver):
-    """Per-packet fields as rows, so that reordering them by flow moves one row per packet."""
-    n = len(ts)
-    P = np.empty((n, NP), dtype=np.int64)
-    for i in range(n):
-        P[i, P_TS] = ts[i]
-        P[i, P_FRAME] = frame[i]
-        P[i, P_FROM_A] = from_a[i]
-        P[i, P_FLAGS] = flags[i]
-        P[i, P_TCP_OK] = tcp_ok[i]
-        P[i, P_IP_LEN] = ip_len[i]
-        P[i, P_PAY] = pay[i]
-        P[i, P_SEQ] = seq[i]
-        P[i, P_MSS] = mss[i]
-        P[i, P_VLAN] = vlan[i]
-        P[i, P_IPVER] = ipver[i]
-    return P
+@njit(cache=True, nogil=True)
+def build_table(h, tab_row, tab_h):
+    """Index open rows 0..len(h)-1 by hash; False when two share a hash or a run is too long."""
+    tab_row[:] = -1
+    mask = np.uint64(len(tab_row) - 1)
+    for r in range(len(h)):
+        slot = np.int64(h[r] & mask)
+        probes = 0
+        while tab_row[slot] >= 0:
+            if tab_h[slot] == h[r]:
+                return False
+            slot = np.int64((np.uint64(slot) + np.uint64(1)) & mask)
+            probes += 1
+            if probes > MAX_PROBES:
+                return False
+        tab_row[slot] = r
+        tab_h[slot] = h[r]
+    return True
 
 
-@njit(cache=True)
-def scan(s0, n0, seg_start, seg_row, seg_timeout, seg_proto, seg_a_server, seg_b_server, seg_a_port,
-         seg_b_port, P, state_F, state_H, out_F, out_H, out_seg, seg_last):
-    """Aggregate packet rows P (grouped by flow key, capture order within a key) into flow rows.
+@njit(cache=True, nogil=True)
+def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_mss, payload_len, ip_len,
+                 vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK, DF, DH, DK, counts):
+    """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.
 
-    Segment s holds rows seg_start[s]:seg_start[s+1]; seg_row[s] is the open
-    flow carried over from earlier batches (-1: none), read but never written.
-    Flow rows go to out_*, and seg_last[s] is the row of segment s's last flow
-    (still open). Starts at segment s0 / row n0 and stops before a segment
-    that might not fit in out_F; returns (rows written, next segment) so the
-    caller can grow the output and resume.
+    Packet i has key row K[i] and hash h[i]; its other fields are valid under
+    the schema's layer bits. A packet without an open flow of its key starts
+    one at the end of the open arena (OF, OH, OK) and in the table; a packet
+    that must start a new flow of an open key moves the old one to the done
+    arena (DF, DH, DK) first. The caller reserves room for one new open and
+    one new done row per packet. Returns len(K), or the packet at which two
+    keys share a hash or a probe run grew too long: rehash, then resume there.
     """
-    n = n0
-    cap = out_F.shape[0]
-    nseg = len(seg_start) - 1
-    for s in range(s0, nseg):
-        if n + (seg_start[s + 1] - seg_start[s]) + 1 > cap:
-            return n, s
-        is_tcp = seg_proto[s] == 6
-        is_udp = seg_proto[s] == 17
-        cur = -1
-        if seg_row[s] >= 0:
-            cur = n
-            n += 1
-            out_F[cur, :] = state_F[seg_row[s], :]
-            out_H[cur, :] = state_H[seg_row[s], :]
-            out_seg[cur] = s
-        for i in range(seg_start[s], seg_start[s + 1]):
-            ts, from_a, flags, tcp_ok, seq = P[i, P_TS], P[i, P_FROM_A], P[i, P_FLAGS], P[i, P_TCP_OK], P[i, P_SEQ]
-            if cur >= 0:
-                side = 0 if from_a == out_F[cur, F_ORIG_IS_A] else 1
-                if _must_split(out_F, cur, ts, seg_timeout[s], side, flags, tcp_ok, seq, is_tcp):
-                    cur = -1
-            if cur < 0:
-                cur = n
-                n += 1
-                if from_a:
-                    sender_server, receiver_server = seg_a_server[s], seg_b_server[s]
-                    sender_port, receiver_port = seg_a_port[s], seg_b_port[s]
+    mask = np.uint64(len(tab_row) - 1)
+    n_open, n_done, newest = counts[C_OPEN], counts[C_DONE], counts[C_NEWEST]
+    stop = len(K)
+    for i in range(i0, len(K)):
+        lay = layers[i]
+        if (lay & IP) == 0:
+            continue
+        hv = h[i]
+        slot = np.int64(hv & mask)
+        probes = 0
+        row = -1
+        collided = False
+        while tab_row[slot] >= 0:
+            r = tab_row[slot]
+            if tab_h[slot] == hv:
+                if OK[r, 0] == K[i, 0] and OK[r, 1] == K[i, 1] and OK[r, 2] == K[i, 2] and \
+                        OK[r, 3] == K[i, 3] and OK[r, 4] == K[i, 4]:
+                    row = r
                 else:
-                    sender_server, receiver_server = seg_b_server[s], seg_a_server[s]
-                    sender_port, receiver_port = seg_b_port[s], seg_a_port[s]
-                _start_flow(out_F, out_H, cur, ts, P[i, P_FRAME], from_a, flags, tcp_ok, seq,
-                            P[i, P_VLAN], P[i, P_IPVER], is_tcp, is_udp, sender_server, receiver_server,
-                            sender_port, receiver_port)
-                out_seg[cur] = s
-            _add_packet(out_F, out_H, cur, ts, from_a, flags, tcp_ok, P[i, P_IP_LEN], P[i, P_PAY],
-                        seq, P[i, P_MSS], is_tcp, is_udp)
-        seg_last[s] = cur
-    return n, nseg
+                    collided = True
+                break
+            slot = np.int64((np.uint64(slot) + np.uint64(1)) & mask)
+            probes += 1
+            if probes > MAX_PROBES:
+                collided = True
+                break
+        if collided:
+            stop = i
+            break
+        ts = np.int64(ts_ns[i])
+        a = np.int64(from_a[i])
+        tcp_ok = (lay & L_TCP) != 0
+        flags = np.int64(tcp_flags[i]) if tcp_ok else np.int64(0)
+        seq = np.int64(tcp_seq[i]) if tcp_ok else np.int64(0)
+        pay = np.int64(payload_len[i]) if (lay & L_PAYLOAD) != 0 else np.int64(0)
+        mss = np.int64(tcp_mss[i]) if (lay & L_MSS) != 0 else np.int64(0)
+        word = K[i, 4]
+        proto = np.int64(word >> np.uint64(32))
+        is_tcp = proto == 6
+        is_udp = proto == 17
+        start = row < 0
+        if start:
+            row = n_open
+            n_open += 1
+            tab_row[slot] = row
+            tab_h[slot] = hv
+            for j in range(5):
+                OK[row, j] = K[i, j]
+        else:
+            side = 0 if a == OF[row, F_ORIG_IS_A] else 1
+            if _must_split(OF, row, ts, timeout_ns[proto], side, flags, tcp_ok, seq, is_tcp):
+                DF[n_done, :] = OF[row, :]
+                DH[n_done, :] = OH[row, :]
+                DK[n_done, :] = OK[row, :]
+                n_done += 1
+                start = True
+        if start:
+            a_port = np.int64((word >> np.uint64(16)) & np.uint64(0xFFFF))
+            b_port = np.int64(word & np.uint64(0xFFFF))
+            ported = is_tcp or is_udp
+            a_server = ported and server_port[a_port]
+            b_server = ported and server_port[b_port]
+            if a:
+                sender_server, receiver_server, sender_port, receiver_port = a_server, b_server, a_port, b_port
+            else:
+                sender_server, receiver_server, sender_port, receiver_port = b_server, a_server, b_port, a_port
+            vl = np.int64(vlan[i]) if (lay & L_VLAN) != 0 else np.int64(0)
+            _start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
+                        is_tcp, is_udp, sender_server, receiver_server, sender_port, receiver_port)
+        _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, mss, is_tcp, is_udp)
+        if ts > newest:
+            newest = ts
+    counts[C_OPEN], counts[C_DONE], counts[C_NEWEST] = n_open, n_done, newest
+    return stop

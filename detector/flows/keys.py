@@ -57,7 +57,7 @@ def _mix(x):
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hash_rows(K, seed):
     """64-bit hash of each row of the uint64 matrix K."""
     n, w = K.shape
@@ -71,7 +71,7 @@ def hash_rows(K, seed):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto):
     """(K, from_a): the direction-independent key matrix and whether each packet was sent by `a`."""
     n = len(src_hi)
@@ -89,49 +89,6 @@ def canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto):
         K[i, 4] = (np.uint64(proto[i]) << np.uint64(32)) | ports
         from_a[i] = 0 if swap else 1
     return K, from_a
-
-
-@njit(cache=True)
-def gather_rows(order, P, K):
-    """Rows of P and K in `order`: one contiguous row copy per packet."""
-    n = len(order)
-    wp, wk = P.shape[1], K.shape[1]
-    Ps = np.empty_like(P)
-    Ks = np.empty_like(K)
-    for pos in range(n):
-        i = order[pos]
-        for c in range(wp):
-            Ps[pos, c] = P[i, c]
-        for c in range(wk):
-            Ks[pos, c] = K[i, c]
-    return Ps, Ks
-
-
-@njit(cache=True)
-def segments(Ks, hs):
-    """Run starts of equal keys in the sorted key rows Ks, and whether two different keys share
-    a sort hash `hs` (then their packets may interleave)."""
-    n = Ks.shape[0]
-    starts = np.empty(n + 1, dtype=np.int64)
-    m = 0
-    clash = False
-    for i in range(n):
-        if i == 0:
-            starts[m] = 0
-            m += 1
-            continue
-        same = True
-        for j in range(KEY_WIDTH):
-            if Ks[i - 1, j] != Ks[i, j]:
-                same = False
-                break
-        if not same:
-            starts[m] = i
-            m += 1
-            if hs[i - 1] == hs[i]:
-                clash = True
-    starts[m] = n
-    return starts[:m + 1], clash
 
 
 def key_proto(K) -> np.ndarray:

@@ -2,19 +2,20 @@
 
 Per batch, with no Python loop over packets:
  1. every IP packet gets a direction-independent key (keys.py) and its 64-bit hash;
- 2. one sort of (hash high bits | packet index) groups each key's packets,
-    capture order kept, and a compiled gather moves each packet's fields
-    (one int64 row) into that order;
- 3. each key segment is joined (searchsorted on the hash) to the flow still
-    open for that key from earlier batches;
- 4. the compiled scan (kernel.py) aggregates each segment, starting a new flow
-    on an idle gap longer than the timeout or on a new connection's SYN;
- 5. each key's last flow stays open; the others are finished.
+ 2. one compiled pass (kernel.update_flows) takes the packets in capture
+    order, finds each key's open flow in an open-addressing hash table (full
+    key verified), and aggregates the packet into it, first finishing it and
+    starting a new one on an idle gap longer than the timeout or on a new
+    connection's SYN.
+Open flows stay in place between batches (no per-batch sort or reallocation);
+finished ones are appended to a second arena. The compiled parts release the
+GIL, so decoding can run in another thread.
 Open flows idle past their timeout are finished after every batch, so memory
 is O(open flows) plus the finished flow records, never O(packets).
 
 Hash collisions are checked, not assumed away: where two different keys share
-a hash, the whole table is rehashed with another seed and the batch redone.
+a hash (or keys crowd one probe run), the table is rehashed with another seed
+and the pass resumes at that packet.
 
 Timeouts (`IDLE_TIMEOUT_S`) follow Zeek's inactivity timeouts: TCP 5 min,
 UDP 1 min, ICMP 1 min, other IP protocols 1 min. A longer gap splits a flow.
@@ -46,7 +47,7 @@ import re
 
 import numpy as np
 
-from ..schema import (IP, L_FRAG, L_MSS, L_PAYLOAD, L_TCP, L_TUNNEL, L_VLAN, PROTO_NAMES, PROTO_SCTP,
+from ..schema import (IP, L_FRAG, L_IP4, L_PAYLOAD, L_TUNNEL, L_VLAN, PROTO_NAMES, PROTO_SCTP,
                       PROTO_TCP, PROTO_UDP, TH_ACK, TH_CWR, TH_ECE, TH_FIN, TH_NS,
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
@@ -66,6 +67,8 @@ FRAGMENT_TIMEOUT_S = 30.0
 MAX_RECENT_FRAGMENTS = 1 << 16
 # How often (capture time) idle flows are looked for: memory, not results, depends on it.
 EXPIRY_INTERVAL_S = 10.0
+# Hash table slots of an empty table (a power of two; the table doubles to stay at most half full).
+MIN_TABLE_SLOTS = 1 << 10
 
 # Column contract of finish(): name -> dtype (object = Python strings).
 FLOW_COLUMNS: dict[str, type] = {
@@ -113,6 +116,16 @@ def _empty(rows: int = 0):
             np.zeros((rows, K_.KEY_WIDTH), np.uint64))
 
 
+def _grown(arrays, rows: int, capacity: int):
+    """The arrays with room for `capacity` rows, their first `rows` rows kept."""
+    out = []
+    for a in arrays:
+        b = np.empty((capacity,) + a.shape[1:], a.dtype)
+        b[:rows] = a[:rows]
+        out.append(b)
+    return tuple(out)
+
+
 class FlowTable:
     """Streaming, mergeable flow table. update(batch) per PacketBatch; finish() or to_frame() at the end."""
 
@@ -122,9 +135,12 @@ class FlowTable:
         self.idle_timeout_s = idle_timeout_s
         self._timeout_ns = _timeouts_ns(idle_timeout_s)
         self._seed = 0
-        self._open_F, self._open_H, self._open_K = _empty()
-        self._open_h = np.zeros(0, np.uint64)
-        self._done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # open flows: rows [0, counts[C_OPEN]) of the open arena, found through the hash table
+        self._OF, self._OH, self._OK = _empty()
+        self._tab_row, self._tab_h = np.full(MIN_TABLE_SLOTS, -1, np.int64), np.zeros(MIN_TABLE_SLOTS, np.uint64)
+        # finished flows: rows [0, counts[C_DONE]) of the done arena
+        self._DF, self._DH, self._DK = _empty()
+        self._counts = np.zeros(3, np.int64)
         self._frag = (np.zeros(0, np.uint64), np.zeros(0, np.uint16), np.zeros(0, np.uint16),
                       np.zeros(0, np.int64))
         self._newest_ns: int | None = None
@@ -132,41 +148,112 @@ class FlowTable:
         self.packets = 0
         self.non_ip_packets = 0
 
-    # ---- packets -> flow packets ----------------------------------------
-    def _flow_packets(self, batch: PacketBatch) -> dict[str, np.ndarray]:
+    # ---- batches ---------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        """Add one decoded batch (batches in capture order)."""
+        n = len(batch)
+        if n == 0:
+            return
+        self.packets += n
         layers = batch["layers"]
-        ip = (layers & np.uint32(IP)) != 0
-        self.non_ip_packets += int(len(layers) - np.count_nonzero(ip))
-        names = (
-            "layers", "ts_ns", "frame", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto",
-            "ip_version", "ip_len", "ip_id", "ip_flags", "frag_offset", "src_port", "dst_port",
-            "tcp_flags", "tcp_seq", "tcp_mss", "payload_len", "icmp_type", "icmp_code", "vlan_outer")
-        every = bool(ip.all())
-        idx = np.flatnonzero(ip)
-        c = {name: batch[name] if every else batch[name][idx] for name in names}
-        lay = c["layers"]
-        sport, dport = K_.transport_ports(lay, c["proto"], c["src_port"], c["dst_port"],
-                                          c["icmp_type"], c["icmp_code"])
-        self._attach_fragments(c, sport, dport)
-        tcp_ok = ((lay & np.uint32(L_TCP)) != 0).astype(np.uint8)
-        pkt = {
-            "src_hi": c["src_ip_hi"], "src_lo": c["src_ip_lo"], "dst_hi": c["dst_ip_hi"],
-            "dst_lo": c["dst_ip_lo"], "sport": sport, "dport": dport, "proto": c["proto"],
-            "ts": c["ts_ns"], "frame": c["frame"], "tcp_ok": tcp_ok,
-            "flags": np.where(tcp_ok, c["tcp_flags"], 0).astype(np.int64),
-            "ip_len": c["ip_len"].astype(np.int64),
-            "pay": np.where(lay & np.uint32(L_PAYLOAD), c["payload_len"], 0).astype(np.int64),
-            "seq": np.where(tcp_ok, c["tcp_seq"], 0).astype(np.int64),
-            "mss": np.where(lay & np.uint32(L_MSS), c["tcp_mss"], 0).astype(np.int64),
-            "vlan": np.where(lay & np.uint32(L_VLAN), c["vlan_outer"], 0).astype(np.int64),
-            "ipver": c["ip_version"].astype(np.int64),
-        }
+        n_ip = int(np.count_nonzero(layers & np.uint32(IP)))
+        self.non_ip_packets += n - n_ip
         carrier = self._carrier_packets(batch)
+        n_flow = n_ip + (len(carrier[0]) if carrier is not None else 0)
+        if n_flow == 0:
+            return
+        self._reserve(n_flow)
+        self._counts[k.C_NEWEST] = k.NO_TIME
+        if n_ip:
+            sport, dport = K_.transport_ports(layers, batch["proto"], batch["src_port"], batch["dst_port"],
+                                              batch["icmp_type"], batch["icmp_code"])
+            self._attach_fragments(batch, sport, dport)
+            self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dst_ip_hi"], batch["dst_ip_lo"], sport, dport,
+                      batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
+                      batch["tcp_mss"], batch["payload_len"], batch["ip_len"], batch["vlan_outer"],
+                      batch["ip_version"])
         if carrier is not None:
-            pkt = {name: np.concatenate([pkt[name], carrier[name].astype(pkt[name].dtype)]) for name in pkt}
-        return pkt
+            self._run(*carrier)
+        newest = int(self._counts[k.C_NEWEST])
+        self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
+        self._expire()
 
+    def _run(self, src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto, layers, ts_ns, frame, tcp_flags, tcp_seq,
+             tcp_mss, payload_len, ip_len, vlan, ip_version) -> None:
+        """One compiled pass over the packets, resumed after a rehash."""
+        K, from_a = K_.canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto)
+        at = 0
+        while True:
+            h = K_.hash_rows(K, self._seed)
+            at = k.update_flows(at, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_mss, payload_len,
+                                ip_len, vlan, ip_version, self._timeout_ns, K_.SERVER_PORT, self._tab_row,
+                                self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK,
+                                self._counts)
+            if at == len(K):
+                return
+            self._rehash()
+
+    def _reserve(self, packets: int) -> None:
+        """Room for each packet to start one open flow and finish one, and a table at most half full."""
+        n_open, n_done = int(self._counts[k.C_OPEN]), int(self._counts[k.C_DONE])
+        if n_open + packets > len(self._OF):
+            cap = max(n_open + packets, 2 * len(self._OF))
+            self._OF, self._OH, self._OK = _grown((self._OF, self._OH, self._OK), n_open, cap)
+        if n_done + packets > len(self._DF):
+            cap = max(n_done + packets, 2 * len(self._DF))
+            self._DF, self._DH, self._DK = _grown((self._DF, self._DH, self._DK), n_done, cap)
+        if 2 * (n_open + packets) > len(self._tab_row):
+            slots = 1 << (2 * (n_open + packets) - 1).bit_length()
+            self._tab_row, self._tab_h = np.empty(slots, np.int64), np.empty(slots, np.uint64)
+            self._index()
+
+    def _index(self) -> None:
+        """(Re)build the hash table over the open rows, changing the seed until no two share a hash."""
+        K = self._OK[:self._counts[k.C_OPEN]]
+        while not k.build_table(K_.hash_rows(K, self._seed), self._tab_row, self._tab_h):
+            self._seed += 1
+
+    def _rehash(self) -> None:
+        self._seed += 1
+        self._index()
+
+    def _set_flows(self, done: list, open_F, open_H, open_K) -> None:
+        """Append `done` (F, H, K) parts to the finished flows and make (open_F, open_H, open_K) the open ones."""
+        for F, H, K in done:
+            self._reserve(len(F))
+            at = int(self._counts[k.C_DONE])
+            self._DF[at:at + len(F)], self._DH[at:at + len(F)], self._DK[at:at + len(F)] = F, H, K
+            self._counts[k.C_DONE] = at + len(F)
+        self._counts[k.C_OPEN] = 0
+        self._reserve(len(open_F))
+        n = len(open_F)
+        self._OF[:n], self._OH[:n], self._OK[:n] = open_F, open_H, open_K
+        self._counts[k.C_OPEN] = n
+        self._index()
+
+    def _open(self):
+        n = int(self._counts[k.C_OPEN])
+        return self._OF[:n], self._OH[:n], self._OK[:n]
+
+    def _finished(self):
+        n = int(self._counts[k.C_DONE])
+        return self._DF[:n], self._DH[:n], self._DK[:n]
+
+    def _expire(self) -> None:
+        """Finish open flows idle past their timeout (+ slack); run every EXPIRY_INTERVAL_S of capture time."""
+        if self._newest_ns - self._expired_ns < int(EXPIRY_INTERVAL_S * NS) or not self._counts[k.C_OPEN]:
+            return
+        self._expired_ns = self._newest_ns
+        F, H, K = self._open()
+        limit = self._timeout_ns[K_.key_proto(K)] + int(EXPIRY_SLACK_S * NS)
+        idle = F[:, k.F_LAST_NS] < self._newest_ns - limit
+        if idle.any():
+            live = ~idle
+            self._set_flows([(F[idle], H[idle], K[idle])], F[live], H[live], K[live])
+
+    # ---- packets -> flow packets ----------------------------------------
     def _attach_fragments(self, c, sport, dport) -> None:
+        """Ports of a non-first fragment from its first fragment (c: the batch; rows without IP carry no L_FRAG)."""
         lay = c["layers"]
         if not (lay & np.uint32(L_FRAG)).any():
             return
@@ -191,7 +278,8 @@ class FlowTable:
             sport[rows] = sps[src]
             dport[rows] = dps[src]
         if len(ids):
-            newest = int(c["ts_ns"].max()) if len(c["ts_ns"]) else 0
+            ip_ts = c["ts_ns"][(lay & np.uint32(IP)) != 0]
+            newest = int(ip_ts.max()) if len(ip_ts) else 0
             keep = tss >= newest - int(FRAGMENT_TIMEOUT_S * NS)
             ids, sps, dps, tss = ids[keep], sps[keep], dps[keep], tss[keep]
             if len(ids) > MAX_RECENT_FRAGMENTS:
@@ -201,7 +289,7 @@ class FlowTable:
 
     @staticmethod
     def _carrier_packets(batch):
-        """The outer UDP packets of UDP tunnels (any inner frame, IP or not) as flow packets."""
+        """The outer UDP packets of UDP tunnels (any inner frame, IP or not), as the arguments of _run."""
         layers = batch["layers"]
         rows = np.flatnonzero(((layers & np.uint32(L_TUNNEL)) != 0) & (batch["outer_proto"] == PROTO_UDP)
                               & ((batch["outer_src_port"] | batch["outer_dst_port"]) != 0))
@@ -212,137 +300,23 @@ class FlowTable:
         v4 = K_.is_v4_mapped(shi, slo)
         ip_len, pay = K_.carrier_ip_len(batch["ip_len"][rows], batch["l3_off"][rows], batch["wirelen"][rows],
                                         (lay & np.uint32(IP)) != 0, batch["linktype"][rows], lay, v4)
-        zero = np.zeros(len(rows), np.int64)
-        return {
-            "src_hi": shi, "src_lo": slo, "dst_hi": batch["outer_dst_ip_hi"][rows],
-            "dst_lo": batch["outer_dst_ip_lo"][rows], "sport": batch["outer_src_port"][rows],
-            "dport": batch["outer_dst_port"][rows], "proto": np.full(len(rows), PROTO_UDP, np.uint8),
-            "ts": batch["ts_ns"][rows], "frame": batch["frame"][rows], "tcp_ok": zero.astype(np.uint8),
-            "flags": zero, "ip_len": ip_len, "pay": pay, "seq": zero, "mss": zero,
-            "vlan": np.where(lay & np.uint32(L_VLAN), batch["vlan_outer"][rows], 0),
-            "ipver": np.where(v4, 4, 6),
-        }
-
-    # ---- batches ---------------------------------------------------------
-    def update(self, batch: PacketBatch) -> None:
-        """Add one decoded batch (batches in capture order)."""
-        n = len(batch)
-        if n == 0:
-            return
-        self.packets += n
-        pkt = self._flow_packets(batch)
-        if len(pkt["ts"]):
-            self._aggregate(pkt)
-            newest = int(pkt["ts"].max())
-            self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
-            self._expire()
-
-    def _group(self, K, P):
-        """Packet rows P and keys K sorted so that each key's packets are contiguous, capture
-        order kept; run starts; and each key's join to the open flows.
-        Returns (Ps, starts, uK, uh, seg_row)."""
-        n = len(K)
-        low = np.uint64((1 << max(int(n - 1).bit_length(), 1)) - 1)
-        index = np.arange(n, dtype=np.uint64)
-        while True:
-            h = K_.hash_rows(K, self._seed)
-            # one unstable sort of (hash high bits | packet index) = a stable sort by hash
-            composite = (h & ~low) | index
-            composite.sort()
-            order = (composite & low).astype(np.int64)
-            Ps, Ks = K_.gather_rows(order, P, K)
-            starts, clash = K_.segments(Ks, composite & ~low)
-            if clash:       # keys sharing the high bits: sort on the full hash instead
-                order = np.argsort(h, kind="stable")
-                Ps, Ks = K_.gather_rows(order, P, K)
-                starts, clash = K_.segments(Ks, h[order])
-                if clash:
-                    self._rehash()
-                    continue
-            heads = starts[:-1]
-            uh, uK = h[order[heads]], Ks[heads]
-            m = len(self._open_h)
-            if m == 0:
-                return Ps, starts, uK, uh, np.full(len(uh), -1, np.int64)
-            pos = np.minimum(np.searchsorted(self._open_h, uh), m - 1)
-            found = self._open_h[pos] == uh
-            if np.any(self._open_K[pos[found]] != uK[found]):
-                self._rehash()
-                continue
-            return Ps, starts, uK, uh, np.where(found, pos, -1).astype(np.int64)
-
-    def _aggregate(self, pkt) -> None:
-        K, from_a = K_.canonical_keys(pkt["src_hi"], pkt["src_lo"], pkt["dst_hi"], pkt["dst_lo"],
-                                      pkt["sport"], pkt["dport"], pkt["proto"])
-        P = k.pack_packets(pkt["ts"], pkt["frame"], from_a, pkt["flags"], pkt["tcp_ok"], pkt["ip_len"],
-                           pkt["pay"], pkt["seq"], pkt["mss"], pkt["vlan"], pkt["ipver"])
-        P, starts, uK, uh, seg_row = self._group(K, P)
-        proto = K_.key_proto(uK)
-        aport, bport = K_.key_ports(uK)
-        ported = (proto == PROTO_TCP) | (proto == PROTO_UDP)
-        nseg = len(uh)
-        cap = nseg + nseg // 4 + 64
-        out_F, out_H = np.empty((cap, k.NF), np.int64), np.empty((cap, k.HIST_MAX), np.uint8)
-        out_seg, seg_last = np.empty(cap, np.int64), np.empty(nseg, np.int64)
-        rows, s = 0, 0
-        while True:
-            rows, s = k.scan(s, rows, starts, seg_row, self._timeout_ns[proto], proto,
-                             K_.SERVER_PORT[aport] & ported, K_.SERVER_PORT[bport] & ported,
-                             aport.astype(np.int64), bport.astype(np.int64), P, self._open_F, self._open_H, out_F, out_H, out_seg, seg_last)
-            if s == nseg:
-                break
-            cap = 2 * cap + int(starts[s + 1] - starts[s])     # many splits: grow and resume
-            out_F = np.concatenate([out_F[:rows], np.empty((cap - rows, k.NF), np.int64)])
-            out_H = np.concatenate([out_H[:rows], np.empty((cap - rows, k.HIST_MAX), np.uint8)])
-            out_seg = np.concatenate([out_seg[:rows], np.empty(cap - rows, np.int64)])
-        still_open = np.zeros(rows, bool)
-        still_open[seg_last] = True
-        if rows > nseg:
-            done = np.flatnonzero(~still_open)
-            self._done.append((out_F[done], out_H[done], uK[out_seg[done]]))
-        found = seg_row >= 0
-        self._open_F[seg_row[found]] = out_F[seg_last[found]]
-        self._open_H[seg_row[found]] = out_H[seg_last[found]]
-        new = np.flatnonzero(~found)
-        if len(new):
-            new = new[np.argsort(uh[new], kind="stable")]
-            at = np.searchsorted(self._open_h, uh[new])
-            self._open_F = np.insert(self._open_F, at, out_F[seg_last[new]], axis=0)
-            self._open_H = np.insert(self._open_H, at, out_H[seg_last[new]], axis=0)
-            self._open_K = np.insert(self._open_K, at, uK[new], axis=0)
-            self._open_h = np.insert(self._open_h, at, uh[new])
-
-    def _set_open(self, F, H, K, hashes=None) -> None:
-        h = K_.hash_rows(K, self._seed) if hashes is None else hashes
-        order = np.argsort(h, kind="stable")
-        self._open_F, self._open_H, self._open_K, self._open_h = F[order], H[order], K[order], h[order]
-
-    def _rehash(self) -> None:
-        self._seed += 1
-        self._set_open(self._open_F, self._open_H, self._open_K)
-
-    def _expire(self) -> None:
-        """Finish open flows idle past their timeout (+ slack); run every EXPIRY_INTERVAL_S of capture time."""
-        if self._newest_ns - self._expired_ns < int(EXPIRY_INTERVAL_S * NS) or not len(self._open_h):
-            return
-        self._expired_ns = self._newest_ns
-        limit = self._timeout_ns[K_.key_proto(self._open_K)] + int(EXPIRY_SLACK_S * NS)
-        idle = self._open_F[:, k.F_LAST_NS] < self._newest_ns - limit
-        if idle.any():
-            self._done.append((self._open_F[idle], self._open_H[idle], self._open_K[idle]))
-            live = ~idle
-            self._open_F, self._open_H = self._open_F[live], self._open_H[live]
-            self._open_K, self._open_h = self._open_K[live], self._open_h[live]
+        zero = np.zeros(len(rows), np.uint32)
+        # layer bits as the pass reads them: an IP packet with a payload length and no TCP header
+        carrier_layers = np.uint32(L_IP4 | L_PAYLOAD) | (lay & np.uint32(L_VLAN))
+        return (shi, slo, batch["outer_dst_ip_hi"][rows], batch["outer_dst_ip_lo"][rows],
+                batch["outer_src_port"][rows], batch["outer_dst_port"][rows], np.full(len(rows), PROTO_UDP, np.uint8),
+                carrier_layers, batch["ts_ns"][rows], batch["frame"][rows], zero.astype(np.uint16), zero, zero.astype(np.uint16),
+                pay, ip_len, batch["vlan_outer"][rows], np.where(v4, 4, 6).astype(np.uint8))
 
     # ---- results ---------------------------------------------------------
     def _all(self):
-        parts = self._done + [(self._open_F, self._open_H, self._open_K)]
-        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                np.concatenate([p[2] for p in parts]))
+        """Finished flows, then the open ones."""
+        parts = (self._finished(), self._open())
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
 
     @property
     def flow_count(self) -> int:
-        return sum(len(p[0]) for p in self._done) + len(self._open_F)
+        return int(self._counts[k.C_DONE] + self._counts[k.C_OPEN])
 
     def finish(self) -> dict[str, np.ndarray]:
         """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
@@ -414,46 +388,43 @@ class FlowTable:
         an established connection), and the later part's first segments
         cannot be recognised as retransmissions of earlier ones.
         """
-        if other._seed != self._seed:
-            other = other._copy_rehashed(self._seed)
         self.packets += other.packets
         self.non_ip_packets += other.non_ip_packets
         oF, oH, oK = other._all()
         if len(oF) == 0:
             return self
-        n_open_other = len(other._open_F)
+        n_open_other = int(other._counts[k.C_OPEN])
         o_is_open = np.zeros(len(oF), bool)
         o_is_open[len(oF) - n_open_other:] = True
+        mF, mH, mK = self._open()
+        mh = K_.hash_rows(mK, self._seed)
+        by_hash = np.argsort(mh, kind="stable")
+        mF, mH, mK, mh = mF[by_hash], mH[by_hash], mK[by_hash], mh[by_hash]
         oh = K_.hash_rows(oK, self._seed)
         order = np.lexsort((oF[:, k.F_FIRST_NS], oh))
         first = np.ones(len(order), bool)
         first[1:] = oh[order][1:] != oh[order][:-1]
         heads = order[first]                       # each key's earliest flow in `other`
-        pos = np.searchsorted(self._open_h, oh[heads])
-        posc = np.minimum(pos, max(len(self._open_h) - 1, 0))
-        hit = (pos < len(self._open_h)) & (self._open_h[posc] == oh[heads]) if len(self._open_h) else \
-            np.zeros(len(heads), bool)
-        hit &= np.all(self._open_K[posc] == oK[heads], axis=1) if len(self._open_h) else hit
+        pos = np.searchsorted(mh, oh[heads])
+        posc = np.minimum(pos, max(len(mh) - 1, 0))
+        hit = (pos < len(mh)) & (mh[posc] == oh[heads]) if len(mh) else np.zeros(len(heads), bool)
+        hit &= np.all(mK[posc] == oK[heads], axis=1) if len(mh) else hit
         mine_rows, theirs = posc[hit], heads[hit]
-        joined = _continues(self._open_F[mine_rows], oF[theirs], self._timeout_ns[K_.key_proto(oK[theirs])])
-        combined_F, combined_H = _combine(self._open_F[mine_rows[joined]], self._open_H[mine_rows[joined]],
+        joined = _continues(mF[mine_rows], oF[theirs], self._timeout_ns[K_.key_proto(oK[theirs])])
+        combined_F, combined_H = _combine(mF[mine_rows[joined]], mH[mine_rows[joined]],
                                           oF[theirs[joined]], oH[theirs[joined]])
         oF, oH = oF.copy(), oH.copy()
         oF[theirs[joined]] = combined_F
         oH[theirs[joined]] = combined_H
-        superseded = np.zeros(len(self._open_F), bool)
+        superseded = np.zeros(len(mF), bool)
         superseded[mine_rows] = True               # a later flow of the same key exists
         ended_mine = superseded.copy()
         ended_mine[mine_rows[joined]] = False      # those continue inside oF instead
-        if ended_mine.any():
-            self._done.append((self._open_F[ended_mine], self._open_H[ended_mine], self._open_K[ended_mine]))
         done = ~o_is_open
-        if done.any():
-            self._done.append((oF[done], oH[done], oK[done]))
         keep = ~superseded
-        self._set_open(np.concatenate([self._open_F[keep], oF[o_is_open]]),
-                       np.concatenate([self._open_H[keep], oH[o_is_open]]),
-                       np.concatenate([self._open_K[keep], oK[o_is_open]]))
+        self._set_flows([(mF[ended_mine], mH[ended_mine], mK[ended_mine]), (oF[done], oH[done], oK[done])],
+                        np.concatenate([mF[keep], oF[o_is_open]]), np.concatenate([mH[keep], oH[o_is_open]]),
+                        np.concatenate([mK[keep], oK[o_is_open]]))
         self._merge_fragments(other)
         if other._newest_ns is not None:
             self._newest_ns = other._newest_ns if self._newest_ns is None else max(self._newest_ns, other._newest_ns)
@@ -466,13 +437,6 @@ class FlowTable:
             last = np.argsort(tss, kind="stable")[-MAX_RECENT_FRAGMENTS:]
             ids, sps, dps, tss = ids[last], sps[last], dps[last], tss[last]
         self._frag = (ids, sps, dps, tss)
-
-    def _copy_rehashed(self, seed: int) -> "FlowTable":
-        twin = FlowTable(self.idle_timeout_s)
-        twin.__dict__.update(self.__dict__)
-        twin._seed = seed
-        twin._set_open(self._open_F, self._open_H, self._open_K)
-        return twin
 
 
 # ---- merge helpers (vectorised over the flows cut by a partition boundary) --
