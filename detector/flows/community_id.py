@@ -4,8 +4,8 @@ The identifier Zeek, Suricata and others attach to a flow, so findings can be
 joined with their logs. `community_id` hashes one flow with hashlib;
 `community_ids` hashes whole flow columns in compiled code (the input is at
 most 40 bytes: one SHA-1 block) with the same result. The ICMP type/code
-mapping is also used vectorised by the flow key, so ICMP echo request and reply
-land in one flow as in Zeek.
+mapping (COUNTERPART_TABLE) also makes the flow key, so ICMP echo request and
+reply land in one flow as in Zeek.
 """
 from __future__ import annotations
 
@@ -41,26 +41,16 @@ ICMP6_COUNTERPART = {
 }
 
 
-def _lookup_tables() -> tuple[np.ndarray, np.ndarray]:
+def _counterpart_table() -> np.ndarray:
     """Per ICMP type: counterpart type, or -1 for one-way messages; row 0 ICMPv4, row 1 ICMPv6."""
     table = np.full((2, 256), -1, dtype=np.int16)
     for row, mapping in enumerate((ICMP4_COUNTERPART, ICMP6_COUNTERPART)):
         for kind, other in mapping.items():
             table[row, kind] = other
-    return table, table >= 0
+    return table
 
 
-_COUNTERPART, _TWO_WAY = _lookup_tables()
-
-
-def icmp_port_equivalents(icmp_type: np.ndarray, icmp_code: np.ndarray, v6: np.ndarray):
-    """Vectorised spec mapping: (source port, destination port, one_way) per ICMP message."""
-    row = v6.astype(np.intp)
-    kind = icmp_type.astype(np.intp)
-    other = _COUNTERPART[row, kind]
-    one_way = other < 0
-    dport = np.where(one_way, icmp_code.astype(np.int32), other.astype(np.int32)).astype(np.uint16)
-    return icmp_type.astype(np.uint16), dport, one_way
+COUNTERPART_TABLE = _counterpart_table()
 
 
 def _addr_bytes(addr) -> bytes:
@@ -221,7 +211,7 @@ def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, see
     v4 = _v4_mapped(src_hi, src_lo) & _v4_mapped(dst_hi, dst_lo)
     raw = _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, np.asarray(proto, np.uint8),
                                np.asarray(src_port, np.uint16), np.asarray(dst_port, np.uint16), v4,
-                               int(seed) & 0xFFFF, _COUNTERPART, _PORT_PROTOCOL, _SHA1_INIT, _SHA1_K, _B64)
+                               int(seed) & 0xFFFF, COUNTERPART_TABLE, _PORT_PROTOCOL, _SHA1_INIT, _SHA1_K, _B64)
     return ascii_rows(raw)
 
 

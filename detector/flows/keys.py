@@ -15,7 +15,7 @@ from numba import njit
 from ..schema import (IP_MF, L_FRAG, L_ICMP6, L_PORTS, L_QINQ, L_VLAN, ICMP_ANY, LINKTYPE_ETHERNET,
                       LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
                       LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW)
-from .community_id import icmp_port_equivalents
+from .community_id import COUNTERPART_TABLE as ICMP_COUNTERPART
 
 KEY_WIDTH = 5
 
@@ -104,18 +104,27 @@ def is_v4_mapped(hi, lo) -> np.ndarray:
     return (hi == V4_MAPPED_HI) & ((lo >> np.uint64(32)) == V4_MAPPED_LO_TAG)
 
 
-def transport_ports(layers, proto, src_port, dst_port, icmp_type, icmp_code):
-    """Ports per packet: transport ports, ICMP port equivalents, else 0."""
-    has_ports = (layers & np.uint32(L_PORTS)) != 0
-    sport = np.where(has_ports, src_port, 0).astype(np.uint16)
-    dport = np.where(has_ports, dst_port, 0).astype(np.uint16)
-    icmp = (layers & np.uint32(ICMP_ANY)) != 0
-    if icmp.any():
-        t, c, _ = icmp_port_equivalents(icmp_type[icmp], icmp_code[icmp],
-                                        (layers[icmp] & np.uint32(L_ICMP6)) != 0)
-        sport[icmp] = t
-        dport[icmp] = c
+@njit(cache=True, nogil=True)
+def _ports(layers, src_port, dst_port, icmp_type, icmp_code, counterpart):
+    n = len(layers)
+    sport = np.zeros(n, dtype=np.uint16)
+    dport = np.zeros(n, dtype=np.uint16)
+    for i in range(n):
+        lay = layers[i]
+        if lay & L_PORTS:
+            sport[i], dport[i] = src_port[i], dst_port[i]
+        if lay & ICMP_ANY:
+            kind = icmp_type[i]
+            other = counterpart[1 if lay & L_ICMP6 else 0, kind]
+            sport[i] = kind
+            dport[i] = icmp_code[i] if other < 0 else other
     return sport, dport
+
+
+def transport_ports(layers, proto, src_port, dst_port, icmp_type, icmp_code):
+    """Ports per packet: transport ports; for ICMP the Community ID port equivalents (type, and the
+    counterpart type of a two-way message or the code of a one-way one); else 0."""
+    return _ports(layers, src_port, dst_port, icmp_type, icmp_code, ICMP_COUNTERPART)
 
 
 def fragment_ids(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id):
