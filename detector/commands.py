@@ -85,7 +85,8 @@ def write_flows(paths, out: Path):
 
 
 def analyze(paths, out_dir: Path, rules_dir=None):
-    """Run every enabled detector over the captures and write DIR/findings.json.
+    """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
+    DIR/evidence/ (one pcap per finding).
 
     `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
     file is refused before any capture is read.
@@ -101,6 +102,10 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     ctx = AnalysisContext(flows=table.to_frame(), stats=stats)
     findings = run_findings(detectors, ctx)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+    # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
+    from .report import eve_lines, write_evidence
+
+    evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns)
     document = {
         "version": FINDINGS_VERSION,
         "captures": result.captures,
@@ -109,4 +114,5 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     }
     path = out_dir / "findings.json"
     _atomic_write(path, json.dumps(document, indent=2) + "\n")
+    _atomic_write(out_dir / "findings.jsonl", eve_lines(findings, str(paths[0]) if paths else None))
     return findings, result, path

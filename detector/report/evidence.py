@@ -1,0 +1,185 @@
+"""The evidence pass: one more read of the captures that copies each finding's frames into a pcap of its own
+and computes the time series the report draws.
+
+Frames are picked by number (np.isin on the batch's frame column), never by
+re-matching packets, so the evidence is exactly what the detector saw. The
+records are copied byte for byte with their original timestamps.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..engine import decoded_batches
+from ..findings import Finding
+from ..schema import MAX_CAPLEN
+
+# Classic pcap with nanosecond timestamps (magic 0xa1b23c4d): the decoded
+# ts_ns is written without rounding. Version 2.4, the only one in use
+# (draft-ietf-opsawg-pcap, section 4).
+PCAP_MAGIC_NS = 0xA1B23C4D
+PCAP_VERSION = (2, 4)
+# pcapng block types (draft-ietf-opsawg-pcapng, section 4): section header,
+# interface description, enhanced packet; byte-order magic of the SHB.
+PCAPNG_SHB = 0x0A0D0D0A
+PCAPNG_IDB = 0x00000001
+PCAPNG_EPB = 0x00000006
+PCAPNG_BOM = 0x1A2B3C4D
+# IDB option if_tsresol (code 9) = 9: timestamps in nanoseconds
+PCAPNG_TSRESOL_NS = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
+
+# Points of the packets/s and loop-rate series: enough to see the shape of an
+# incident, bounded whatever the capture's duration or its timestamps claim.
+SERIES_BINS_MAX = 600
+
+
+@dataclass
+class Series:
+    """Per-bin counts over the capture's time span (bin `i` starts at `start_ns + i * bin_ns`)."""
+
+    start_ns: int
+    bin_ns: int
+    packets: np.ndarray
+    loops: dict[int, np.ndarray] = field(default_factory=dict)    # finding index -> copies per bin
+
+
+@dataclass
+class EvidenceResult:
+    series: Series | None
+    files: list[Path] = field(default_factory=list)
+
+
+def _wanted(findings: list[Finding]) -> np.ndarray:
+    frames = [np.asarray(f.evidence.get("evidence_frames", []), dtype=np.int64) for f in findings]
+    return np.unique(np.concatenate(frames)) if frames else np.zeros(0, dtype=np.int64)
+
+
+def _loop_fingerprints(findings: list[Finding]) -> dict[int, int]:
+    """Finding index -> fingerprint (uint64) of the looping frame, for the echo-loop findings."""
+    out = {}
+    for i, f in enumerate(findings):
+        text = f.evidence.get("fingerprint") if f.rule == "echo-loop" else None
+        if isinstance(text, str):
+            try:
+                out[i] = int(text, 16)
+            except ValueError:
+                continue
+    return out
+
+
+def _time_bins(first_ns: int | None, last_ns: int | None) -> tuple[int, int, int]:
+    if first_ns is None or last_ns is None:
+        return 0, 1, 0
+    span = max(last_ns - first_ns, 1)
+    # whole milliseconds, at least 1 ms per bin
+    bin_ns = max(1_000_000, math.ceil(span / SERIES_BINS_MAX / 1_000_000) * 1_000_000)
+    return first_ns, bin_ns, min(SERIES_BINS_MAX, span // bin_ns + 1)
+
+
+def _bin_counts(ts: np.ndarray, start_ns: int, bin_ns: int, bins: int) -> np.ndarray:
+    idx = (ts - start_ns) // bin_ns
+    idx = idx[(idx >= 0) & (idx < bins)]
+    return np.bincount(idx, minlength=bins).astype(np.int64)
+
+
+def collect(paths, findings: list[Finding], first_ns: int | None, last_ns: int | None):
+    """One pass over `paths`: the evidence records by frame number, and the report's series.
+
+    Returns (records, series): records maps frame number -> (ts_ns, wirelen,
+    linktype, bytes, source file).
+    """
+    wanted = _wanted(findings)
+    loops = _loop_fingerprints(findings)
+    start_ns, bin_ns, bins = _time_bins(first_ns, last_ns)
+    series = Series(start_ns, bin_ns, np.zeros(bins, dtype=np.int64),
+                    {i: np.zeros(bins, dtype=np.int64) for i in loops})
+    records: dict[int, tuple[int, int, int, bytes, str]] = {}
+    for _reader, batch in decoded_batches(paths, fingerprint=bool(loops)):
+        ts = batch["ts_ns"]
+        if bins:
+            series.packets += _bin_counts(ts, start_ns, bin_ns, bins)
+            for i, fp in loops.items():
+                series.loops[i] += _bin_counts(ts[batch["fingerprint"] == np.uint64(fp)], start_ns, bin_ns, bins)
+        if len(wanted) == 0:
+            continue
+        for row in np.flatnonzero(np.isin(batch["frame"], wanted)):
+            records[int(batch["frame"][row])] = (int(ts[row]), int(batch["wirelen"][row]),
+                                                 int(batch["linktype"][row]), batch.frame_bytes(int(row)),
+                                                 batch.source)
+    return records, series
+
+
+def _pcap(rows) -> bytes:
+    """Classic pcap, nanosecond timestamps, one link type."""
+    linktype = rows[0][2]
+    out = [struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, MAX_CAPLEN, linktype)]
+    for ts, wirelen, _lt, data, _src in rows:
+        sec, ns = divmod(ts, 1_000_000_000)
+        # timestamps before 1970 or past 2106 do not fit the 32-bit seconds field: clamp, keep the bytes
+        sec = min(max(sec, 0), 0xFFFFFFFF)
+        out.append(struct.pack("<IIII", sec, ns, len(data), max(wirelen, len(data))))
+        out.append(data)
+    return b"".join(out)
+
+
+def _pad4(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 4)
+
+
+def _block(kind: int, body: bytes) -> bytes:
+    body = _pad4(body)
+    length = 12 + len(body)
+    return struct.pack("<II", kind, length) + body + struct.pack("<I", length)
+
+
+def _pcapng(rows) -> bytes:
+    """pcapng with one interface per link type: for the rare finding whose frames span link types."""
+    linktypes = sorted({r[2] for r in rows})
+    iface = {lt: i for i, lt in enumerate(linktypes)}
+    out = [_block(PCAPNG_SHB, struct.pack("<IHHq", PCAPNG_BOM, 1, 0, -1))]
+    for lt in linktypes:
+        out.append(_block(PCAPNG_IDB, struct.pack("<HHI", lt, 0, MAX_CAPLEN) + PCAPNG_TSRESOL_NS))
+    for ts, wirelen, lt, data, _src in rows:
+        ts = max(ts, 0)
+        out.append(_block(PCAPNG_EPB, struct.pack("<IIIII", iface[lt], ts >> 32, ts & 0xFFFFFFFF, len(data),
+                                                  max(wirelen, len(data))) + data))
+    return b"".join(out)
+
+
+def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None, last_ns=None) -> EvidenceResult:
+    """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count.
+
+    A finding's frames normally share one link type and go to classic pcap;
+    if they span several, the file is pcapng (<rule>-<n>.pcapng), one
+    interface per link type, so no frame is dropped or relabelled.
+    """
+    records, series = collect(paths, findings, first_ns, last_ns)
+    result = EvidenceResult(series)
+    folder = out_dir / "evidence"
+    per_rule: dict[str, int] = {}
+    for f in findings:
+        n = per_rule[f.rule] = per_rule.get(f.rule, 0) + 1
+        frames = f.evidence.get("evidence_frames") or []
+        numbers = [fr for fr in sorted({int(x) for x in frames}) if fr in records]
+        rows = [records[fr] for fr in numbers]
+        if not rows:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        if len({r[2] for r in rows}) == 1:
+            path, data = folder / f"{f.rule}-{n}.pcap", _pcap(rows)
+        else:
+            path, data = folder / f"{f.rule}-{n}.pcapng", _pcapng(rows)
+        path.write_bytes(data)
+        f.evidence_pcap = str(path.relative_to(out_dir))
+        f.evidence["evidence_packets"] = len(rows)
+        f.evidence["pcap_filename"] = rows[0][4]
+        result.files.append(path)
+        if f.rule == "rip-trigger":
+            from .reproduce import write_reproducer
+
+            result.files.append(write_reproducer(folder / f"{f.rule}-{n}-reproduce.py", numbers[0], rows[0]))
+    return result

@@ -1,0 +1,106 @@
+"""Evidence written beside findings.json: one pcap per finding that tshark reads with the stated count and the
+original timestamps, findings.jsonl in EVE shape, and the rip-trigger reproduction script."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detector.commands import analyze
+from detector.report.evidence import _pcapng
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+TSHARK = shutil.which("tshark")
+
+
+@pytest.fixture(scope="module", params=["echo-loop-rip-ipv4.pcapng", "echo-loop-rip-ipv6-vlan.pcap"])
+def analyzed(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("evidence")
+    capture = CAPTURES / request.param
+    findings, _result, _path = analyze([str(capture)], out)
+    return capture, out, findings
+
+
+def tshark_fields(path, *fields, display_filter=None):
+    cmd = [TSHARK, "-r", str(path), "-T", "fields"] + [a for f in fields for a in ("-e", f)]
+    if display_filter:
+        cmd += ["-Y", display_filter]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
+    return [line.split("\t") for line in proc.stdout.splitlines()]
+
+
+def test_every_finding_with_frames_has_a_pcap(analyzed):
+    _capture, out, findings = analyzed
+    assert {f.rule for f in findings} >= {"echo-loop", "rip-trigger"}
+    for f in findings:
+        frames = f.evidence.get("evidence_frames")
+        if not frames:
+            continue
+        assert f.evidence_pcap is not None
+        assert (out / f.evidence_pcap).is_file()
+        assert f.evidence["evidence_packets"] == len(set(frames))
+    document = json.loads((out / "findings.json").read_text())
+    for record in document["findings"]:
+        if record["evidence"].get("evidence_frames"):
+            assert record["evidence_pcap"].startswith("evidence/")
+            assert record["evidence"]["evidence_packets"] >= 1
+
+
+@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
+def test_tshark_reads_the_stated_count_with_original_timestamps(analyzed):
+    capture, out, findings = analyzed
+    for f in findings:
+        if not f.evidence_pcap:
+            continue
+        rows = tshark_fields(out / f.evidence_pcap, "frame.time_epoch", "frame.len")
+        assert len(rows) == f.evidence["evidence_packets"]
+        frames = sorted(set(f.evidence["evidence_frames"]))
+        wanted = " || ".join(f"frame.number == {n}" for n in frames[:8])
+        original = tshark_fields(capture, "frame.time_epoch", "frame.len", display_filter=wanted)
+        assert rows[:len(original)] == original
+
+
+def test_findings_jsonl_is_eve_shaped(analyzed):
+    capture, out, findings = analyzed
+    lines = (out / "findings.jsonl").read_text().splitlines()
+    assert len(lines) == len(findings)
+    for line, f in zip(lines, findings):
+        event = json.loads(line)
+        assert event["event_type"] == "finding"
+        assert event["timestamp"] == f.to_json()["first_seen"]
+        assert event["src_ip"] == f.src_ip and event["dest_ip"] == f.dest_ip
+        assert event["proto"] == f.proto and event["community_id"] == f.community_id
+        assert event["pcap_filename"] == str(capture)
+        assert event["finding"]["rule"] == f.rule
+
+
+def test_reproducer_prints_and_does_not_send(analyzed):
+    _capture, out, findings = analyzed
+    (probe,) = [f for f in findings if f.rule == "rip-trigger"]
+    script = out / "evidence" / "rip-trigger-1-reproduce.py"
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "not sent" in proc.stdout
+    assert probe.src_ip in proc.stdout and "RIP" in proc.stdout
+    target = "2001:db8:77::1" if ":" in probe.dest_ip else "10.77.0.1"
+    proc = subprocess.run([sys.executable, str(script), "--dst", target], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert target in proc.stdout and probe.dest_ip not in proc.stdout
+
+
+@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
+def test_frames_of_two_link_types_go_to_pcapng(tmp_path):
+    from scapy.all import IP, UDP, Ether
+
+    ether = bytes(Ether() / IP(src="192.0.2.1", dst="192.0.2.2") / UDP(dport=520))
+    raw = bytes(IP(src="192.0.2.3", dst="192.0.2.4") / UDP(dport=521))
+    rows = [(1_767_225_600_123_456_789, len(ether), 1, ether, "a"), (1_767_225_601_000_000_001, len(raw), 101, raw, "a")]
+    path = tmp_path / "mixed.pcapng"
+    path.write_bytes(_pcapng(rows))
+    got = tshark_fields(path, "frame.time_epoch", "ip.dst")
+    assert got == [["1767225600.123456789", "192.0.2.2"], ["1767225601.000000001", "192.0.2.4"]]
