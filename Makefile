@@ -32,7 +32,7 @@ demo: venv
 	  echo "== $$capture"; \
 	  $(BIN)/detector analyze "$$capture" -o "reports/$$name"; \
 	done
-	@echo "findings written to reports/*/findings.json"
+	@echo "findings written to reports/*/findings.json; open reports/*/report.html (one self-contained page each)"
 
 test: venv
 	$(BIN)/python -m pytest -q tests

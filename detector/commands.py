@@ -86,7 +86,7 @@ def write_flows(paths, out: Path):
 
 def analyze(paths, out_dir: Path, rules_dir=None):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
-    DIR/evidence/ (one pcap per finding).
+    DIR/evidence/ (one pcap per finding), report.md and report.html.
 
     `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
     file is refused before any capture is read.
@@ -95,7 +95,8 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     from .detectors import AnalysisContext, active_detectors, run_findings
     from .rules import load_rules
 
-    detectors = active_detectors(load_rules(rules_dir))
+    rules = load_rules(rules_dir)
+    detectors = active_detectors(rules)
     stats = CaptureStats()
     table = FlowTable()
     result = engine.run(paths, [stats, table, *detectors], label="analyze")
@@ -103,7 +104,7 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     findings = run_findings(detectors, ctx)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
     # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
-    from .report import eve_lines, write_evidence
+    from .report import eve_lines, write_evidence, write_reports
 
     evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns)
     document = {
@@ -115,4 +116,5 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     path = out_dir / "findings.json"
     _atomic_write(path, json.dumps(document, indent=2) + "\n")
     _atomic_write(out_dir / "findings.jsonl", eve_lines(findings, str(paths[0]) if paths else None))
+    write_reports(out_dir, document, findings, rules, evidence, ctx.flows)
     return findings, result, path

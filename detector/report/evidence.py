@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..detectors.base import frame_summary
 from ..engine import decoded_batches
 from ..findings import Finding
 from ..schema import MAX_CAPLEN
+from .reproduce import write_reproducer
 
 # Classic pcap with nanosecond timestamps (magic 0xa1b23c4d): the decoded
 # ts_ns is written without rounding. Version 2.4, the only one in use
@@ -51,6 +53,8 @@ class Series:
 class EvidenceResult:
     series: Series | None
     files: list[Path] = field(default_factory=list)
+    summaries: dict[int, str] = field(default_factory=dict)      # finding index -> first evidence frame decoded
+    reproducers: dict[int, str] = field(default_factory=dict)    # finding index -> script path in the output
 
 
 def _wanted(findings: list[Finding]) -> np.ndarray:
@@ -161,7 +165,9 @@ def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None,
     result = EvidenceResult(series)
     folder = out_dir / "evidence"
     per_rule: dict[str, int] = {}
-    for f in findings:
+    if records:
+        import scapy.all  # noqa: F401  (fills scapy's link-type table that frame_summary decodes with)
+    for index, f in enumerate(findings):
         n = per_rule[f.rule] = per_rule.get(f.rule, 0) + 1
         frames = f.evidence.get("evidence_frames") or []
         numbers = [fr for fr in sorted({int(x) for x in frames}) if fr in records]
@@ -178,8 +184,9 @@ def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None,
         f.evidence["evidence_packets"] = len(rows)
         f.evidence["pcap_filename"] = rows[0][4]
         result.files.append(path)
+        result.summaries[index] = frame_summary(rows[0][3], rows[0][2])
         if f.rule == "rip-trigger":
-            from .reproduce import write_reproducer
-
-            result.files.append(write_reproducer(folder / f"{f.rule}-{n}-reproduce.py", numbers[0], rows[0]))
+            script = write_reproducer(folder / f"{f.rule}-{n}-reproduce.py", numbers[0], rows[0])
+            result.files.append(script)
+            result.reproducers[index] = str(script.relative_to(out_dir))
     return result

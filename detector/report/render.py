@@ -1,0 +1,243 @@
+"""report.md and report.html: the postmortem a responder reads top-down, from the findings and the evidence pass.
+
+Order: what was captured, the findings by severity, then per finding what
+was seen (with its numbers), why it matters and what to do (from the rule
+file), and where the evidence is. The HTML is one self-contained file:
+figures are inline base64 PNG and a Content-Security-Policy forbids any
+request or script, so it opens safely offline. Every string that can come
+from a packet or a file name goes through html.escape.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding, iso_time
+from ..rules import Rule
+from .evidence import EvidenceResult
+
+# Addresses in the top-talkers figure: enough to name the heavy hitters, few enough to read.
+TOP_TALKERS = 10
+# Evidence values longer than this are cut in the report (full values stay in findings.json).
+VALUE_CHARS_MAX = 300
+
+
+@dataclass
+class Figure:
+    title: str
+    png: bytes
+
+
+def _short(value) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= VALUE_CHARS_MAX else text[:VALUE_CHARS_MAX - 3] + "..."
+
+
+def _numbers(f: Finding) -> list[tuple[str, str]]:
+    """The finding's evidence worth a line in the report: scalars and short lists, not frame numbers."""
+    out = []
+    for key, value in f.evidence.items():
+        if key in ("evidence_frames", "related"):
+            continue
+        if isinstance(value, float):
+            value = f"{value:,.6g}"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:,}"
+        out.append((key, _short(value)))
+    return out
+
+
+def _figure(draw, title: str, size=(8.0, 3.0)) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size, dpi=90)
+    try:
+        draw(ax)
+        ax.set_title(title)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    return Figure(title, buffer.getvalue())
+
+
+def _seconds(ns: int | None, start_ns: int) -> float:
+    return 0.0 if ns is None else (ns - start_ns) / 1e9
+
+
+def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
+    """The report's figures, from the series of the evidence pass and the flow table."""
+    out = []
+    series = evidence.series
+    if series is not None and len(series.packets):
+        bin_s = series.bin_ns / 1e9
+        x = np.arange(len(series.packets)) * bin_s
+
+        def timeline(ax):
+            ax.plot(x, series.packets / bin_s, drawstyle="steps-post", lw=1, color="#245")
+            for f in findings:
+                ax.axvspan(_seconds(f.first_seen, series.start_ns), _seconds(f.last_seen, series.start_ns) + bin_s,
+                           color="#d33" if f.rank >= 3 else "#e92", alpha=0.25)
+            ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
+            ax.set_ylabel("packets/s")
+        out.append(_figure(timeline, "Packets per second (finding intervals shaded)"))
+        for i, counts in series.loops.items():
+            f = findings[i]
+
+            def loop_rate(ax, counts=counts):
+                ax.plot(x, counts / bin_s, drawstyle="steps-post", lw=1, color="#d33")
+                ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
+                ax.set_ylabel("copies/s")
+            out.append(_figure(loop_rate, f"Looping frame {f.evidence.get('fingerprint', '')}: copies per second"))
+    if len(flows):
+        talkers = _top_talkers(flows)
+
+        def bars(ax):
+            ax.barh(talkers.index[::-1], talkers.values[::-1], color="#245")
+            ax.set_xlabel("bytes sent")
+        out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
+    return out
+
+
+def _top_talkers(flows: pd.DataFrame) -> pd.Series:
+    """Bytes sent per address (both directions of every flow), the TOP_TALKERS largest."""
+    sent = pd.concat([
+        pd.Series(flows["src2dst_bytes"].to_numpy(), index=flows["src_ip"].astype(str).to_numpy()),
+        pd.Series(flows["dst2src_bytes"].to_numpy(), index=flows["dest_ip"].astype(str).to_numpy()),
+    ])
+    return sent.groupby(level=0).sum().nlargest(TOP_TALKERS)
+
+
+def _summary_rows(document: dict) -> list[tuple[str, str]]:
+    stats = document["stats"]
+    files = ", ".join(c["file"] for c in document["captures"])
+    linktypes = ", ".join(f"{k} ({v:,})" for k, v in stats.get("linktypes", {}).items())
+    return [("Captures", files), ("Packets", f"{stats['packets']:,}"),
+            ("Bytes", f"{stats['bytes']:,} captured, {stats['wire_bytes']:,} on the wire"),
+            ("First packet", stats.get("first_seen") or "-"), ("Last packet", stats.get("last_seen") or "-"),
+            ("Duration", f"{stats.get('duration_s', 0.0):.3f} s"), ("Link types", linktypes or "-"),
+            ("Flows", f"{stats.get('flows', 0):,}"), ("Findings", f"{len(document['findings']):,}")]
+
+
+def _endpoints(f: Finding) -> str:
+    src = f.src_ip or f.src_mac or "-"
+    dst = f.dest_ip or f.dest_mac or "-"
+    if f.src_port is not None and f.src_ip:
+        src += f":{f.src_port}"
+    if f.dest_port is not None and f.dest_ip:
+        dst += f":{f.dest_port}"
+    return f"{f.proto or ''} {src} -> {dst}".strip()
+
+
+def _md(text) -> str:
+    """Markdown-safe text: no raw HTML (a viewer would render it), no table-breaking pipes or backticks."""
+    return html.escape(str(text)).replace("|", "\\|").replace("`", "&#96;").replace("*", "\\*").replace("_", "\\_")
+
+
+def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult) -> str:
+    lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {_md(v)} |" for k, v in _summary_rows(document)]
+    lines += ["", "## Findings by severity", ""]
+    if not findings:
+        lines.append("No rule fired on these captures.")
+    else:
+        lines += ["| # | severity | rule | n | first seen | endpoints |", "|---|---|---|---|---|---|"]
+        for i, f in enumerate(findings, 1):
+            lines.append(f"| {i} | {f.severity} | {f.rule} | {f.n:,} | {iso_time(f.first_seen) or '-'} "
+                         f"| {_md(_endpoints(f))} |")
+    for i, f in enumerate(findings, 1):
+        rule = rules.get(f.rule)
+        lines += ["", f"## {i}. {f.severity.upper()}: {_md(f.title)} ({f.rule})", "", "### What was seen", "",
+                  _md(f.msg), "",
+                  f"- seen {f.n:,} times from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}",
+                  f"- endpoints: {_md(_endpoints(f))}"]
+        if f.community_id:
+            lines.append(f"- community_id: {_md(f.community_id)}")
+        lines += [f"- {_md(k)}: {_md(v)}" for k, v in _numbers(f)]
+        if i - 1 in evidence.summaries:
+            lines.append(f"- first evidence frame: {_md(evidence.summaries[i - 1])}")
+        if rule is not None:
+            lines += ["", "### Why it matters", "", _md(rule.why.strip())]
+        lines += ["", "### What to do", "", _md((f.remediation or "").strip() or "-")]
+        lines += ["", "### Evidence", ""]
+        if f.evidence_pcap:
+            lines.append(f"- {_md(f.evidence_pcap)}: {f.evidence.get('evidence_packets', 0):,} packets "
+                         "(original bytes and timestamps)")
+        if i - 1 in evidence.reproducers:
+            lines.append(f"- {_md(evidence.reproducers[i - 1])}: rebuilds the probe; sends only with --send")
+        lines += [f"- {_md(ref)}" for ref in f.references]
+    return "\n".join(lines) + "\n"
+
+
+CSS = """body{font:15px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;
+vertical-align:top}img{max-width:100%}.critical{color:#b00}.high{color:#d50}.medium{color:#a80}
+code{white-space:pre-wrap;word-break:break-all}"""
+# No request of any kind, no script: the page is read offline and packet text may be hostile.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _img(fig: Figure) -> str:
+    data = base64.b64encode(fig.png).decode("ascii")
+    return f'<figure><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}"></figure>'
+
+
+def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
+                figs: list[Figure]) -> str:
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+           "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
+           "<h1>Incident report</h1>", "<h2>Capture summary</h2><table>"]
+    out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
+    out.append("</table>")
+    out += [_img(fig) for fig in figs]
+    out.append("<h2>Findings by severity</h2>")
+    if not findings:
+        out.append("<p>No rule fired on these captures.</p>")
+    else:
+        out.append("<table><tr><th>#</th><th>severity</th><th>rule</th><th>n</th><th>first seen</th>"
+                   "<th>endpoints</th></tr>")
+        for i, f in enumerate(findings, 1):
+            out.append(f'<tr><td><a href="#f{i}">{i}</a></td><td class="{_e(f.severity)}">{_e(f.severity)}</td>'
+                       f"<td>{_e(f.rule)}</td><td>{f.n:,}</td><td>{_e(iso_time(f.first_seen) or '-')}</td>"
+                       f"<td><code>{_e(_endpoints(f))}</code></td></tr>")
+        out.append("</table>")
+    for i, f in enumerate(findings, 1):
+        rule = rules.get(f.rule)
+        out += [f'<h2 id="f{i}">{i}. <span class="{_e(f.severity)}">{_e(f.severity.upper())}</span>: '
+                f"{_e(f.title)} ({_e(f.rule)})</h2>", "<h3>What was seen</h3>", f"<p>{_e(f.msg)}</p><ul>",
+                f"<li>seen {f.n:,} times from {_e(iso_time(f.first_seen) or '-')} to "
+                f"{_e(iso_time(f.last_seen) or '-')}</li>", f"<li>endpoints: <code>{_e(_endpoints(f))}</code></li>"]
+        if f.community_id:
+            out.append(f"<li>community_id: <code>{_e(f.community_id)}</code></li>")
+        out += [f"<li>{_e(k)}: <code>{_e(v)}</code></li>" for k, v in _numbers(f)]
+        if i - 1 in evidence.summaries:
+            out.append(f"<li>first evidence frame: <code>{_e(evidence.summaries[i - 1])}</code></li>")
+        out.append("</ul>")
+        if rule is not None:
+            out += ["<h3>Why it matters</h3>", f"<p>{_e(rule.why.strip())}</p>"]
+        out += ["<h3>What to do</h3>", f"<p>{_e((f.remediation or '').strip() or '-')}</p>", "<h3>Evidence</h3><ul>"]
+        if f.evidence_pcap:
+            out.append(f"<li><code>{_e(f.evidence_pcap)}</code>: {f.evidence.get('evidence_packets', 0):,} "
+                       "packets (original bytes and timestamps)</li>")
+        if i - 1 in evidence.reproducers:
+            out.append(f"<li><code>{_e(evidence.reproducers[i - 1])}</code>: rebuilds the probe; "
+                       "sends only with --send</li>")
+        # references are printed, not linked: the page makes no request, and a rule file may be the user's
+        out += [f"<li>{_e(ref)}</li>" for ref in f.references]
+        out.append("</ul>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
