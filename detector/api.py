@@ -1,0 +1,263 @@
+"""The notebook API: `detector.open(path)` gives a Capture whose packets, flows and findings are pandas DataFrames.
+
+Everything is lazy: opening reads nothing; the first use of `.packets`
+reads the capture once into columns, the first use of `.flows` or
+`.findings` runs the flow table and the detectors in one pass. Addresses are
+strings, times are UTC timestamps, fields a packet does not carry are <NA>
+(pandas nullable integers), never a made-up 0.
+
+The packet table holds every packet of the capture in memory (about 100
+bytes a packet): meant for incident captures, not for multi-gigabyte ones,
+which `detector analyze` streams.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import engine
+from .errors import UsageError
+from .findings import SEVERITY_RANK, Finding
+from .flows.table import address_texts
+from .rss import DEFAULT_QUEUES, RssModel
+from .schema import IP, L_SRC_MAC, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
+
+__all__ = ["open", "Capture"]
+
+# decoded column -> (packet table column, layer bits that make it valid, pandas dtype)
+_MASKED = {
+    "vlan_outer": ("vlan", L_VLAN, "UInt16"),
+    "ttl": ("ttl", IP, "UInt8"),
+    "src_port": ("src_port", L_PORTS, "UInt16"),
+    "dst_port": ("dst_port", L_PORTS, "UInt16"),
+    "tcp_flags": ("tcp_flags", L_TCP, "UInt16"),
+    "tcp_mss": ("tcp_mss", L_MSS, "UInt16"),
+    "payload_len": ("payload_len", L_PAYLOAD, "UInt32"),
+    "ip_len": ("ip_len", IP, "UInt32"),
+}
+_RAW = {"frame": "int64", "caplen": "uint32", "wirelen": "uint32", "linktype": "uint16"}
+
+
+class _PacketColumns:
+    """Consumer that keeps the packet table's columns of every batch (vectorised slices, no per-packet work)."""
+
+    needs_fingerprint = False
+
+    def __init__(self, rss: RssModel):
+        self.rss = rss
+        self.parts: list[dict[str, np.ndarray]] = []
+
+    def update(self, batch: PacketBatch) -> None:
+        layers = batch["layers"]
+        part = {name: batch[name].copy() for name in _RAW}
+        part["ts_ns"] = batch["ts_ns"].copy()
+        part["layers"] = layers.copy()
+        for name in ("src_mac", "dst_mac", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto",
+                     *_MASKED):
+            part[name] = batch[name].copy()
+        part["rss_queue"] = self.rss.queue(batch)
+        self.parts.append(part)
+
+    def frame(self) -> pd.DataFrame:
+        cols = {k: np.concatenate([p[k] for p in self.parts]) if self.parts else np.zeros(0)
+                for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype", "layers", "src_mac", "dst_mac",
+                          "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "rss_queue", *_MASKED)}
+        layers = cols["layers"].astype(np.uint32)
+        has_ip = (layers & np.uint32(IP)) != 0
+        out = {name: pd.array(cols[name].astype(dtype), dtype=dtype) for name, dtype in _RAW.items()}
+        out["time"] = pd.to_datetime(cols["ts_ns"].astype(np.int64), unit="ns", utc=True)
+        for name, bit in (("src_mac", L_SRC_MAC), ("dst_mac", L_DST_MAC)):
+            valid = (layers & np.uint32(bit)) != 0
+            out[name] = pd.array(np.where(valid, _mac_texts(cols[name].astype(np.uint64)), None), dtype="string")
+        for side in ("src", "dst"):
+            texts = address_texts(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
+            out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
+        proto = cols["proto"].astype(np.uint8)
+        out["proto"] = pd.array(np.where(has_ip, _proto_texts(proto), None), dtype="string")
+        for source, (name, bit, dtype) in _MASKED.items():
+            valid = (layers & np.uint32(bit)) != 0
+            out[name] = pd.arrays.IntegerArray(cols[source].astype(dtype.lower()), ~valid)
+        # a NIC hashes IP packets only; the model's queue of anything else means nothing
+        out["rss_queue"] = pd.arrays.IntegerArray(cols["rss_queue"].astype(np.uint16), ~has_ip)
+        return pd.DataFrame(out)
+
+
+def _proto_texts(proto: np.ndarray) -> np.ndarray:
+    """Protocol names, formatted once per distinct number."""
+    if not len(proto):
+        return np.zeros(0, dtype=object)
+    values, inverse = np.unique(proto, return_inverse=True)
+    names = np.array([PROTO_NAMES.get(int(v), str(int(v))) for v in values], dtype=object)
+    return names[inverse.reshape(-1)]
+
+
+def _mac_texts(values: np.ndarray) -> np.ndarray:
+    """aa:bb:cc:dd:ee:ff text, formatted once per distinct address."""
+    uniq, inverse = np.unique(values, return_inverse=True)
+    texts = np.array([":".join(f"{b:02x}" for b in int(v).to_bytes(8, "big")[2:]) for v in uniq], dtype=object)
+    return texts[inverse.reshape(-1)] if len(values) else np.zeros(0, dtype=object)
+
+
+def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
+    columns = ["rule", "severity", "title", "msg", "first_seen", "last_seen", "n", "src_ip", "dest_ip", "src_port",
+               "dest_port", "proto", "community_id", "evidence", "remediation"]
+    rows = [{k: getattr(f, k) for k in columns} for f in findings]
+    frame = pd.DataFrame(rows, columns=columns)
+    for name in ("first_seen", "last_seen"):
+        frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
+    for name in ("rule", "severity", "title", "msg", "src_ip", "dest_ip", "proto", "community_id", "remediation"):
+        frame[name] = frame[name].astype("string")
+    for name in ("src_port", "dest_port"):
+        frame[name] = frame[name].astype("UInt16")
+    frame["n"] = frame["n"].astype("int64")
+    return frame
+
+
+class Capture:
+    """One capture (or several read as one) opened for exploration; see the module docstring."""
+
+    def __init__(self, paths):
+        self.paths = [str(p) for p in paths]
+        self._packets: pd.DataFrame | None = None
+        self._flows: pd.DataFrame | None = None
+        self._findings: list[Finding] | None = None
+        self.plot = _Plots(self)
+
+    def __repr__(self) -> str:
+        return f"Capture({', '.join(self.paths)})"
+
+    @property
+    def packets(self) -> pd.DataFrame:
+        """One row per packet: frame, time, lengths, link type, MACs, addresses, ports, TCP fields, RSS queue."""
+        if self._packets is None:
+            columns = _PacketColumns(RssModel(queues=DEFAULT_QUEUES))
+            engine.run(self.paths, [columns], label="packets")
+            self._packets = columns.frame()
+        return self._packets
+
+    @property
+    def flows(self) -> pd.DataFrame:
+        """The flow table (as `detector flows` writes it)."""
+        if self._flows is None:
+            self.analyze()
+        return self._flows
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """The findings of the default rules, most severe first."""
+        if self._findings is None:
+            self.analyze()
+        return _findings_frame(self._findings)
+
+    def analyze(self, rules=None) -> pd.DataFrame:
+        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings."""
+        from .detectors import AnalysisContext, active_detectors, run_findings
+        from .flows import FlowTable
+        from .rules import load_rules
+        from .stats import CaptureStats
+
+        detectors = active_detectors(load_rules(rules))
+        stats, table = CaptureStats(), FlowTable()
+        engine.run(self.paths, [stats, table, *detectors], label="analyze")
+        self._flows = table.to_frame()
+        findings = run_findings(detectors, AnalysisContext(flows=self._flows, stats=stats))
+        findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+        self._findings = findings
+        return _findings_frame(findings)
+
+
+class _Plots:
+    """Figures of a Capture (matplotlib; each returns the Axes it drew on)."""
+
+    def __init__(self, capture: Capture):
+        self._capture = capture
+
+    @staticmethod
+    def _axes(ax):
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _fig, ax = plt.subplots(figsize=(9, 3))
+        return ax
+
+    def timeline(self, bins: int = 200, ax=None):
+        """Packets per second over the capture, with each finding's first-to-last interval shaded."""
+        ax = self._axes(ax)
+        packets = self._capture.packets
+        if len(packets) == 0:
+            return ax
+        seconds = (packets["time"] - packets["time"].min()).dt.total_seconds().to_numpy()
+        counts, edges = np.histogram(seconds, bins=bins)
+        width = max(edges[1] - edges[0], 1e-9)
+        ax.step(edges[:-1], counts / width, where="post", lw=1)
+        start = packets["time"].min()
+        for _, f in self._capture.findings.iterrows():
+            if pd.notna(f["first_seen"]):
+                ax.axvspan((f["first_seen"] - start).total_seconds(), (f["last_seen"] - start).total_seconds()
+                           + width, alpha=0.25, color="#d33", label=f["rule"])
+        ax.set_xlabel(f"seconds after {start}")
+        ax.set_ylabel("packets/s")
+        return ax
+
+    def rss_queues(self, bin_ms: float = 100.0, ax=None):
+        """Heat map of each receive queue's share of the packets per time bin (RSS model, default key)."""
+        ax = self._axes(ax)
+        packets = self._capture.packets
+        ip = packets[packets["rss_queue"].notna()]
+        if len(ip) == 0:
+            return ax
+        t = (ip["time"] - ip["time"].min()).dt.total_seconds().to_numpy()
+        bins = (t // (bin_ms / 1000)).astype(np.int64)
+        queue = ip["rss_queue"].to_numpy(dtype=np.int64)
+        counts = np.zeros((bins.max() + 1, DEFAULT_QUEUES))
+        np.add.at(counts, (bins, queue), 1)
+        share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+        image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
+                          extent=(0, len(share) * bin_ms / 1000, -0.5, DEFAULT_QUEUES - 0.5))
+        ax.figure.colorbar(image, ax=ax, label="share of packets")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("receive queue")
+        return ax
+
+    def segments(self, flow, mtu: int | None = None, ax=None):
+        """Payload size of each packet of one flow (a row index of .flows or a community_id) vs the MSS/MTU."""
+        ax = self._axes(ax)
+        flows = self._capture.flows
+        if isinstance(flow, str):
+            match = flows.index[flows["community_id"] == flow]
+            if len(match) == 0:
+                raise UsageError(f"no flow with community_id {flow}")
+            flow = match[0]
+        row = flows.loc[flow]
+        packets = self._capture.packets
+        forward = ((packets["src_ip"] == row["src_ip"]) & (packets["dst_ip"] == row["dest_ip"])
+                   & (packets["src_port"] == row["src_port"]) & (packets["dst_port"] == row["dest_port"]))
+        backward = ((packets["src_ip"] == row["dest_ip"]) & (packets["dst_ip"] == row["src_ip"])
+                    & (packets["src_port"] == row["dest_port"]) & (packets["dst_port"] == row["src_port"]))
+        start = row["first_seen"]
+        for mask, label in ((forward.fillna(False), "src -> dst"), (backward.fillna(False), "dst -> src")):
+            part = packets[mask.to_numpy(dtype=bool)]
+            ax.plot((part["time"] - start).dt.total_seconds(), part["payload_len"].astype("float"), ".",
+                    label=label)
+        for name in ("src_mss", "dst_mss"):
+            if int(row[name]):
+                ax.axhline(int(row[name]), ls="--", lw=1, color="grey")
+                ax.annotate(f"{name} {int(row[name])}", (0, int(row[name])), fontsize=8)
+        if mtu:
+            ax.axhline(mtu - 40, ls=":", color="#d33", label=f"MTU {mtu} - 40")
+        ax.set_xlabel("seconds after the flow's first packet")
+        ax.set_ylabel("payload bytes")
+        ax.legend()
+        return ax
+
+
+def open(path, *more) -> Capture:  # noqa: A001  (the name a notebook user expects: detector.open)
+    """Open one capture, or several read as one continuous capture. Reads nothing until a table is used."""
+    paths = [path, *more]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise UsageError(f"{p}: no such file" if not os.path.exists(p) else f"{p}: not a regular file")
+    return Capture([Path(p) for p in paths])

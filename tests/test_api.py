@@ -1,0 +1,92 @@
+"""The notebook API on the bundled captures: lazy, typed DataFrames that agree with tshark, findings as the CLI
+reports them, plots that draw, and a curated public namespace."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import pytest
+
+import detector
+from detector.errors import CaptureError, UsageError
+
+matplotlib.use("Agg")
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+TSHARK = shutil.which("tshark")
+
+
+def test_public_names_are_curated():
+    assert detector.__all__ == ["open", "Capture", "DetectorError", "CaptureError", "RuleError", "UsageError"]
+    for name in detector.__all__:
+        assert getattr(detector, name) is not None
+    from detector import api
+    assert api.__all__ == ["open", "Capture"]
+    with pytest.raises(AttributeError):
+        detector.not_a_name  # noqa: B018
+
+
+def test_open_is_lazy_and_refuses_missing_files(tmp_path):
+    capture = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    assert capture._packets is None and capture._flows is None and capture._findings is None
+    with pytest.raises(UsageError):
+        detector.open(tmp_path / "absent.pcap")
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"this is not a capture at all, not even close")
+    with pytest.raises(CaptureError):
+        detector.open(junk).packets
+
+
+@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
+def test_packets_agree_with_tshark():
+    path = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
+    packets = detector.open(path).packets
+    proc = subprocess.run([TSHARK, "-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "ipv6.src",
+                           "-e", "ip.src", "-e", "vlan.id", "-e", "udp.dstport", "-e", "tcp.dstport"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert len(packets) == len(rows)
+    assert packets["frame"].tolist() == [int(r[0]) for r in rows]
+    assert packets["src_ip"].fillna("").tolist() == [r[1] or r[2] for r in rows]
+    assert packets["vlan"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
+        [r[3].split(",")[0] for r in rows]
+    assert packets["dst_port"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
+        [r[4] or r[5] for r in rows]
+    assert str(packets["time"].dtype) == "datetime64[ns, UTC]"
+    assert packets["src_ip"].dtype == "string" and packets["ttl"].dtype == "UInt8"
+
+
+def test_findings_and_flows_match_the_cli():
+    capture = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    findings = capture.findings
+    assert findings["rule"].tolist() == ["echo-loop", "rip-trigger"]
+    assert findings["n"].tolist() == [6000, 1]
+    assert findings["src_ip"].tolist() == ["198.18.44.201", "198.18.44.201"]
+    assert str(findings["first_seen"].dtype) == "datetime64[ns, UTC]"
+    assert len(capture.flows) == 77
+    assert capture.flows["src_ip"].map(type).eq(str).all()
+
+
+def test_analyze_with_rules_folder_overrides_defaults(tmp_path):
+    (tmp_path / "echo-loop.yaml").write_text("id: echo-loop\nenabled: false\n")
+    capture = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    assert "echo-loop" not in capture.analyze(rules=tmp_path)["rule"].tolist()
+
+
+def test_plots_draw():
+    capture = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    ax = capture.plot.timeline()
+    # one shaded interval per finding
+    assert len(ax.patches) == len(capture.findings) == 2
+    ax = capture.plot.rss_queues()
+    assert len(ax.images) == 1
+    flows = capture.flows
+    tcp = flows.index[flows["proto"] == "tcp"][0]
+    ax = capture.plot.segments(flows.loc[tcp, "community_id"], mtu=1400)
+    plotted = sum(len(line.get_xdata()) for line in ax.lines if line.get_linestyle() == "None")
+    assert plotted == flows.loc[tcp, "src2dst_packets"] + flows.loc[tcp, "dst2src_packets"]
+    with pytest.raises(UsageError):
+        capture.plot.segments("1:no-such-flow")
+    assert isinstance(flows, pd.DataFrame)
