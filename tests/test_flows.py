@@ -372,3 +372,16 @@ def test_hash_collisions_are_resolved(monkeypatch):
     monkeypatch.setattr(keys, "hash_rows", lambda K, seed: real(K, seed) & np.uint64(0x7) if seed < 2
                         else real(K, seed))
     assert_same_flows(flows_of(pkts, batch_size=100).finish(), honest)
+
+
+def test_history_text_survives_colliding_history_hashes(monkeypatch):
+    # finish() decodes each distinct history once, grouped by a hash of the
+    # letters: a hash shared by different histories must not mix them up
+    from detector.flows import keys, table
+    pkts = random_traffic(4, 600)
+    honest = flows_of(pkts).finish()
+    assert len(set(honest["history"])) > 5
+    real = keys.hash_rows
+    monkeypatch.setattr(keys, "hash_rows", lambda K, seed: real(K, seed) & np.uint64(0x3)
+                        if seed == table._HISTORY_SEED else real(K, seed))
+    assert_same_flows(flows_of(pkts).finish(), honest)

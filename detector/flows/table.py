@@ -321,9 +321,7 @@ class FlowTable:
     def finish(self) -> dict[str, np.ndarray]:
         """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
         F, H, K = self._all()
-        order = np.lexsort((K[:, 4], K[:, 3], K[:, 2], K[:, 1], K[:, 0],
-                            F[:, k.F_FIRST_FRAME], F[:, k.F_FIRST_NS]))
-        F, H, K = F[order], H[order], K[order]
+        F, H, K = _first_packet_order(F, H, K)
         orig_a = F[:, k.F_ORIG_IS_A] == 1
         proto = K_.key_proto(K)
         aport, bport = K_.key_ports(K)
@@ -508,8 +506,30 @@ def _combine(mF, mH, tF, tH):
 
 
 # ---- output helpers ------------------------------------------------------
+def _first_packet_order(F, H, K):
+    """Flows sorted by first packet (time, frame), ties (a tunnel packet and its carrier) by key."""
+    first_ns, first_frame = F[:, k.F_FIRST_NS], F[:, k.F_FIRST_FRAME]
+    order = np.lexsort((first_frame, first_ns))
+    ns, frame = first_ns[order], first_frame[order]
+    if np.any((ns[1:] == ns[:-1]) & (frame[1:] == frame[:-1])):
+        order = np.lexsort((K[:, 4], K[:, 3], K[:, 2], K[:, 1], K[:, 0], first_frame, first_ns))
+    return F[order], H[order], K[order]
+
+
+_HISTORY_SEED = 0x48495354   # any seed: the hash only groups equal history rows, each group is verified
+
+
 def _history_strings(H, lengths) -> np.ndarray:
-    return ascii_rows(H, lengths)
+    """History letters as text, decoded once per distinct history (flows share a few hundred)."""
+    rows = np.where(np.arange(k.HIST_MAX) < lengths[:, None], H, 0).astype(np.uint8)
+    if not len(rows):
+        return ascii_rows(rows, lengths)
+    h = K_.hash_rows(rows.view(np.uint64), _HISTORY_SEED)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not np.array_equal(rows[first[inverse]], rows):      # two histories share a hash
+        return ascii_rows(rows, lengths)
+    return ascii_rows(rows[first], lengths[first])[inverse]
 
 
 # Zeek's conn_state names, indexed by the codes _conn_states computes
