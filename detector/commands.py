@@ -106,7 +106,8 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
     from .report import eve_lines, write_evidence, write_reports
 
-    evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns)
+    rss = next((d.model for d in detectors if d.rule_id == "rss-saturation"), None)
+    evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns, rss_model=rss)
     document = {
         "version": FINDINGS_VERSION,
         "captures": result.captures,

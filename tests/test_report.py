@@ -97,3 +97,47 @@ def test_series_count_every_packet_and_every_loop_copy(incident):
     assert busy.sum() * series.bin_ns <= 0.26e9
     wanted = {n for f in findings for n in f.evidence["evidence_frames"]}
     assert set(records) == wanted
+
+
+def _analyzed_series(name, tmp_path):
+    from detector.detectors import active_detectors
+    from detector.stats import CaptureStats
+    from detector import engine
+
+    path = str(CAPTURES / name)
+    findings, _result, _out = analyze([path], tmp_path)
+    stats = CaptureStats()
+    engine.run([path], [stats])
+    rss = next(d.model for d in active_detectors(load_rules()) if d.rule_id == "rss-saturation")
+    _records, series = collect([path], findings, stats.first_ns, stats.last_ns, rss_model=rss)
+    return findings, series, stats, (tmp_path / "report.html").read_text()
+
+
+def test_pmtud_figure_plots_every_packet_of_the_flow(tmp_path):
+    import pandas as pd
+    from detector.flows import FlowTable
+    from detector import engine
+
+    findings, series, _stats, page = _analyzed_series("pmtud-blackhole-ipv4.pcapng", tmp_path)
+    (index,) = [i for i, f in enumerate(findings) if f.rule == "pmtud-blackhole"]
+    t, size, forward = series.segments[index]
+    table = FlowTable()
+    engine.run([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], [table])
+    flows: pd.DataFrame = table.to_frame()
+    row = flows[flows["community_id"] == findings[index].community_id].iloc[0]
+    assert len(t) == row["src2dst_packets"] + row["dst2src_packets"]
+    # the host keeps sending full-size segments past the reported MTU's payload (1420 - 40)
+    assert size[forward].max() == 1460 and (size[forward] > 1380).sum() >= 6
+    assert 'alt="Segment sizes of the PMTUD flow vs MSS and MTU"' in page
+
+
+def test_rss_heat_map_shows_the_saturated_queue(tmp_path):
+    findings, series, stats, page = _analyzed_series("rss-single-flow-flood.pcap", tmp_path)
+    (finding,) = [f for f in findings if f.rule == "rss-saturation"]
+    assert series.rss.sum() == stats.layers["ipv4"] + stats.layers.get("ipv6", 0)
+    window = slice(int((finding.first_seen - series.start_ns) // series.bin_ns),
+                   int((finding.last_seen - series.start_ns) // series.bin_ns) + 1)
+    per_queue = series.rss[window].sum(axis=0)
+    assert per_queue.argmax() == finding.evidence["queue"]
+    assert per_queue.max() / per_queue.sum() > 0.8
+    assert 'alt="Share of packets per receive queue' in page

@@ -98,6 +98,18 @@ def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFra
                 ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
                 ax.set_ylabel("copies/s")
             out.append(_figure(loop_rate, f"Looping frame {f.evidence.get('fingerprint', '')}: copies per second"))
+        for i, (t, size, forward) in series.segments.items():
+            out.append(_segments_figure(findings[i], t, size, forward, flows, series.start_ns))
+        if series.rss is not None:
+            share = series.rss / np.maximum(series.rss.sum(axis=1, keepdims=True), 1)
+
+            def heat(ax):
+                image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
+                                  cmap="magma", extent=(0, len(share) * bin_s, -0.5, share.shape[1] - 0.5))
+                ax.figure.colorbar(image, ax=ax, label="share of packets")
+                ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
+                ax.set_ylabel("receive queue")
+            out.append(_figure(heat, "Share of packets per receive queue (RSS model of the rule)"))
     if len(flows):
         talkers = _top_talkers(flows)
 
@@ -106,6 +118,38 @@ def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFra
             ax.set_xlabel("bytes sent")
         out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
     return out
+
+
+# TCP payload a packet of a given IP MTU carries: the MTU less the IPv4 or IPv6
+# header and the TCP header, options not counted (RFC 879, RFC 8200 section 5).
+TCP_OVERHEAD = {4: 20 + 20, 6: 40 + 20}
+
+
+def _segments_figure(f: Finding, t, size, forward, flows: pd.DataFrame, start_ns: int) -> Figure:
+    """PMTUD: the flow's segment sizes over time against each side's MSS and the MTU the ICMP message reported."""
+    mss = {}
+    if f.community_id and len(flows):
+        match = flows[flows["community_id"] == f.community_id]
+        if len(match):
+            row = match.iloc[0]
+            forward_is_src = row["src_ip"] == f.src_ip
+            mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dst_mss"]),
+                   f"{f.dest_ip} MSS": int(row["dst_mss"] if forward_is_src else row["src_mss"])}
+    mtu = f.evidence.get("reported_mtu")
+
+    def draw(ax):
+        ax.plot(t[forward], size[forward], ".", ms=4, color="#245", label=f"from {f.src_ip}")
+        ax.plot(t[~forward], size[~forward], ".", ms=4, color="#999", label=f"from {f.dest_ip}")
+        for (label, value), style in zip(mss.items(), ("--", "-.")):
+            if value:
+                ax.axhline(value, ls=style, lw=1, color="#2a2", label=f"{label} {value}")
+        if isinstance(mtu, int):
+            payload = mtu - TCP_OVERHEAD[6 if ":" in (f.src_ip or "") else 4]
+            ax.axhline(payload, ls=":", lw=1.5, color="#d33", label=f"reported MTU {mtu}: {payload} B payload")
+        ax.set_xlabel(f"seconds after {iso_time(start_ns)}")
+        ax.set_ylabel("TCP payload bytes")
+        ax.legend(fontsize=7, loc="lower right")
+    return _figure(draw, "Segment sizes of the PMTUD flow vs MSS and MTU", size=(8.0, 3.4))
 
 
 def _top_talkers(flows: pd.DataFrame) -> pd.Series:
