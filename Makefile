@@ -14,7 +14,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-# tshark (which brings dumpcap) comes from Debian; install it where missing.
+# tshark (which brings dumpcap) and chromium come from Debian; install them where missing.
 system-tools:
 	@if ! command -v tshark >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -22,6 +22,15 @@ system-tools:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; \
 	  else \
 	    echo "tshark is missing: run 'sudo apt-get install tshark' (tests that compare with tshark will skip)"; \
+	  fi; \
+	fi
+	@# headless Chromium renders report.html in tests/test_html_browser.py
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium from Debian packages"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: run 'sudo apt-get install chromium' (the browser test of report.html will skip)"; \
 	  fi; \
 	fi
 
