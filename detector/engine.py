@@ -3,16 +3,19 @@
 A consumer is anything with `update(batch)`: the flow table, capture stats,
 detectors. Every consumer sees the same decoded batch; nothing parses twice.
 
-Reading and decoding run one thread ahead of the consumers: the compiled
-record walk and decoder release the GIL, so on two cores the next batch is
-decoded while the consumers work on this one. At most `PREFETCH_BATCHES`
-decoded batches wait, which bounds the memory this adds.
+Reading and decoding run ahead of the consumers in other threads: the
+compiled record walk, decoder and flow table release the GIL, so on two cores
+one batch is read while the one before it decodes and the consumers work on
+an earlier one. At most `DECODE_THREADS` batches decode and
+`PREFETCH_BATCHES` decoded ones wait, which bounds the memory this adds.
 """
 from __future__ import annotations
 
 import os
 import queue
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .decode import decode
@@ -36,6 +39,9 @@ def _file_size(path) -> int:
 # Decoded batches allowed to wait for the consumers: one is enough to keep both
 # cores busy; more only holds memory (each batch is up to BATCH_BYTES of frames).
 PREFETCH_BATCHES = 2
+# Batches decoded at once, each in its own thread: reading alone takes about
+# as long as decoding, so two decoders keep the reader from waiting.
+DECODE_THREADS = 2
 _DONE = object()
 
 
@@ -60,9 +66,24 @@ def decoded_batches(paths, fingerprint: bool = True):
 
     def produce():
         try:
-            for reader, raw in read_captures(paths):
-                if not put((reader, decode(raw, fingerprint=fingerprint))):
-                    return
+            with ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="detector-decode") as pool:
+                decoding = deque()      # (reader, future) in capture order
+                failure = None
+                try:
+                    for reader, raw in read_captures(paths):
+                        decoding.append((reader, pool.submit(decode, raw, fingerprint)))
+                        if len(decoding) > DECODE_THREADS:
+                            done_reader, future = decoding.popleft()
+                            if not put((done_reader, future.result())):
+                                return
+                except BaseException as exc:   # a damaged later file: first deliver what came before
+                    failure = exc
+                while decoding:
+                    done_reader, future = decoding.popleft()
+                    if not put((done_reader, future.result())):
+                        return
+                if failure is not None:
+                    raise failure
             put(_DONE)
         except BaseException as exc:  # handed to the consumer thread, which raises it
             put(exc)
