@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="run the detectors and write findings")
     analyze.add_argument("captures", nargs="+", metavar="CAPTURE")
     analyze.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    analyze.add_argument("--no-report", action="store_true",
+                         help="write findings.json and findings.jsonl only: no evidence pcaps, "
+                              "no report.md/report.html (skips the second pass over the captures)")
     analyze.add_argument("--fail-on", metavar="SEVERITY",
                          help="exit 3 when a finding reaches this severity "
                               "(info, low, medium, high, critical)")
@@ -98,7 +101,8 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(args.captures, Path(args.output), rules_dir=args.rules)
+    findings, result, out = analyze(args.captures, Path(args.output), rules_dir=args.rules,
+                                     report=not args.no_report)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:

@@ -84,12 +84,13 @@ def write_flows(paths, out: Path):
     return result, table.flow_count
 
 
-def analyze(paths, out_dir: Path, rules_dir=None):
+def analyze(paths, out_dir: Path, rules_dir=None, report: bool = True):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
     DIR/evidence/ (one pcap per finding), report.md and report.html.
 
     `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
-    file is refused before any capture is read.
+    file is refused before any capture is read. With `report=False` only the
+    findings files are written: no second pass for evidence and figures.
     """
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
     from .detectors import AnalysisContext, active_detectors, run_findings
@@ -106,8 +107,10 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
     from .report import eve_lines, write_evidence, write_reports
 
-    rss = next((d.model for d in detectors if d.rule_id == "rss-saturation"), None)
-    evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns, rss_model=rss)
+    evidence = None
+    if report:
+        rss = next((d.model for d in detectors if d.rule_id == "rss-saturation"), None)
+        evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns, rss_model=rss)
     document = {
         "version": FINDINGS_VERSION,
         "captures": result.captures,
@@ -117,5 +120,6 @@ def analyze(paths, out_dir: Path, rules_dir=None):
     path = out_dir / "findings.json"
     _atomic_write(path, json.dumps(document, indent=2) + "\n")
     _atomic_write(out_dir / "findings.jsonl", eve_lines(findings, str(paths[0]) if paths else None))
-    write_reports(out_dir, document, findings, rules, evidence, ctx.flows)
+    if report:
+        write_reports(out_dir, document, findings, rules, evidence, ctx.flows)
     return findings, result, path

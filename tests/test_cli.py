@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 import sys
 
 import pandas as pd
@@ -166,3 +167,20 @@ def test_usage_errors_exit_2():
     assert proc.returncode == 2
     proc = run_cli()
     assert proc.returncode == 2
+
+
+def test_analyze_no_report_writes_findings_only(tmp_path):
+    capture = Path(__file__).resolve().parents[1] / "captures" / "echo-loop-rip-ipv4.pcapng"
+    full, bare = tmp_path / "full", tmp_path / "bare"
+    assert run_cli("analyze", capture, "-o", full).returncode == 0
+    proc = run_cli("analyze", capture, "-o", bare, "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in bare.iterdir()) == ["findings.json", "findings.jsonl"]
+    assert (full / "report.html").exists() and (full / "evidence").is_dir()
+    with_report = json.loads((full / "findings.json").read_text())["findings"]
+    without = json.loads((bare / "findings.json").read_text())["findings"]
+    assert [(f["rule"], f["severity"], f["n"]) for f in without] == \
+           [(f["rule"], f["severity"], f["n"]) for f in with_report]
+    loop = next(f for f in without if f["rule"] == "echo-loop")
+    # the frame is shown decoded, not as "N bytes of link type 1"
+    assert loop["evidence"]["frame"].startswith("Ether / IP / UDP 198.18.44.201:44123 > 192.0.2.61")

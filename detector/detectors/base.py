@@ -118,6 +118,7 @@ def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MA
 def frame_summary(frame: bytes, linktype: int) -> str:
     """A one-line decode of hostile frame bytes (scapy's summary), for a human reading the finding."""
     from scapy.config import conf
+    import scapy.layers.all  # noqa: F401  (fills conf.l2types: without it every frame is "unknown")
 
     cls = conf.l2types.get(int(linktype))
     if cls is None:
@@ -129,7 +130,6 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     # one line, bounded: the text comes from packet bytes
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
-
 
 
 # ---- grouping helpers for batch columns -----------------------------------
