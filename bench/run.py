@@ -68,7 +68,7 @@ SLOW_TOOLS = ("scapy", "nfstream")
 LABELS = {
     "cat": "cat FILE > /dev/null (page-cache floor)",
     "flows": "detector flows -o flows.csv",
-    "analyze": "detector analyze -o DIR",
+    "analyze": "detector analyze --no-report -o DIR",
     "tshark": "tshark -T fields (defaults)",
     "tshark-fair": "tshark -T fields (no reassembly, L2-L4 dissectors only)",
     "scapy": "scapy PcapReader (IP, ports)",
@@ -215,7 +215,7 @@ def bench_analyze(capture: Path, packets: int, runs: int) -> Result:
     result = Result("analyze", packets)
     out = OUT_DIR / "analyze"
     shutil.rmtree(out, ignore_errors=True)
-    run, how = repeat([str(DETECTOR), "analyze", str(capture), "-o", str(out)], runs)
+    run, how = repeat([str(DETECTOR), "analyze", "--no-report", str(capture), "-o", str(out)], runs)
     if run.code:
         return _failure(result, run)
     document = json.loads((out / "findings.json").read_text())
