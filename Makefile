@@ -14,25 +14,23 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-# tshark (which brings dumpcap) and chromium come from Debian; install them where missing.
+# Debian package $(1) providing command $(2): installed where missing when we
+# are root, otherwise a hint saying what skips without it ($(3)).
+define ensure_tool
+	@if ! command -v $(2) >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $(1) from Debian packages"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+	  else \
+	    echo "$(2) is missing: run 'sudo apt-get install $(1)' ($(3))"; \
+	  fi; \
+	fi
+endef
+
+# tshark brings dumpcap; headless chromium renders report.html in tests/test_html_browser.py
 system-tools:
-	@if ! command -v tshark >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing tshark from Debian packages"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; \
-	  else \
-	    echo "tshark is missing: run 'sudo apt-get install tshark' (tests that compare with tshark will skip)"; \
-	  fi; \
-	fi
-	@# headless Chromium renders report.html in tests/test_html_browser.py
-	@if ! command -v chromium >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium from Debian packages"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else \
-	    echo "chromium is missing: run 'sudo apt-get install chromium' (the browser test of report.html will skip)"; \
-	  fi; \
-	fi
+	$(call ensure_tool,tshark,tshark,tests that compare with tshark will skip)
+	$(call ensure_tool,chromium,chromium,the browser test of report.html will skip)
 
 # each bundled capture is its own incident: one report folder per capture
 demo: venv
@@ -48,9 +46,7 @@ test: venv
 
 # the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)
 bench: venv
-	@if [ ! -x /usr/bin/time ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null; \
-	fi
+	$(call ensure_tool,time,/usr/bin/time,the benchmark cannot measure peak memory)
 	$(BIN)/python bench/run.py
 
 clean:
