@@ -22,7 +22,7 @@ from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
 from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, frame_summary,
-                   group_by, ip_text, keep_ends, mac_text, member, register, repeated_keys)
+                   fold_rows, group_by, ip_text, keep_ends, mac_text, member, register, repeated_keys)
 
 NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
@@ -54,19 +54,8 @@ def _empty_state() -> dict[str, np.ndarray]:
 
 def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Two candidate tables as one, one row per fingerprint; the earliest copy describes it."""
-    both = {name: np.concatenate([a[name], b[name]]) for name in STATE_COLUMNS}
-    if len(both["fp"]) == 0:
-        return both
-    order = np.lexsort((both["first_ns"], both["fp"]))
-    both = {name: col[order] for name, col in both.items()}
-    fp = both["fp"]
-    starts = np.flatnonzero(np.concatenate(([True], fp[1:] != fp[:-1])))
-    out = {name: both[name][starts] for name in STATE_COLUMNS}
-    out["count"] = np.add.reduceat(both["count"], starts)
-    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
-    out["first_frame"] = np.minimum.reduceat(both["first_frame"], starts)
-    out["last_frame"] = np.maximum.reduceat(both["last_frame"], starts)
-    return out
+    return fold_rows(a, b, "fp", {"count": np.add, "last_ns": np.maximum,
+                                  "first_frame": np.minimum, "last_frame": np.maximum})
 
 
 @register

@@ -28,7 +28,7 @@ from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text,
+from .base import (AnalysisContext, Detector, check_merge, evidence_frames, fold_rows, group_by, ip_text,
                    mac_text, mix64, register)
 
 RIP_PORT = 520     # RFC 2453
@@ -168,20 +168,8 @@ ROW_COLUMNS = {
 
 
 def _combine(a: dict, b: dict) -> dict:
-    both = {name: np.concatenate([a[name], b[name]]) for name in ROW_COLUMNS}
-    if len(both["key"]) == 0:
-        return both
-    order = np.lexsort((both["first_ns"], both["key"]))
-    both = {name: col[order] for name, col in both.items()}
-    key = both["key"]
-    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-    out = {name: both[name][starts] for name in ROW_COLUMNS}
-    out["count"] = np.add.reduceat(both["count"], starts)
-    out["targets"] = np.add.reduceat(both["targets"], starts)
-    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
-    out["first_frame"] = np.minimum.reduceat(both["first_frame"], starts)
-    out["last_frame"] = np.maximum.reduceat(both["last_frame"], starts)
-    return out
+    return fold_rows(a, b, "key", {"count": np.add, "targets": np.add, "last_ns": np.maximum,
+                                   "first_frame": np.minimum, "last_frame": np.maximum})
 
 
 def _row_key(rows: dict) -> np.ndarray:

@@ -26,7 +26,7 @@ from numba import njit
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, evidence_frames,
-                   group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
+                   fold_rows, group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
 
 NS = 1_000_000_000
 # A packet identity not seen for this long is finished: a looping packet
@@ -319,16 +319,6 @@ def _add_destinations(c: dict, dest: dict, evidence: dict) -> dict:
 
 
 def _combine_dest(a: dict, b: dict) -> dict:
-    both = {name: np.concatenate([a[name], b[name]]) for name in DEST_COLUMNS}
-    if len(both["packets"]) == 0:
-        return both
-    key = mix64(both["dst_ip_hi"], both["dst_ip_lo"], both["mac_a"], both["mac_b"])
-    order = np.lexsort((both["first_ns"], key))
-    both = {name: col[order] for name, col in both.items()}
-    key = key[order]
-    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-    out = {name: both[name][starts] for name in DEST_COLUMNS}
-    out["packets"] = np.add.reduceat(both["packets"], starts)
-    out["copies"] = np.add.reduceat(both["copies"], starts)
-    out["last_ns"] = np.maximum.reduceat(both["last_ns"], starts)
-    return out
+    def destination(rows):
+        return mix64(rows["dst_ip_hi"], rows["dst_ip_lo"], rows["mac_a"], rows["mac_b"])
+    return fold_rows(a, b, destination, {"packets": np.add, "copies": np.add, "last_ns": np.maximum})
