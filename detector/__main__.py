@@ -1,6 +1,4 @@
 """`python -m detector` is the `detector` command."""
-import sys
+from .cli import console
 
-from .cli import main
-
-sys.exit(main())
+console()
