@@ -6,9 +6,19 @@ once (from the file) and stay valid as long as a consumer keeps the batch.
 When a record straddles the end of a full chunk, the unwalked tail moves to a
 fresh chunk. Header blocks are parsed here in Python; records are found by the
 compiled walks in `walk`.
+
+An uncompressed regular file is memory-mapped instead (ByteSource.map): the
+whole file is then the "chunk", nothing is copied, and a batch's `data` is a
+view of the page cache. Each walk covers at most MAP_WINDOW_BYTES, which keeps
+a batch's bytes as bounded as with reads, and the pages far behind the walk
+are dropped from this process's mapping (they stay in the page cache, and a
+late reader simply faults them in again), so resident memory does not grow
+with the file. A mapped file that another process truncates while it is read
+would fault; captures being read are not rewritten in place.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 
 import numpy as np
@@ -25,6 +35,13 @@ CHUNK_BYTES = min(16 << 20, BATCH_BYTES)
 # while the bytes are still in the CPU cache: walking a whole 16 MiB chunk after
 # one read missed the cache on every record header (a third of the read time).
 READ_SLICE_BYTES = 2 << 20
+# Mapped files: bytes walked into one batch at most (the bound reads get from
+# CHUNK_BYTES); how far behind the walk pages leave the mapping (beyond the
+# batches still decoding or waiting for the consumers, so they are not faulted
+# in twice), and in steps of how many bytes.
+MAP_WINDOW_BYTES = CHUNK_BYTES
+MAP_KEEP_BEHIND_BYTES = 96 << 20
+MAP_RELEASE_STEP_BYTES = 32 << 20
 # The smallest record either format can hold (pcap record header; pcapng SPB),
 # which bounds how many records a chunk's bytes can yield.
 MIN_RECORD = 16
@@ -105,6 +122,12 @@ class CaptureReader:
         self._done = False
         self._started = False
         self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
+        self._map = self._src.map()
+        self._released = 0      # mapped files: pages before this offset have left the mapping
+        if self._map is not None:
+            self._buf = np.frombuffer(self._map, dtype=np.uint8)
+            self._end = len(self._buf)
+            self._eof = True
         try:
             self._read_file_header()
         except BaseException:
@@ -115,6 +138,8 @@ class CaptureReader:
     @property
     def position(self) -> int:
         """Bytes of the underlying file consumed so far (compressed bytes if compressed)."""
+        if self._map is not None:
+            return self._pos
         return self._src.position
 
     def close(self) -> None:
@@ -354,16 +379,31 @@ class CaptureReader:
 
     def _walk(self, off, cap, wire, ts, iface, linktype, limit):
         """Walk the records at _pos into the output arrays; advances _pos. -> (found, why, code, value)."""
-        if self.format == "pcap":
-            n, stop, why, code, value = W.walk_pcap(
-                self._buf, self._pos, self._end, self._big, self._frac_ns, off, cap, wire, ts, limit)
-        else:
-            gid, lt, snap, kind, factor, shift, tsoff = self._section_arrays()
-            n, stop, why, code, value, self._last_ts = W.walk_pcapng(
-                self._buf, self._pos, self._end, self._big, gid, lt, snap, kind, factor,
-                shift, tsoff, len(gid), self._last_ts, off, cap, wire, ts, iface, linktype, limit)
+        end = self._end
+        if self._map is not None:
+            end = min(end, self._pos + MAP_WINDOW_BYTES)
+        while True:
+            if self.format == "pcap":
+                n, stop, why, code, value = W.walk_pcap(
+                    self._buf, self._pos, end, self._big, self._frac_ns, off, cap, wire, ts, limit)
+            else:
+                gid, lt, snap, kind, factor, shift, tsoff = self._section_arrays()
+                n, stop, why, code, value, self._last_ts = W.walk_pcapng(
+                    self._buf, self._pos, end, self._big, gid, lt, snap, kind, factor,
+                    shift, tsoff, len(gid), self._last_ts, off, cap, wire, ts, iface, linktype, limit)
+            # a mapped window ending inside its first record: that record is just large
+            if n or why != W.NEED_MORE or end == self._end:
+                break
+            end = self._end
         self._pos = stop
         return n, why, code, value
+
+    def _release_behind(self) -> None:
+        """Mapped files: drop the pages far behind the walk from this process (not from the page cache)."""
+        keep_from = (self._pos - MAP_KEEP_BEHIND_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
+        if keep_from - self._released >= MAP_RELEASE_STEP_BYTES:
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, keep_from - self._released)
+            self._released = keep_from
 
     def _special(self) -> None:
         """An SHB or a complete, length-checked IDB at _pos."""
@@ -399,4 +439,6 @@ class CaptureReader:
         self._next_frame += n
         self.packets += n
         self.bytes += int(cols["caplen"].sum(dtype=np.int64))
+        if self._map is not None and hasattr(self._map, "madvise"):
+            self._release_behind()
         return RawBatch(data=self._buf[lo:hi], cols=cols, source=self.path)

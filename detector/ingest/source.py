@@ -3,12 +3,18 @@
 Compression is recognised by the first bytes, never by the file name, and the
 stream is never seeked, so a pipe works as well as a file. The source counts
 the bytes it consumed from the underlying file for progress reporting.
+
+An uncompressed regular file is better mapped than read (`ByteSource.map`):
+its pages come straight from the page cache, where `read` would copy every
+byte into fresh memory that the kernel must first zero — together two thirds
+of the CPU time of reading a large capture.
 """
 from __future__ import annotations
 
 import gzip
 import io
 import lzma
+import mmap
 import os
 import zlib
 
@@ -105,6 +111,27 @@ class ByteSource:
         else:
             stream = self._counter
         self._stream = stream
+
+    def map(self):
+        """The whole file as a read-only memory map, or None where reading is the only way.
+
+        Only an uncompressed regular file that this source opened itself is
+        mapped: a pipe or a caller's stream cannot be, and a compressed file
+        must pass through its decompressor. Mapping can also fail (a file
+        system without mmap support); the caller then reads as usual.
+        """
+        if self._owned is None or self.compression or not self.size:
+            return None
+        try:
+            # copy-on-write, so the arrays over it are writable like a read buffer and the
+            # compiled kernels need one specialisation, not a second one for read-only input;
+            # nothing writes to it, so no page is ever copied
+            mapped = mmap.mmap(self._owned.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError):
+            return None
+        if hasattr(mapped, "madvise"):
+            mapped.madvise(mmap.MADV_SEQUENTIAL)
+        return mapped
 
     @property
     def position(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..cpu import prefetch
 from ..schema import MAX_CAPLEN
 
 # Why a walk stopped.
@@ -64,6 +65,13 @@ TS_BINARY = 2       # units of 2^-k s: exact integer scaling by 10^9 / 2^k
 
 NS_PER_S = 1_000_000_000
 
+# The walks ask for the bytes this far ahead of the record they read, one
+# cache line at a time: the next record's place is known only once this one's
+# length arrives, so without the hint every record header of a mapped file is
+# a wait on main memory (0.3 s instead of 0.08 s for 2 M records).
+PREFETCH_BYTES = 4096
+CACHE_LINE = 64
+
 
 @njit(cache=True, inline="always")
 def _u32(buf, i, big):
@@ -81,6 +89,16 @@ def _u16(buf, i, big):
     return (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
+@njit(cache=True, inline="always")
+def _prefetch_ahead(buf, ahead, pos, end):
+    """Prefetch the lines from `ahead` up to PREFETCH_BYTES past `pos`; returns the new `ahead`."""
+    limit = min(pos + PREFETCH_BYTES, end)
+    while ahead < limit:
+        prefetch(buf, ahead)
+        ahead += CACHE_LINE
+    return ahead
+
+
 @njit(cache=True, nogil=True)
 def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, limit):
     """Walk classic pcap records in buf[pos:end].
@@ -89,9 +107,11 @@ def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, l
     Returns (records found, stop position, NEED_MORE/FULL/DAMAGED, damage code, value).
     """
     n = 0
+    ahead = pos
     while True:
         if n >= limit:
             return n, pos, FULL, 0, np.int64(0)
+        ahead = _prefetch_ahead(buf, ahead, pos, end)
         if end - pos < PCAP_RECORD_HEADER:
             return n, pos, NEED_MORE, 0, np.int64(0)
         caplen = _u32(buf, pos + 8, big)
@@ -147,9 +167,11 @@ def walk_pcapng(buf, pos, end, big, if_gid, if_lt, if_snap, if_kind, if_factor, 
     Returns (records, stop position, reason, damage code, value, last_ts).
     """
     n = 0
+    ahead = pos
     while True:
         if n >= limit:
             return n, pos, FULL, 0, np.int64(0), last_ts
+        ahead = _prefetch_ahead(buf, ahead, pos, end)
         if end - pos < 8:
             return n, pos, NEED_MORE, 0, np.int64(0), last_ts
         btype = _u32(buf, pos, big)
