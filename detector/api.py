@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from . import engine
+from .decode.addr import ip_to_str
 from .errors import UsageError
 from .findings import SEVERITY_RANK, Finding
-from .flows.table import address_texts
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_SRC_MAC, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
 
@@ -73,7 +73,7 @@ class _PacketColumns:
             valid = (layers & np.uint32(bit)) != 0
             out[name] = pd.array(np.where(valid, _mac_texts(cols[name].astype(np.uint64)), None), dtype="string")
         for side in ("src", "dst"):
-            texts = address_texts(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
+            texts = ip_to_str(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
             out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
         proto = cols["proto"].astype(np.uint8)
         out["proto"] = pd.array(np.where(has_ip, _proto_texts(proto), None), dtype="string")

@@ -507,6 +507,28 @@ def test_address_text_round_trips_like_ipaddress():
         str_to_ip("300.1.1.1")
 
 
+def test_address_columns_agree_with_ipaddress_on_every_zero_run_shape():
+    """The compiled formatter against Python's ipaddress (RFC 5952) on addresses built to hit every
+    placement and length of zero runs, ties included, and the IPv4-mapped range around its edges."""
+    rng = np.random.default_rng(5952)
+    choices = np.array([0, 0, 0, 1, 0xFFFF, 0x0DB8], dtype=np.uint64)
+    groups = choices[rng.integers(0, len(choices), size=(5000, 8))]
+    groups[::7] = rng.integers(0, 1 << 16, size=(len(groups[::7]), 8), dtype=np.uint64)
+    shifts = np.arange(48, -16, -16, dtype=np.uint64)
+    hi = np.bitwise_or.reduce(groups[:, :4] << shifts, axis=1)
+    lo = np.bitwise_or.reduce(groups[:, 4:] << shifts, axis=1)
+    edges = [(0, 0xFFFF << 32), (0, (0xFFFF << 32) | 0xFFFFFFFF), (0, 0xFFFE << 32), (0, 0x1FFFF << 32),
+             (1, 0xFFFF << 32), (0, 0), (0, 1), ((1 << 64) - 1, (1 << 64) - 1)]
+    hi = np.concatenate([hi, np.array([e[0] for e in edges], dtype=np.uint64)])
+    lo = np.concatenate([lo, np.array([e[1] for e in edges], dtype=np.uint64)])
+    want = []
+    for h, l in zip(hi.tolist(), lo.tolist()):
+        address = ipaddress.IPv6Address((h << 64) | l)
+        want.append(str(address.ipv4_mapped) if address.ipv4_mapped is not None else address.compressed)
+    assert list(ip_to_str(hi, lo)) == want
+    assert ip_to_str(hi.reshape(-1, 2), lo.reshape(-1, 2)).tolist() == np.array(want).reshape(-1, 2).tolist()
+
+
 def test_mac_text():
     values = np.array([0x0200000000AB, 0xFFFFFFFFFFFF, 0], dtype=np.uint64)
     assert list(mac_to_str(values)) == ["02:00:00:00:00:ab", "ff:ff:ff:ff:ff:ff", "00:00:00:00:00:00"]

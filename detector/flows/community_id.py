@@ -17,6 +17,7 @@ import struct
 import numpy as np
 from numba import njit
 
+from ..decode.addr import ascii_rows
 from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP
 
 # Protocols whose ports (ICMP: type and code equivalents) enter the hash (spec, "Port numbers").
@@ -213,18 +214,6 @@ def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, see
                                np.asarray(src_port, np.uint16), np.asarray(dst_port, np.uint16), v4,
                                int(seed) & 0xFFFF, COUNTERPART_TABLE, _PORT_PROTOCOL, _SHA1_INIT, _SHA1_K, _B64)
     return ascii_rows(raw)
-
-
-def ascii_rows(raw: np.ndarray, lengths=None) -> np.ndarray:
-    """Rows of an ASCII uint8 matrix (each cut to its length, if given) as an object array of str."""
-    n, width = raw.shape
-    text = np.ascontiguousarray(raw).tobytes().decode("ascii")
-    out = np.empty(n, dtype=object)
-    if lengths is None:
-        out[:] = [text[at:at + width] for at in range(0, n * width, width)]
-    else:
-        out[:] = [text[at:at + size] for at, size in zip(range(0, n * width, width), lengths.tolist())]
-    return out
 
 
 def _v4_mapped(hi, lo) -> np.ndarray:

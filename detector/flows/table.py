@@ -52,8 +52,8 @@ from ..schema import (IP, L_FRAG, L_IP4, L_PAYLOAD, L_TUNNEL, L_VLAN, PROTO_NAME
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
 from . import kernel as k
-from ..decode.addr import ip_to_str
-from .community_id import ascii_rows, community_ids
+from ..decode.addr import ascii_rows, ip_to_str
+from .community_id import community_ids
 
 NS = 1_000_000_000
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
@@ -358,8 +358,8 @@ class FlowTable:
         Times stay int64 nanoseconds here; to_frame() and the CSV writer render them.
         """
         cols = self.finish()
-        view = {"src_ip": address_texts(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
-                "dest_ip": address_texts(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
+        view = {"src_ip": ip_to_str(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
+                "dest_ip": ip_to_str(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
                 "proto": proto_names(cols["proto"])}
         view.update((name, cols[name]) for name in FLOW_COLUMNS
                     if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
@@ -584,16 +584,3 @@ def flag_strings(flags: np.ndarray) -> np.ndarray:
     for bit, letter in FLAG_LETTERS:
         texts = np.where(values & bit, texts + letter, texts)
     return texts[inverse.reshape(-1)] if len(flags) else np.full(0, "", dtype=object)
-
-
-def address_texts(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """ip_to_str of address columns, formatted once per distinct address (flows share few)."""
-    if not len(hi):
-        return ip_to_str(hi, lo)
-    order = np.lexsort((lo, hi))
-    shi, slo = hi[order], lo[order]
-    new = np.ones(len(hi), bool)
-    new[1:] = (shi[1:] != shi[:-1]) | (slo[1:] != slo[:-1])
-    group = np.empty(len(hi), np.intp)
-    group[order] = np.cumsum(new) - 1
-    return ip_to_str(shi[new], slo[new])[group]
