@@ -1,4 +1,10 @@
-"""CPU hints for the compiled kernels: a software prefetch that numba does not offer itself.
+"""Conventions and CPU hints for the compiled kernels, among them a software prefetch numba lacks.
+
+Caching: only the kernels that Python calls carry `cache=True`. The helpers
+they call are compiled into them and live in their cache; a cache of a
+helper's own would never be read, yet setting one up costs about a
+millisecond at every import (numba checks that the cache folder is
+writable): some 40 ms of every start for the sixty helpers.
 
 Packet bytes of a large capture come from main memory, not from the cache.
 A kernel that reads one header per record waits for each of those loads in

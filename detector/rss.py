@@ -73,7 +73,7 @@ def toeplitz_hash(key: bytes, data: bytes) -> int:
     return result
 
 
-@njit(cache=True)
+@njit
 def _xor_word(tables, word, first_position, n_bytes, h):
     """`h` XOR the contributions of the low `n_bytes` bytes of `word` (big-endian) from `first_position` on."""
     for k in range(n_bytes):
@@ -81,7 +81,7 @@ def _xor_word(tables, word, first_position, n_bytes, h):
     return h
 
 
-@njit(cache=True)
+@njit
 def _toeplitz_row(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6):
     h = np.uint32(0)
     if is_v6:

@@ -219,25 +219,25 @@ FINGERPRINT_SEED = np.uint64(0)
 # ---- byte readers ------------------------------------------------------------
 # Indexing with an unsigned offset spares numba's negative-index fix-up, which
 # lets LLVM merge a multi-byte read into one load (about ten times faster).
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _u8(b, p):
     return np.int64(b[np.uint64(p)])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _u16(b, p):
     q = np.uint64(p)
     return (np.int64(b[q]) << 8) | np.int64(b[q + np.uint64(1)])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _u32(b, p):
     q = np.uint64(p)
     return ((np.int64(b[q]) << 24) | (np.int64(b[q + np.uint64(1)]) << 16) | (np.int64(b[q + np.uint64(2)]) << 8)
             | np.int64(b[q + np.uint64(3)]))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _be_bytes(b, p, n):
     q = np.uint64(p)
     v = np.uint64(0)
@@ -246,17 +246,17 @@ def _be_bytes(b, p, n):
     return v
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _be64(b, p):
     return _be_bytes(b, p, 8)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _mac(b, p):
     return _be_bytes(b, p, MAC_BYTES)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _le64(b, p):
     q = np.uint64(p)
     return (np.uint64(b[q]) | (np.uint64(b[q + np.uint64(1)]) << np.uint64(8))
@@ -265,7 +265,7 @@ def _le64(b, p):
             | (np.uint64(b[q + np.uint64(6)]) << np.uint64(48)) | (np.uint64(b[q + np.uint64(7)]) << np.uint64(56)))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _le32(b, p):
     q = np.uint64(p)
     return (np.uint64(b[q]) | (np.uint64(b[q + np.uint64(1)]) << np.uint64(8))
@@ -273,22 +273,22 @@ def _le32(b, p):
 
 
 # ---- fingerprint: XXH64 ------------------------------------------------------
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _xxh_round(acc, lane):
     return _rotl(acc + lane * P2, 31) * P1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _xxh_merge(acc, v):
     return (acc ^ _xxh_round(np.uint64(0), v)) * P1 + P4
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def xxh64(b, start, end, seed):
     """XXH64 of b[start:end]: four independent lanes over 32-byte stripes, then the tail."""
     p = start
@@ -341,7 +341,7 @@ def fingerprint_rows(data, offset, caplen, out):
 
 
 # ---- link layer ----------------------------------------------------------------
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ppp_protocol(b, p, end):
     """(network ethertype or 0, offset after the PPP header); optional FF03 and 1-byte protocols."""
     if p + 2 <= end and _u16(b, p) == PPP_ADDRESS_CONTROL:
@@ -365,7 +365,7 @@ def _ppp_protocol(b, p, end):
     return 0, p
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _l2_walk(b, p, end, etype, outer, layers, i, c16):
     """Walk VLAN tags, PPPoE and MPLS from `etype` at `p`: (network ethertype or 0, offset, layers).
 
@@ -434,7 +434,7 @@ def _l2_walk(b, p, end, etype, outer, layers, i, c16):
     return 0, p, layers | L_TRUNCATED
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ethernet(b, p, end, outer, layers, i, c16, c64):
     """An Ethernet header at `p`: (network ethertype or 0, offset, layers)."""
     if p + ETH_HEADER > end:
@@ -446,7 +446,7 @@ def _ethernet(b, p, end, outer, layers, i, c16, c64):
     return _l2_walk(b, p + ETH_HEADER, end, _u16(b, p + 12), outer, layers, i, c16)
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ip_by_version(b, p, end):
     if p + 1 > end:
         return 0
@@ -458,7 +458,7 @@ def _ip_by_version(b, p, end):
     return 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ip_matches(b, q, lim, etype):
     """Whether the bytes at `q` begin an IP header of the version `etype` announces."""
     if q + 1 > lim:
@@ -467,7 +467,7 @@ def _ip_matches(b, q, lim, etype):
     return (etype == ETHERTYPE_IP4 and version == 4) or (etype == ETHERTYPE_IP6 and version == 6)
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _link(b, s, end, lt, i, c16, c64):
     """The record's link header: (network ethertype or 0, offset of the network header, layers)."""
     layers = 0
@@ -532,12 +532,12 @@ def _link(b, s, end, lt, i, c16, c64):
 
 
 # ---- network layer -------------------------------------------------------------
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ip4_lo(b, p):
     return IP4_MAPPED | np.uint64(_u32(b, p))
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ext_chain(b, q, lim, nh):
     """Walk IPv6 extension headers from `q`: (final next header, its offset, fragment offset,
     more-fragments, fragment id, complete)."""
@@ -569,13 +569,13 @@ def _ext_chain(b, q, lim, nh):
     return nh, q, frag_off, more, frag_id, False
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _has_ports(proto):
     return (proto == PROTO_TCP or proto == PROTO_UDP or proto == PROTO_SCTP or proto == PROTO_DCCP
             or proto == PROTO_UDPLITE)
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _quote(b, q, lim, version, layers, i, c8, c16, c64):
     """The IP header (and first 4 transport bytes) an ICMP error quotes, at `q`."""
     if version == 4:
@@ -609,7 +609,7 @@ def _quote(b, q, lim, version, layers, i, c8, c16, c64):
     return layers
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _payload(s, p, header, l4len, layers, i, c16, c32):
     """Transport payload length and offset, from the IP-declared transport length."""
     if l4len < header:
@@ -619,7 +619,7 @@ def _payload(s, p, header, l4len, layers, i, c16, c32):
     return layers | L_PAYLOAD
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _udp_tunnel(b, q, lim, sport, dport):
     """A tunnel in the UDP payload at `q`: (inner ethertype, inner offset, tunnel kind), kind 0 if none."""
     if dport == PORT_VXLAN or sport == PORT_VXLAN:
@@ -686,7 +686,7 @@ def _udp_tunnel(b, q, lim, sport, dport):
     return 0, q, 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _gre(b, p, lim):
     """The payload of a GRE header at `p`: (inner ethertype, inner offset, tunnel kind), kind 0 if none."""
     if p + GRE_HEADER > lim:
@@ -736,7 +736,7 @@ def _gre(b, p, lim):
     return 0, p, 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c64):
     """The transport header at `p` (bytes to `lim`): (layers, inner ethertype, inner offset, tunnel)."""
     if proto == PROTO_TCP:
@@ -851,7 +851,7 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
     return layers, 0, 0, 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
     """An IPv4 header at `p`: (layers, inner ethertype, inner offset, tunnel kind)."""
     if p + IP4_HEADER > end or p - s > MAX_IP_OFFSET or _u8(b, p) >> 4 != 4:
@@ -889,7 +889,7 @@ def _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
                       layers, i, c8, c16, c32, c64)
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
     """An IPv6 header at `p` and its extension headers: (layers, inner ethertype, inner offset, tunnel kind)."""
     if p + IP6_HEADER > end or p - s > MAX_IP_OFFSET or _u8(b, p) >> 4 != 6:
@@ -924,7 +924,7 @@ def _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
     return _transport(b, s, q, lim, proto, ip_end - q, can_decap and not more, layers, i, c8, c16, c32, c64)
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _arp(b, p, end, layers, i, c16, c32, c64):
     """An ARP (or RARP) packet for IPv4 over 6-byte hardware addresses, RFC 826."""
     if p + 8 > end:
@@ -941,7 +941,7 @@ def _arp(b, p, end, layers, i, c16, c32, c64):
     return layers | L_ARP
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _begin_tunnel(kind, layers, i, c8, c16, c32, c64):
     """Keep the outer header's identity (the first time only), then clear the network columns."""
     if not (layers & L_TUNNEL):
@@ -965,7 +965,7 @@ def _begin_tunnel(kind, layers, i, c8, c16, c32, c64):
     return (layers & LINK_BITS) | L_TUNNEL
 
 
-@njit(cache=True, _nrt=False)
+@njit(_nrt=False)
 def _frame(b, s, end, lt, i, c8, c16, c32, c64):
     """Decode one record; returns its layer bits."""
     net, p, layers = _link(b, s, end, lt, i, c16, c64)

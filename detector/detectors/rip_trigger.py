@@ -76,12 +76,12 @@ TARGETS_LISTED = 10
 MAX_ROWS = 100_000
 
 
-@njit(cache=True)
+@njit
 def _u16(data, at):
     return (np.int64(data[at]) << 8) | np.int64(data[at + 1])
 
 
-@njit(cache=True)
+@njit
 def _judge_one(data, start, avail, length, kind):
     if length == 0:
         return EMPTY

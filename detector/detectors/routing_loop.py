@@ -79,7 +79,7 @@ def _identity(batch: PacketBatch) -> np.ndarray:
     return _identity_kernel(*(batch[name] for name in IDENTITY_COLUMNS))
 
 
-@njit(cache=True)
+@njit
 def _mix(acc, value):
     # splitmix64's finaliser over a running xor, as base.mix64 does column by column
     acc = (acc ^ value) * np.uint64(0x9E3779B97F4A7C15)

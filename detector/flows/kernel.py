@@ -77,7 +77,7 @@ FLIP_MARK = ord("^")
 _SEQ_MOD = 1 << 32
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _seq_delta(a, b):
     """a - b in 32-bit sequence space, as a signed number (RFC 9293 modular compare)."""
     d = (a - b) % _SEQ_MOD
@@ -86,7 +86,7 @@ def _seq_delta(a, b):
     return d
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _history(F, H, row, side, kind):
     bit = _H_BITS[kind]
     if F[row, F_HSEEN + side] & bit:
@@ -99,7 +99,7 @@ def _history(F, H, row, side, kind):
         F[row, F_HLEN] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _mark_flip(F, H, row):
     n = F[row, F_HLEN]
     if n < HIST_MAX:
@@ -107,13 +107,13 @@ def _mark_flip(F, H, row):
         F[row, F_HLEN] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _set_state(F, row, side, state):
     F[row, F_PREV + side] = F[row, F_STATE + side]
     F[row, F_STATE + side] = state
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _flip_roles(F, H, row):
     """Swap originator and responder (Zeek's FlipRoles)."""
     for base in (F_PKTS, F_BYTES, F_PAY, F_FLAGS, F_MSS, F_MAXPAY, F_RETX, F_SEQEND, F_SYNSEQ,
@@ -125,7 +125,7 @@ def _flip_roles(F, H, row):
     _mark_flip(F, H, row)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _tcp_state_machine(F, H, row, side, flags, length):
     """One packet through Zeek's UpdateStateMachine for the endpoint `side`."""
     peer = 1 - side
@@ -181,7 +181,7 @@ def _tcp_state_machine(F, H, row, side, flags, length):
         F[row, F_ENDED] = 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _tcp_history(F, H, row, side, flags, length):
     """Zeek's update_history: each kind of packet recorded once per side."""
     syn = (flags & TH_SYN) != 0
@@ -202,7 +202,7 @@ def _tcp_history(F, H, row, side, flags, length):
         _history(F, H, row, side, H_ACK)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, is_tcp, is_udp,
                 sender_server, receiver_server, sender_port, receiver_port):
     for j in range(NF):
@@ -241,7 +241,7 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
         _mark_flip(F, H, row)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
     """A packet that cannot belong to the current flow: idle too long, or a new connection's SYN."""
     if ts - F[row, F_LAST_NS] > timeout_ns:
@@ -254,7 +254,7 @@ def _must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(_nrt=False, inline="always")
 def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_tcp, is_udp):
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1

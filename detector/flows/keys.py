@@ -46,7 +46,7 @@ V4_MAPPED_HI = np.uint64(0)
 V4_MAPPED_LO_TAG = np.uint64(0xFFFF)
 
 
-@njit(cache=True)
+@njit
 def _mix(x):
     """splitmix64 finaliser: a fast, well-distributed 64-bit mix."""
     x ^= x >> np.uint64(30)

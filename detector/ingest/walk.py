@@ -73,7 +73,7 @@ PREFETCH_BYTES = 4096
 CACHE_LINE = 64
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _u32(buf, i, big):
     if big:
         return (np.uint32(buf[i]) << 24) | (np.uint32(buf[i + 1]) << 16) \
@@ -82,14 +82,14 @@ def _u32(buf, i, big):
         | (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _u16(buf, i, big):
     if big:
         return (np.uint32(buf[i]) << 8) | np.uint32(buf[i + 1])
     return (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _prefetch_ahead(buf, ahead, pos, end):
     """Prefetch the lines from `ahead` up to PREFETCH_BYTES past `pos`; returns the new `ahead`."""
     limit = min(pos + PREFETCH_BYTES, end)
@@ -130,7 +130,7 @@ def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, l
         pos = stop
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def ts_to_ns(units, kind, factor, shift):
     """Interface timestamp units (uint64) to int64 ns, exactly, without floats."""
     if kind == TS_MULTIPLY:
