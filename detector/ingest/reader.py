@@ -122,6 +122,7 @@ class CaptureReader:
         self._done = False
         self._started = False
         self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
+        self._scratch = None    # the walk's output arrays (see _walk_arrays)
         self._map = self._src.map()
         self._released = 0      # mapped files: pages before this offset have left the mapping
         if self._map is not None:
@@ -343,17 +344,25 @@ class CaptureReader:
         return self._if_arrays
 
     # ---- records ---------------------------------------------------------
+    def _walk_arrays(self, limit: int):
+        """Output arrays for a walk of up to `limit` records, reused from batch to batch.
+
+        The walk fills them and `_batch` copies out the records found, so the
+        batch columns are as long as the batch and these arrays, sized for the
+        largest possible batch, are allocated once (fresh memory costs the
+        kernel a zeroed page on first touch, a whole huge page where THP is on).
+        """
+        if self._scratch is None or len(self._scratch[0]) < limit:
+            self._scratch = (np.empty(limit, dtype=np.int64), np.empty(limit, dtype=np.uint32),
+                             np.empty(limit, dtype=np.uint32), np.empty(limit, dtype=np.int64),
+                             np.empty(limit, dtype=np.uint16), np.empty(limit, dtype=np.uint16))
+        return self._scratch
+
     def _next_batch(self) -> RawBatch | None:
         while not self._done:
             # room for as many records as the rest of the chunk could hold
             limit = min(self._batch_packets, (len(self._buf) - self._pos) // MIN_RECORD + 1)
-            off = np.empty(limit, dtype=np.int64)
-            cap = np.empty(limit, dtype=np.uint32)
-            wire = np.empty(limit, dtype=np.uint32)
-            ts = np.empty(limit, dtype=np.int64)
-            iface = np.zeros(limit, dtype=np.uint16) if self.format == "pcap" else np.empty(limit, dtype=np.uint16)
-            linktype = (np.full(limit, self._linktype, dtype=np.uint16) if self.format == "pcap"
-                        else np.empty(limit, dtype=np.uint16))
+            off, cap, wire, ts, iface, linktype = self._walk_arrays(limit)
             n = 0
             while True:
                 found, why, code, value = self._walk(off[n:], cap[n:], wire[n:], ts[n:], iface[n:],
@@ -426,15 +435,15 @@ class CaptureReader:
     def _batch(self, n, off, cap, wire, ts, iface, linktype) -> RawBatch:
         lo = int(off[0])
         hi = int(off[n - 1]) + int(cap[n - 1])
-        keep = (lambda a: a[:n].copy()) if 2 * n < len(off) else (lambda a: a[:n])
+        pcap = self.format == "pcap"      # one interface, one link type: the walk leaves those to us
         cols = {
             "frame": np.arange(self._next_frame, self._next_frame + n, dtype=np.int64),
-            "offset": keep(off) - lo,
-            "caplen": keep(cap),
-            "wirelen": keep(wire),
-            "ts_ns": keep(ts),
-            "iface": iface if len(iface) == n else keep(iface),
-            "linktype": linktype if len(linktype) == n else keep(linktype),
+            "offset": off[:n] - lo,
+            "caplen": cap[:n].copy(),
+            "wirelen": wire[:n].copy(),
+            "ts_ns": ts[:n].copy(),
+            "iface": np.zeros(n, dtype=np.uint16) if pcap else iface[:n].copy(),
+            "linktype": np.full(n, self._linktype, dtype=np.uint16) if pcap else linktype[:n].copy(),
         }
         self._next_frame += n
         self.packets += n
