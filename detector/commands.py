@@ -101,7 +101,7 @@ def analyze(paths, out_dir: Path, rules_dir=None, report: bool = True):
     stats = CaptureStats()
     table = FlowTable()
     result = engine.run(paths, [stats, table, *detectors], label="analyze")
-    ctx = AnalysisContext(flows=table.to_frame(), stats=stats)
+    ctx = AnalysisContext(flows=table, stats=stats)      # the flow frame is built if a finding needs it
     findings = run_findings(detectors, ctx)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
     # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written

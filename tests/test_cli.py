@@ -184,3 +184,21 @@ def test_analyze_no_report_writes_findings_only(tmp_path):
     loop = next(f for f in without if f["rule"] == "echo-loop")
     # the frame is shown decoded, not as "N bytes of link type 1"
     assert loop["evidence"]["frame"].startswith("Ether / IP / UDP 198.18.44.201:44123 > 192.0.2.61")
+
+
+def test_analyze_builds_the_flow_frame_only_for_findings_that_read_it(tmp_path):
+    """pandas and the flow DataFrame cost half a second of every analysis: a capture whose
+    findings never consult the flow table must not load them; one whose findings do gets them."""
+    captures = Path(__file__).resolve().parents[1] / "captures"
+    probe = ("import sys\nfrom detector.cli import main\n"
+             "code = main(['analyze', '--no-report', sys.argv[1], '-o', sys.argv[2]])\n"
+             "print(code, 'pandas' in sys.modules)")
+    quiet = subprocess.run([sys.executable, "-c", probe, captures / "benign-office.pcapng", tmp_path / "q"],
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.stdout.split()[-2:] == ["0", "False"], quiet.stderr
+    blackhole = subprocess.run([sys.executable, "-c", probe, captures / "pmtud-blackhole-ipv4.pcapng",
+                                tmp_path / "b"], capture_output=True, text=True, timeout=300)
+    assert blackhole.stdout.split()[-2:] == ["0", "True"], blackhole.stderr
+    found = json.loads((tmp_path / "b" / "findings.json").read_text())["findings"]
+    blackholes = [f for f in found if f["rule"] == "pmtud-blackhole"]
+    assert blackholes and blackholes[0]["evidence"]["affected_flows"]

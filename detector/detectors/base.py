@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 from numba import njit
 
 from ..findings import Finding
@@ -30,11 +28,25 @@ REGISTRY: dict[str, type["Detector"]] = {}
 EVIDENCE_FRAMES_MAX = 64
 
 
-@dataclass
 class AnalysisContext:
-    flows: pd.DataFrame                                   # FlowTable.to_frame() of the whole input
-    stats: CaptureStats
-    findings: dict[str, list[Finding]] = field(default_factory=dict)   # by rule id, of detectors already run
+    """What findings() may consult: the flow table of the whole input, capture statistics, and the
+    findings of the detectors that ran before (by rule id).
+
+    `flows` is given as a pandas DataFrame (FlowTable.to_frame()), or as the
+    FlowTable itself, whose frame is then built on first use: most analyses
+    never need it, and pandas plus the frame cost half a second.
+    """
+
+    def __init__(self, flows, stats: CaptureStats, findings: dict[str, list[Finding]] | None = None):
+        self._flows = flows
+        self.stats = stats
+        self.findings = {} if findings is None else findings
+
+    @property
+    def flows(self):
+        if hasattr(self._flows, "to_frame"):
+            self._flows = self._flows.to_frame()
+        return self._flows
 
 
 class Detector(ABC):

@@ -28,15 +28,18 @@ message of each part).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
 from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends,
                    member, mix64, register)
+
+if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
+    import pandas as pd
 
 NS = 1_000_000_000
 ICMP_UNREACH = 3            # destination unreachable, RFC 792
@@ -140,6 +143,7 @@ class PmtudBlackhole(Detector):
             self._add_host_packets(batch)
 
     def _add_messages(self, batch: PacketBatch, rows: np.ndarray) -> None:
+        import pandas as pd
         layers, kind, code = batch["layers"][rows], batch["icmp_type"][rows], batch["icmp_code"][rows]
         v4 = ((layers & np.uint32(L_ICMP)) != 0) & (kind == ICMP_UNREACH) & (code == ICMP_UNREACH_NEEDFRAG)
         v6 = ((layers & np.uint32(L_ICMP6)) != 0) & (kind == ICMP6_PACKET_TOO_BIG)
@@ -262,6 +266,7 @@ class PmtudBlackhole(Detector):
 
     def _flow_rows(self, pair: _Pair, ctx: AnalysisContext) -> pd.DataFrame:
         """The flow-table rows between host and peer (either direction)."""
+        import pandas as pd
         flows = ctx.flows
         if flows is None or len(flows) == 0 or "src_ip" not in flows:
             return pd.DataFrame()
@@ -289,6 +294,7 @@ class PmtudBlackhole(Detector):
                                       "host_packets_after_icmp": 0, "evidence_frames": frames})
 
     def _blackhole_finding(self, pair: _Pair, ctx: AnalysisContext) -> Finding:
+        import pandas as pd
         p = self.params
         host, peer = ip_text(*pair.host), ip_text(*pair.peer)
         routers, router_text = self._router_text(pair)

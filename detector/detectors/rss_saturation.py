@@ -20,9 +20,9 @@ a few frame numbers of the dominant queue of busy bins for the evidence pcap.
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..errors import RuleError
 from ..findings import Finding, iso_time
@@ -30,6 +30,9 @@ from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import PROTO_NAMES, PROTO_TCP, PROTO_UDP, PacketBatch
 from .base import AnalysisContext, Detector, check_merge, evidence_frames, group_by, keep_ends, register
 from .pmtud_blackhole import endpoint
+
+if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
+    import pandas as pd
 
 NS = 1_000_000_000
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
@@ -249,6 +252,7 @@ def _proto_numbers(column: pd.Series) -> np.ndarray:
 
 def _time_ns(column: pd.Series) -> np.ndarray:
     """Flow-table times (datetimes, aware or naive UTC, or integer nanoseconds) as ns since the epoch."""
+    import pandas as pd
     if pd.api.types.is_numeric_dtype(column):
         return column.to_numpy(np.int64)
     stamps = pd.to_datetime(column, utc=True)
@@ -257,6 +261,7 @@ def _time_ns(column: pd.Series) -> np.ndarray:
 
 def _flow_directions(flows: pd.DataFrame, model: RssModel) -> pd.DataFrame:
     """One row per direction of each flow with packets: addresses, ports, packets, times and its queue."""
+    import pandas as pd
     need = {"src_ip", "dest_ip", "src_port", "dest_port", "proto", "first_seen", "last_seen",
             "src2dst_packets", "dst2src_packets"}
     if flows is None or len(flows) == 0 or not need <= set(flows.columns):
@@ -288,6 +293,7 @@ def _flow_directions(flows: pd.DataFrame, model: RssModel) -> pd.DataFrame:
 
 def _flows_in_queue(directions: pd.DataFrame, queue: int, first_ns: int, last_ns: int) -> list[dict]:
     """The flow directions hashed to `queue` that overlap the window, by estimated packets in it."""
+    import pandas as pd
     if len(directions) == 0:
         return []
     d = directions[(directions["queue"] == queue) & (directions["first_ns"] < last_ns) &
