@@ -80,7 +80,7 @@ def write_flows(paths, out: Path):
     if out.suffix.lower() == ".parquet":
         write_parquet(table.to_frame(), out)
     else:
-        write_csv(table.text_columns(), out)
+        write_csv(table.text_columns(coded=True), out)
     return result, table.flow_count
 
 

@@ -15,6 +15,8 @@ import ipaddress
 import numpy as np
 from numba import njit
 
+from ..text import TextCodes
+
 IP4_MAPPED_PREFIX = 0xFFFF    # bits 32..63 of the low half of ::ffff:0:0/96 (RFC 4291 section 2.5.5.2)
 
 
@@ -85,16 +87,21 @@ def _format_ips(hi, lo, hex_digits, out, lengths):
         lengths[i] = p
 
 
-def ascii_rows(raw: np.ndarray, lengths=None) -> np.ndarray:
-    """Rows of an ASCII uint8 matrix (each cut to its length, if given) as an object array of str."""
-    n, width = raw.shape
-    text = np.ascontiguousarray(raw).tobytes().decode("ascii")
-    out = np.empty(n, dtype=object)
-    if lengths is None:
-        out[:] = [text[at:at + width] for at in range(0, n * width, width)]
-    else:
-        out[:] = [text[at:at + size] for at, size in zip(range(0, n * width, width), lengths.tolist())]
-    return out
+def ip_text_codes(hi, lo) -> TextCodes:
+    """Text of address columns (1-D halves) as TextCodes: each distinct address formatted once."""
+    hi = np.ascontiguousarray(hi, dtype=np.uint64).ravel()
+    lo = np.ascontiguousarray(lo, dtype=np.uint64).ravel()
+    order = np.lexsort((lo, hi))
+    shi, slo = hi[order], lo[order]
+    new = np.ones(len(hi), bool)
+    new[1:] = (shi[1:] != shi[:-1]) | (slo[1:] != slo[:-1])
+    codes = np.empty(len(hi), np.intp)
+    codes[order] = np.cumsum(new) - 1
+    unique_hi, unique_lo = shi[new], slo[new]
+    raw = np.zeros((len(unique_hi), IP_TEXT_MAX), dtype=np.uint8)
+    lengths = np.empty(len(unique_hi), dtype=np.int64)
+    _format_ips(unique_hi, unique_lo, _HEX_DIGITS, raw, lengths)
+    return TextCodes(codes, raw, lengths)
 
 
 def ip_to_str(hi, lo):
@@ -102,21 +109,7 @@ def ip_to_str(hi, lo):
     if np.ndim(hi) == 0 and np.ndim(lo) == 0:
         return _ip_text(int(hi), int(lo))
     shape = np.shape(hi)
-    hi = np.ascontiguousarray(hi, dtype=np.uint64).ravel()
-    lo = np.ascontiguousarray(lo, dtype=np.uint64).ravel()
-    if not len(hi):
-        return np.empty(shape, dtype=object)
-    order = np.lexsort((lo, hi))
-    shi, slo = hi[order], lo[order]
-    new = np.ones(len(hi), bool)
-    new[1:] = (shi[1:] != shi[:-1]) | (slo[1:] != slo[:-1])
-    group = np.empty(len(hi), np.intp)
-    group[order] = np.cumsum(new) - 1
-    unique_hi, unique_lo = shi[new], slo[new]
-    raw = np.zeros((len(unique_hi), IP_TEXT_MAX), dtype=np.uint8)
-    lengths = np.empty(len(unique_hi), dtype=np.int64)
-    _format_ips(unique_hi, unique_lo, _HEX_DIGITS, raw, lengths)
-    return ascii_rows(raw, lengths)[group].reshape(shape)
+    return ip_text_codes(hi, lo).text().reshape(shape)
 
 
 def str_to_ip(text: str) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import struct
 import numpy as np
 from numba import njit
 
-from ..decode.addr import ascii_rows
+from ..text import TextCodes
 from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP
 
 # Protocols whose ports (ICMP: type and code equivalents) enter the hash (spec, "Port numbers").
@@ -200,8 +200,8 @@ def _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, sport, dport, v4
     return out
 
 
-def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed: int = 0) -> np.ndarray:
-    """Community ID v1 (base64) of every flow given as columns: an object array of str.
+def community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed: int = 0) -> TextCodes:
+    """Community ID v1 (base64) of every flow given as columns, as TextCodes over the ASCII rows.
 
     Addresses are the schema's 128-bit halves; a flow whose both addresses are
     IPv4-mapped hashes them as IPv4. Ports are those `community_id` takes (for
@@ -213,7 +213,12 @@ def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, see
     raw = _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, np.asarray(proto, np.uint8),
                                np.asarray(src_port, np.uint16), np.asarray(dst_port, np.uint16), v4,
                                int(seed) & 0xFFFF, COUNTERPART_TABLE, _PORT_PROTOCOL, _SHA1_INIT, _SHA1_K, _B64)
-    return ascii_rows(raw)
+    return TextCodes(np.arange(len(raw)), raw)
+
+
+def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed: int = 0) -> np.ndarray:
+    """Community ID v1 (base64) of every flow given as columns: an object array of str."""
+    return community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed).value_texts()
 
 
 def _v4_mapped(hi, lo) -> np.ndarray:

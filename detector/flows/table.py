@@ -52,8 +52,9 @@ from ..schema import (IP, L_FRAG, L_IP4, L_PAYLOAD, L_TUNNEL, L_VLAN, PROTO_NAME
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
 from . import kernel as k
-from ..decode.addr import ascii_rows, ip_to_str
-from .community_id import community_ids
+from ..decode.addr import ip_text_codes
+from ..text import TextCodes
+from .community_id import community_id_codes
 
 NS = 1_000_000_000
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
@@ -320,6 +321,10 @@ class FlowTable:
 
     def finish(self) -> dict[str, np.ndarray]:
         """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
+        return {name: _materialised(col) for name, col in self._columns().items()}
+
+    def _columns(self) -> dict:
+        """finish() with its text columns (community_id, state, history) left as TextCodes."""
         F, H, K = self._all()
         F, H, K = _first_packet_order(F, H, K)
         orig_a = F[:, k.F_ORIG_IS_A] == 1
@@ -344,28 +349,32 @@ class FlowTable:
         out["src_mss"], out["dst_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
         rtt = F[:, k.F_RTT_NS]
         out["handshake_rtt_ms"] = np.where(rtt >= 0, rtt / 1e6, np.nan)
-        out["history"] = _history_strings(H, F[:, k.F_HLEN])
+        out["history"] = _history_codes(H, F[:, k.F_HLEN])
         out["state"] = _conn_states(F, proto, out["history"])
         out["vlan"] = F[:, k.F_VLAN]
         out["first_frame"] = F[:, k.F_FIRST_FRAME]
-        out["community_id"] = community_ids(out["src_ip_hi"], out["src_ip_lo"], out["dest_ip_hi"],
-                                            out["dest_ip_lo"], proto, out["src_port"], out["dest_port"])
-        return {name: np.asarray(out[name]).astype(dtype, copy=False) for name, dtype in FLOW_COLUMNS.items()}
+        out["community_id"] = community_id_codes(out["src_ip_hi"], out["src_ip_lo"], out["dest_ip_hi"],
+                                                 out["dest_ip_lo"], proto, out["src_port"], out["dest_port"])
+        return {name: out[name] if isinstance(out[name], TextCodes) else np.asarray(out[name]).astype(dtype, copy=False)
+                for name, dtype in FLOW_COLUMNS.items()}
 
-    def text_columns(self) -> dict[str, np.ndarray]:
+    def text_columns(self, coded: bool = False) -> dict:
         """The user-facing view of finish(): addresses as text, proto names, flag strings.
 
         Times stay int64 nanoseconds here; to_frame() and the CSV writer render them.
+        With `coded`, text columns stay TextCodes (distinct values and a code
+        per row), which the CSV writer copies as bytes without a Python
+        string per row; otherwise they are object arrays of str.
         """
-        cols = self.finish()
-        view = {"src_ip": ip_to_str(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
-                "dest_ip": ip_to_str(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
-                "proto": proto_names(cols["proto"])}
+        cols = self._columns()
+        view = {"src_ip": ip_text_codes(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
+                "dest_ip": ip_text_codes(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
+                "proto": TextCodes(cols["proto"], _PROTO_TEXT)}
         view.update((name, cols[name]) for name in FLOW_COLUMNS
                     if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
         for column in ("src2dst_tcp_flags", "dst2src_tcp_flags"):
-            view[column + "_str"] = flag_strings(cols[column])
-        return view
+            view[column + "_str"] = flag_codes(cols[column])
+        return view if coded else {name: _materialised(col) for name, col in view.items()}
 
     def to_frame(self):
         """pandas view: addresses as strings, proto names, UTC times, flag strings."""
@@ -519,17 +528,18 @@ def _first_packet_order(F, H, K):
 _HISTORY_SEED = 0x48495354   # any seed: the hash only groups equal history rows, each group is verified
 
 
-def _history_strings(H, lengths) -> np.ndarray:
-    """History letters as text, decoded once per distinct history (flows share a few hundred)."""
+def _history_codes(H, lengths) -> TextCodes:
+    """History letters as text, one value per distinct history (flows share a few hundred)."""
     rows = np.where(np.arange(k.HIST_MAX) < lengths[:, None], H, 0).astype(np.uint8)
+    every_row = TextCodes(np.arange(len(rows)), rows, lengths)
     if not len(rows):
-        return ascii_rows(rows, lengths)
+        return every_row
     h = K_.hash_rows(rows.view(np.uint64), _HISTORY_SEED)
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     if not np.array_equal(rows[first[inverse]], rows):      # two histories share a hash
-        return ascii_rows(rows, lengths)
-    return ascii_rows(rows[first], lengths[first])[inverse]
+        return every_row
+    return TextCodes(inverse, rows[first], lengths[first])
 
 
 # Zeek's conn_state names, indexed by the codes _conn_states computes
@@ -538,7 +548,7 @@ _STATE_NAMES = np.array(["OTH", "REJ", "RSTRH", "RSTR", "RSTOS0", "RSTO", "SF", 
 _OTH, _RSTOS0 = 0, 4
 
 
-def _conn_states(F, proto, history) -> np.ndarray:
+def _conn_states(F, proto, history: TextCodes) -> TextCodes:
     """Zeek's conn_state (base/protocols/conn/main.zeek) from the endpoint states."""
     os_, rs = F[:, k.F_STATE], F[:, k.F_STATE + 1]
     o_inactive = (os_ == k.TCP_INACTIVE) | (os_ == k.TCP_PARTIAL)
@@ -561,11 +571,12 @@ def _conn_states(F, proto, history) -> np.ndarray:
         (os_ == k.TCP_ESTABLISHED) & (rs == k.TCP_ESTABLISHED),
     ], np.arange(1, len(_STATE_NAMES)), default=_OTH)
     maybe = np.flatnonzero((tcp == _RSTOS0) & (proto == PROTO_TCP))
-    tcp[maybe] = [_RSTOS0 if RSTOS0_HISTORY.fullmatch(history[i]) else _OTH for i in maybe]
+    histories = history.value_texts()
+    tcp[maybe] = [_RSTOS0 if RSTOS0_HISTORY.fullmatch(histories[history.codes[i]]) else _OTH for i in maybe]
     o_active, r_active = F[:, k.F_PKTS] > 0, F[:, k.F_PKTS + 1] > 0
     udp = np.where(o_active, np.where(r_active, 6, 11), np.where(r_active, 9, _OTH))    # SF, S0, SHR, OTH
     code = np.where(proto == PROTO_TCP, tcp, np.where(proto == PROTO_UDP, udp, _OTH))
-    return _STATE_NAMES[code]
+    return TextCodes(code, _STATE_NAMES)
 
 
 # Protocol names in the DataFrame view; others appear as their IANA number.
@@ -573,14 +584,15 @@ FLOW_PROTO_NAMES = {**PROTO_NAMES, PROTO_SCTP: "sctp"}
 _PROTO_TEXT = np.array([FLOW_PROTO_NAMES.get(p, str(p)) for p in range(256)], dtype=object)
 
 
-def proto_names(proto: np.ndarray) -> np.ndarray:
-    return _PROTO_TEXT[proto.astype(np.intp)]
-
-
-def flag_strings(flags: np.ndarray) -> np.ndarray:
+def flag_codes(flags: np.ndarray) -> TextCodes:
     """"SAF"-style text of TCP flag unions, built once per distinct value."""
     values, inverse = np.unique(flags, return_inverse=True)
     texts = np.full(len(values), "", dtype=object)
     for bit, letter in FLAG_LETTERS:
         texts = np.where(values & bit, texts + letter, texts)
-    return texts[inverse.reshape(-1)] if len(flags) else np.full(0, "", dtype=object)
+    return TextCodes(inverse.reshape(-1), texts)
+
+
+def _materialised(column):
+    """A column with TextCodes turned into an object array of str; others as they are."""
+    return column.text() if isinstance(column, TextCodes) else column
