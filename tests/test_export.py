@@ -31,3 +31,27 @@ def test_plain_text_is_not_quoted(tmp_path):
     path = tmp_path / "f.csv"
     write_csv({"proto": np.array(["tcp", "udp"], dtype=object), "n": np.array([7, 8])}, path)
     assert path.read_text() == "proto,n\ntcp,7\nudp,8\n"
+
+
+def test_many_blocks_keep_row_order_and_values(tmp_path):
+    """Rows are formatted in blocks on two threads: the file must still be every row, in order."""
+    from detector.flows.export import ROWS_PER_BLOCK
+    from detector.text import TextCodes
+    n = 3 * ROWS_PER_BLOCK + 17
+    rng = np.random.default_rng(7)
+    view = {
+        "seq": np.arange(n, dtype=np.int64) - 5,
+        "big": rng.integers(0, 1 << 63, size=n, dtype=np.uint64) | np.uint64(1 << 63),
+        "ratio": np.round(rng.random(n) * 1000, 6),
+        "first_seen": rng.integers(-10**18, 9 * 10**18, size=n, dtype=np.int64),
+        "word": TextCodes(rng.integers(0, 3, size=n), ["alpha", "b,c", 'say "x"']),
+    }
+    path = tmp_path / "f.csv"
+    write_csv(view, path)
+    back = pd.read_csv(path, dtype={"big": str})
+    assert back["seq"].tolist() == view["seq"].tolist()
+    assert back["big"].tolist() == [str(v) for v in view["big"].tolist()]
+    assert np.allclose(back["ratio"], view["ratio"], rtol=0, atol=5e-7)
+    assert back["first_seen"].tolist() == [str(t) + "Z" for t in
+                                          np.datetime_as_string(view["first_seen"].astype("datetime64[ns]"))]
+    assert back["word"].tolist() == list(view["word"].text())
