@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The benchmark's Python peers (scapy, dpkt, nfstream) live in a venv of their
+# own: their dependencies (cffi, which numba then loads at start-up) must not
+# slow down the detector being measured, which runs as a user would install it.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
 # Byte-compile the package as a regular (non-editable) install does: where
 # PYTHONDONTWRITEBYTECODE is set, an editable install would otherwise compile
 # every module from source at every start (tens of milliseconds a run).
@@ -15,7 +20,7 @@ venv: $(STAMP) system-tools
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	$(BYTECODE)
 	touch $(STAMP)
 
@@ -50,10 +55,16 @@ test: venv
 	$(BIN)/python -m pytest -q tests
 
 # the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)
-bench: venv
+$(PEERS_STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet '.[bench]'
+	touch $(PEERS_STAMP)
+
+bench: venv $(PEERS_STAMP)
 	$(call ensure_tool,time,/usr/bin/time,the benchmark cannot measure peak memory)
 	$(BYTECODE)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) reports bench/out
+	rm -rf $(VENV) $(PEERS_VENV) reports bench/out

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import platform
@@ -38,7 +37,9 @@ REPO = BENCH_DIR.parent
 OUT_DIR = make_capture.OUT_DIR
 VENV_BIN = REPO / ".venv" / "bin"
 DETECTOR = VENV_BIN / "detector"
-PYTHON = VENV_BIN / "python"
+# scapy, dpkt and nfstream run from a venv of their own (make bench builds it):
+# their dependencies must not weigh on the detector's start-up.
+PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 PEERS = BENCH_DIR / "peers.py"
 GNU_TIME = "/usr/bin/time"
 
@@ -255,7 +256,7 @@ def bench_tshark_fair(capture: Path, packets: int, runs: int) -> Result:
 def _peer(tool: str, capture: Path, packets: int, runs: int, limit: int | None = None) -> tuple[Result, dict]:
     result = Result(tool, packets)
     out = OUT_DIR / f"{tool}.json"
-    cmd = [str(PYTHON), str(PEERS), tool, str(capture)] + (["--limit", str(limit)] if limit else [])
+    cmd = [str(PEERS_PYTHON), str(PEERS), tool, str(capture)] + (["--limit", str(limit)] if limit else [])
     run, how = repeat(cmd, runs, out)
     if run.code:
         return _failure(result, run), {}
@@ -287,9 +288,9 @@ def bench_dpkt(capture: Path, packets: int, runs: int) -> Result:
 
 
 def bench_nfstream(capture: Path, packets: int, runs: int) -> Result:
-    if importlib.util.find_spec("nfstream") is None:
+    if not _peer_module("nfstream"):
         return Result("nfstream", packets, note="not runnable here: nfstream is not installed "
-                      "(make venv installs the bench extra)")
+                      f"in {PEERS_PYTHON.parent.parent} (make bench installs the bench extra there)")
     result = _peer("nfstream", capture, packets, runs)[0]
     if result.failed:
         result.note = "not runnable here: " + result.note
@@ -302,6 +303,12 @@ BENCHES = {"cat": bench_cat, "flows": bench_flows, "analyze": bench_analyze, "ts
            "nfstream": bench_nfstream}
 
 
+def _peer_module(name: str) -> bool:
+    """Whether the peers' Python can import `name`."""
+    probe = subprocess.run([str(PEERS_PYTHON), "-c", f"import {name}"], capture_output=True)
+    return probe.returncode == 0
+
+
 def check_requirements(tools: list[str]) -> None:
     """Raise BenchError naming the first required tool that is missing."""
     if not os.access(GNU_TIME, os.X_OK):
@@ -312,11 +319,12 @@ def check_requirements(tools: list[str]) -> None:
         raise BenchError(f"required tool missing: {DETECTOR} (run `make venv`)")
     if {"tshark", "tshark-fair"} & set(tools) and shutil.which("tshark") is None:
         raise BenchError("required tool missing: tshark (apt-get install tshark, or `make venv` as root)")
+    if any(t in tools for t in ("scapy", "dpkt", "nfstream")) and not os.access(PEERS_PYTHON, os.X_OK):
+        raise BenchError(f"required tool missing: {PEERS_PYTHON} (run `make bench`, which builds it)")
     for module in ("scapy", "dpkt"):
-        if module in tools and importlib.util.find_spec(module) is None:
-            raise BenchError(f"required tool missing: python module {module} (run `make venv`)")
-    if any(t in tools for t in ("scapy", "dpkt", "nfstream")) and not os.access(PYTHON, os.X_OK):
-        raise BenchError(f"required tool missing: {PYTHON} (run `make venv`)")
+        if module in tools and not _peer_module(module):
+            raise BenchError(f"required tool missing: python module {module} in {PEERS_PYTHON} "
+                             "(run `make bench`)")
 
 
 # ---- reporting -----------------------------------------------------------------------
