@@ -16,7 +16,7 @@ from .stats import CaptureStats
 FINDINGS_VERSION = 1
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -27,6 +27,22 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def findings_document(captures: list[dict], stats: dict, findings) -> dict:
+    """The findings.json document: what was read, its statistics, and the findings."""
+    return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
+            "findings": [f.to_json() for f in findings]}
+
+
+def write_findings(out_dir: Path, document: dict, findings, default_pcap: str | None) -> Path:
+    """Write DIR/findings.json and DIR/findings.jsonl (EVE lines), each atomically; returns findings.json."""
+    from .report import eve_lines
+
+    path = out_dir / "findings.json"
+    atomic_write(path, json.dumps(document, indent=2) + "\n")
+    atomic_write(out_dir / "findings.jsonl", eve_lines(findings, default_pcap))
+    return path
 
 
 def info_one(path: str) -> tuple[dict, str]:
@@ -105,21 +121,14 @@ def analyze(paths, out_dir: Path, rules_dir=None, report: bool = True):
     findings = run_findings(detectors, ctx)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
     # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
-    from .report import eve_lines, write_evidence, write_reports
+    from .report import write_evidence, write_reports
 
     evidence = None
     if report:
         rss = next((d.model for d in detectors if d.rule_id == "rss-saturation"), None)
         evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns, rss_model=rss)
-    document = {
-        "version": FINDINGS_VERSION,
-        "captures": result.captures,
-        "stats": {**stats.to_json(), "flows": table.flow_count},
-        "findings": [f.to_json() for f in findings],
-    }
-    path = out_dir / "findings.json"
-    _atomic_write(path, json.dumps(document, indent=2) + "\n")
-    _atomic_write(out_dir / "findings.jsonl", eve_lines(findings, str(paths[0]) if paths else None))
+    document = findings_document(result.captures, {**stats.to_json(), "flows": table.flow_count}, findings)
+    path = write_findings(out_dir, document, findings, str(paths[0]) if paths else None)
     if report:
         write_reports(out_dir, document, findings, rules, evidence, ctx.flows)
     return findings, result, path
