@@ -38,9 +38,13 @@ MAX_RULE_FILE_BYTES = 256 * 1024
 
 TEXT_KEYS = ("id", "title", "severity", "description", "why", "remediation")
 LIST_KEYS = ("references", "false_positives")
-REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS, "params")
+REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS, "params", "alerts")
 # `enabled: false` in an override file switches a rule off without deleting it.
 OPTIONAL_KEYS = ("enabled",)
+# `alerts:` tunes how `detector watch` de-duplicates the rule's live alerts (detector.live.alerts):
+# suppress_s is the least time between two events about one entity (an `alert`, then `update`s),
+# resolve_s how long an entity must go unseen before it is `resolved`. Seconds, both positive.
+ALERT_KEYS = {"suppress_s": 300.0, "resolve_s": 10.0}
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Rule:
     params: dict[str, Any]  # every parameter of the detector: the file's values over the defaults
     path: str               # the file the rule came from (the last one, for an override)
     enabled: bool = True
+    suppress_s: float = ALERT_KEYS["suppress_s"]   # live alerts: see ALERT_KEYS
+    resolve_s: float = ALERT_KEYS["resolve_s"]
 
 
 def _param_value(path, key: str, expected: type, value):
@@ -152,7 +158,26 @@ def _parse(path: Path, document: dict, registry: dict, base: Rule | None) -> Rul
         if name not in declared:
             raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
         params[name] = _param_value(path, key, declared[name][0], value)
-    return Rule(params=params, path=str(path), enabled=enabled, **values)
+    alerts = _alert_settings(path, document.get("alerts"), base)
+    return Rule(params=params, path=str(path), enabled=enabled, **alerts, **values)
+
+
+def _alert_settings(path, given, base: Rule | None) -> dict[str, float]:
+    """The `alerts:` mapping checked, over the base rule's values (an override may give one key)."""
+    values = {key: getattr(base, key) if base is not None else default for key, default in ALERT_KEYS.items()}
+    if given is None:
+        return values
+    if not isinstance(given, dict):
+        raise RuleError(path, "alerts", f"must be a mapping of {' and '.join(ALERT_KEYS)} to seconds")
+    for name, value in given.items():
+        key = f"alerts.{name}"
+        if name not in ALERT_KEYS:
+            raise RuleError(path, key, f"unknown setting (known: {', '.join(ALERT_KEYS)})")
+        value = _param_value(path, key, float, value)
+        if value <= 0:
+            raise RuleError(path, key, f"must be > 0 seconds, got {value!r}")
+        values[name] = value
+    return values
 
 
 def _rule_files(directory: Path) -> list[Path]:
@@ -209,6 +234,9 @@ def explain_text(rule: Rule) -> str:
         changed = "" if rule.params[name] == default else f" (default {default!r})"
         out.append(_wrap(f"{name} = {rule.params[name]!r}{changed}  [{kind.__name__}]", "  ", "      "))
         out.append(_indent(doc, 6))
+    out += ["", "Live alerts (detector watch)",
+            f"  suppress_s = {rule.suppress_s:g}: least seconds between two events about one entity",
+            f"  resolve_s = {rule.resolve_s:g}: seconds unseen before the entity is resolved"]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]
     out += ["", "Remediation", _indent(rule.remediation), "", "References"]
     out += [f"  - {item}" for item in rule.references]

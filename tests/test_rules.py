@@ -62,6 +62,21 @@ def test_override_merges_params_and_keeps_other_keys(tmp_path):
     assert rules["routing-loop"] == load_rules()["routing-loop"]
 
 
+def test_alert_settings_default_per_rule_and_override_one_key(tmp_path):
+    defaults = load_rules()
+    for rule_id, rule in defaults.items():
+        # every default file states its alert settings, so a user copying it sees them
+        document = yaml.safe_load(Path(rule.path).read_text())
+        assert set(document["alerts"]) == {"suppress_s", "resolve_s"}, rule_id
+        assert rule.suppress_s == document["alerts"]["suppress_s"] > 0
+        assert rule.resolve_s == document["alerts"]["resolve_s"] > 0
+    write_rule(tmp_path, "quiet.yaml", "id: echo-loop\nalerts:\n  suppress_s: 3600\n")
+    echo = load_rules(tmp_path)["echo-loop"]
+    assert echo.suppress_s == 3600.0
+    assert echo.resolve_s == defaults["echo-loop"].resolve_s
+    assert "suppress_s = 3600" in explain_text(echo)
+
+
 def test_disabled_rule_is_not_run(tmp_path):
     write_rule(tmp_path, "off.yaml", "id: routing-loop\nenabled: false\n")
     ids = [d.rule_id for d in active_detectors(load_rules(tmp_path))]
@@ -83,6 +98,11 @@ def test_disabled_rule_is_not_run(tmp_path):
     ("id: no-such-rule\n", "id", "no detector implements"),
     ("title: x\n", "id", "missing"),
     ("id: rip-trigger\nparams:\n  local_networks: [10.0.0.0/33]\n", "params.local_networks", None),
+    ("id: echo-loop\nalerts: 60\n", "alerts", "mapping"),
+    ("id: echo-loop\nalerts:\n  suppress: 60\n", "alerts.suppress", "unknown setting"),
+    ("id: echo-loop\nalerts:\n  suppress_s: soon\n", "alerts.suppress_s", "expected float"),
+    ("id: echo-loop\nalerts:\n  resolve_s: 0\n", "alerts.resolve_s", "> 0 seconds"),
+    ("id: echo-loop\nalerts:\n  suppress_s: -5\n", "alerts.suppress_s", ">= 0"),
 ])
 def test_bad_rule_file_names_file_and_key(tmp_path, text, key, reason):
     path = write_rule(tmp_path, "bad.yaml", text)
