@@ -1,4 +1,4 @@
-"""The `detector` command line: info, flows, analyze, rules, explain.
+"""The `detector` command line: info, flows, analyze, watch, rules, explain.
 
 Exit codes: 0 success; 2 bad input or usage (one line on stderr, no
 traceback); 3 when `analyze --fail-on SEVERITY` is given and a finding
@@ -47,6 +47,22 @@ def _parser() -> argparse.ArgumentParser:
                               "(info, low, medium, high, critical)")
     analyze.add_argument("--rules", metavar="DIR",
                          help="folder of rule files laid over the default rules (same id replaces)")
+
+    watch = sub.add_parser("watch", help="monitor an interface (a mirror port) live: alerts, evidence, metrics")
+    watch.add_argument("iface", metavar="IFACE", help="interface to capture on")
+    watch.add_argument("-o", "--output", required=True, metavar="DIR",
+                       help="output folder: alerts.jsonl and evidence/ while running; findings.json and "
+                            "the reports of the watched period on exit")
+    watch.add_argument("--bpf", metavar="FILTER", help="capture filter (libpcap syntax), applied in the kernel")
+    watch.add_argument("--rules", metavar="DIR",
+                       help="folder of rule files laid over the default rules (same id replaces)")
+    watch.add_argument("--metrics", metavar="HOST:PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)")
+    watch.add_argument("--ring-seconds", type=float, default=30.0, metavar="N",
+                       help="seconds of packets kept in memory for the evidence of an alert (default 30)")
+    watch.add_argument("--alert-severity", default="low", metavar="SEVERITY",
+                       help="least severity a finding needs to raise an alert (default low: info findings "
+                            "are reported in findings.json only)")
 
     rules = sub.add_parser("rules", help="list the detection rules")
     rules.add_argument("--rules", metavar="DIR", help="folder of rule files laid over the default rules")
@@ -116,6 +132,13 @@ def cmd_analyze(args) -> int:
     return EXIT_OK
 
 
+def cmd_watch(args) -> int:
+    from .live import WatchOptions, watch
+    return watch(WatchOptions(iface=args.iface, out_dir=Path(args.output), bpf=args.bpf, rules_dir=args.rules,
+                              metrics=args.metrics, ring_seconds=args.ring_seconds,
+                              min_severity=args.alert_severity))
+
+
 def cmd_rules(args) -> int:
     from .rules import load_rules, rules_table
     print(rules_table(load_rules(args.rules)), end="")
@@ -132,7 +155,7 @@ def cmd_explain(args) -> int:
 
 
 COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze,
-            "rules": cmd_rules, "explain": cmd_explain}
+            "watch": cmd_watch, "rules": cmd_rules, "explain": cmd_explain}
 
 
 def main(argv=None) -> int:

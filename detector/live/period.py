@@ -1,0 +1,74 @@
+"""The watched period as a whole: its traffic series, and the documents written when the watch ends.
+
+At the end `detector watch` writes what `detector analyze` writes for a
+file - findings.json (same schema), findings.jsonl, report.md and
+report.html - for the period it watched. Its findings are the latest state
+of every entity that raised an alert (resolved ones included, with their
+evidence pcap), plus the findings of the last window that stayed below the
+alert severity. The statistics count every packet of the period; the flow
+count and the report's top talkers are those of the last window, the only
+flows still held (see window.py).
+
+The "traffic over time" figure needs packets per time bin over a period of
+unknown length: `TrafficSeries` starts with 1 s bins and doubles their width
+whenever the period outgrows the report's bin budget, so it stays at most
+SERIES_BINS_MAX bins for a minute or a month.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..commands import findings_document, write_findings
+from ..findings import SEVERITY_RANK
+from ..report import write_reports
+from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
+
+NS = 1_000_000_000
+FIRST_BIN_NS = NS
+
+
+class TrafficSeries:
+    def __init__(self):
+        self.start_ns: int | None = None
+        self.bin_ns = FIRST_BIN_NS
+        self.packets = np.zeros(0, dtype=np.int64)
+
+    def add(self, ts_ns: np.ndarray) -> None:
+        if not len(ts_ns):
+            return
+        if self.start_ns is None:
+            self.start_ns = int(ts_ns.min()) // FIRST_BIN_NS * FIRST_BIN_NS
+        idx = (ts_ns - self.start_ns) // self.bin_ns
+        idx = idx[idx >= 0]          # a packet stamped before the first one (clock step back) is not drawn
+        if not len(idx):
+            return
+        while int(idx.max()) >= SERIES_BINS_MAX:
+            self._widen()
+            idx //= 2
+        counts = np.bincount(idx, minlength=len(self.packets))
+        counts[:len(self.packets)] += self.packets
+        self.packets = counts
+
+    def _widen(self) -> None:
+        """Bins twice as wide: pairs of bins added up."""
+        padded = np.append(self.packets, 0) if len(self.packets) % 2 else self.packets
+        self.packets = padded.reshape(-1, 2).sum(axis=1)
+        self.bin_ns *= 2
+
+    def series(self) -> Series | None:
+        if self.start_ns is None:
+            return None
+        return Series(self.start_ns, self.bin_ns, self.packets.copy())
+
+
+def write_period(out_dir: Path, capture: dict, stats: dict, findings: list, rules, series: TrafficSeries,
+                 evidence_files: list[Path], flows_frame) -> Path:
+    """findings.json, findings.jsonl, report.md and report.html of the watched period; returns findings.json."""
+    findings = sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+    document = findings_document([capture], stats, findings)
+    path = write_findings(out_dir, document, findings, None)
+    write_reports(out_dir, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),
+                  flows_frame)
+    return path

@@ -1,0 +1,388 @@
+"""The watch loop: capture -> batches -> window, ring and metrics; findings -> alerts -> evidence; a clean end.
+
+Threads and why:
+- the capture's reader thread blocks in read() on the capture pipe, cuts
+  what arrives into batches with the offline CaptureReader (a short read on
+  the pipe ends a batch at once; a batch holds at most LIVE_BATCH_PACKETS,
+  so even a busy link yields batches of a fraction of a second) and decodes
+  them (the compiled decoder runs without the GIL). Decoded batches wait in
+  a bounded queue: if the loop falls behind, the reader stops reading, the
+  pipe and then the kernel's ring fill, and the kernel's drop counter - which
+  the metrics show - says so. Nothing is dropped silently in this process.
+- the main thread folds batches into the window, the ring and the metrics,
+  and every EVALUATE_EVERY_S asks the window for findings and the alert
+  book for events, whether packets arrive or not (a loop that stops must
+  resolve; a capture that stalls must still show its alerts).
+- the evidence writer and the metrics HTTP server run in their own threads.
+
+Failures: when the capture ends without being asked to (dumpcap died, the
+interface went away), one line goes to stderr and the capture is started
+again after a delay that doubles from RESTART_FIRST_S up to RESTART_MAX_S,
+resetting once a run delivers packets. The window, the alerts and the ring
+live on in this process, so nothing raised before is lost.
+
+SIGINT and SIGTERM stop the capture in order: dumpcap is asked to finish,
+what it wrote is read to the end, a last evaluation flushes the alerts, the
+evidence being collected is written, and findings.json with the reports of
+the watched period follow. Then the exit status is 0.
+"""
+from __future__ import annotations
+
+import io
+import os
+import queue
+import signal
+import struct
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..decode import decode
+from ..errors import CaptureError, UsageError
+from ..findings import SEVERITY_RANK, iso_time
+from ..ingest import open_capture
+from ..report.evidence import PCAP_MAGIC_NS, PCAP_VERSION
+from ..stats import CaptureStats
+from .alerts import AlertBook, AlertLog, entity_key
+from .dumpcap import DumpcapCapture, find_dumpcap
+from .evidence import DEFAULT_AFTER_S, EvidenceRecorder
+from .metrics import Metrics
+from .netdev import check_interface, rx_dropped
+from .packet_socket import PacketSocketCapture
+from .period import TrafficSeries, write_period
+from .ring import PacketRing
+from .segments import Segment, write_capture
+from .window import SlidingWindow
+
+# Records per batch at most: about 0.1 s of decoding, and of a link at 600,000 packets/s.
+LIVE_BATCH_PACKETS = 1 << 16
+# Decoded batches that may wait for the loop (bounded memory; beyond it the kernel ring absorbs bursts).
+QUEUE_BATCHES = 8
+# How often the window is asked for findings, and metrics refreshed: an
+# alert needs at most this long after its packets were read.
+EVALUATE_EVERY_S = 0.5
+METRICS_EVERY_S = 1.0
+# Restart delays after a capture failure: first, and the cap of the doubling.
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
+# How long a capture may take to deliver its file header (open the interface).
+START_TIMEOUT_S = 15.0
+# How long the capture may take to drain after being asked to stop.
+DRAIN_TIMEOUT_S = 15.0
+
+
+@dataclass
+class WatchOptions:
+    iface: str
+    out_dir: Path
+    bpf: str | None = None
+    rules_dir: str | None = None
+    metrics: str | None = None
+    ring_seconds: float = 30.0
+    min_severity: str = "low"
+    evidence_after_s: float = DEFAULT_AFTER_S
+
+
+def _say(text: str) -> None:
+    print(f"detector: {text}", file=sys.stderr, flush=True)
+
+
+def choose_capture(iface: str, bpf: str | None):
+    """dumpcap when installed, else the AF_PACKET socket of this process."""
+    path = find_dumpcap()
+    if path is not None:
+        return DumpcapCapture(iface, bpf, path)
+    return PacketSocketCapture(iface, bpf)
+
+
+def _warm_up(rules) -> None:
+    """Compile and import, on one crafted packet, everything the first alert needs.
+
+    The decoder, the detectors' kernels, scapy's dissectors (a finding's
+    frame summary) and the evidence writer would otherwise load or compile
+    on the first real packets, delaying the first alert by seconds.
+    """
+    from ..detectors.base import frame_summary
+
+    frame = (bytes.fromhex("02000000000102000000000208004500002c00004000401100000a0000010a000002")
+             + bytes.fromhex("0208020800180000") + bytes(16))
+    head = struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, 65535, 1)
+    record = struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
+    with open_capture(io.BytesIO(head + record)) as reader:
+        for raw in reader:
+            batch = decode(raw)
+            window = SlidingWindow(rules, 0.0)
+            window.update(batch, 0.0)
+            window.findings()
+            with tempfile.TemporaryDirectory() as folder:
+                write_capture(Path(folder) / "warm.pcap", [Segment.of(batch)])
+    frame_summary(frame, 1)
+
+
+class Watch:
+    def __init__(self, options: WatchOptions, rules, capture):
+        self.options = options
+        self.rules = rules
+        self.capture = capture
+        out = options.out_dir
+        now = time.monotonic()
+        self.window = SlidingWindow(rules, now)
+        self.ring = PacketRing(options.ring_seconds)
+        self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
+        self.book = AlertBook(rules, options.min_severity)
+        self.log = AlertLog(out / "alerts.jsonl")
+        from ..detectors import REGISTRY
+        rss_rule = rules.get("rss-saturation")
+        self.rss_model = REGISTRY["rss-saturation"](rss_rule).model if rss_rule is not None else None
+        queues = self.rss_model.queues if self.rss_model is not None else 0
+        self.metrics = Metrics(queues, sorted(rules))
+        self.queue_packets = np.zeros(queues, dtype=np.int64)
+        self._queue_told = self.queue_packets.copy()
+        self.stats = CaptureStats()
+        self.series = TrafficSeries()
+        self.batches: queue.Queue = queue.Queue(maxsize=QUEUE_BATCHES)
+        self.stopping = threading.Event()
+        self.started_ns = time.time_ns()
+        self.restarts = 0
+        self.failures: list[str] = []
+        self.warnings: list[str] = []
+        self.last_findings: list = []
+        self.last_flows = None
+        self._ready = threading.Event()
+        self._run_packets = 0
+        self._attached = False
+
+    # ---- capture runs ------------------------------------------------------
+    def _start_run(self) -> None:
+        self._ready.clear()
+        self._run_packets = 0
+        self._attached = False
+        stream = self.capture.start()
+        first_frame = self.stats.packets + 1
+        threading.Thread(target=self._read, args=(stream, first_frame), name="detector-capture-read",
+                         daemon=True).start()
+        self.metrics.up.set(1)
+
+    def _read(self, stream, first_frame: int) -> None:
+        """Reader thread: the capture stream cut into decoded batches; ("end", error) when it ends."""
+        error = None
+        try:
+            with open_capture(stream, batch_packets=LIVE_BATCH_PACKETS, first_frame=first_frame) as reader:
+                self._ready.set()
+                for raw in reader:
+                    self.batches.put(("batch", decode(raw)))
+                self.warnings.extend(reader.warnings)
+        except CaptureError as exc:
+            error = exc.reason
+        finally:
+            stream.close()
+            self.batches.put(("end", error))
+
+    def _wait_ready(self) -> None:
+        """The first run must open the interface; if it cannot, that is the user's error (exit 2)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._ready.wait(0.05):
+            if time.monotonic() > deadline or not self.batches.empty():
+                self.capture.stop()
+                self.capture.wait()
+                raise UsageError(self.capture.failure())
+        self._attached = True
+        self.capture.attach_stats()
+
+    # ---- per batch -----------------------------------------------------------
+    def _fold(self, batch) -> None:
+        now = time.monotonic()
+        n = len(batch)
+        self._run_packets += n
+        self.stats.update(batch)
+        self.window.update(batch, now)
+        segment = Segment.of(batch)
+        self.ring.add(segment)
+        self.recorder.feed(segment, now)
+        self.series.add(batch["ts_ns"])
+        self.metrics.packets.inc(n)
+        self.metrics.bytes.inc(int(batch["caplen"].sum(dtype=np.int64)))
+        if self.rss_model is not None:
+            self.queue_packets += np.bincount(self.rss_model.queue(batch).astype(np.int64),
+                                              minlength=len(self.queue_packets))[:len(self.queue_packets)]
+        self.metrics.lag.set(max(0.0, time.time() - int(batch["ts_ns"].max()) / 1e9))
+
+    # ---- periodic ------------------------------------------------------------
+    def evaluate(self) -> None:
+        now = time.monotonic()
+        self.window.rotate(now)
+        findings, flows = self.window.findings()
+        self.last_findings, self.last_flows = findings, flows
+        for event in self.book.observe(findings, now, time.time_ns()):
+            tracked = event.tracked
+            if event.kind == "alert":
+                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(event.wall_ns / 1e9))
+                path = self.options.out_dir / "evidence" / f"{tracked.alert_id}-{stamp}.pcap"
+                tracked.evidence_pcap = self.recorder.relative(path)
+                self.recorder.start(tracked.alert_id, path, now)
+            self.log.write(event)
+            self.metrics.events.labels(rule=tracked.finding.rule, event_type=event.kind).inc()
+        for rule, count in self.book.open_counts().items():
+            self.metrics.open_findings.labels(rule=rule).set(count)
+
+    def _refresh_metrics(self, elapsed: float) -> None:
+        self.metrics.set_drops(self.capture.poll_drops())
+        dropped = rx_dropped(self.options.iface)
+        if dropped is not None:
+            self.metrics.rx_dropped.set(dropped)
+        self.metrics.ring_bytes.set(self.ring.bytes)
+        if elapsed > 0:
+            rates = (self.queue_packets - self._queue_told) / elapsed
+            for queue_no, rate in enumerate(rates.tolist()):
+                self.metrics.queue_rate.labels(queue=str(queue_no)).set(round(rate, 1))
+        self._queue_told = self.queue_packets.copy()
+
+    # ---- the loop ------------------------------------------------------------
+    def run(self, announce) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._start_run()
+            self._wait_ready()
+            announce()
+            self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self._finish()
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopping.set()
+
+    def _loop(self) -> None:
+        next_eval = next_metrics = last_metrics = time.monotonic()
+        restart_at: float | None = None
+        delay = RESTART_FIRST_S
+        stop_asked = drain_until = None
+        while True:
+            now = time.monotonic()
+            if self.stopping.is_set() and stop_asked is None:
+                stop_asked, drain_until = now, now + DRAIN_TIMEOUT_S
+                if restart_at is not None:
+                    return          # between runs: nothing left to drain
+                self.capture.stop()
+            if drain_until is not None and now > drain_until:
+                _say("warning: the capture did not finish in time; stopping without its last packets")
+                self.capture.wait()
+                return
+            if restart_at is not None and now >= restart_at:
+                restart_at = None
+                self.restarts += 1
+                self.metrics.restarts.inc()
+                self._start_run()
+            timeout = max(0.0, min(next_eval, next_metrics) - now)
+            try:
+                kind, payload = self.batches.get(timeout=min(timeout, 0.25))
+            except queue.Empty:
+                kind = None
+            if kind == "batch":
+                self._fold(payload)
+            elif kind == "end":
+                self.capture.wait()
+                self.metrics.up.set(0)
+                if stop_asked is not None:
+                    return
+                why = self.capture.failure()      # the capture's own words beat the reader's "empty file"
+                self.failures.append(why)
+                if self._run_packets:
+                    delay = RESTART_FIRST_S
+                _say(f"warning: capture on {self.options.iface} stopped ({why}); restarting in {delay:g} s")
+                restart_at = time.monotonic() + delay
+                delay = min(delay * 2, RESTART_MAX_S)
+            if self._ready.is_set() and not self._attached:
+                self._attached = True
+                self.capture.attach_stats()
+            now = time.monotonic()
+            self.recorder.tick(now)
+            if now >= next_eval:
+                self.evaluate()
+                next_eval = now + EVALUATE_EVERY_S
+            if now >= next_metrics:
+                self._refresh_metrics(now - last_metrics)
+                last_metrics, next_metrics = now, now + METRICS_EVERY_S
+
+    # ---- the end ---------------------------------------------------------------
+    def _finish(self) -> int:
+        self.evaluate()
+        self.recorder.close()
+        self._refresh_metrics(0.0)
+        self.log.close()
+        findings = self.book.findings()
+        tracked = {entity_key(f) for f in findings}
+        findings += [f for f in self.last_findings if entity_key(f) not in tracked]
+        files = []
+        for entity in self.book.entities.values():
+            packets = self.recorder.written.get(entity.alert_id)
+            if packets is not None and entity.evidence_pcap:
+                entity.finding.evidence["evidence_packets"] = packets
+                entity.finding.evidence["pcap_filename"] = entity.evidence_pcap
+                files.append(self.options.out_dir / entity.evidence_pcap)
+        capture = {
+            "file": f"{self.options.iface} (live)", "interface": self.options.iface,
+            "capture": self.capture.method, "bpf": self.options.bpf,
+            "started": iso_time(self.started_ns), "stopped": iso_time(time.time_ns()),
+            "packets": self.stats.packets, "drops": self.capture.drops, "restarts": self.restarts,
+            "failures": self.failures[-20:], "warnings": self.warnings[-20:],
+        }
+        flows = self.last_flows.table() if self.last_flows is not None else None
+        stats = {**self.stats.to_json(), "flows": flows.flow_count if flows is not None else 0,
+                 "flows_window_s": self.window.span_s}
+        frame = flows.to_frame() if flows is not None else _empty_flows()
+        path = write_period(self.options.out_dir, capture, stats, findings, self.rules, self.series, files, frame)
+        self.metrics.close()
+        alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
+        worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
+        _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
+             f"{alerts} alert(s){f' (worst: {worst})' if worst else ''}; findings written to {path}")
+        return 0
+
+
+def _empty_flows():
+    from ..flows import FlowTable
+    return FlowTable().to_frame()
+
+
+def watch(options: WatchOptions) -> int:
+    """`detector watch`: check everything a user can get wrong, then run until SIGINT/SIGTERM."""
+    from ..rules import load_rules
+
+    if options.ring_seconds <= 0:
+        raise UsageError(f"--ring-seconds must be positive, got {options.ring_seconds:g}")
+    if options.min_severity not in SEVERITY_RANK:
+        raise UsageError(f"--alert-severity: unknown severity '{options.min_severity}' "
+                         f"(one of {', '.join(SEVERITY_RANK)})")
+    rules = load_rules(options.rules_dir)
+    check_interface(options.iface)
+    capture = choose_capture(options.iface, options.bpf)
+    capture.preflight()
+    if options.metrics is not None:
+        from .metrics import parse_address
+        parse_address(options.metrics)
+    (options.out_dir / "evidence").mkdir(parents=True, exist_ok=True)
+    if not os.access(options.out_dir, os.W_OK):
+        raise UsageError(f"{options.out_dir}: not writable")
+    _warm_up(rules)
+    watcher = Watch(options, rules, capture)
+    url = watcher.metrics.serve(options.metrics) if options.metrics is not None else None
+
+    def announce() -> None:
+        how = "dumpcap" if capture.method == "dumpcap" else "an AF_PACKET socket (dumpcap not found)"
+        where = f"; metrics at {url}" if url else ""
+        _say(f"watching {options.iface} through {how}; alerts to {options.out_dir / 'alerts.jsonl'}{where}")
+        if capture.live_drops is False:
+            _say(f"warning: capture drops are known only when the capture stops ({capture.live_drops_reason})")
+
+    try:
+        return watcher.run(announce)
+    except BaseException:
+        watcher.metrics.close()
+        raise

@@ -1,0 +1,123 @@
+"""The sliding analysis window: detector states in time slices, merged to ask for findings.
+
+A days-long watch cannot fold every packet into one state: the flow table
+keeps every finished flow, and some detectors keep per-time-bin counts. So
+the window is cut into slices of `slice_s` seconds (monotonic clock): each
+slice has fresh detectors, a flow table and capture statistics, and takes
+the batches of its time. When the newest slice is full a new one starts and
+the oldest beyond `slices` is dropped, with everything it held: memory is
+bounded by the traffic of one window, whatever the run's length.
+
+Findings are those of the whole window: the closed slices are merged once
+per rotation (detectors' `merge`, the same that joins cluster partitions),
+and each evaluation merges a copy of that with a copy of the open slice
+(merge may share objects between the two states, so both sides are copies).
+The flow table of the window is merged only if a detector asks for
+`ctx.flows`. A finding stays in the window until the slices holding its
+packets are dropped; whether it is still *going on* is the alert book's
+question (its last_seen), not the window's.
+"""
+from __future__ import annotations
+
+import copy
+from collections import deque
+
+from ..detectors import AnalysisContext, active_detectors, run_findings
+from ..findings import SEVERITY_RANK
+from ..flows import FlowTable
+from ..stats import CaptureStats
+
+# Slice length and count: a window of 60 s. A longer window lets slow
+# patterns add up (a scanner probing one host a minute, a slow loop) at the
+# cost of memory and of merging time per evaluation; 10 s slices let the
+# window slide in steps small against it.
+DEFAULT_SLICE_S = 10.0
+DEFAULT_SLICES = 6
+
+
+class _Slice:
+    def __init__(self, rules, started: float):
+        self.started = started
+        self.detectors = active_detectors(rules)
+        self.flows = FlowTable()
+        self.stats = CaptureStats()
+
+    def update(self, batch) -> None:
+        self.stats.update(batch)
+        self.flows.update(batch)
+        for detector in self.detectors:
+            detector.update(batch)
+
+
+class _WindowFlows:
+    """The window's flow table, merged from the slices' tables when first asked for."""
+
+    def __init__(self, tables: list[FlowTable]):
+        self._tables = tables
+        self._merged: FlowTable | None = None
+
+    def table(self) -> FlowTable:
+        if self._merged is None:
+            merged = copy.deepcopy(self._tables[0])
+            for table in self._tables[1:]:
+                merged.merge(table)
+            self._merged = merged
+        return self._merged
+
+    def to_frame(self):
+        return self.table().to_frame()
+
+
+class SlidingWindow:
+    def __init__(self, rules, now: float, slice_s: float = DEFAULT_SLICE_S, slices: int = DEFAULT_SLICES):
+        self.rules = rules
+        self.slice_s = slice_s
+        self.slices = slices
+        self._closed: deque[_Slice] = deque()
+        self._merged_closed: list | None = None
+        self._open = _Slice(rules, now)
+
+    @property
+    def span_s(self) -> float:
+        return self.slice_s * self.slices
+
+    def update(self, batch, now: float) -> None:
+        self.rotate(now)
+        self._open.update(batch)
+
+    def rotate(self, now: float) -> None:
+        """Start a new slice when the open one is full; drop the slices that left the window."""
+        if now - self._open.started < self.slice_s:
+            return
+        self._closed.append(self._open)
+        while len(self._closed) > self.slices - 1:
+            self._closed.popleft()
+        self._merged_closed = None
+        self._open = _Slice(self.rules, now)
+
+    def _closed_detectors(self) -> list:
+        if self._merged_closed is None:
+            merged = copy.deepcopy(self._closed[0].detectors) if self._closed else []
+            for piece in list(self._closed)[1:]:
+                for mine, theirs in zip(merged, piece.detectors):
+                    mine.merge(theirs)
+            self._merged_closed = merged
+        return self._merged_closed
+
+    def findings(self) -> tuple[list, _WindowFlows]:
+        """The findings of the whole window, most severe first, and its (lazily merged) flow table."""
+        base = self._closed_detectors()
+        current = copy.deepcopy(self._open.detectors)
+        if base:
+            detectors = copy.deepcopy(base)
+            for mine, theirs in zip(detectors, current):
+                mine.merge(theirs)
+        else:
+            detectors = current
+        flows = _WindowFlows([piece.flows for piece in (*self._closed, self._open)])
+        stats = CaptureStats()
+        for piece in (*self._closed, self._open):
+            stats.merge(piece.stats)
+        found = run_findings(detectors, AnalysisContext(flows=flows, stats=stats))
+        found.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+        return found, flows
