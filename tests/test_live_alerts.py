@@ -1,0 +1,150 @@
+"""The alert book's state machine on real findings: alert, suppression, update, escalation, resolution."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from detector.detectors import AnalysisContext, active_detectors, run_findings
+from detector.findings import SEVERITY_RANK
+from detector.flows import FlowTable
+from detector.live.alerts import AlertBook, AlertLog, entity_key
+from detector.rules import load_rules
+from detector.stats import CaptureStats
+from detector.engine import run
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+WALL = 1_800_000_000_000_000_000
+
+
+def findings_of(name: str) -> list:
+    rules = load_rules()
+    detectors = active_detectors(rules)
+    stats, table = CaptureStats(), FlowTable()
+    run([CAPTURES / name], [stats, table, *detectors])
+    return run_findings(detectors, AnalysisContext(flows=table, stats=stats))
+
+
+@pytest.fixture(scope="module")
+def loop_findings():
+    return findings_of("echo-loop-rip-ipv4.pcapng")
+
+
+@pytest.fixture
+def book():
+    return AlertBook(load_rules())
+
+
+def later(finding, seconds: float):
+    """The same finding, seen `seconds` later (its last_seen advanced)."""
+    moved = copy.deepcopy(finding)
+    moved.last_seen += int(seconds * 1e9)
+    return moved
+
+
+def kinds(events):
+    return [(e.kind, e.tracked.finding.rule) for e in events]
+
+
+def test_first_crossing_alerts_once_per_entity(book, loop_findings):
+    rules = {f.rule for f in loop_findings}
+    assert {"echo-loop", "rip-trigger"} <= rules
+    events = book.observe(loop_findings, 0.0, WALL)
+    assert sorted(kinds(events)) == sorted(("alert", f.rule) for f in loop_findings if f.severity != "info")
+    assert {e.tracked.alert_id for e in events} >= {"echo-loop-1", "rip-trigger-1"}
+    # the same window again, and again later without news: nothing to say
+    assert book.observe(loop_findings, 0.5, WALL) == []
+    assert book.observe(loop_findings, 1.0, WALL) == []
+
+
+def test_updates_are_held_back_for_the_suppression_interval(book, loop_findings):
+    loop = next(f for f in loop_findings if f.rule == "echo-loop")
+    suppress = load_rules()["echo-loop"].suppress_s
+    resolve = load_rules()["echo-loop"].resolve_s
+    book.observe([loop], 0.0, WALL)
+    step = resolve / 2           # news often enough never to resolve
+    now, seen = 0.0, loop
+    updates = []
+    while now < suppress * 2.5:
+        now += step
+        seen = later(seen, step)
+        updates += [(now, e.kind) for e in book.observe([seen], now, WALL)]
+    assert [kind for _, kind in updates] == ["update", "update"]
+    assert updates[0][0] >= suppress and updates[1][0] - updates[0][0] >= suppress
+
+
+def test_escalation_is_told_at_once(book, loop_findings):
+    probe = copy.deepcopy(next(f for f in loop_findings if f.rule == "rip-trigger"))
+    probe.severity = "medium"
+    assert kinds(book.observe([probe], 0.0, WALL)) == [("alert", "rip-trigger")]
+    worse = copy.deepcopy(probe)
+    worse.severity = "critical"     # the loop was counted: the probe is its trigger (same last_seen)
+    events = book.observe([worse], 0.5, WALL)
+    assert kinds(events) == [("update", "rip-trigger")]
+    assert events[0].to_json()["severity"] == "critical"
+    assert book.observe([worse], 1.0, WALL) == []
+
+
+def test_resolution_then_comeback_within_and_after_suppression(book, loop_findings):
+    loop = next(f for f in loop_findings if f.rule == "echo-loop")
+    rule = load_rules()["echo-loop"]
+    book.observe([loop], 0.0, WALL)
+    # still in the window but no new copy: resolved after resolve_s, once
+    assert book.observe([loop], rule.resolve_s - 0.1, WALL) == []
+    assert kinds(book.observe([loop], rule.resolve_s, WALL)) == [("resolved", "echo-loop")]
+    assert book.open_counts()["echo-loop"] == 0
+    assert book.observe([], rule.resolve_s + 1, WALL) == []
+    # back before the suppression interval ran out: news, but no second alert
+    back = later(loop, 20)
+    assert kinds(book.observe([back], rule.resolve_s + 2, WALL)) == [("update", "echo-loop")]
+    assert book.open_counts()["echo-loop"] == 1
+    assert kinds(book.observe([], rule.resolve_s * 2 + 2, WALL)) == [("resolved", "echo-loop")]
+    # back after it: a new alert for the same entity
+    again = later(back, 200)
+    events = book.observe([again], rule.suppress_s + 1, WALL)
+    assert kinds(events) == [("alert", "echo-loop")]
+    assert events[0].tracked.alert_id == "echo-loop-1"
+
+
+def test_below_alert_severity_opens_nothing(loop_findings):
+    book = AlertBook(load_rules(), min_severity="critical")
+    events = book.observe(loop_findings, 0.0, WALL)
+    assert all(SEVERITY_RANK[e.tracked.finding.severity] == SEVERITY_RANK["critical"] for e in events)
+    quiet = AlertBook(load_rules())
+    info = [f for f in findings_of("rip-routers.pcapng") if f.severity == "info"]
+    assert info, "the RIP routers capture yields info findings"
+    assert quiet.observe(info, 0.0, WALL) == []
+
+
+def test_entities_are_distinct_per_rule_and_subject(loop_findings):
+    keys = [entity_key(f) for f in loop_findings]
+    assert len(set(keys)) == len(keys)
+    loop = next(f for f in loop_findings if f.rule == "echo-loop")
+    assert entity_key(loop) == entity_key(later(loop, 5))
+    other = copy.deepcopy(loop)
+    other.evidence["fingerprint"] = "0123456789abcdef"
+    assert entity_key(other) != entity_key(loop)
+
+
+def test_alert_log_writes_each_event_at_once(tmp_path, book, loop_findings):
+    stdout = io.StringIO()
+    log = AlertLog(tmp_path / "alerts.jsonl", stdout=stdout)
+    events = book.observe(loop_findings, 0.0, WALL)
+    for event in events:
+        log.write(event)
+        # flushed per line: readable before the log is closed
+        assert (tmp_path / "alerts.jsonl").read_text().count("\n") == events.index(event) + 1
+    lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    assert lines == [json.loads(line) for line in stdout.getvalue().splitlines()]
+    for line in lines:
+        assert line["event_type"] == "alert" and line["timestamp"].endswith("Z")
+        assert {"rule", "severity", "msg", "first_seen", "alert_id"} <= set(line)
+    log.close()
+    # appended, never truncated
+    log = AlertLog(tmp_path / "alerts.jsonl", stdout=io.StringIO())
+    log.write(events[0])
+    log.close()
+    assert len((tmp_path / "alerts.jsonl").read_text().splitlines()) == len(events) + 1
