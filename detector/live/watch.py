@@ -2,10 +2,11 @@
 
 Threads and why:
 - the capture's reader thread blocks in read() on the capture pipe, cuts
-  what arrives into batches with the offline CaptureReader (a short read on
-  the pipe ends a batch at once; a batch holds at most LIVE_BATCH_PACKETS,
-  so even a busy link yields batches of a fraction of a second) and decodes
-  them (the compiled decoder runs without the GIL). Decoded batches wait in
+  what arrives into batches with the offline CaptureReader and decodes them
+  (the compiled decoder runs without the GIL). A read gathers what arrives
+  within 0.1 s (stream.py) and a short read ends a batch, so a batch covers
+  at most about 0.1 s of a quiet link; on a busy one it holds at most
+  LIVE_BATCH_PACKETS, a fraction of a second. Decoded batches wait in
   a bounded queue: if the loop falls behind, the reader stops reading, the
   pipe and then the kernel's ring fill, and the kernel's drop counter - which
   the metrics show - says so. Nothing is dropped silently in this process.
@@ -57,6 +58,7 @@ from .packet_socket import PacketSocketCapture
 from .period import TrafficSeries, write_period
 from .ring import PacketRing
 from .segments import Segment, write_capture
+from .stream import GatheringStream
 from .window import SlidingWindow
 
 # Records per batch at most: about 0.1 s of decoding, and of a link at 600,000 packets/s.
@@ -162,7 +164,7 @@ class Watch:
         self._ready.clear()
         self._run_packets = 0
         self._attached = False
-        stream = self.capture.start()
+        stream = GatheringStream(self.capture.start(), self.options.iface)
         first_frame = self.stats.packets + 1
         threading.Thread(target=self._read, args=(stream, first_frame), name="detector-capture-read",
                          daemon=True).start()
