@@ -37,10 +37,12 @@ define ensure_tool
 	fi
 endef
 
-# tshark brings dumpcap; headless chromium renders report.html in tests/test_html_browser.py
+# tshark brings dumpcap (detector watch captures through it); headless chromium renders report.html in
+# tests/test_html_browser.py; tcpreplay sends captures into the veth pair of tests/test_watch.py and bench/watch.py
 system-tools:
 	$(call ensure_tool,tshark,tshark,tests that compare with tshark will skip)
 	$(call ensure_tool,chromium,chromium,the browser test of report.html will skip)
+	$(call ensure_tool,tcpreplay,tcpreplay,the live tests of detector watch and its benchmark will skip)
 
 # each bundled capture is its own incident: one report folder per capture
 demo: venv
@@ -65,6 +67,7 @@ bench: venv $(PEERS_STAMP)
 	$(call ensure_tool,time,/usr/bin/time,the benchmark cannot measure peak memory)
 	$(BYTECODE)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/watch.py
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) reports bench/out
