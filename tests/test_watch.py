@@ -413,3 +413,33 @@ def test_capture_drops_are_counted_live(netns, watchers, tmp_path):
     assert watcher.terminate() == 0
     document = json.loads((tmp_path / "drops" / "findings.json").read_text())
     assert document["captures"][0]["drops"] >= drops
+
+
+def test_interface_gone_and_back_is_reported_and_the_capture_resumes(netns, watchers, tmp_path):
+    watcher = Watcher(netns, tmp_path / "gone")
+    watchers.append(watcher)
+    run(IP, "-n", netns, "link", "set", "vb", "down")
+    deadline = time.monotonic() + 30
+    while "vb is down" not in watcher.stderr():
+        assert time.monotonic() < deadline, watcher.stderr()
+        time.sleep(0.1)
+    run(IP, "-n", netns, "link", "del", "va")          # both ends of the pair go
+    while watcher.stderr().count("no such interface") < 2:
+        assert time.monotonic() < deadline, watcher.stderr()
+        time.sleep(0.1)
+    assert re.search(r"restarting in 1 s.*\n.*restarting in 2 s", watcher.stderr()), watcher.stderr()
+    run(IP, "-n", netns, "link", "add", "va", "type", "veth", "peer", "name", "vb")
+    for dev in ("va", "vb"):
+        run(IP, "-n", netns, "link", "set", dev, "up")
+    while "running again" not in watcher.stderr():
+        assert time.monotonic() < deadline + 30, watcher.stderr()
+        time.sleep(0.1)
+    assert "vb is up" in watcher.stderr()
+    capture = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
+    _trigger, offset_s, _sent = loop_trigger(capture)
+    began = replay(netns, capture)
+    arrived, _event = watcher.wait_for("echo-loop")
+    assert arrived - (began + offset_s) <= ALERT_LATENCY_S
+    assert watcher.metrics()["detector_interface_up"] == 1
+    assert watcher.terminate() == 0
+    assert "Traceback" not in watcher.stderr()

@@ -6,6 +6,7 @@
                                               (the capture socket's PACKET_STATISTICS; see dumpcap.py)
     detector_interface_rx_dropped             the interface's own receive drops (sysfs), NIC and driver
     detector_capture_up                       1 while a capture runs, 0 between a failure and its restart
+    detector_interface_up                     1 while the interface is up (sysfs operstate)
     detector_capture_restarts_total           captures restarted after a failure
     detector_capture_lag_seconds              wall clock minus the newest packet's time at the last batch
     detector_rss_queue_packets_per_second     packets/s per receive queue of the modelled NIC (rss-saturation's
@@ -42,6 +43,8 @@ class Metrics:
         self.rx_dropped = Gauge("detector_interface_rx_dropped",
                                 "Receive drops of the interface's driver (sysfs rx_dropped)", registry=registry)
         self.up = Gauge("detector_capture_up", "1 while the capture runs", registry=registry)
+        self.iface_up = Gauge("detector_interface_up", "1 while the interface is up (sysfs operstate)",
+                              registry=registry)
         self.restarts = Counter("detector_capture_restarts", "Captures restarted after a failure", registry=registry)
         self.lag = Gauge("detector_capture_lag_seconds", "Wall clock minus the newest packet time at the last batch",
                          registry=registry)

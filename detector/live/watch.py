@@ -19,7 +19,11 @@ Threads and why:
 Failures: when the capture ends without being asked to (dumpcap died, the
 interface went away), one line goes to stderr and the capture is started
 again after a delay that doubles from RESTART_FIRST_S up to RESTART_MAX_S,
-resetting once a run delivers packets. The window, the alerts and the ring
+resetting once a run delivers packets; another line says when it runs
+again. An interface that goes down without going away (no carrier) does not
+end dumpcap's capture, so its operational state is watched too (sysfs,
+every second): going down and coming back are each one line on stderr and
+the detector_interface_up metric. The window, the alerts and the ring
 live on in this process, so nothing raised before is lost.
 
 SIGINT and SIGTERM stop the capture in order: dumpcap is asked to finish,
@@ -53,7 +57,7 @@ from .alerts import AlertBook, AlertLog, entity_key
 from .dumpcap import DumpcapCapture, find_dumpcap
 from .evidence import DEFAULT_AFTER_S, EvidenceRecorder
 from .metrics import Metrics
-from .netdev import check_interface, rx_dropped
+from .netdev import check_interface, is_up, rx_dropped
 from .packet_socket import PacketSocketCapture
 from .period import TrafficSeries, write_period
 from .ring import PacketRing
@@ -158,6 +162,7 @@ class Watch:
         self._ready = threading.Event()
         self._run_packets = 0
         self._attached = False
+        self._iface_up = True
 
     # ---- capture runs ------------------------------------------------------
     def _start_run(self) -> None:
@@ -233,6 +238,12 @@ class Watch:
             self.metrics.open_findings.labels(rule=rule).set(count)
 
     def _refresh_metrics(self, elapsed: float) -> None:
+        up = is_up(self.options.iface)
+        if up != self._iface_up:
+            self._iface_up = up
+            _say(f"{self.options.iface} is up" if up else
+                 f"warning: {self.options.iface} is down or gone: no packets until it is back")
+        self.metrics.iface_up.set(int(up))
         self.metrics.set_drops(self.capture.poll_drops())
         dropped = rx_dropped(self.options.iface)
         if dropped is not None:
@@ -303,6 +314,7 @@ class Watch:
             if self._ready.is_set() and not self._attached:
                 self._attached = True
                 self.capture.attach_stats()
+                _say(f"capture on {self.options.iface} running again")
             now = time.monotonic()
             self.recorder.tick(now)
             if now >= next_eval:
