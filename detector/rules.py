@@ -255,4 +255,4 @@ def _indent(text: str, width: int = 2) -> str:
                        for p in paragraphs)
 
 
-__all__ = ["Rule", "RULES_DIR", "load_rules", "rules_table", "explain_text", "MAX_RULE_FILE_BYTES"]
+__all__ = ["Rule", "RULES_DIR", "ALERT_KEYS", "load_rules", "rules_table", "explain_text", "MAX_RULE_FILE_BYTES"]

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 
 from ..findings import SEVERITY_RANK, Finding
+from ..rules import ALERT_KEYS
 
 # What identifies the thing a finding is about, per rule: finding fields, or
 # "evidence.KEY" for a key of its evidence. A rule not listed (a detector
@@ -105,7 +106,7 @@ class AlertBook:
         self._counters: dict[str, int] = {}
 
     def _interval(self, rule: str, name: str) -> float:
-        return getattr(self.rules[rule], name) if rule in self.rules else 300.0 if name == "suppress_s" else 10.0
+        return getattr(self.rules[rule], name) if rule in self.rules else ALERT_KEYS[name]
 
     def observe(self, findings: list[Finding], now: float, wall_ns: int) -> list[Event]:
         """Events for this evaluation of the window (`now`: monotonic seconds)."""

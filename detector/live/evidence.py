@@ -4,7 +4,7 @@ When an alert fires, the ring's segments are taken (a list of immutable
 segments: no copy) and the segments of the next `after_s` seconds are added
 as they arrive; then a writer thread writes the file, so the capture loop
 never waits on the disk. The file is named after the alert
-(`evidence/<rule>-<n>-<UTC time>.pcap`) and appears complete or not at all.
+(`evidence/<rule>-<n>-<UTC time to the millisecond>.pcap`) and appears complete or not at all.
 
 Alerts that fire while another alert's evidence is still being collected
 (an echo loop and its rip-trigger probe, or a storm of them) join that

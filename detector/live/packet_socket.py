@@ -105,8 +105,8 @@ class PacketSocketCapture:
         self._lock = threading.Lock()
 
     def _open(self) -> socket.socket:
-        sock_type, _lt, dlt = _framing(self.iface)
         index = check_interface(self.iface)
+        sock_type, _lt, dlt = _framing(self.iface)
         try:
             sock = socket.socket(socket.AF_PACKET, sock_type, socket.htons(ETH_P_ALL))
         except PermissionError:

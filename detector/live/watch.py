@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decode import decode
-from ..errors import CaptureError, UsageError
+from ..errors import CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
 from ..ingest import open_capture
 from ..report.evidence import PCAP_MAGIC_NS, PCAP_VERSION
@@ -162,6 +162,7 @@ class Watch:
         self._ready = threading.Event()
         self._run_packets = 0
         self._attached = False
+        self._start_error: str | None = None
         self._iface_up = True
 
     # ---- capture runs ------------------------------------------------------
@@ -169,7 +170,13 @@ class Watch:
         self._ready.clear()
         self._run_packets = 0
         self._attached = False
-        stream = GatheringStream(self.capture.start(), self.options.iface)
+        self._start_error = None
+        try:
+            stream = GatheringStream(self.capture.start(), self.options.iface)
+        except (DetectorError, OSError) as exc:     # e.g. the interface is gone: a failed run, retried
+            self._start_error = str(exc)
+            self.batches.put(("end", self._start_error))
+            return
         first_frame = self.stats.packets + 1
         threading.Thread(target=self._read, args=(stream, first_frame), name="detector-capture-read",
                          daemon=True).start()
@@ -197,7 +204,7 @@ class Watch:
             if time.monotonic() > deadline or not self.batches.empty():
                 self.capture.stop()
                 self.capture.wait()
-                raise UsageError(self.capture.failure())
+                raise UsageError(self._start_error or self.capture.failure())
         self._attached = True
         self.capture.attach_stats()
 
@@ -228,7 +235,8 @@ class Watch:
         for event in self.book.observe(findings, now, time.time_ns()):
             tracked = event.tracked
             if event.kind == "alert":
-                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(event.wall_ns / 1e9))
+                seconds, ns = divmod(event.wall_ns, 1_000_000_000)
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{ns // 1_000_000:03d}Z"
                 path = self.options.out_dir / "evidence" / f"{tracked.alert_id}-{stamp}.pcap"
                 tracked.evidence_pcap = self.recorder.relative(path)
                 self.recorder.start(tracked.alert_id, path, now)
@@ -257,16 +265,23 @@ class Watch:
 
     # ---- the loop ------------------------------------------------------------
     def run(self, announce) -> int:
+        """Capture until SIGINT/SIGTERM, then write the period's documents; a repeated signal during
+        that final write is ignored (the first one already asked for it)."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            self._start_run()
-            self._wait_ready()
-            announce()
-            self._loop()
+            try:
+                self._start_run()
+                self._wait_ready()
+                announce()
+                self._loop()
+            except BaseException:
+                self.capture.stop()
+                self.capture.wait()
+                raise
+            return self._finish()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return self._finish()
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopping.set()
@@ -304,7 +319,8 @@ class Watch:
                 self.metrics.up.set(0)
                 if stop_asked is not None:
                     return
-                why = self.capture.failure()      # the capture's own words beat the reader's "empty file"
+                # the capture's own words beat the reader's "empty file"
+                why = self._start_error or self.capture.failure()
                 self.failures.append(why)
                 if self._run_packets:
                     delay = RESTART_FIRST_S
