@@ -39,16 +39,16 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from make_capture import ensure_capture  # noqa: E402  (bench/ is on the path above)
 
-from detector.decode import decode  # noqa: E402
-from detector.ingest import open_capture  # noqa: E402
+from detector import engine  # noqa: E402
+from detector.detectors import AnalysisContext, active_detectors  # noqa: E402
+from detector.rules import load_rules  # noqa: E402
+from detector.stats import CaptureStats  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 DETECTOR = Path(sys.executable).with_name("detector")
@@ -168,14 +168,11 @@ def step(ns: str, watch: Watch, capture: Path, rate: int) -> dict:
 
 
 def loop_offset(capture: Path) -> float:
-    """Seconds from the capture's first frame to the first copy of its most repeated frame."""
-    with open_capture(capture) as reader:
-        batches = [decode(raw) for raw in reader]
-    fp = np.concatenate([b["fingerprint"] for b in batches])
-    ts = np.concatenate([b["ts_ns"] for b in batches])
-    values, counts = np.unique(fp, return_counts=True)
-    first = int(np.flatnonzero(fp == values[np.argmax(counts)])[0])
-    return (int(ts[first]) - int(ts.min())) / 1e9
+    """Seconds from the capture's first frame to the loop's first copy, as `detector analyze` finds it."""
+    stats, loop = CaptureStats(), active_detectors({"echo-loop": load_rules()["echo-loop"]})[0]
+    engine.run([capture], [stats, loop])
+    finding = loop.findings(AnalysisContext(flows=None, stats=stats))[0]
+    return (finding.first_seen - stats.first_ns) / 1e9
 
 
 def latency(ns: str, watch: Watch, capture: Path) -> float | None:

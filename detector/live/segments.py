@@ -81,7 +81,7 @@ def _pack_records(data, offset, caplen, wirelen, ts_ns, iface, keep, pcapng, out
         if pcapng:
             padded = (n + 3) & ~np.int64(3)
             total = 32 + padded
-            _put_u32(out, pos, 6)
+            _put_u32(out, pos, PCAPNG_EPB)
             _put_u32(out, pos + 4, total)
             _put_u32(out, pos + 8, iface[i])
             _put_u32(out, pos + 12, ts >> 32)
