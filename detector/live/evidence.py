@@ -22,9 +22,11 @@ import shutil
 import sys
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .alerts import MAX_ENTITIES
 from .ring import PacketRing
 from .segments import Segment, write_capture
 
@@ -32,6 +34,8 @@ from .segments import Segment, write_capture
 # show the incident going on (a loop's copies, the scanner's next probes),
 # short enough that the file is there while the responder reads the alert.
 DEFAULT_AFTER_S = 5.0
+# Written files remembered (for findings.json's evidence_packets): as many as the alert book keeps entities.
+WRITTEN_KEPT = MAX_ENTITIES
 
 
 @dataclass
@@ -51,7 +55,7 @@ class EvidenceRecorder:
         self.after_s = after_s
         self._pending: _Collection | None = None
         self._jobs: queue.Queue = queue.Queue()
-        self.written: dict[str, int] = {}      # alert id -> packets in its file (once written)
+        self.written: OrderedDict[str, int] = OrderedDict()   # alert id -> packets in its file, the latest
         self._lock = threading.Lock()
         self._writer = threading.Thread(target=self._write_loop, name="detector-evidence", daemon=True)
         self._writer.start()
@@ -111,3 +115,5 @@ class EvidenceRecorder:
             with self._lock:
                 for alert_id in job.alert_ids:
                     self.written[alert_id] = packets
+                while len(self.written) > WRITTEN_KEPT:
+                    self.written.popitem(last=False)

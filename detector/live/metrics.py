@@ -10,7 +10,8 @@
     detector_capture_restarts_total           captures restarted after a failure
     detector_capture_lag_seconds              wall clock minus the newest packet's time at the last batch
     detector_rss_queue_packets_per_second     packets/s per receive queue of the modelled NIC (rss-saturation's
-                                              Toeplitz model, over the last evaluation interval)
+                                              Toeplitz model, over the last second)
+    detector_rss_queue_packets_total          the same as a counter, for PromQL's rate() over any range
     detector_open_findings                    entities with an open alert, per rule
     detector_alert_events_total               alert, update and resolved events, per rule
     detector_ring_bytes                       memory held by the packet ring
@@ -48,6 +49,8 @@ class Metrics:
         self.restarts = Counter("detector_capture_restarts", "Captures restarted after a failure", registry=registry)
         self.lag = Gauge("detector_capture_lag_seconds", "Wall clock minus the newest packet time at the last batch",
                          registry=registry)
+        self.queue_packets = Counter("detector_rss_queue_packets", "Packets per receive queue of the modelled NIC",
+                                     ["queue"], registry=registry)
         self.queue_rate = Gauge("detector_rss_queue_packets_per_second",
                                 "Packets per second per receive queue of the modelled NIC", ["queue"],
                                 registry=registry)
@@ -58,6 +61,7 @@ class Metrics:
         self.ring_bytes = Gauge("detector_ring_bytes", "Memory held by the packet ring", registry=registry)
         for queue in range(queues):
             self.queue_rate.labels(queue=str(queue)).set(0)
+            self.queue_packets.labels(queue=str(queue))
         for rule in rules:
             self.open_findings.labels(rule=rule).set(0)
         self._server = None

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,8 @@ RESTART_MAX_S = 30.0
 START_TIMEOUT_S = 15.0
 # How long the capture may take to drain after being asked to stop.
 DRAIN_TIMEOUT_S = 15.0
+# Capture failures and reader warnings kept for findings.json: the latest ones.
+KEPT_MESSAGES = 20
 
 
 @dataclass
@@ -155,8 +158,9 @@ class Watch:
         self.stopping = threading.Event()
         self.started_ns = time.time_ns()
         self.restarts = 0
-        self.failures: list[str] = []
-        self.warnings: list[str] = []
+        # the latest failures and reader warnings, for findings.json (a capture retried for days fails often)
+        self.failures: deque[str] = deque(maxlen=KEPT_MESSAGES)
+        self.warnings: deque[str] = deque(maxlen=KEPT_MESSAGES)
         self.last_findings: list = []
         self.last_flows = None
         self._ready = threading.Event()
@@ -257,10 +261,11 @@ class Watch:
         if dropped is not None:
             self.metrics.rx_dropped.set(dropped)
         self.metrics.ring_bytes.set(self.ring.bytes)
-        if elapsed > 0:
-            rates = (self.queue_packets - self._queue_told) / elapsed
-            for queue_no, rate in enumerate(rates.tolist()):
-                self.metrics.queue_rate.labels(queue=str(queue_no)).set(round(rate, 1))
+        fresh = self.queue_packets - self._queue_told
+        for queue_no, count in enumerate(fresh.tolist()):
+            self.metrics.queue_packets.labels(queue=str(queue_no)).inc(count)
+            if elapsed > 0:
+                self.metrics.queue_rate.labels(queue=str(queue_no)).set(round(count / elapsed, 1))
         self._queue_told = self.queue_packets.copy()
 
     # ---- the loop ------------------------------------------------------------
@@ -361,7 +366,7 @@ class Watch:
             "capture": self.capture.method, "bpf": self.options.bpf,
             "started": iso_time(self.started_ns), "stopped": iso_time(time.time_ns()),
             "packets": self.stats.packets, "drops": self.capture.drops, "restarts": self.restarts,
-            "failures": self.failures[-20:], "warnings": self.warnings[-20:],
+            "failures": list(self.failures), "warnings": list(self.warnings),
         }
         flows = self.last_flows.table() if self.last_flows is not None else None
         stats = {**self.stats.to_json(), "flows": flows.flow_count if flows is not None else 0,
