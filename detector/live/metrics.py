@@ -14,6 +14,7 @@
     detector_rss_queue_packets_total          the same as a counter, for PromQL's rate() over any range
     detector_open_findings                    entities with an open alert, per rule
     detector_alert_events_total               alert, update and resolved events, per rule
+    detector_evaluation_seconds               how long the last findings evaluation of the window took
     detector_ring_bytes                       memory held by the packet ring
 
 The registry is this watch's own (not the process-global default), so
@@ -58,6 +59,8 @@ class Metrics:
                                    registry=registry)
         self.events = Counter("detector_alert_events", "Alert events written", ["rule", "event_type"],
                               registry=registry)
+        self.evaluation = Gauge("detector_evaluation_seconds", "Time the last findings evaluation of the window took",
+                                registry=registry)
         self.ring_bytes = Gauge("detector_ring_bytes", "Memory held by the packet ring", registry=registry)
         for queue in range(queues):
             self.queue_rate.labels(queue=str(queue)).set(0)

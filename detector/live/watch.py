@@ -73,6 +73,8 @@ QUEUE_BATCHES = 8
 # How often the window is asked for findings, and metrics refreshed: an
 # alert needs at most this long after its packets were read.
 EVALUATE_EVERY_S = 0.5
+# Most of the main thread's time that evaluations may take; beyond it they are spaced out.
+EVALUATE_SHARE_MAX = 0.25
 METRICS_EVERY_S = 1.0
 # Restart delays after a capture failure: first, and the cap of the doubling.
 RESTART_FIRST_S = 1.0
@@ -340,7 +342,11 @@ class Watch:
             self.recorder.tick(now)
             if now >= next_eval:
                 self.evaluate()
-                next_eval = now + EVALUATE_EVERY_S
+                took = time.monotonic() - now
+                self.metrics.evaluation.set(took)
+                # a window whose findings take long to compute (a huge flow table to merge) is asked
+                # less often, so the capture keeps being read: alerts come later, packets are not lost
+                next_eval = now + max(EVALUATE_EVERY_S, took / EVALUATE_SHARE_MAX)
             if now >= next_metrics:
                 self._refresh_metrics(now - last_metrics)
                 last_metrics, next_metrics = now, now + METRICS_EVERY_S
