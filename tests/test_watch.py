@@ -336,6 +336,7 @@ def test_a_dead_capture_is_reported_and_restarted_without_losing_alerts(netns, w
     (["vb", "--bpf", "udp port"], "no-tools", "invalid capture filter"),
     (["vb", "--metrics", "nonsense"], None, "expected HOST:PORT"),
     (["vb", "--ring-seconds", "0"], None, "--ring-seconds must be positive"),
+    (["vb", "--alert-severity", "urgent"], None, "unknown severity 'urgent'"),
 ])
 def test_user_mistakes_are_one_line_errors(netns, tmp_path, args, env_path, message):
     env = {**os.environ, "PATH": str(tmp_path / env_path)} if env_path else None

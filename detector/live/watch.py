@@ -120,6 +120,8 @@ def _warm_up(rules) -> None:
     """
     from ..detectors.base import frame_summary
 
+    # Ethernet, IPv4 10.0.0.1 -> 10.0.0.2, UDP 520 -> 520 with 16 zero bytes: a RIP probe, which wakes
+    # the rip-trigger and echo-loop paths too
     frame = (bytes.fromhex("02000000000102000000000208004500002c00004000401100000a0000010a000002")
              + bytes.fromhex("0208020800180000") + bytes(16))
     head = struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, 65535, 1)
