@@ -66,7 +66,7 @@ $(PEERS_STAMP): setup.cfg pyproject.toml
 bench: venv $(PEERS_STAMP)
 	$(call ensure_tool,time,/usr/bin/time,the benchmark cannot measure peak memory)
 	$(BYTECODE)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --memory-check
 	$(BIN)/python bench/watch.py
 
 clean:
