@@ -400,17 +400,37 @@ def test_batches_are_bounded_and_frames_continue(tmp_path):
             i += 1
 
 
-def test_records_straddling_chunks(tmp_path, monkeypatch):
-    # a small chunk forces many tails to move into fresh chunks; sizes up to MAX_CAPLEN
+def test_records_straddling_chunks_and_map_windows(tmp_path, monkeypatch):
+    # read from a stream, a small chunk forces many tails to move into fresh chunks; mapped from a
+    # file, a window smaller than a record makes the walk widen it. Sizes up to MAX_CAPLEN.
     monkeypatch.setattr(reader_module, "CHUNK_BYTES", MAX_CAPLEN + 4096)
+    monkeypatch.setattr(reader_module, "MAP_WINDOW_BYTES", 100_000)
     sizes = [1, MAX_CAPLEN, 5000, 0, 77_777, 200_001, 3, MAX_CAPLEN - 1, 65_536] * 3
     rng = np.random.default_rng(7)
     bodies = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
     pcap = pcap_header() + b"".join(pcap_record(T0, i, b) for i, b in enumerate(bodies))
     png = shb() + idb(1) + b"".join(epb(0, i, b) for i, b in enumerate(bodies))
     for name, data in (("c.pcap", pcap), ("c.pcapng", png)):
-        reader, cols, frames = read_all(write(tmp_path, name, data))
-        assert frames == bodies and reader.warnings == [], name
+        path = write(tmp_path, name, data)
+        with open(path, "rb") as stream:
+            streamed, _, from_stream = read_all(stream)
+        mapped, _, from_map = read_all(path)
+        assert streamed._map is None and mapped._map is not None, name
+        assert from_stream == bodies and streamed.warnings == [], name
+        assert from_map == bodies and mapped.warnings == [], name
+
+
+def test_mapped_pages_released_behind_the_walk_read_back_intact(tmp_path, monkeypatch):
+    # the pages far behind the walk leave the mapping; batches that still view them see the same
+    # bytes (they fault back in from the file), so every record reads as written
+    monkeypatch.setattr(reader_module, "MAP_WINDOW_BYTES", 1 << 16)
+    monkeypatch.setattr(reader_module, "MAP_KEEP_BEHIND_BYTES", 1 << 16)
+    monkeypatch.setattr(reader_module, "MAP_RELEASE_STEP_BYTES", 1 << 16)
+    bodies = [payload(i, 600 + i % 900) for i in range(3000)]
+    path = write(tmp_path, "big.pcap", pcap_header() + b"".join(pcap_record(T0, i, b) for i, b in enumerate(bodies)))
+    reader, cols, frames = read_all(path)
+    assert reader._released > 3 * (1 << 16)
+    assert frames == bodies and cols["frame"].tolist() == list(range(1, 3001))
 
 
 def test_read_captures_continues_frames(tmp_path):
