@@ -17,8 +17,8 @@ import struct
 import numpy as np
 from numba import njit
 
-from ..text import TextCodes
 from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP
+from ..text import TextCodes
 
 # Protocols whose ports (ICMP: type and code equivalents) enter the hash (spec, "Port numbers").
 PORT_PROTOCOLS = frozenset({PROTO_ICMP, PROTO_TCP, PROTO_UDP, PROTO_ICMP6, PROTO_SCTP})

@@ -56,9 +56,8 @@ def _width(value):
 
 
 @njit(inline="always")
-def _digits(out, p, value):
-    """Decimal digits of a non-negative int64 at out[p:]; returns the position after them."""
-    width = _width(value)
+def _padded(out, p, value, width):
+    """`value` (non-negative) as exactly `width` digits, with leading zeros."""
     for q in range(p + width - 1, p - 1, -1):
         out[q] = 48 + value % 10
         value //= 10
@@ -66,12 +65,9 @@ def _digits(out, p, value):
 
 
 @njit(inline="always")
-def _padded(out, p, value, width):
-    """`value` (non-negative) as exactly `width` digits, with leading zeros."""
-    for q in range(p + width - 1, p - 1, -1):
-        out[q] = 48 + value % 10
-        value //= 10
-    return p + width
+def _digits(out, p, value):
+    """Decimal digits of a non-negative int64 at out[p:]; returns the position after them."""
+    return _padded(out, p, value, _width(value))
 
 
 @njit(inline="always")

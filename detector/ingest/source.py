@@ -113,7 +113,7 @@ class ByteSource:
         self._stream = stream
 
     def map(self):
-        """The whole file as a read-only memory map, or None where reading is the only way.
+        """The whole file as a memory map (copy-on-write, never written), or None where reading is the only way.
 
         Only an uncompressed regular file that this source opened itself is
         mapped: a pipe or a caller's stream cannot be, and a compressed file
