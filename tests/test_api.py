@@ -2,8 +2,6 @@
 reports them, plots that draw, and a curated public namespace."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import matplotlib
@@ -15,7 +13,6 @@ from detector.errors import CaptureError, UsageError
 
 matplotlib.use("Agg")
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
-TSHARK = shutil.which("tshark")
 
 
 def test_public_names_are_curated():
@@ -39,14 +36,10 @@ def test_open_is_lazy_and_refuses_missing_files(tmp_path):
         detector.open(junk).packets
 
 
-@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
-def test_packets_agree_with_tshark():
+def test_packets_agree_with_tshark(tshark):
     path = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
     packets = detector.open(path).packets
-    proc = subprocess.run([TSHARK, "-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "ipv6.src",
-                           "-e", "ip.src", "-e", "vlan.id", "-e", "udp.dstport", "-e", "tcp.dstport"],
-                          capture_output=True, text=True, check=True, timeout=120)
-    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    rows = tshark.fields(path, "frame.number", "ipv6.src", "ip.src", "vlan.id", "udp.dstport", "tcp.dstport")
     assert len(packets) == len(rows)
     assert packets["frame"].tolist() == [int(r[0]) for r in rows]
     assert packets["src_ip"].fillna("").tolist() == [r[1] or r[2] for r in rows]

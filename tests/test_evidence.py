@@ -3,7 +3,6 @@ original timestamps, findings.jsonl in EVE shape, and the rip-trigger reproducti
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,6 @@ from detector.commands import analyze
 from detector.report.evidence import _pcapng
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
-TSHARK = shutil.which("tshark")
 
 
 @pytest.fixture(scope="module", params=["echo-loop-rip-ipv4.pcapng", "echo-loop-rip-ipv6-vlan.pcap"])
@@ -23,14 +21,6 @@ def analyzed(request, tmp_path_factory):
     capture = CAPTURES / request.param
     findings, _result, _path = analyze([str(capture)], out)
     return capture, out, findings
-
-
-def tshark_fields(path, *fields, display_filter=None):
-    cmd = [TSHARK, "-r", str(path), "-T", "fields"] + [a for f in fields for a in ("-e", f)]
-    if display_filter:
-        cmd += ["-Y", display_filter]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
-    return [line.split("\t") for line in proc.stdout.splitlines()]
 
 
 def test_every_finding_with_frames_has_a_pcap(analyzed):
@@ -50,17 +40,16 @@ def test_every_finding_with_frames_has_a_pcap(analyzed):
             assert record["evidence"]["evidence_packets"] >= 1
 
 
-@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
-def test_tshark_reads_the_stated_count_with_original_timestamps(analyzed):
+def test_tshark_reads_the_stated_count_with_original_timestamps(analyzed, tshark):
     capture, out, findings = analyzed
     for f in findings:
         if not f.evidence_pcap:
             continue
-        rows = tshark_fields(out / f.evidence_pcap, "frame.time_epoch", "frame.len")
+        rows = tshark.fields(out / f.evidence_pcap, "frame.time_epoch", "frame.len")
         assert len(rows) == f.evidence["evidence_packets"]
         frames = sorted(set(f.evidence["evidence_frames"]))
         wanted = " || ".join(f"frame.number == {n}" for n in frames[:8])
-        original = tshark_fields(capture, "frame.time_epoch", "frame.len", display_filter=wanted)
+        original = tshark.fields(capture, "frame.time_epoch", "frame.len", display_filter=wanted)
         assert rows[:len(original)] == original
 
 
@@ -93,8 +82,7 @@ def test_reproducer_prints_and_does_not_send(analyzed):
     assert target in proc.stdout and probe.dest_ip not in proc.stdout
 
 
-@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
-def test_frames_of_two_link_types_go_to_pcapng(tmp_path):
+def test_frames_of_two_link_types_go_to_pcapng(tmp_path, tshark):
     from scapy.all import IP, UDP, Ether
 
     ether = bytes(Ether() / IP(src="192.0.2.1", dst="192.0.2.2") / UDP(dport=520))
@@ -102,5 +90,5 @@ def test_frames_of_two_link_types_go_to_pcapng(tmp_path):
     rows = [(1_767_225_600_123_456_789, len(ether), 1, ether, "a"), (1_767_225_601_000_000_001, len(raw), 101, raw, "a")]
     path = tmp_path / "mixed.pcapng"
     path.write_bytes(_pcapng(rows))
-    got = tshark_fields(path, "frame.time_epoch", "ip.dst")
+    got = tshark.fields(path, "frame.time_epoch", "ip.dst")
     assert got == [["1767225600.123456789", "192.0.2.2"], ["1767225601.000000001", "192.0.2.4"]]

@@ -18,7 +18,6 @@ is excused from a field only when its class's predicate holds for it.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +33,8 @@ from detector.ingest import open_capture
 from detector.schema import (L_ARP, L_ICMP, L_ICMP6, L_IP4, L_IP6, L_MSS, L_MTU, L_PORTS, L_QUOTE,
                              L_QUOTE_PORTS, L_TCP, L_TUNNEL, LINKTYPE_NAMES, PROTO_SCTP, PROTO_TCP,
                              PROTO_UDP)
+from tests._real import CAPTURES_REAL as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[1].parent / "shared" / "captures-real"
 LABELS = {"icmp-fragneeded", "icmp6-ptb", "vlan", "sll", "sll2", "rawip", "ipv6-ext"}
 TUNNEL_TRACES = "zeek/testing/btest/Traces/tunnels/"
 SAMPLE_OTHERS = 40           # files drawn from the unlabelled rest
@@ -71,9 +70,9 @@ def sample() -> list[str]:
     return sorted(chosen) + rest[:SAMPLE_OTHERS]
 
 
-def run_tshark(path: Path) -> dict[int, dict[str, list[str]]]:
-    """frame number -> field -> occurrences, as tshark dissects the file."""
-    cmd = ["tshark", "-r", str(path), "-n", *TSHARK_OPTIONS, "-T", "fields", "-E", "separator=/t",
+def run_tshark(tshark: str, path: Path) -> dict[int, dict[str, list[str]]]:
+    """frame number -> field -> occurrences, as tshark dissects the file (a damaged file: up to the damage)."""
+    cmd = [tshark, "-r", str(path), "-n", *TSHARK_OPTIONS, "-T", "fields", "-E", "separator=/t",
            "-E", "occurrence=a", "-E", "aggregator=;"]
     for name in FIELDS:
         cmd += ["-e", name]
@@ -302,10 +301,10 @@ def excused(key, a, b, fields, batch, i) -> str | None:
     return None
 
 
-def run_all(files: list[str]) -> tuple[Counter, list]:
+def run_all(tshark: str, files: list[str]) -> tuple[Counter, list]:
     counts, mismatches = Counter(), []
     with ThreadPoolExecutor(2) as pool:
-        futures = [(rel, pool.submit(run_tshark, CAPTURES / rel)) for rel in files]
+        futures = [(rel, pool.submit(run_tshark, tshark, CAPTURES / rel)) for rel in files]
         for rel, future in futures:
             c, m = compare_file(rel, future.result())
             counts.update(c)
@@ -314,13 +313,9 @@ def run_all(files: list[str]) -> tuple[Counter, list]:
 
 
 @pytest.fixture(scope="module")
-def oracle():
-    if not (CAPTURES / "MANIFEST.tsv").exists():
-        pytest.skip(f"real captures not found at {CAPTURES}")
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark is not installed")
+def oracle(captures_real, tshark):
     files = sample()
-    counts, mismatches = run_all(files)
+    counts, mismatches = run_all(tshark.path, files)
     return files, counts, mismatches
 
 

@@ -20,8 +20,8 @@ import pytest
 from detector.decode import decode
 from detector.flows import FlowTable
 from detector.ingest import open_capture
+from tests._real import CAPTURES_REAL as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[1].parent / "shared" / "captures-real"
 PAIRS = CAPTURES / "ZEEK_CONN_PAIRS.tsv"
 UNPRODUCED_HISTORY = str.maketrans("", "", "CcGgXxWw^")
 

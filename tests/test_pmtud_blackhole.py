@@ -1,8 +1,6 @@
-"""pmtud-blackhole on the bundled captures (figures checked with tshark) and on crafted frames."""
+"""pmtud-blackhole on the bundled captures (the figures also counted by tshark) and on crafted frames."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -26,28 +24,12 @@ def run(paths, tmp_path, rule=RULE):
     return [f for f in findings if f.rule == rule]
 
 
-def tshark_fields(path, display_filter, *fields) -> list[list[str]]:
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark not installed")
-    args = ["tshark", "-n", "-r", str(path), "-Y", display_filter, "-T", "fields"]
-    for name in fields:
-        args += ["-e", name]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    return [line.split("\t") for line in out.splitlines() if line]
-
-
-def test_ipv4_blackhole_figures_match_tshark(tmp_path):
+def test_ipv4_blackhole_figures(tmp_path):
     path = CAPTURES / "pmtud-blackhole-ipv4.pcapng"
     [finding] = run([path], tmp_path)
     ev = finding.evidence
-    icmp = tshark_fields(path, "icmp.type == 3 && icmp.code == 4", "frame.time_epoch", "icmp.mtu")
-    assert ev["icmp_count"] == len(icmp) == 12
-    assert ev["reported_mtu"] == 1420 and {row[1] for row in icmp} == {"1420"}
-    # the server's packets above the MTU, later than the first message plus the 200 ms grace
-    first = float(icmp[0][0])
-    sent = tshark_fields(path, "ip.src == 203.0.113.80 && !icmp", "frame.time_epoch", "ip.len")
-    late = [row for row in sent if float(row[0]) > first + 0.2 and int(row[1]) > 1420]
-    assert ev["oversized_after_icmp"] == len(late) == finding.n
+    assert ev["icmp_count"] == 12 and ev["reported_mtu"] == 1420
+    assert ev["oversized_after_icmp"] == finding.n == 11
     assert finding.severity == "high"
     assert (finding.src_ip, finding.dest_ip, finding.src_port, finding.dest_port) == \
         ("203.0.113.80", "198.51.100.23", 443, 51514)
@@ -58,15 +40,32 @@ def test_ipv4_blackhole_figures_match_tshark(tmp_path):
     [flow] = ev["affected_flows"]
     assert 10_000 < flow["goodput_bps"] < 20_000
     assert flow["community_id"] == finding.community_id and finding.community_id.startswith("1:")
-    frames = {int(n) for n, in tshark_fields(path, "icmp.type == 3", "frame.number")}
-    assert frames <= set(ev["evidence_frames"])
+    assert {6, 8, 12, 14, 18, 20, 24, 26, 30, 32, 36, 38} <= set(ev["evidence_frames"])   # the ICMP messages
+
+
+def test_ipv4_blackhole_figures_are_tsharks(tshark, tmp_path):
+    """The figures asserted above, counted by tshark in the same bytes."""
+    path = CAPTURES / "pmtud-blackhole-ipv4.pcapng"
+    icmp = tshark.fields(path, "frame.number", "frame.time_epoch", "icmp.mtu",
+                         display_filter="icmp.type == 3 && icmp.code == 4")
+    assert len(icmp) == 12 and {row[2] for row in icmp} == {"1420"}
+    # the server's packets above the MTU, later than the first message plus the 200 ms grace
+    first = float(icmp[0][1])
+    sent = tshark.fields(path, "frame.time_epoch", "ip.len", display_filter="ip.src == 203.0.113.80 && !icmp")
+    assert len([row for row in sent if float(row[0]) > first + 0.2 and int(row[1]) > 1420]) == 11
+    [finding] = run([path], tmp_path)
+    assert {int(row[0]) for row in icmp} <= set(finding.evidence["evidence_frames"])
+    ptb = tshark.fields(CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng", "icmpv6.mtu",
+                        display_filter="icmpv6.type == 2 && vlan.id == 30")
+    assert len(ptb) == 10 and {row[0] for row in ptb} == {"1420"}
+    works = CAPTURES / "pmtud-works.pcapng"
+    assert tshark.count(works, "icmp.type == 3 || icmpv6.type == 2") == 8
 
 
 def test_ipv6_blackhole_on_vlan(tmp_path):
     path = CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng"
     [finding] = run([path], tmp_path)
-    ptb = tshark_fields(path, "icmpv6.type == 2 && vlan.id == 30", "icmpv6.mtu")
-    assert finding.evidence["icmp_count"] == len(ptb) == 10
+    assert finding.evidence["icmp_count"] == 10
     assert finding.evidence["reported_mtu"] == 1420
     assert (finding.src_ip, finding.dest_ip) == ("2001:db8:10::80", "2001:db8:77::23")
     assert finding.severity == "high" and finding.evidence["shrinking_retransmissions"] == 5
@@ -80,8 +79,8 @@ def test_blackhole_buried_in_traffic_names_only_the_stuck_flow(tmp_path):
 
 def test_pmtud_that_works_is_not_reported(tmp_path):
     path = CAPTURES / "pmtud-works.pcapng"
-    # the near-miss does carry several messages per pair: only adaptation keeps it quiet
-    assert len(tshark_fields(path, "icmp.type == 3 || icmpv6.type == 2", "frame.number")) == 8
+    # the near-miss does carry several messages per pair (8, as tshark counts them above): only
+    # adaptation keeps it quiet
     assert run([path], tmp_path) == []
 
 
@@ -166,20 +165,15 @@ def test_merged_halves_give_the_single_pass_finding():
         <= single.evidence["oversized_after_icmp"]
 
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "captures-real"
-
-
-def test_real_capture_where_pmtud_works_is_quiet():
+def test_real_capture_where_pmtud_works_is_quiet(captures_real, tshark):
     """suricata-verify's bug-3616 capture: four frag-needed messages (MTU 1492) for a window of
     1500-byte segments, after which the sender uses 1492-byte packets: PMTUD working on real bytes."""
-    path = REAL / "suricata-verify" / "tests" / "bug-3616-smtp" / "input.pcap"
-    if not path.is_file():
-        pytest.skip(f"real captures not present at {REAL}")
+    path = captures_real / "suricata-verify" / "tests" / "bug-3616-smtp" / "input.pcap"
     [batch] = _batches([path])
     detector = REGISTRY[RULE](load_rules()[RULE])
     detector.update(batch)
     [pair] = detector.pairs.values()
-    assert pair.icmp_count == len(tshark_fields(path, "icmp.type == 3 && icmp.code == 4", "icmp.mtu")) == 4
+    assert pair.icmp_count == tshark.count(path, "icmp.type == 3 && icmp.code == 4") == 4
     assert pair.mtu == 1492 and pair.packets_after > 0 and pair.oversized_after == 0
     flows, stats = FlowTable(), CaptureStats()
     flows.update(batch)

@@ -1,8 +1,6 @@
 """Every real capture in captures-real reads with tshark's packet count, times and lengths."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from decimal import Decimal
 
 import numpy as np
@@ -10,7 +8,7 @@ import pytest
 
 from detector.errors import CaptureError
 from detector.ingest import open_capture
-from tests._real import CAPTURES_REAL, manifest_rows, require_real
+from tests._real import CAPTURES_REAL, manifest_rows
 
 UNREADABLE = "file unreadable by tshark"
 UNSUPPORTED = "unsupported by tshark"
@@ -75,17 +73,9 @@ TSHARK_SAMPLE = [
 
 
 @pytest.mark.parametrize("name", TSHARK_SAMPLE)
-def test_times_and_lengths_agree_with_tshark(name):
-    path = require_real() / name
-    if not path.is_file():
-        pytest.skip(f"{name} not in this copy of captures-real")
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark is not installed")
-    out = subprocess.run(
-        ["tshark", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.cap_len",
-         "-e", "frame.len", "-e", "frame.interface_id"],
-        capture_output=True, text=True, check=True).stdout
-    rows = [line.split("\t") for line in out.splitlines() if line]
+def test_times_and_lengths_agree_with_tshark(name, captures_real, tshark):
+    path = captures_real / name
+    rows = tshark.fields(path, "frame.time_epoch", "frame.cap_len", "frame.len", "frame.interface_id")
     reader = open_capture(path)
     batches = list(reader)
     cols = {k: np.concatenate([b[k] for b in batches]) for k in ("ts_ns", "caplen", "wirelen", "iface")}

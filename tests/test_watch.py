@@ -198,7 +198,7 @@ def wait_file(path: Path, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def test_echo_loop_alerts_in_time_with_evidence_metrics_and_clean_exit(netns, watchers, tmp_path):
+def test_echo_loop_alerts_in_time_with_evidence_metrics_and_clean_exit(netns, watchers, tmp_path, tshark):
     capture = CAPTURES / "echo-loop-rip-ipv4.pcapng"
     trigger, offset_s, sent = loop_trigger(capture)
     out = tmp_path / "watch"
@@ -220,9 +220,7 @@ def test_echo_loop_alerts_in_time_with_evidence_metrics_and_clean_exit(netns, wa
     evidence = out / loop["evidence_pcap"]
     wait_file(evidence)
     assert trigger in frames_of(evidence)
-    if shutil.which("tshark"):
-        listed = run("tshark", "-r", evidence, "-T", "fields", "-e", "frame.number").stdout.split()
-        assert len(listed) == len(frames_of(evidence))
+    assert len(tshark.fields(evidence, "frame.number")) == len(frames_of(evidence))
 
     metrics = watcher.metrics()
     assert metrics["detector_packets_total"] >= sent
