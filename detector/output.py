@@ -207,9 +207,13 @@ class OutputDir:
             return self._stage_evidence_fd, name
         if not folder:
             return self.fd, name
+        return self.evidence_folder(), name
+
+    def evidence_folder(self) -> int:
+        """The descriptor of `evidence/`, made if missing (a watch makes it when it starts)."""
         if self._evidence_fd is None:
             self._evidence_fd = self._evidence_folder(create=True)
-        return self._evidence_fd, name
+        return self._evidence_fd
 
     # ---- writing ---------------------------------------------------------------
     @contextmanager
@@ -228,19 +232,6 @@ class OutputDir:
         with self.open(relative, executable) as handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         return relative
-
-    def append_log(self, relative: str):
-        """A new, empty file put in place at once and kept open for appending (a watch's alerts.jsonl)."""
-        dir_fd, name = self._folder_of(relative)
-        display = str(self.path / relative)
-        temp = _temp_name(name)
-        try:
-            fd = os.open(temp, _CREATE, FILE_MODE, dir_fd=dir_fd)
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except OSError as exc:
-            raise _named(exc, display) from None
-        self.written.add(relative)
-        return os.fdopen(fd, "a", encoding="utf-8")
 
     def link(self, existing: str, relative: str) -> None:
         """Output `relative` as a hard link to output `existing` (same packets), a copy where links fail."""
@@ -324,10 +315,9 @@ class OutputDir:
         the previous run's outputs that this run did not write."""
         if self._stage_fd is not None:
             if self._stage_evidence_fd is not None:
-                if self._evidence_fd is None:
-                    self._evidence_fd = self._evidence_folder(create=True)
+                evidence = self.evidence_folder()
                 for name in sorted(os.listdir(self._stage_evidence_fd)):
-                    os.replace(name, name, src_dir_fd=self._stage_evidence_fd, dst_dir_fd=self._evidence_fd)
+                    os.replace(name, name, src_dir_fd=self._stage_evidence_fd, dst_dir_fd=evidence)
             staged = set(os.listdir(self._stage_fd)) - {EVIDENCE}
             for name in [n for n in TOP_NAMES if n in staged] + sorted(staged - set(TOP_NAMES)):
                 os.replace(name, name, src_dir_fd=self._stage_fd, dst_dir_fd=self.fd)

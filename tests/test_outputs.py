@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_watch as live
+from tests.test_watch import netns, watchers  # noqa: F401  (fixtures of the live test: a namespace, its watches)
+
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "captures"
 LOOP = CAPTURES / "echo-loop-rip-ipv4.pcapng"
@@ -77,6 +80,10 @@ def test_links_in_the_output_folder_are_replaced_not_followed(tmp_path):
     for name in placed:
         assert not (out / name).is_symlink() and (out / name).is_file(), name
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    flows = tmp_path / "flows.csv"
+    flows.symlink_to(victims / "html")
+    assert run_cli("flows", LOOP, "-o", flows).returncode == 0
+    assert not flows.is_symlink() and (victims / "html").read_text() == "precious html\n"
 
 
 @pytest.mark.parametrize("command", ["analyze", "watch"])
@@ -235,3 +242,28 @@ def test_flows_on_a_full_disk_keep_the_previous_file(small_disk):
         assert line.startswith(f"detector: error: {path}: No space left on device"), line
     (small_disk / "filler").unlink()
     assert tree(small_disk) == {name: digest for name, digest in kept.items()}
+
+
+@pytest.mark.skipif(live._why_not() is not None, reason=live._why_not() or "")
+def test_watch_starts_on_a_folder_of_its_own(netns, watchers, tmp_path):
+    """A watch removes an earlier run's outputs when it starts, keeps the user's files, and replaces a link
+    where its log goes instead of appending through it."""
+    out = tmp_path / "watch"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    stale = ("findings.json", "report.md", "evidence/echo-loop-1.pcap", "evidence/rip-trigger-1-reproduce.py",
+             "evidence/echo-loop-3-20260101T000000000Z.pcap")
+    for name in (*stale, "notes.txt"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("old")
+    (out / "alerts.jsonl").symlink_to(victim)
+    watcher = live.Watcher(netns, out)
+    watchers.append(watcher)
+    live.replay(netns, BENIGN, "--topspeed")
+    assert watcher.terminate() == 0
+    assert victim.read_text() == "precious\n"
+    assert not (out / "alerts.jsonl").is_symlink()
+    assert set(tree(out)) == {"alerts.jsonl", "findings.json", "findings.jsonl", "report.md", "report.html",
+                              "notes.txt"}
+    assert (out / "notes.txt").read_text() == "old"
+    assert (out / "evidence").is_dir()

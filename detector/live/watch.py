@@ -432,6 +432,7 @@ def watch(options: WatchOptions) -> int:
             raise UsageError(f"{out.path}: not writable")
         _warm_up(rules)
         out.clear()
+        out.evidence_folder()
         watcher = Watch(options, rules, capture, out)
         url = watcher.metrics.serve(options.metrics) if options.metrics is not None else None
 

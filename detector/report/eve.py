@@ -18,7 +18,7 @@ EVE_KEYS = ("src_ip", "dest_ip", "src_port", "dest_port", "proto", "community_id
 
 
 def eve_lines(findings: list[Finding], default_pcap: str | None, failures=()) -> str:
-    """The findings as EVE lines, then one line per failure (a DetectorFailure or its JSON)."""
+    """The findings as EVE lines, then one line per failure (findings.json's record of it)."""
     lines = []
     for f in findings:
         record = f.to_json()
@@ -28,7 +28,6 @@ def eve_lines(findings: list[Finding], default_pcap: str | None, failures=()) ->
         event["finding"] = record
         lines.append(json.dumps(event, separators=(",", ":")))
     for failure in failures:
-        record = failure if isinstance(failure, dict) else failure.to_json()
-        event = {"timestamp": iso_time(time.time_ns()), "event_type": "failure", "failure": record}
+        event = {"timestamp": iso_time(time.time_ns()), "event_type": "failure", "failure": failure}
         lines.append(json.dumps(event, separators=(",", ":")))
     return "".join(line + "\n" for line in lines)
