@@ -317,12 +317,18 @@ class OutputDir:
             if self._stage_evidence_fd is not None:
                 evidence = self.evidence_folder()
                 for name in sorted(os.listdir(self._stage_evidence_fd)):
-                    os.replace(name, name, src_dir_fd=self._stage_evidence_fd, dst_dir_fd=evidence)
+                    self._move_in(self._stage_evidence_fd, evidence, name, f"{EVIDENCE}/{name}")
             staged = set(os.listdir(self._stage_fd)) - {EVIDENCE}
             for name in [n for n in TOP_NAMES if n in staged] + sorted(staged - set(TOP_NAMES)):
-                os.replace(name, name, src_dir_fd=self._stage_fd, dst_dir_fd=self.fd)
+                self._move_in(self._stage_fd, self.fd, name, name)
         self._sweep(keep=self.written)
         self._drop_staging()
+
+    def _move_in(self, src_fd: int, dst_fd: int, name: str, relative: str) -> None:
+        try:
+            os.replace(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        except OSError as exc:
+            raise _named(exc, str(self.path / relative)) from None
 
     def abort(self) -> None:
         """Remove what this run staged; a folder this run created and left empty goes too."""
@@ -353,11 +359,14 @@ class OutputDir:
 
     def __exit__(self, kind, _value, _traceback) -> None:
         try:
-            if self.staged:
-                if kind is None:
+            if self.staged and kind is None:
+                try:
                     self.commit()
-                else:
+                except BaseException:
                     self.abort()
+                    raise
+            elif self.staged:
+                self.abort()
         finally:
             self.close()
 
