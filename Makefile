@@ -13,7 +13,7 @@ PEERS_STAMP := $(PEERS_VENV)/.installed
 # every module from source at every start (tens of milliseconds a run).
 BYTECODE = $(BIN)/python -m compileall -q detector
 
-.PHONY: venv demo test bench system-tools clean
+.PHONY: venv demo test bench mutation mutation-decode mutation-detectors system-tools clean
 
 venv: $(STAMP) system-tools
 
@@ -69,5 +69,30 @@ bench: venv $(PEERS_STAMP)
 	$(BIN)/python bench/run.py --memory-check
 	$(BIN)/python bench/watch.py
 
+# Mutation testing (tests/mutation/focus.py says what is mutated): each session mutates a copy of the tree, never this one,
+# so an interrupted run leaves no mutant behind; the two sessions run side by side, one per core.
+MUTATION := .mutation
+MUTATION_STAMP := $(VENV)/.mutation-installed
+
+$(MUTATION_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,mutation]'
+	touch $(MUTATION_STAMP)
+
+mutation: venv $(MUTATION_STAMP)
+	$(MAKE) -j2 mutation-decode mutation-detectors; status=$$?; \
+	  for session in decode detectors; do \
+	    $(BIN)/python tests/mutation/focus.py report $(MUTATION)/$$session.sqlite || status=1; \
+	  done; exit $$status
+
+mutation-decode mutation-detectors: mutation-%: $(MUTATION_STAMP)
+	rm -rf $(MUTATION)/$* && mkdir -p $(MUTATION)/$*
+	git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t $(MUTATION)/$*
+	ln -sfn $(abspath ..)/shared $(MUTATION)/shared
+	cd $(MUTATION)/$* && PATH=$(abspath $(BIN)):$$PATH sh -c '\
+	  cosmic-ray init tests/mutation/$*.toml ../$*.sqlite --force && \
+	  python tests/mutation/focus.py filter ../$*.sqlite tests/mutation/$*.toml && \
+	  cosmic-ray baseline tests/mutation/$*.toml && \
+	  cosmic-ray exec tests/mutation/$*.toml ../$*.sqlite'
+
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) reports bench/out
+	rm -rf $(VENV) $(PEERS_VENV) $(MUTATION) reports bench/out

@@ -17,12 +17,15 @@ harmless, which is why `prefetch` does no bounds check.
 numba caches a compiled kernel by the source file it lives in: a change here
 does not invalidate the kernels that inline `prefetch` (delete the
 __pycache__ folders after editing this file).
+
+With NUMBA_DISABLE_JIT=1 the kernels run as Python (the mutation run does
+so: a mutant then costs no compile), and `prefetch` is a no-op.
 """
 from __future__ import annotations
 
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba import types
+from numba import config, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -51,3 +54,8 @@ def prefetch(typingctx, array, index):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+if config.DISABLE_JIT:
+    def prefetch(array, index) -> None:    # noqa: F811 - a hint has no Python equivalent
+        """Nothing: interpreted kernels have no cache line to ask for."""

@@ -1,0 +1,148 @@
+"""Narrow a cosmic-ray session to the code whose mutants must all die, and list the survivors.
+
+cosmic-ray applies each of its ~200 operators everywhere: some 7,000 mutants
+for the decoder alone, most of them a second or third spelling of the same
+fault (`a + b` becomes `a - b`, `a * b`, `a / b`, ... eleven times over). A
+run of that size takes most of a day on two cores, so `make mutation` keeps
+one natural fault per site, as mutmut does (`+` to `-`, `<` to `<=`, `|` to
+`&`, a number off by one, a condition negated, `and` to `or`), and only the
+lines that decide what the tools reports:
+
+- `flags`: statements that name a layer or flag bit (`L_...`, `layers`,
+  `flags`) and the conditions of the `if`s, `while`s and conditional
+  expressions that guard them: the decoder's layer and flag logic;
+- `severity`: the same for a rule's severity (`severity`, a level name, a call that builds a finding), the
+  conditions that choose one, and every line of the functions named in
+  `definitions` (the rules' own tests of what they saw).
+
+Everything else is marked skipped. `report` prints one line per surviving
+mutant (file:line, function, operator, the mutated line) and exits 1 when
+any survives, so a make target fails on a survivor.
+
+    python focus.py filter SESSION CONFIG
+    python focus.py report SESSION
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from pathlib import Path
+
+import toml
+from cosmic_ray.work_db import WorkDB, use_db
+from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+# One fault per site: the mutation a reviewer would write by hand.
+OPERATORS = re.compile("|".join([
+    r"core/ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|FloorDiv_Mul|Mod_FloorDiv|LShift_RShift"
+    r"|RShift_LShift|BitOr_BitAnd|BitAnd_BitOr|BitXor_BitOr)$",
+    r"core/ReplaceComparisonOperator_(Eq_NotEq|NotEq_Eq|Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Is_IsNot|IsNot_Is|In_NotIn"
+    r"|NotIn_In)$",
+    r"core/ReplaceUnaryOperator_(Delete_Not|Delete_Invert|USub_UAdd)$",
+    r"core/(AddNot|ReplaceTrueWithFalse|ReplaceFalseWithTrue|ReplaceAndWithOr|ReplaceOrWithAnd|NumberReplacer"
+    r"|ZeroIterationForLoop|ReplaceBreakWithContinue|ReplaceContinueWithBreak)$",
+]))
+
+SCOPES = {
+    "flags": re.compile(r"\bL_[A-Z0-9_]+\b|\blayers\[|\b[A-Z0-9_]*FLAGS\b|\bflags\b|\bIP_(MF|DF)\b"),
+    "severity": re.compile(r"\bseverity\b|[\"'](info|low|medium|high|critical)[\"']|\b\w*finding\w*\("),
+}
+
+
+def _mentions(source: str, node: ast.AST, pattern: re.Pattern) -> bool:
+    return bool(pattern.search(ast.get_source_segment(source, node) or ""))
+
+
+def focus_lines(source: str, scope: str, definitions: frozenset[str] = frozenset()) -> set[int]:
+    """Line numbers of `source` whose mutants must die under `scope`."""
+    pattern = SCOPES[scope]
+    tree = ast.parse(source)
+    lines: set[int] = set()
+
+    def span(node: ast.AST) -> range:
+        return range(node.lineno, node.end_lineno + 1)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in definitions:
+            lines.update(span(node))
+        elif isinstance(node, (ast.If, ast.While)):
+            # a guard counts when a statement it directly governs names the scope
+            governed = [stmt for stmt in node.body + node.orelse if not isinstance(stmt, (ast.If, ast.While))]
+            if any(_mentions(source, stmt, pattern) for stmt in governed):
+                lines.update(span(node.test))
+        elif isinstance(node, ast.IfExp) and (_mentions(source, node.body, pattern)
+                                              or _mentions(source, node.orelse, pattern)):
+            lines.update(span(node.test))
+        elif isinstance(node, ast.stmt) and not isinstance(node, (ast.If, ast.While, ast.For, ast.With, ast.Try,
+                                                                  ast.FunctionDef, ast.ClassDef)):
+            if _mentions(source, node, pattern):
+                lines.update(span(node))
+    return lines
+
+
+def _filter(session: str, config_path: str) -> None:
+    config = toml.load(config_path)
+    focus = config.get("focus", {})
+    scope = focus["scope"]
+    definitions = frozenset(focus.get("definitions", ()))
+    wanted = {path: focus_lines(Path(path).read_text(), scope, definitions)
+              for path in config["cosmic-ray"]["module-path"]}
+    kept = skipped = 0
+    with use_db(session, WorkDB.Mode.open) as db:
+        out = []
+        for item in db.pending_work_items:
+            inside = all(OPERATORS.match(m.operator_name) and m.start_pos[0] in wanted.get(str(m.module_path), ())
+                         for m in item.mutations)
+            if inside:
+                kept += 1
+            else:
+                out.append(item.job_id)
+        skipped = len(out)
+        db.set_multiple_results(out, WorkResult(output=f"outside the {scope} focus",
+                                                worker_outcome=WorkerOutcome.SKIPPED))
+    print(f"{session}: {kept} mutants in the {scope} focus, {skipped} skipped")
+
+
+def _report(session: str) -> int:
+    survivors = []
+    counts = {outcome: 0 for outcome in TestOutcome}
+    with use_db(session, WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            counts[result.test_outcome] = counts.get(result.test_outcome, 0) + 1
+            if result.test_outcome == TestOutcome.SURVIVED:
+                mutation = item.mutations[0]
+                added = [line[1:].strip() for line in (result.diff or "").splitlines()
+                         if line.startswith("+") and not line.startswith("+++")]
+                survivors.append(f"{mutation.module_path}:{mutation.start_pos[0]} {mutation.definition_name} "
+                                 f"{mutation.operator_name.removeprefix('core/')}: {added[0] if added else ''}")
+        pending = len(db.pending_work_items)
+    total = sum(counts.values())
+    print(f"{session}: {total} mutants run, {counts[TestOutcome.KILLED]} killed, "
+          f"{counts[TestOutcome.INCOMPETENT]} incompetent (did not load), {len(survivors)} survived"
+          + (f", {pending} not run yet" if pending else ""))
+    for line in sorted(survivors):
+        print("  survived " + line)
+    return 1 if survivors or pending else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    filter_command = commands.add_parser("filter")
+    filter_command.add_argument("session")
+    filter_command.add_argument("config")
+    report_command = commands.add_parser("report")
+    report_command.add_argument("session")
+    args = parser.parse_args(argv)
+    if args.command == "filter":
+        _filter(args.session, args.config)
+        return 0
+    return _report(args.session)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
