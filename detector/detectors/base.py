@@ -9,6 +9,7 @@ statistics and the findings of the detectors that ran before it at hand.
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -127,12 +128,25 @@ def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MA
     return np.concatenate([both[:head], both[len(both) - (limit - head):]])
 
 
+# scapy dissectors loaded for frame summaries: every link type the decoder reads (they fill
+# conf.l2types), the tunnels it removes and the protocols the rules name. scapy.layers.all would load
+# some 80 more (TLS, X.509, Kerberos, SMB...), 0.7 s of every run that writes a finding.
+SUMMARY_LAYERS = ("l2", "inet", "inet6", "ppp", "dot11", "vxlan", "l2tp", "sctp", "rip", "dns", "dhcp", "dhcp6",
+                  "ntp", "snmp", "hsrp", "vrrp", "llmnr", "netbios", "isakmp", "eap")
+
+
+def load_dissectors():
+    """scapy's configuration, with the dissectors of SUMMARY_LAYERS registered; loaded once."""
+    from scapy.config import conf
+
+    for name in SUMMARY_LAYERS:
+        importlib.import_module(f"scapy.layers.{name}")
+    return conf
+
+
 def frame_summary(frame: bytes, linktype: int) -> str:
     """A one-line decode of hostile frame bytes (scapy's summary), for a human reading the finding."""
-    from scapy.config import conf
-    import scapy.layers.all  # noqa: F401  (fills conf.l2types: without it every frame is "unknown")
-
-    cls = conf.l2types.get(int(linktype))
+    cls = load_dissectors().l2types.get(int(linktype))
     if cls is None:
         return f"{len(frame)} bytes of link type {int(linktype)}"
     try:

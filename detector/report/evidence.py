@@ -234,8 +234,6 @@ def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None
     records, series = collect(paths, findings, first_ns, last_ns, rss_model)
     result = EvidenceResult(series)
     per_rule: dict[str, int] = {}
-    if records:
-        import scapy.all  # noqa: F401  (fills scapy's link-type table that frame_summary decodes with)
     for index, f in enumerate(findings):
         n = per_rule[f.rule] = per_rule.get(f.rule, 0) + 1
         frames = f.evidence.get("evidence_frames") or []

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from pathlib import Path
 
-from ..detectors.base import ip_text
+from ..detectors.base import ip_text, load_dissectors
 from ..output import OutputDir
 
 SCRIPT = '''#!/usr/bin/env python3
@@ -66,11 +66,11 @@ if __name__ == "__main__":
 
 def _addresses(frame: bytes, linktype: int) -> tuple[str, str]:
     """The probe's IP addresses, re-validated, or documentation addresses when scapy cannot find them."""
-    from scapy.all import IP, IPv6
-    from scapy.config import conf
+    from scapy.layers.inet import IP
+    from scapy.layers.inet6 import IPv6
 
     try:
-        packet = conf.l2types[linktype](frame)
+        packet = load_dissectors().l2types[linktype](frame)
         layer = packet[IP] if IP in packet else packet[IPv6]
         return str(ipaddress.ip_address(layer.src)), str(ipaddress.ip_address(layer.dst))
     except Exception:   # scapy raises many kinds of errors on crafted bytes; fall back to placeholders
