@@ -13,6 +13,13 @@ PEERS_STAMP := $(PEERS_VENV)/.installed
 # every module from source at every start (tens of milliseconds a run).
 BYTECODE = $(BIN)/python -m compileall -q detector
 
+# Compile the packet kernels for this machine now, not in the user's first command: analyze every
+# bundled capture (both file formats, every rule's kernels) into a scratch folder.
+WARM_UP = @echo "compiling the packet kernels for this machine (once, up to a minute)"; \
+	$(BIN)/detector analyze captures/*.pcap captures/*.pcapng -o $(VENV)/warm-up >/dev/null 2>&1 \
+	  || { echo "warm-up failed: run '$(BIN)/detector analyze captures/*.pcap* -o /tmp/x' to see why"; exit 1; }; \
+	rm -rf $(VENV)/warm-up
+
 .PHONY: venv demo test bench mutation mutation-decode mutation-detectors system-tools clean
 
 venv: $(STAMP) system-tools
@@ -22,6 +29,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BYTECODE)
+	$(WARM_UP)
 	touch $(STAMP)
 
 # Debian package $(1) providing command $(2): installed where missing when we

@@ -94,8 +94,14 @@ def _check_inputs(paths) -> None:
             raise UsageError(f"{path}: permission denied")
 
 
+def _announce_first_compile() -> None:
+    from .cpu import announce_first_compile     # numba: not for `rules`, `explain` or --help
+    announce_first_compile(sys.stderr)
+
+
 def cmd_info(args) -> int:
     from .commands import info_one
+    _announce_first_compile()
     status = EXIT_OK
     for path in args.captures:
         record, text = info_one(path)
@@ -111,6 +117,7 @@ def cmd_info(args) -> int:
 def cmd_flows(args) -> int:
     from .commands import write_flows
     _check_inputs(args.captures)
+    _announce_first_compile()
     out = Path(args.output)
     if out.suffix.lower() not in (".csv", ".parquet"):
         raise UsageError(f"{out}: output must end in .csv or .parquet")
@@ -125,6 +132,7 @@ def cmd_analyze(args) -> int:
     from .commands import analyze
     from .findings import SEVERITY_RANK
     _check_inputs(args.captures)
+    _announce_first_compile()
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")

@@ -59,3 +59,34 @@ def prefetch(typingctx, array, index):
 if config.DISABLE_JIT:
     def prefetch(array, index) -> None:    # noqa: F811 - a hint has no Python equivalent
         """Nothing: interpreted kernels have no cache line to ask for."""
+
+
+# What a first run costs on a 2-core machine (bench/README.md, "First run"): every kernel is
+# compiled once for this processor and kept in the __pycache__ folders (numba's cache).
+FIRST_COMPILE_S = 30
+
+
+def cold_kernels(*dispatchers) -> list[str]:
+    """Names of the cached kernels among `dispatchers` with nothing compiled on disk for their source as it is."""
+    cold = []
+    for kernel in dispatchers:
+        try:
+            # numba keeps no public way to ask; an index written for an older source reads as empty
+            index = kernel._cache._cache_file._load_index()
+        except Exception:   # an unreadable cache is numba's to rebuild; nothing to announce
+            continue
+        if not index:
+            cold.append(kernel.__name__)
+    return cold
+
+
+def announce_first_compile(stream) -> bool:
+    """Say once, before the wait, that the packet kernels are being compiled for this machine."""
+    from .decode.kernel import decode_batch
+
+    # the decoder, which every command runs, is most of the wait: the other kernels compile in seconds
+    if not cold_kernels(decode_batch):
+        return False
+    print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
+          f"later runs start at once)", file=stream, flush=True)
+    return True
