@@ -219,7 +219,6 @@ def markdown_text(value) -> str:
     return _MD_LINE_START.sub(lambda m: f"\\{m.group(1)}" if m.group(1) else f"{m.group(2)}\\{m.group(3)}", text)
 
 
-
 def markdown_paragraphs(value) -> str:
     """Text of several paragraphs (blank-line separated, as in a rule file) as markdown_text paragraphs."""
     paragraphs = [markdown_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
