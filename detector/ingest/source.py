@@ -8,6 +8,11 @@ An uncompressed regular file is better mapped than read (`ByteSource.map`):
 its pages come straight from the page cache, where `read` would copy every
 byte into fresh memory that the kernel must first zero — together two thirds
 of the CPU time of reading a large capture.
+
+A stream that must be read more than once (standard input under `analyze`,
+whose report pass reads the capture again) is a `StreamCapture`: the first
+reader reads the stream and writes what it reads to a temporary file, later
+readers read that file.
 """
 from __future__ import annotations
 
@@ -16,11 +21,12 @@ import io
 import lzma
 import mmap
 import os
+import tempfile
 import zlib
 
 import zstandard
 
-from ..errors import CaptureError
+from ..errors import CaptureError, DetectorError, UsageError
 
 # Magic numbers of the compressed formats (RFC 1952, xz file format 1.0.4 section 2.1.1.1,
 # RFC 8878 section 3.1.1).
@@ -70,12 +76,83 @@ def _read_some(raw, size: int) -> bytes:
     return b"".join(parts)
 
 
+class _Copying(io.RawIOBase):
+    """Reads from `raw` and writes every byte read to `copy`."""
+
+    def __init__(self, raw, copy, name: str):
+        self._raw = raw
+        self._copy = copy
+        self._name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        got = self._raw.readinto(view) or 0
+        try:
+            self._copy.write(memoryview(view)[:got])
+        except OSError as exc:
+            # a copy cut short would make the second pass disagree with the first: stop the run
+            raise DetectorError(f"{self._name}: cannot keep a copy of the capture for the report pass in "
+                                f"{tempfile.gettempdir()}: {exc.strerror or exc} (set TMPDIR to a folder "
+                                f"with room, or use --no-report)") from None
+        return got
+
+
+class StreamCapture:
+    """A capture arriving on a stream that cannot be rewound: standard input, a pipe, a FIFO.
+
+    The first reader reads the stream itself. With `keep`, every byte it
+    reads also goes to an unnamed temporary file in TMPDIR (no name in any
+    folder: it disappears when closed or when the process ends, however it
+    ends), and every later reader reads that file, memory-mapped like any
+    capture file, after the first has finished. Readers name the capture
+    `name` either way. The copy is as large as the (compressed) input that
+    was read: it is bounded by the disk, not by memory.
+    """
+
+    def __init__(self, stream, name: str = "<stdin>", keep: bool = False):
+        self.name = name
+        self._stream = stream
+        self._copy = tempfile.TemporaryFile(prefix="detector-stream-") if keep else None  # noqa: SIM115
+        self._opened = 0
+
+    def __str__(self) -> str:
+        return self.name
+
+    def open(self):
+        """(binary file object, whether it is the copy), for one reader."""
+        self._opened += 1
+        if self._opened == 1:
+            if self._copy is None:
+                return self._stream, False
+            return _Copying(self._stream, self._copy, self.name), False
+        if self._copy is None:
+            raise UsageError(f"{self.name}: a stream can be read only once")
+        self._copy.flush()
+        # a descriptor of its own for each later reader, read from the start
+        fd = os.dup(self._copy.fileno())
+        os.lseek(fd, 0, os.SEEK_SET)
+        return open(fd, "rb", buffering=0), True  # noqa: SIM115 - closed by ByteSource.close()
+
+    def close(self) -> None:
+        if self._copy is not None:
+            self._copy.close()
+
+
 class ByteSource:
     """The decompressed bytes of one capture, read into caller-owned buffers."""
 
     def __init__(self, source):
         self._owned = None
-        if isinstance(source, (str, os.PathLike)):
+        if isinstance(source, StreamCapture):
+            self.path = source.name
+            raw, is_copy = source.open()
+            self.size = None
+            if is_copy:
+                self._owned = raw
+                self.size = os.fstat(raw.fileno()).st_size
+        elif isinstance(source, (str, os.PathLike)):
             self.path = os.fsdecode(source)
             try:
                 raw = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
