@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import zstandard
 
-from detector.errors import CaptureError
-from detector.ingest import open_capture, read_captures
+from detector.errors import CaptureError, UsageError
+from detector.ingest import StreamCapture, open_capture, read_captures
 from detector.ingest import reader as reader_module
 from detector.schema import MAX_CAPLEN, RAW_COLUMNS
 
@@ -379,6 +379,32 @@ def test_streaming_through_a_pipe(fmt):
     assert frames == expect and reader.warnings == []
     assert cols["frame"].tolist() == list(range(1, 301))
     assert reader.size is None and reader.position == len(data)
+
+
+@pytest.mark.parametrize("compression", ["", "gzip"])
+def test_stream_capture_is_read_again_from_its_copy(tmp_path, monkeypatch, compression):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    data = gzip.compress(pcap_file(300)) if compression else pcap_file(300)
+    stream, thread = _pipe_reader(data, 1000)
+    capture = StreamCapture(stream, name="<stdin>", keep=True)
+    with stream:
+        first, cols, frames = read_all(capture)
+    thread.join()
+    # the second reader reads the copy (maps it, unless compressed): the same records, the same name
+    again, cols_again, frames_again = read_all(capture)
+    assert first.path == again.path == "<stdin>" and first.compression == again.compression == compression
+    assert frames_again == frames == [payload(i, 40 + i) for i in range(300)]
+    assert cols_again["ts_ns"].tolist() == cols["ts_ns"].tolist()
+    assert first.size is None and again.size == len(data) and (again._map is None) == bool(compression)
+    assert [p.name for p in tmp_path.iterdir()] == []       # the copy has no name in the folder
+    capture.close()
+
+
+def test_stream_capture_without_a_copy_reads_once():
+    capture = StreamCapture(io.BytesIO(pcap_file(2)), name="<stdin>")
+    assert read_all(capture)[0].packets == 2
+    with pytest.raises(UsageError, match="<stdin>: a stream can be read only once"):
+        open_capture(capture)
 
 
 def test_file_object_without_name(tmp_path):
