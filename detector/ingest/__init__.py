@@ -34,7 +34,8 @@ Bad input, following tshark:
   of 262144"), a pcapng block whose length is too small, not a multiple of 4,
   larger than MAX_BLOCK_BYTES or different from its trailing copy, a packet
   block naming an undescribed interface, an interface block whose options
-  overrun it, a damaged later section header, and damaged compressed data.
+  overrun it, a damaged later section header, and damaged compressed data
+  or a compressed stream that ends before its end marker.
   Damage before the first packet is no different: 0 records and a warning.
   Byte offsets count the decompressed stream.
 - A pcapng packet time that int64 nanoseconds cannot hold is saturated (see
