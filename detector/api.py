@@ -9,10 +9,15 @@ strings, times are UTC timestamps, fields a packet does not carry are <NA>
 The packet table holds every packet of the capture in memory (about 100
 bytes a packet): meant for incident captures, not for multi-gigabyte ones,
 which `detector analyze` streams.
+
+A rule whose detector fails (a bug in detector) does not cost the others'
+findings: it is left out with a RuntimeWarning naming it, and
+`Capture.failures` lists what failed where, as findings.json does.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +26,7 @@ import pandas as pd
 from . import engine
 from .decode.addr import ip_to_str
 from .errors import UsageError
-from .findings import SEVERITY_RANK, Finding
+from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_SRC_MAC, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
 
@@ -124,6 +129,7 @@ class Capture:
         self._packets: pd.DataFrame | None = None
         self._flows: pd.DataFrame | None = None
         self._findings: list[Finding] | None = None
+        self._failures: list[dict] = []
         self.plot = _Plots(self)
 
     def __repr__(self) -> str:
@@ -152,21 +158,36 @@ class Capture:
             self.analyze()
         return _findings_frame(self._findings)
 
+    @property
+    def failures(self) -> list[dict]:
+        """The rules whose detector failed in the last analysis (a bug in detector), as findings.json lists
+        them: rule, stage, error, message, batch, frames, capture, traceback. Empty when every rule ran."""
+        if self._findings is None:
+            self.analyze()
+        return self._failures
+
     def analyze(self, rules=None) -> pd.DataFrame:
-        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings."""
-        from .detectors import AnalysisContext, active_detectors, run_findings
+        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings.
+
+        A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
+        """
+        from .detectors import AnalysisContext, DetectorSet, active_detectors
         from .flows import FlowTable
         from .rules import load_rules
         from .stats import CaptureStats
 
-        detectors = active_detectors(load_rules(rules))
+        detectors = DetectorSet(active_detectors(load_rules(rules)))
         stats, table = CaptureStats(), FlowTable()
-        engine.run(self.paths, [stats, table, *detectors], label="analyze")
+        engine.run(self.paths, [stats, table, detectors], label="analyze")
         self._flows = table.to_frame()
-        findings = run_findings(detectors, AnalysisContext(flows=self._flows, stats=stats))
-        findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
-        self._findings = findings
-        return _findings_frame(findings)
+        self._findings = detectors.findings(AnalysisContext(flows=self._flows, stats=stats))
+        failures = detectors.failure_list()
+        self._failures = [failure.to_json() for failure in failures]
+        for failure in failures:
+            warnings.warn(f"{failure.summary()} -- a bug in detector: this rule did not run to the end and its "
+                          "findings may be missing (the other rules' are here); Capture.failures has the "
+                          "traceback", RuntimeWarning, stacklevel=2)
+        return _findings_frame(self._findings)
 
 
 class _Plots:

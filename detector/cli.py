@@ -1,8 +1,16 @@
 """The `detector` command line: info, flows, analyze, watch, rules, explain.
 
-Exit codes: 0 success; 2 bad input or usage (one line on stderr, no
-traceback); 3 when `analyze --fail-on SEVERITY` is given and a finding
-reaches it.
+Exit codes:
+  0  success
+  2  bad input or usage, or an output that cannot be written (one line on
+     stderr naming the file, no traceback; nothing half-written is left)
+  3  `analyze --fail-on SEVERITY` given and a finding reaches it
+  4  a rule failed: a bug in detector. Its detector raised, so its findings
+     may be missing; the other rules ran to the end, and findings.json,
+     findings.jsonl and the reports were written with the failure recorded
+     under "failures". One line on stderr per failed rule. Wins over 3: a
+     gate that passed may have missed what the failed rule would have found.
+     `watch` ends with it too when a rule failed while it ran.
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from .errors import DetectorError, UsageError
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_FINDINGS = 3
+EXIT_RULE_FAILED = 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
 
     analyze = sub.add_parser("analyze", help="run the detectors and write findings")
     analyze.add_argument("captures", nargs="+", metavar="CAPTURE")
-    analyze.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    analyze.add_argument("-o", "--output", required=True, metavar="DIR",
+                         help="output folder; it then holds this run's outputs only (an earlier run's "
+                              "findings, reports and evidence are replaced, nothing else is touched)")
     analyze.add_argument("--no-report", action="store_true",
                          help="write findings.json and findings.jsonl only: no evidence pcaps, "
                               "no report.md/report.html (skips the second pass over the captures)")
@@ -161,8 +172,7 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(captures, Path(args.output), rules_dir=args.rules,
-                                     report=not args.no_report)
+    findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:
@@ -171,6 +181,10 @@ def cmd_analyze(args) -> int:
             print(f"{f.severity:<9} {f.rule:<18} {f.n:>9}  {f.msg}")
     noun = "finding" if len(findings) == 1 else "findings"
     print(f"{len(findings)} {noun} written to {out}", file=sys.stderr)
+    for failure in result.failures:
+        print(f"detector: error: {failure.bug_line(out)}", file=sys.stderr)
+    if result.failures:
+        return EXIT_RULE_FAILED
     if args.fail_on is not None and any(f.rank >= SEVERITY_RANK[args.fail_on] for f in findings):
         return EXIT_FINDINGS
     return EXIT_OK
@@ -178,7 +192,7 @@ def cmd_analyze(args) -> int:
 
 def cmd_watch(args) -> int:
     from .live import WatchOptions, watch
-    return watch(WatchOptions(iface=args.iface, out_dir=Path(args.output), bpf=args.bpf, rules_dir=args.rules,
+    return watch(WatchOptions(iface=args.iface, out_dir=args.output, bpf=args.bpf, rules_dir=args.rules,
                               metrics=args.metrics, ring_seconds=args.ring_seconds,
                               min_severity=args.alert_severity))
 

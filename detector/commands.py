@@ -3,46 +3,31 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from . import engine
 from .errors import CaptureError, UsageError
-from .findings import SEVERITY_RANK
 from .flows import FlowTable
 from .flows.export import write_csv, write_parquet
+from .output import OutputDir
 from .stats import CaptureStats
 
 FINDINGS_VERSION = 1
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def findings_document(captures: list[dict], stats: dict, findings) -> dict:
-    """The findings.json document: what was read, its statistics, and the findings."""
+def findings_document(captures: list[dict], stats: dict, findings, failures=()) -> dict:
+    """The findings.json document: what was read, its statistics, the findings, and the rules that failed."""
     return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
-            "findings": [f.to_json() for f in findings]}
+            "findings": [f.to_json() for f in findings], "failures": [f.to_json() for f in failures]}
 
 
-def write_findings(out_dir: Path, document: dict, findings, default_pcap: str | None) -> Path:
-    """Write DIR/findings.json and DIR/findings.jsonl (EVE lines), each atomically; returns findings.json."""
+def write_findings(out: OutputDir, document: dict, findings, default_pcap: str | None) -> Path:
+    """Write findings.json and findings.jsonl (EVE lines) into `out`; returns findings.json's path."""
     from .report import eve_lines
 
-    path = out_dir / "findings.json"
-    atomic_write(path, json.dumps(document, indent=2) + "\n")
-    atomic_write(out_dir / "findings.jsonl", eve_lines(findings, default_pcap))
-    return path
+    out.write("findings.json", json.dumps(document, indent=2) + "\n")
+    out.write("findings.jsonl", eve_lines(findings, default_pcap, document.get("failures", ())))
+    return out.path / "findings.json"
 
 
 def info_one(source) -> tuple[dict, str]:
@@ -101,9 +86,9 @@ def info_one(source) -> tuple[dict, str]:
 
 
 def write_flows(paths, out: Path):
+    """The flow table of `paths` (one capture) to `out`, .csv or .parquet, replaced whole or not at all."""
     table = FlowTable()
     result = engine.run(paths, [table], label="flows")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".parquet":
         write_parquet(table.to_frame(), out)
     else:
@@ -111,35 +96,42 @@ def write_flows(paths, out: Path):
     return result, table.flow_count
 
 
-def analyze(paths, out_dir: Path, rules_dir=None, report: bool = True):
+def analyze(paths, out_dir, rules_dir=None, report: bool = True):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
     DIR/evidence/ (one pcap per finding), report.md and report.html.
 
     `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
-    file is refused before any capture is read. With `report=False` only the
+    file is refused before any capture is read, and so is an output folder
+    that cannot be used (output.OutputDir). With `report=False` only the
     findings files are written: no second pass for evidence and figures.
+    The outputs replace those of an earlier run in the folder only once all
+    of them are written. A detector that fails is recorded, not raised
+    (detectors.DetectorSet) in the run result's `failures`. Returns
+    (findings, run result, findings.json path).
     """
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
-    from .detectors import AnalysisContext, active_detectors, run_findings
+    from .detectors import AnalysisContext, DetectorSet, active_detectors
     from .rules import load_rules
 
     rules = load_rules(rules_dir)
-    detectors = active_detectors(rules)
-    stats = CaptureStats()
-    table = FlowTable()
-    result = engine.run(paths, [stats, table, *detectors], label="analyze")
-    ctx = AnalysisContext(flows=table, stats=stats)      # the flow frame is built if a finding needs it
-    findings = run_findings(detectors, ctx)
-    findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
-    # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
-    from .report import write_evidence, write_reports
+    with OutputDir(out_dir, rule_ids=rules) as out:
+        detectors = DetectorSet(active_detectors(rules))
+        stats = CaptureStats()
+        table = FlowTable()
+        result = engine.run(paths, [stats, table, detectors], label="analyze")
+        ctx = AnalysisContext(flows=table, stats=stats)      # the flow frame is built if a finding needs it
+        findings = detectors.findings(ctx)
+        result.failures = detectors.failure_list()
+        # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
+        from .report import write_evidence, write_reports
 
-    evidence = None
-    if report:
-        rss = next((d.model for d in detectors if d.rule_id == "rss-saturation"), None)
-        evidence = write_evidence(paths, findings, out_dir, stats.first_ns, stats.last_ns, rss_model=rss)
-    document = findings_document(result.captures, {**stats.to_json(), "flows": table.flow_count}, findings)
-    path = write_findings(out_dir, document, findings, str(paths[0]) if paths else None)
-    if report:
-        write_reports(out_dir, document, findings, rules, evidence, ctx.flows)
+        evidence = None
+        if report:
+            rss = next((d.model for d in detectors.running() if d.rule_id == "rss-saturation"), None)
+            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, rss_model=rss)
+        document = findings_document(result.captures, {**stats.to_json(), "flows": table.flow_count}, findings,
+                                     result.failures)
+        path = write_findings(out, document, findings, str(paths[0]) if paths else None)
+        if report:
+            write_reports(out, document, findings, rules, evidence, ctx.flows)
     return findings, result, path

@@ -6,6 +6,12 @@ with the reason. CI has all of them, so `.ci/run` sets
 DETECTOR_STRICT_ORACLES=1, under which every skip is a failure: an oracle
 that drops out there is a broken install, not a lighter test run.
 
+A detector that raises is recorded by `detector analyze` and the others go
+on (detectors.DetectorSet); here DETECTOR_RAISE_FAILURES=1 makes it raise
+instead, in this process and every command a test starts, so no test can
+pass over a recorded failure. tests/test_detector_failures.py tests the
+isolation itself with the switch off.
+
 Helpers to import live in tests/_real.py (`from tests._real import ...`); the
 repository root goes on sys.path here so that import works under a bare
 `pytest` as well as `python -m pytest`.
@@ -27,6 +33,8 @@ if _ROOT not in sys.path:
 from tests._real import require_real  # noqa: E402  (needs the path above)
 
 STRICT_ENV = "DETECTOR_STRICT_ORACLES"
+# detectors.RAISE_ENV, set before any test runs (the detectors' import would load numba here)
+os.environ["DETECTOR_RAISE_FAILURES"] = "1"
 
 
 def strict() -> bool:

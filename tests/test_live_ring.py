@@ -11,6 +11,7 @@ import pytest
 from detector.decode import decode
 from detector.ingest import open_capture
 from detector.live.evidence import EvidenceRecorder
+from detector.output import OutputDir
 from detector.live.period import TrafficSeries
 from detector.live.ring import PacketRing
 from detector.live.segments import Segment, write_capture
@@ -107,10 +108,10 @@ def test_evidence_joins_alerts_and_includes_what_follows(tmp_path):
     ring = PacketRing(seconds=30.0)
     for segment in parts[:5]:
         ring.add(segment)
-    recorder = EvidenceRecorder(tmp_path, ring, after_s=10.0)
+    recorder = EvidenceRecorder(OutputDir(tmp_path, ["echo-loop", "rip-trigger"], staged=False), ring, after_s=10.0)
     first, second = tmp_path / "evidence" / "echo-loop-1-x.pcap", tmp_path / "evidence" / "rip-trigger-1-x.pcap"
-    recorder.start("echo-loop-1", first, now=100.0)
-    recorder.start("rip-trigger-1", second, now=100.5)
+    recorder.start("echo-loop-1", "evidence/echo-loop-1-x.pcap", now=100.0)
+    recorder.start("rip-trigger-1", "evidence/rip-trigger-1-x.pcap", now=100.5)
     for segment in parts[5:8]:
         ring.add(segment)
         recorder.feed(segment, now=101.0)
@@ -130,8 +131,8 @@ def test_evidence_is_written_at_close_without_waiting(tmp_path):
     parts = [Segment.of(b) for b in batches(LOOP)]
     ring = PacketRing(seconds=30.0)
     ring.add(parts[0])
-    recorder = EvidenceRecorder(tmp_path, ring, after_s=3600.0)
-    recorder.start("echo-loop-1", tmp_path / "evidence" / "a.pcap")
+    recorder = EvidenceRecorder(OutputDir(tmp_path, ["echo-loop"], staged=False), ring, after_s=3600.0)
+    recorder.start("echo-loop-1", "evidence/a.pcap")
     started = time.monotonic()
     recorder.close()
     assert time.monotonic() - started < 30

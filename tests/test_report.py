@@ -52,6 +52,99 @@ def test_hostile_text_is_escaped_in_markdown(hostile):
     assert "&lt;script&gt;alert(1)" in text
 
 
+# Packet text in the markdown capture below: each string is markdown that a viewer would turn into an
+# image, a link, an HTML element, a heading, emphasis or a table cell if report.md let it through.
+MARKDOWN_NAMES = ("![x](http://evil.example/x.png)",
+                  "[click](http://evil.example/c) <img src=http://evil.example/i.png> www.evil.com",
+                  "# h *em* _u_ `c` ~~s~~ $m$ | p <http://evil.com/a> a@evil.com")
+# A capture file name with line breaks and markdown: it reaches report.md as the capture's name.
+HOSTILE_FILE = "y.png)\n# heading | cell <img src=x> *em*\n- item.pcap"
+# What markdown itself makes of report.md: anything else (img, a, code, em, del, script, ...) came from text.
+REPORT_TAGS = {"h1", "h2", "h3", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "strong"}
+
+
+def _markdown_loops(path: Path) -> None:
+    """One echo loop per hostile DNS name (1,500 copies at 5,000/s each), so each becomes a finding whose
+    decoded frame lands in the report."""
+    from scapy.all import DNS, DNSQR, IP, UDP, Ether, wrpcap
+
+    packets = []
+    for k, name in enumerate(MARKDOWN_NAMES):
+        query = (Ether(src="02:00:5e:66:00:02", dst="02:00:5e:66:00:01")
+                 / IP(src="198.18.66.6", dst="192.0.2.66", ttl=64, id=700 + k)
+                 / UDP(sport=5300 + k, dport=53) / DNS(id=k, rd=1, qd=DNSQR(qname=name)))
+        for i in range(1500):
+            copy = query.copy()
+            copy.time = 1_767_225_600 + k + i / 5000
+            packets.append(copy)
+    wrpcap(str(path), packets)
+
+
+class _Elements(__import__("html.parser").parser.HTMLParser):
+    """The tags and the text of rendered HTML, and each table row's cell count."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+        self.text: list[str] = []
+        self.rows: list[int] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        if tag == "tr":
+            self.rows.append(0)
+        elif tag in ("td", "th"):
+            self.rows[-1] += 1
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
+    """report.md rendered by a CommonMark/GFM renderer (tables, strikethrough, linkify): no image, link or
+    HTML element from packet text or a file name, every table row whole, and each hostile string shown as
+    itself."""
+    from markdown_it import MarkdownIt
+
+    folder = tmp_path / "![y](http:" / "evil.example"
+    folder.mkdir(parents=True)
+    (folder / HOSTILE_FILE).write_bytes((CAPTURES / "hostile-markup.pcapng").read_bytes())
+    loops = tmp_path / "loops.pcap"
+    _markdown_loops(loops)
+    named = f"{tmp_path}/![y](http://evil.example/{HOSTILE_FILE}"      # as a user would type it
+    findings, _result, _path = analyze([named, str(loops)], tmp_path / "out")
+    assert [f.rule for f in findings].count("echo-loop") == 1 + len(MARKDOWN_NAMES)
+    text = (tmp_path / "out" / "report.md").read_text()
+
+    renderer = MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
+    page = _Elements()
+    page.feed(renderer.render(text))
+    assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
+    header, *rows = page.rows
+    assert header == 2 and set(rows[:9]) == {2}                      # the capture summary: two cells a row
+    assert set(rows[9:]) == {6}                                      # the findings table: six
+    shown = " ".join("".join(page.text).split())
+    for name in MARKDOWN_NAMES:
+        assert name in shown
+    assert named.replace("\n", " ") in shown
+    assert "<script>alert(1)</script>" in shown
+
+
+def test_markdown_escaping_is_what_keeps_the_viewer_from_acting(tmp_path, monkeypatch):
+    """Without the escaping the same report renders images, links and HTML: the test above can fail."""
+    from markdown_it import MarkdownIt
+    from detector.report import render
+
+    loops = tmp_path / "loops.pcap"
+    _markdown_loops(loops)
+    monkeypatch.setattr(render, "markdown_text", lambda value: str(value))
+    analyze([str(loops)], tmp_path / "out")
+    page = _Elements()
+    page.feed(MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
+              .render((tmp_path / "out" / "report.md").read_text()))
+    assert {"img", "a", "code", "em"} <= page.tags
+
+
 def test_figures_are_inline_pngs(hostile):
     out, _findings = hostile
     page = (out / "report.html").read_text()
@@ -76,8 +169,9 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     rules = load_rules()
     for f in findings:
         assert " ".join(rules[f.rule].why.split())[:80] in " ".join(text.split()).replace("&#x27;", "'")
-    assert "evidence/echo-loop-1.pcap: 64 packets" in text
-    assert "evidence/rip-trigger-1-reproduce.py" in text
+    # a file name's dot before letters is escaped in markdown (no viewer makes a link of it)
+    assert "evidence/echo-loop-1\\.pcap: 64 packets" in text
+    assert "evidence/rip-trigger-1-reproduce\\.py" in text
     assert "- copies: 6,000" in text
 
 

@@ -11,6 +11,9 @@ Every row is formatted by one compiled pass into a byte buffer, a block of
 rows at a time: formatting 40,000 flows this way takes milliseconds, where
 Python's %-formatting of each field took a quarter of a second, as long as
 reading a million packets.
+
+Both writers write beside the file and rename (output.atomic_file): a full
+disk or an interruption leaves the previous file, never part of a new one.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
+from ..output import atomic_file
 from ..text import TextCodes, utf8_fields
 
 TIME_COLUMNS = ("first_seen", "last_seen")
@@ -267,7 +271,7 @@ def write_csv(view: dict, path: Path) -> None:
         out = np.empty(width * (last - first) + width_text, dtype=np.uint8)
         return out[:format_rows(kinds_a, slots_a, ints_m, floats_m, blob, text_start, text_len, first, last, out)]
 
-    with open(path, "wb") as handle, ThreadPoolExecutor(FORMAT_THREADS) as pool:
+    with atomic_file(path) as handle, ThreadPoolExecutor(FORMAT_THREADS) as pool:
         handle.write((",".join(names) + "\n").encode("utf-8"))
         pending: deque = deque()
         for first in range(0, n, ROWS_PER_BLOCK):
@@ -283,4 +287,5 @@ def write_parquet(frame, path: Path) -> None:
         import pyarrow  # noqa: F401  (pandas needs it for Parquet)
     except ImportError:
         raise UsageError("parquet output needs pyarrow: pip install 'detector[parquet]'") from None
-    frame.to_parquet(path, index=False)
+    with atomic_file(path) as handle:
+        frame.to_parquet(handle, index=False)

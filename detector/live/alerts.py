@@ -18,7 +18,9 @@ emitting one event per move, in the finding's own JSON plus:
   the finding left the window) for the rule's `resolve_s`.
 Every event carries `alert_id` (one per entity, e.g. "echo-loop-1"), the
 wall-clock `timestamp` of the event, and the `evidence_pcap` of the entity's
-latest alert. Only findings at or above the alert severity open an entity;
+latest alert. A rule whose detector failed (a bug: it stops, the watch goes
+on) is one event of its own, `error`, with the failure's record under
+"failure". Only findings at or above the alert severity open an entity;
 an open one follows its finding whatever the severity does next.
 
 The timing uses the monotonic clock of this process, not packet times, so
@@ -29,7 +31,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
+import time
 from dataclasses import dataclass
 
 from ..findings import SEVERITY_RANK, Finding
@@ -179,18 +183,37 @@ class AlertBook:
         return out
 
 
+def _no_follow(path, flags: int) -> int:
+    """open()'s opener that refuses a symbolic link where the log should be (ELOOP) instead of following it."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+
+
 class AlertLog:
     """Events as JSON lines to stdout and appended to alerts.jsonl, each flushed at once."""
 
     def __init__(self, path, stdout=None):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")   # noqa: SIM115 - closed by close()
+        self._file = open(path, "a", encoding="utf-8", opener=_no_follow)   # noqa: SIM115 - closed by close()
         self._stdout = sys.stdout if stdout is None else stdout
         self.counts: dict[tuple[str, str], int] = {}
 
     def write(self, event: Event) -> dict:
         record = event.to_json()
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+        self._emit(json.dumps(record, separators=(",", ":")) + "\n")
+        key = (record["rule"], event.kind)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return record
+
+    def write_failure(self, failure) -> dict:
+        """An `error` event for a rule whose detector failed (a detectors.DetectorFailure)."""
+        record = {"event_type": "error", "timestamp": utc_text(time.time_ns()), "rule": failure.rule,
+                  "msg": failure.summary(), "failure": failure.to_json()}
+        self._emit(json.dumps(record, separators=(",", ":")) + "\n")
+        key = (failure.rule, "error")
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return record
+
+    def _emit(self, line: str) -> None:
         self._file.write(line)
         self._file.flush()
         if self._stdout is not None:
@@ -199,9 +222,6 @@ class AlertLog:
                 self._stdout.flush()
             except (BrokenPipeError, ValueError):     # nobody reads stdout any more: the file still has it
                 self._stdout = None
-        key = (record["rule"], event.kind)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        return record
 
     def close(self) -> None:
         self._file.close()

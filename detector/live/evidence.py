@@ -4,7 +4,8 @@ When an alert fires, the ring's segments are taken (a list of immutable
 segments: no copy) and the segments of the next `after_s` seconds are added
 as they arrive; then a writer thread writes the file, so the capture loop
 never waits on the disk. The file is named after the alert
-(`evidence/<rule>-<n>-<UTC time to the millisecond>.pcap`) and appears complete or not at all.
+(`evidence/<rule>-<n>-<UTC time to the millisecond>.pcap`) and appears complete or not at all, written
+through the watch's output folder (output.OutputDir: aside, then renamed; no link followed).
 
 Alerts that fire while another alert's evidence is still being collected
 (an echo loop and its rip-trigger probe, or a storm of them) join that
@@ -16,19 +17,17 @@ alert is capped at the ring's byte cap too.
 """
 from __future__ import annotations
 
-import os
 import queue
-import shutil
 import sys
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..output import OutputDir
 from .alerts import MAX_ENTITIES
 from .ring import PacketRing
-from .segments import Segment, write_capture
+from .segments import Segment, write_records
 
 # Seconds of traffic after an alert that go into its evidence: long enough to
 # show the incident going on (a loop's copies, the scanner's next probes),
@@ -40,7 +39,7 @@ WRITTEN_KEPT = MAX_ENTITIES
 
 @dataclass
 class _Collection:
-    paths: list[Path]
+    names: list[str]           # output names, relative to the output folder
     segments: list[Segment]
     since_ns: int
     deadline: float            # time.monotonic() at which collecting ends
@@ -49,8 +48,8 @@ class _Collection:
 
 
 class EvidenceRecorder:
-    def __init__(self, out_dir: Path, ring: PacketRing, after_s: float = DEFAULT_AFTER_S):
-        self.out_dir = out_dir
+    def __init__(self, out: OutputDir, ring: PacketRing, after_s: float = DEFAULT_AFTER_S):
+        self.out = out
         self.ring = ring
         self.after_s = after_s
         self._pending: _Collection | None = None
@@ -60,16 +59,13 @@ class EvidenceRecorder:
         self._writer = threading.Thread(target=self._write_loop, name="detector-evidence", daemon=True)
         self._writer.start()
 
-    def relative(self, path: Path) -> str:
-        return str(path.relative_to(self.out_dir))
-
-    def start(self, alert_id: str, path: Path, now: float | None = None) -> None:
-        """Begin (or join) the evidence capture for an alert that fired now."""
+    def start(self, alert_id: str, name: str, now: float | None = None) -> None:
+        """Begin (or join) the evidence capture for an alert that fired now, to be written as output `name`."""
         now = time.monotonic() if now is None else now
         if self._pending is None:
-            self._pending = _Collection(paths=[], segments=self.ring.snapshot(), since_ns=self.ring.cutoff_ns,
+            self._pending = _Collection(names=[], segments=self.ring.snapshot(), since_ns=self.ring.cutoff_ns,
                                         deadline=now + self.after_s)
-        self._pending.paths.append(path)
+        self._pending.names.append(name)
         self._pending.alert_ids.append(alert_id)
 
     def feed(self, segment: Segment, now: float | None = None) -> None:
@@ -101,15 +97,13 @@ class EvidenceRecorder:
             if job is None:
                 return
             try:
-                first = job.paths[0]
-                packets = write_capture(first, job.segments, job.since_ns)
-                for other in job.paths[1:]:
-                    try:
-                        os.link(first, other)
-                    except OSError:
-                        shutil.copyfile(first, other)
+                first = job.names[0]
+                with self.out.open(first) as handle:
+                    packets = write_records(handle, job.segments, job.since_ns)
+                for other in job.names[1:]:
+                    self.out.link(first, other)
             except OSError as exc:
-                print(f"detector: warning: evidence {job.paths[0].name} not written: {exc.strerror or exc}",
+                print(f"detector: warning: evidence {exc.filename or first} not written: {exc.strerror or exc}",
                       file=sys.stderr, flush=True)
                 continue
             with self._lock:

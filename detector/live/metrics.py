@@ -14,6 +14,8 @@
     detector_rss_queue_packets_total          the same as a counter, for PromQL's rate() over any range
     detector_open_findings                    entities with an open alert, per rule
     detector_alert_events_total               alert, update and resolved events, per rule
+    detector_rule_failures_total              rules whose detector failed (a bug; the rule stops), per rule
+                                              and stage (update, merge, findings)
     detector_evaluation_seconds               how long the last findings evaluation of the window took
     detector_ring_bytes                       memory held by the packet ring
 
@@ -59,6 +61,8 @@ class Metrics:
                                    registry=registry)
         self.events = Counter("detector_alert_events", "Alert events written", ["rule", "event_type"],
                               registry=registry)
+        self.rule_failures = Counter("detector_rule_failures", "Rules whose detector failed (a bug in detector; "
+                                     "the rule stopped)", ["rule", "stage"], registry=registry)
         self.evaluation = Gauge("detector_evaluation_seconds", "Time the last findings evaluation of the window took",
                                 registry=registry)
         self.ring_bytes = Gauge("detector_ring_bytes", "Memory held by the packet ring", registry=registry)

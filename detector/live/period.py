@@ -16,12 +16,11 @@ SERIES_BINS_MAX bins for a minute or a month.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..commands import findings_document, write_findings
 from ..findings import SEVERITY_RANK
+from ..output import OutputDir
 from ..report import write_reports
 from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
 
@@ -63,12 +62,13 @@ class TrafficSeries:
         return Series(self.start_ns, self.bin_ns, self.packets.copy())
 
 
-def write_period(out_dir: Path, capture: dict, stats: dict, findings: list, rules, series: TrafficSeries,
-                 evidence_files: list[Path], flows_frame) -> Path:
-    """findings.json, findings.jsonl, report.md and report.html of the watched period; returns findings.json."""
+def write_period(out: OutputDir, capture: dict, stats: dict, findings: list, rules, series: TrafficSeries,
+                 evidence_files: list[str], flows_frame, failures=()):
+    """findings.json, findings.jsonl, report.md and report.html of the watched period, with the rules that
+    failed while it ran; returns findings.json's path."""
     findings = sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
-    document = findings_document([capture], stats, findings)
-    path = write_findings(out_dir, document, findings, None)
-    write_reports(out_dir, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),
+    document = findings_document([capture], stats, findings, failures)
+    path = write_findings(out, document, findings, None)
+    write_reports(out, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),
                   flows_frame)
     return path

@@ -8,13 +8,13 @@ one) and makes the memory a ring holds exact.
 `write_capture` writes segments as classic pcap with nanosecond timestamps,
 or as pcapng with one interface per link type when they span several, in a
 compiled pass per segment that runs without the GIL (a 30 s ring of a busy
-link is millions of records; the capture loop keeps running meanwhile). The
-file appears under its name only when complete (written aside, then
-renamed), so a reader never sees half of it.
+link is millions of records; the capture loop keeps running meanwhile).
+`write_records` writes to an open handle; `write_capture` makes the file
+appear under its name only when complete (written aside, then renamed:
+output.atomic_file), so a reader never sees half of it.
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from ..output import atomic_file
 from ..report.evidence import (PCAP_MAGIC_NS, PCAP_VERSION, PCAPNG_BOM, PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB,
                                PCAPNG_TSRESOL_NS)
 from ..schema import MAX_CAPLEN, PacketBatch
@@ -108,7 +109,14 @@ def _block(kind: int, body: bytes) -> bytes:
 
 
 def write_capture(path: Path, segments: list[Segment], since_ns: int | None = None) -> int:
-    """Write the records of `segments` (those from `since_ns` on) to `path`; returns how many were written."""
+    """Write the records of `segments` (those from `since_ns` on) as the file `path`; returns how many."""
+    with atomic_file(path) as handle:
+        return write_records(handle, segments, since_ns)
+
+
+def write_records(handle, segments: list[Segment], since_ns: int | None = None) -> int:
+    """Write the records of `segments` (those from `since_ns` on) as a capture to the binary `handle`;
+    returns how many were written."""
     keeps = [seg.ts_ns >= since_ns if since_ns is not None else np.ones(len(seg), dtype=bool) for seg in segments]
     linktypes = sorted({int(lt) for seg, keep in zip(segments, keeps) for lt in np.unique(seg.linktype[keep])})
     pcapng = len(linktypes) > 1
@@ -122,19 +130,15 @@ def write_capture(path: Path, segments: list[Segment], since_ns: int | None = No
     index = np.zeros(65536, dtype=np.int64)
     index[linktypes] = np.arange(len(linktypes))
     written = 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aside = path.with_name(f".{path.name}.part")
-    with open(aside, "wb") as handle:
-        handle.write(head)
-        for seg, keep in zip(segments, keeps):
-            if not keep.any():
-                continue
-            caplen = seg.caplen[keep].astype(np.int64)
-            per_record = PCAPNG_EPB_OVERHEAD + ((caplen + 3) & ~3) if pcapng else PCAP_RECORD_HEADER + caplen
-            out = np.empty(int(per_record.sum()), dtype=np.uint8)
-            size = _pack_records(seg.data, seg.offset, seg.caplen, seg.wirelen, seg.ts_ns,
-                                 index[seg.linktype], keep, pcapng, out)
-            handle.write(out[:size].data)
-            written += int(keep.sum())
-    os.replace(aside, path)
+    handle.write(head)
+    for seg, keep in zip(segments, keeps):
+        if not keep.any():
+            continue
+        caplen = seg.caplen[keep].astype(np.int64)
+        per_record = PCAPNG_EPB_OVERHEAD + ((caplen + 3) & ~3) if pcapng else PCAP_RECORD_HEADER + caplen
+        out = np.empty(int(per_record.sum()), dtype=np.uint8)
+        size = _pack_records(seg.data, seg.offset, seg.caplen, seg.wirelen, seg.ts_ns,
+                             index[seg.linktype], keep, pcapng, out)
+        handle.write(out[:size].data)
+        written += int(keep.sum())
     return written

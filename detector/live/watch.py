@@ -52,6 +52,7 @@ from ..decode import decode
 from ..errors import CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
 from ..ingest import open_capture
+from ..output import EVIDENCE, OutputDir
 from ..report.evidence import PCAP_MAGIC_NS, PCAP_VERSION
 from ..stats import CaptureStats
 from .alerts import AlertBook, AlertLog, entity_key
@@ -90,7 +91,7 @@ KEPT_MESSAGES = 20
 @dataclass
 class WatchOptions:
     iface: str
-    out_dir: Path
+    out_dir: str | Path
     bpf: str | None = None
     rules_dir: str | None = None
     metrics: str | None = None
@@ -138,17 +139,17 @@ def _warm_up(rules) -> None:
 
 
 class Watch:
-    def __init__(self, options: WatchOptions, rules, capture):
+    def __init__(self, options: WatchOptions, rules, capture, out: OutputDir):
         self.options = options
         self.rules = rules
         self.capture = capture
-        out = options.out_dir
+        self.out = out
         now = time.monotonic()
         self.window = SlidingWindow(rules, now)
         self.ring = PacketRing(options.ring_seconds)
         self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
         self.book = AlertBook(rules, options.min_severity)
-        self.log = AlertLog(out / "alerts.jsonl")
+        self.log = AlertLog(out.path / "alerts.jsonl")
         from ..detectors import REGISTRY
         rss_rule = rules.get("rss-saturation")
         self.rss_model = REGISTRY["rss-saturation"](rss_rule).model if rss_rule is not None else None
@@ -245,13 +246,22 @@ class Watch:
             if event.kind == "alert":
                 seconds, ns = divmod(event.wall_ns, 1_000_000_000)
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{ns // 1_000_000:03d}Z"
-                path = self.options.out_dir / "evidence" / f"{tracked.alert_id}-{stamp}.pcap"
-                tracked.evidence_pcap = self.recorder.relative(path)
-                self.recorder.start(tracked.alert_id, path, now)
+                name = f"{EVIDENCE}/{tracked.alert_id}-{stamp}.pcap"
+                tracked.evidence_pcap = name
+                self.recorder.start(tracked.alert_id, name, now)
             self.log.write(event)
             self.metrics.events.labels(rule=tracked.finding.rule, event_type=event.kind).inc()
         for rule, count in self.book.open_counts().items():
             self.metrics.open_findings.labels(rule=rule).set(count)
+        self._report_failures()
+
+    def _report_failures(self) -> None:
+        """Once per rule that failed: a line on stderr, an error event, the metric. The watch goes on."""
+        while self.window.new_failures:
+            failure = self.window.new_failures.pop(0)
+            _say(f"error: {failure.bug_line(self.out.path / 'alerts.jsonl')}; the watch goes on without it")
+            self.log.write_failure(failure)
+            self.metrics.rule_failures.labels(rule=failure.rule, stage=failure.stage).inc()
 
     def _refresh_metrics(self, elapsed: float) -> None:
         up = is_up(self.options.iface)
@@ -368,7 +378,7 @@ class Watch:
             if packets is not None and entity.evidence_pcap:
                 entity.finding.evidence["evidence_packets"] = packets
                 entity.finding.evidence["pcap_filename"] = entity.evidence_pcap
-                files.append(self.options.out_dir / entity.evidence_pcap)
+                files.append(entity.evidence_pcap)
         capture = {
             "file": f"{self.options.iface} (live)", "interface": self.options.iface,
             "capture": self.capture.method, "bpf": self.options.bpf,
@@ -380,12 +390,18 @@ class Watch:
         stats = {**self.stats.to_json(), "flows": flows.flow_count if flows is not None else 0,
                  "flows_window_s": self.window.span_s}
         frame = flows.to_frame() if flows is not None else _empty_flows()
-        path = write_period(self.options.out_dir, capture, stats, findings, self.rules, self.series, files, frame)
+        failures = list(self.window.failures.values())
+        path = write_period(self.out, capture, stats, findings, self.rules, self.series, files, frame, failures)
         self.metrics.close()
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
         _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
              f"{alerts} alert(s){f' (worst: {worst})' if worst else ''}; findings written to {path}")
+        if failures:
+            from ..cli import EXIT_RULE_FAILED
+            _say(f"error: {len(failures)} rule(s) failed while watching ({', '.join(f.rule for f in failures)}): "
+                 f"a bug in detector; their tracebacks are in {path}")
+            return EXIT_RULE_FAILED
         return 0
 
 
@@ -410,22 +426,27 @@ def watch(options: WatchOptions) -> int:
     if options.metrics is not None:
         from .metrics import parse_address
         parse_address(options.metrics)
-    (options.out_dir / "evidence").mkdir(parents=True, exist_ok=True)
-    if not os.access(options.out_dir, os.W_OK):
-        raise UsageError(f"{options.out_dir}: not writable")
-    _warm_up(rules)
-    watcher = Watch(options, rules, capture)
-    url = watcher.metrics.serve(options.metrics) if options.metrics is not None else None
-
-    def announce() -> None:
-        how = "dumpcap" if capture.method == "dumpcap" else "an AF_PACKET socket (dumpcap not found)"
-        where = f"; metrics at {url}" if url else ""
-        _say(f"watching {options.iface} through {how}; alerts to {options.out_dir / 'alerts.jsonl'}{where}")
-        if capture.live_drops is False:
-            _say(f"warning: capture drops are known only when the capture stops ({capture.live_drops_reason})")
-
+    out = OutputDir(options.out_dir, rule_ids=rules, staged=False)
     try:
-        return watcher.run(announce)
-    except BaseException:
-        watcher.metrics.close()
-        raise
+        if not os.access(out.path, os.W_OK):
+            raise UsageError(f"{out.path}: not writable")
+        _warm_up(rules)
+        out.clear()
+        out.evidence_folder()
+        watcher = Watch(options, rules, capture, out)
+        url = watcher.metrics.serve(options.metrics) if options.metrics is not None else None
+
+        def announce() -> None:
+            how = "dumpcap" if capture.method == "dumpcap" else "an AF_PACKET socket (dumpcap not found)"
+            where = f"; metrics at {url}" if url else ""
+            _say(f"watching {options.iface} through {how}; alerts to {out.path / 'alerts.jsonl'}{where}")
+            if capture.live_drops is False:
+                _say(f"warning: capture drops are known only when the capture stops ({capture.live_drops_reason})")
+
+        try:
+            return watcher.run(announce)
+        except BaseException:
+            watcher.metrics.close()
+            raise
+    finally:
+        out.close()

@@ -16,14 +16,18 @@ The flow table of the window is merged only if a detector asks for
 `ctx.flows`. A finding stays in the window until the slices holding its
 packets are dropped; whether it is still *going on* is the alert book's
 question (its last_seen), not the window's.
+
+A detector that raises (in any slice's update, a merge, or findings) stops
+for the rest of the watch: every slice, the current and the later ones,
+leaves its rule out (detectors.DetectorSet), and the failure waits in
+`new_failures` for the watch to report once.
 """
 from __future__ import annotations
 
 import copy
 from collections import deque
 
-from ..detectors import AnalysisContext, active_detectors, run_findings
-from ..findings import SEVERITY_RANK
+from ..detectors import AnalysisContext, DetectorFailure, DetectorSet, active_detectors
 from ..flows import FlowTable
 from ..stats import CaptureStats
 
@@ -36,17 +40,17 @@ DEFAULT_SLICES = 6
 
 
 class _Slice:
-    def __init__(self, rules, started: float):
+    def __init__(self, rules, started: float, failures: dict[str, DetectorFailure]):
         self.started = started
-        self.detectors = active_detectors(rules)
+        self.detectors = DetectorSet(active_detectors(rules))
+        self.detectors.failures.update(failures)      # a rule that failed before stays stopped
         self.flows = FlowTable()
         self.stats = CaptureStats()
 
     def update(self, batch) -> None:
         self.stats.update(batch)
         self.flows.update(batch)
-        for detector in self.detectors:
-            detector.update(batch)
+        self.detectors.update(batch)
 
 
 class _WindowFlows:
@@ -73,9 +77,11 @@ class SlidingWindow:
         self.rules = rules
         self.slice_s = slice_s
         self.slices = slices
+        self.failures: dict[str, DetectorFailure] = {}
+        self.new_failures: list[DetectorFailure] = []    # not yet reported by the watch
         self._closed: deque[_Slice] = deque()
-        self._merged_closed: list | None = None
-        self._open = _Slice(rules, now)
+        self._merged_closed: DetectorSet | None = None
+        self._open = _Slice(rules, now, self.failures)
 
     @property
     def span_s(self) -> float:
@@ -84,6 +90,22 @@ class SlidingWindow:
     def update(self, batch, now: float) -> None:
         self.rotate(now)
         self._open.update(batch)
+        self._note(self._open.detectors)
+
+    def _note(self, detectors: DetectorSet) -> None:
+        """Take up the failures a detector set recorded: each new one once into new_failures, and its rule
+        stopped in every slice (a merged state that is built again must not bring it back)."""
+        fresh = {rule_id: failure for rule_id, failure in detectors.failures.items() if rule_id not in self.failures}
+        if not fresh:
+            return
+        self.failures.update(fresh)
+        self.new_failures.extend(fresh.values())
+        sets = [piece.detectors for piece in (*self._closed, self._open)]
+        if self._merged_closed is not None:
+            sets.append(self._merged_closed)
+        for held in sets:
+            for rule_id, failure in fresh.items():
+                held.failures.setdefault(rule_id, failure)
 
     def rotate(self, now: float) -> None:
         """Start a new slice when the open one is full; drop the slices that left the window."""
@@ -93,14 +115,13 @@ class SlidingWindow:
         while len(self._closed) > self.slices - 1:
             self._closed.popleft()
         self._merged_closed = None
-        self._open = _Slice(self.rules, now)
+        self._open = _Slice(self.rules, now, self.failures)
 
-    def _closed_detectors(self) -> list:
-        if self._merged_closed is None:
-            merged = copy.deepcopy(self._closed[0].detectors) if self._closed else []
+    def _closed_detectors(self) -> DetectorSet | None:
+        if self._merged_closed is None and self._closed:
+            merged = copy.deepcopy(self._closed[0].detectors)
             for piece in list(self._closed)[1:]:
-                for mine, theirs in zip(merged, piece.detectors):
-                    mine.merge(theirs)
+                merged.merge(piece.detectors)
             self._merged_closed = merged
         return self._merged_closed
 
@@ -108,16 +129,14 @@ class SlidingWindow:
         """The findings of the whole window, most severe first, and its (lazily merged) flow table."""
         base = self._closed_detectors()
         current = copy.deepcopy(self._open.detectors)
-        if base:
-            detectors = copy.deepcopy(base)
-            for mine, theirs in zip(detectors, current):
-                mine.merge(theirs)
+        if base is not None:
+            detectors = copy.deepcopy(base).merge(current)
         else:
             detectors = current
         flows = _WindowFlows([piece.flows for piece in (*self._closed, self._open)])
         stats = CaptureStats()
         for piece in (*self._closed, self._open):
             stats.merge(piece.stats)
-        found = run_findings(detectors, AnalysisContext(flows=flows, stats=stats))
-        found.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+        found = detectors.findings(AnalysisContext(flows=flows, stats=stats))
+        self._note(detectors)
         return found, flows

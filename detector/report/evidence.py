@@ -11,13 +11,13 @@ import ipaddress
 import math
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..detectors.base import frame_summary
 from ..engine import decoded_batches
 from ..findings import Finding
+from ..output import EVIDENCE, OutputDir
 from ..schema import IP, L_PAYLOAD, L_TCP, MAX_CAPLEN
 from .reproduce import write_reproducer
 
@@ -59,7 +59,7 @@ class Series:
 @dataclass
 class EvidenceResult:
     series: Series | None
-    files: list[Path] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)             # written, relative to the output folder
     summaries: dict[int, str] = field(default_factory=dict)      # finding index -> first evidence frame decoded
     reproducers: dict[int, str] = field(default_factory=dict)    # finding index -> script path in the output
 
@@ -223,7 +223,7 @@ def _pcapng(rows) -> bytes:
     return b"".join(out)
 
 
-def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None, last_ns=None,
+def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None, last_ns=None,
                    rss_model=None) -> EvidenceResult:
     """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count.
 
@@ -233,7 +233,6 @@ def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None,
     """
     records, series = collect(paths, findings, first_ns, last_ns, rss_model)
     result = EvidenceResult(series)
-    folder = out_dir / "evidence"
     per_rule: dict[str, int] = {}
     if records:
         import scapy.all  # noqa: F401  (fills scapy's link-type table that frame_summary decodes with)
@@ -244,19 +243,17 @@ def write_evidence(paths, findings: list[Finding], out_dir: Path, first_ns=None,
         rows = [records[fr] for fr in numbers]
         if not rows:
             continue
-        folder.mkdir(parents=True, exist_ok=True)
         if len({r[2] for r in rows}) == 1:
-            path, data = folder / f"{f.rule}-{n}.pcap", _pcap(rows)
+            name = out.write(f"{EVIDENCE}/{f.rule}-{n}.pcap", _pcap(rows))
         else:
-            path, data = folder / f"{f.rule}-{n}.pcapng", _pcapng(rows)
-        path.write_bytes(data)
-        f.evidence_pcap = str(path.relative_to(out_dir))
+            name = out.write(f"{EVIDENCE}/{f.rule}-{n}.pcapng", _pcapng(rows))
+        f.evidence_pcap = name
         f.evidence["evidence_packets"] = len(rows)
         f.evidence["pcap_filename"] = rows[0][4]
-        result.files.append(path)
+        result.files.append(name)
         result.summaries[index] = frame_summary(rows[0][3], rows[0][2])
         if f.rule == "rip-trigger":
-            script = write_reproducer(folder / f"{f.rule}-{n}-reproduce.py", numbers[0], rows[0])
+            script = write_reproducer(out, f"{EVIDENCE}/{f.rule}-{n}-reproduce.py", numbers[0], rows[0])
             result.files.append(script)
-            result.reproducers[index] = str(script.relative_to(out_dir))
+            result.reproducers[index] = script
     return result

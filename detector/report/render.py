@@ -5,13 +5,20 @@ was seen (with its numbers), why it matters and what to do (from the rule
 file), and where the evidence is. The HTML is one self-contained file:
 figures are inline base64 PNG and a Content-Security-Policy forbids any
 request or script, so it opens safely offline. Every string that can come
-from a packet or a file name goes through html.escape.
+from a packet or a file name goes through html.escape in the HTML, and
+through `markdown_text` in report.md: there a DNS name such as
+`![x](http://evil.example/x.png)` must not become a remote image in the
+reader's markdown viewer, nor a file name with a line break end a table.
+
+Both say first, before the findings, when a rule did not run to the end
+(its detector failed: a bug in detector), since its findings may be missing.
 """
 from __future__ import annotations
 
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,43 +189,99 @@ def _endpoints(f: Finding) -> str:
     return f"{f.proto or ''} {src} -> {dst}".strip()
 
 
-def _md(text) -> str:
-    """Markdown-safe text: no raw HTML (a viewer would render it), no table-breaking pipes or backticks."""
-    return html.escape(str(text)).replace("|", "\\|").replace("`", "&#96;").replace("*", "\\*").replace("_", "\\_")
+# Characters not whitespace that a terminal or a viewer would act on rather than show: C0 and C1 controls
+# (escape sequences) and the bidirectional embeddings, overrides and isolates that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Characters with a meaning inside a line in CommonMark, GitHub's dialect or common extensions: escapes,
+# code spans, emphasis, links, images and footnotes, table cells, strikethrough, math, attribute lists.
+_MD_INLINE = re.compile(r"([\\`*_\[\]|~$^{}])")
+# What makes bare text a link in GitHub's autolinks and markdown-it's linkify: a scheme's "//", an e-mail's
+# "@", a host name's dot before a letter ("www.", "evil.example"). A backslash escape splits the text there;
+# dots before digits (addresses, times, numbers) are left alone.
+_MD_AUTOLINK = re.compile(r"(/(?=/)|@|(?<=\w)\.(?=[^\W\d_]))")
+# What a line may start with to become a block: a heading, quote, list item, thematic break, setext
+# underline, definition, or an ordered list's "1." / "1)".
+_MD_LINE_START = re.compile(r"^(?:([#>+\-=:!])|(\d{1,9})([.)]))")
+
+
+def _control_text(match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def markdown_text(value) -> str:
+    """`value` as markdown that renders as exactly its text: one line, nothing a viewer would turn into an
+    image, a link, an HTML element, a heading, a list, emphasis, code or a table cell."""
+    text = " ".join(str(value).split())
+    text = _CONTROL.sub(_control_text, text)
+    text = html.escape(text, quote=False)
+    text = _MD_INLINE.sub(r"\\\1", text)
+    text = _MD_AUTOLINK.sub(r"\\\1", text)
+    return _MD_LINE_START.sub(lambda m: f"\\{m.group(1)}" if m.group(1) else f"{m.group(2)}\\{m.group(3)}", text)
+
+
+
+def markdown_paragraphs(value) -> str:
+    """Text of several paragraphs (blank-line separated, as in a rule file) as markdown_text paragraphs."""
+    paragraphs = [markdown_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
+    return "\n\n".join(paragraphs) or "-"
+
+
+def _failure_text(failure: dict) -> str:
+    """What a failure record says, in words (not escaped)."""
+    where = f"in {failure['stage']}()"
+    if failure.get("frames"):
+        first, last = failure["frames"]
+        where += f" at frames {first}-{last} (batch {failure.get('batch')}"
+        where += f" of {failure['capture']})" if failure.get("capture") else ")"
+    return (f"Its detector raised {failure['error']} {where}: {failure['message']}. This is a bug in detector, "
+            "not in the capture: please report it with the traceback under \"failures\" in findings.json. "
+            "The other rules ran to the end.")
+
+
+NO_FINDINGS = "No rule fired on these captures."
+NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
 
 
 def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult) -> str:
+    failures = document.get("failures") or []
     lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {_md(v)} |" for k, v in _summary_rows(document)]
+    lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
+    if failures:
+        lines += ["", "## Rules that did not run to the end", ""]
+        for failure in failures:
+            lines += [f"- **{markdown_text(failure['rule'])} failed: its findings may be missing.** "
+                      f"{markdown_text(_failure_text(failure))}"]
     lines += ["", "## Findings by severity", ""]
     if not findings:
-        lines.append("No rule fired on these captures.")
+        lines.append(NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
     else:
         lines += ["| # | severity | rule | n | first seen | endpoints |", "|---|---|---|---|---|---|"]
         for i, f in enumerate(findings, 1):
-            lines.append(f"| {i} | {f.severity} | {f.rule} | {f.n:,} | {iso_time(f.first_seen) or '-'} "
-                         f"| {_md(_endpoints(f))} |")
+            lines.append(f"| {i} | {markdown_text(f.severity)} | {markdown_text(f.rule)} | {f.n:,} "
+                         f"| {iso_time(f.first_seen) or '-'} | {markdown_text(_endpoints(f))} |")
     for i, f in enumerate(findings, 1):
         rule = rules.get(f.rule)
-        lines += ["", f"## {i}. {f.severity.upper()}: {_md(f.title)} ({f.rule})", "", "### What was seen", "",
-                  _md(f.msg), "",
+        lines += ["", f"## {i}. {markdown_text(f.severity.upper())}: {markdown_text(f.title)} "
+                      f"({markdown_text(f.rule)})", "", "### What was seen", "",
+                  markdown_text(f.msg), "",
                   f"- seen {f.n:,} times from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}",
-                  f"- endpoints: {_md(_endpoints(f))}"]
+                  f"- endpoints: {markdown_text(_endpoints(f))}"]
         if f.community_id:
-            lines.append(f"- community_id: {_md(f.community_id)}")
-        lines += [f"- {_md(k)}: {_md(v)}" for k, v in _numbers(f)]
+            lines.append(f"- community_id: {markdown_text(f.community_id)}")
+        lines += [f"- {markdown_text(k)}: {markdown_text(v)}" for k, v in _numbers(f)]
         if i - 1 in evidence.summaries:
-            lines.append(f"- first evidence frame: {_md(evidence.summaries[i - 1])}")
+            lines.append(f"- first evidence frame: {markdown_text(evidence.summaries[i - 1])}")
         if rule is not None:
-            lines += ["", "### Why it matters", "", _md(rule.why.strip())]
-        lines += ["", "### What to do", "", _md((f.remediation or "").strip() or "-")]
+            lines += ["", "### Why it matters", "", markdown_paragraphs(rule.why)]
+        lines += ["", "### What to do", "", markdown_paragraphs(f.remediation or "-")]
         lines += ["", "### Evidence", ""]
         if f.evidence_pcap:
-            lines.append(f"- {_md(f.evidence_pcap)}: {f.evidence.get('evidence_packets', 0):,} packets "
+            lines.append(f"- {markdown_text(f.evidence_pcap)}: {f.evidence.get('evidence_packets', 0):,} packets "
                          "(original bytes and timestamps)")
         if i - 1 in evidence.reproducers:
-            lines.append(f"- {_md(evidence.reproducers[i - 1])}: rebuilds the probe; sends only with --send")
-        lines += [f"- {_md(ref)}" for ref in f.references]
+            lines.append(f"- {markdown_text(evidence.reproducers[i - 1])}: rebuilds the probe; sends only with --send")
+        lines += [f"- {markdown_text(ref)}" for ref in f.references]
     return "\n".join(lines) + "\n"
 
 
@@ -247,10 +310,16 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
            "<h1>Incident report</h1>", "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
+    failures = document.get("failures") or []
+    if failures:
+        out.append('<h2 class="critical">Rules that did not run to the end</h2><ul>')
+        out += [f'<li><strong class="critical">{_e(failure["rule"])} failed: its findings may be missing.'
+                f"</strong> {_e(_failure_text(failure))}</li>" for failure in failures]
+        out.append("</ul>")
     out += [_img(fig) for fig in figs]
     out.append("<h2>Findings by severity</h2>")
     if not findings:
-        out.append("<p>No rule fired on these captures.</p>")
+        out.append(f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
     else:
         out.append("<table><tr><th>#</th><th>severity</th><th>rule</th><th>n</th><th>first seen</th>"
                    "<th>endpoints</th></tr>")

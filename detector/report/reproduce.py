@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ..detectors.base import ip_text
+from ..output import OutputDir
 
 SCRIPT = '''#!/usr/bin/env python3
 """Rebuild the probe that triggered a rip-trigger finding (frame {frame} of {source}).
@@ -76,14 +77,13 @@ def _addresses(frame: bytes, linktype: int) -> tuple[str, str]:
         return ip_text(0, 0xFFFFC0000201), ip_text(0, 0xFFFFC0000202)
 
 
-def write_reproducer(path: Path, frame_number: int, record) -> Path:
-    """Write the script for one evidence record (ts_ns, wirelen, linktype, bytes, source) and return its path."""
+def write_reproducer(out: OutputDir, name: str, frame_number: int, record) -> str:
+    """Write the script for one evidence record (ts_ns, wirelen, linktype, bytes, source) as output `name`
+    (executable as far as the umask lets it be) and return `name`."""
     _ts, _wire, linktype, frame, source = record
     src, dst = _addresses(frame, linktype)
     # the file name goes into a docstring: only characters that cannot end or escape it
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).name)
-    text = SCRIPT.format(frame=int(frame_number), source=name,
+    shown = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).name)
+    text = SCRIPT.format(frame=int(frame_number), source=shown,
                          hex=frame.hex(), linktype=int(linktype), src=src, dst=dst)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o755)
-    return path
+    return out.write(name, text, executable=True)
