@@ -280,6 +280,11 @@ def test_analyze_reads_standard_input_twice_through_a_temporary_copy(tmp_path):
     spool.mkdir()
     env = {**os.environ, "TMPDIR": str(spool)}
     assert run_cli("analyze", capture, "-o", tmp_path / "file").returncode == 0
+    # outputs go through the output folder as a file's do: a link placed at an output's name is replaced
+    victim = tmp_path / "victim.html"
+    victim.write_text("precious\n")
+    (tmp_path / "pipe").mkdir()
+    (tmp_path / "pipe" / "report.html").symlink_to(victim)
     # compressed on the pipe: the copy holds the bytes as they came, and the report pass decompresses again
     proc = run_piped(gzip.compress(capture.read_bytes()), "analyze", "-", "-o", tmp_path / "pipe", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -298,7 +303,8 @@ def test_analyze_reads_standard_input_twice_through_a_temporary_copy(tmp_path):
         assert (tmp_path / "pipe" / "evidence" / name).read_bytes() == \
                (tmp_path / "file" / "evidence" / name).read_bytes()
     assert "<stdin>" in (tmp_path / "pipe" / "findings.jsonl").read_text()
-    assert (tmp_path / "pipe" / "report.html").exists()
+    assert not (tmp_path / "pipe" / "report.html").is_symlink() and (tmp_path / "pipe" / "report.html").is_file()
+    assert victim.read_text() == "precious\n"
     # the copy never had a name in TMPDIR, and nothing is left there
     assert list(spool.iterdir()) == []
 
