@@ -84,14 +84,56 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_inputs(paths) -> None:
+# A capture named `-` is read from standard input.
+STDIN = "-"
+
+
+def _stdin(keep: bool):
+    """Standard input as a capture; `keep`: copied as it is read, for a second pass."""
+    from .ingest import StreamCapture
+    if sys.stdin is None:
+        raise UsageError("-: there is no standard input to read a capture from")
+    if sys.stdin.isatty():
+        raise UsageError("-: standard input is a terminal; pipe a capture into it "
+                         "(e.g. tcpdump -w - | detector ...)")
+    # the descriptor itself, unbuffered: each read returns what the pipe holds instead of waiting for more
+    return StreamCapture(open(sys.stdin.fileno(), "rb", buffering=0, closefd=False), keep=keep)
+
+
+def _stdin_at_most_once(paths) -> None:
+    if list(paths).count(STDIN) > 1:
+        raise UsageError("-: standard input can be named only once")
+
+
+def _inputs(paths, keep: bool = False) -> list:
+    """The captures of the command line, checked; `-` is standard input, at most once.
+
+    `keep`: the command reads its captures twice (analyze's report pass), so
+    standard input and any other stream that cannot be read again (a FIFO,
+    bash's <(...)) are copied as they are read (ingest.StreamCapture).
+    """
+    _stdin_at_most_once(paths)
+    captures = []
     for path in paths:
+        if path == STDIN:
+            captures.append(_stdin(keep))
+            continue
         if os.path.isdir(path):
             raise UsageError(f"{path}: is a folder, not a capture file")
         if not os.path.exists(path):
             raise UsageError(f"{path}: no such file")
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: permission denied")
+        if keep and not os.path.isfile(path):
+            from .ingest import StreamCapture
+            try:
+                stream = open(path, "rb", buffering=0)  # noqa: SIM115 - read to the end by the first pass
+            except OSError as exc:
+                raise UsageError(f"{path}: {exc.strerror or exc}") from None
+            captures.append(StreamCapture(stream, name=path, keep=True))
+            continue
+        captures.append(path)
+    return captures
 
 
 def _announce_first_compile() -> None:
@@ -101,27 +143,29 @@ def _announce_first_compile() -> None:
 
 def cmd_info(args) -> int:
     from .commands import info_one
+    _stdin_at_most_once(args.captures)
     _announce_first_compile()
     status = EXIT_OK
     for path in args.captures:
-        record, text = info_one(path)
+        record, text = info_one(_stdin(keep=False) if path == STDIN else path)
         if record["error"]:
             status = EXIT_BAD_INPUT
+            print(f"detector: error: {record['error']}", file=sys.stderr, flush=True)
         if args.json:
             print(json.dumps(record), flush=True)
-        else:
+        elif text:
             print(text, flush=True)
     return status
 
 
 def cmd_flows(args) -> int:
     from .commands import write_flows
-    _check_inputs(args.captures)
+    captures = _inputs(args.captures)
     _announce_first_compile()
     out = Path(args.output)
     if out.suffix.lower() not in (".csv", ".parquet"):
         raise UsageError(f"{out}: output must end in .csv or .parquet")
-    result, count = write_flows(args.captures, out)
+    result, count = write_flows(captures, out)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     print(f"{count} flows written to {out}", file=sys.stderr)
@@ -131,12 +175,12 @@ def cmd_flows(args) -> int:
 def cmd_analyze(args) -> int:
     from .commands import analyze
     from .findings import SEVERITY_RANK
-    _check_inputs(args.captures)
+    captures = _inputs(args.captures, keep=not args.no_report)
     _announce_first_compile()
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(args.captures, args.output, rules_dir=args.rules, report=not args.no_report)
+    findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:

@@ -30,36 +30,47 @@ def write_findings(out: OutputDir, document: dict, findings, default_pcap: str |
     return out.path / "findings.json"
 
 
-def info_one(path: str) -> tuple[dict, str]:
-    """Summarise one capture: (JSON record, human-readable text)."""
+def info_one(source) -> tuple[dict, str]:
+    """Summarise one capture, a path or an ingest.StreamCapture: (JSON record, human-readable text).
+
+    The record always has the same keys; on an error its `error` is the
+    one-line message, `format` and `compression` what was recognised before
+    it, and the text is empty (the caller reports the error).
+    """
+    name = str(source)
     stats = CaptureStats()
-    record = {"file": path, "packets": 0, "bytes": 0, "first_seen": None, "last_seen": None,
-              "linktypes": {}, "warnings": [], "error": None}
+    record = {"file": name, "format": None, "compression": None, "packets": 0, "bytes": 0, "wire_bytes": 0,
+              "first_seen": None, "last_seen": None, "duration_s": 0.0, "linktypes": {},
+              "decoded_ratio": 0.0, "layers": {}, "warnings": [], "error": None}
     try:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path}: no such file" if not os.path.exists(path)
-                             else f"{path}: not a regular file")
-        result = engine.run([path], [stats], label=os.path.basename(path))
+        if isinstance(source, (str, os.PathLike)):
+            if os.path.isdir(source):
+                raise UsageError(f"{name}: is a folder, not a capture file")
+            if not os.path.exists(source):
+                raise UsageError(f"{name}: no such file")
+        result = engine.run([source], [stats], label=os.path.basename(name))
     except (CaptureError, UsageError) as exc:
         record["error"] = str(exc)
-        return record, f"File:          {path}\nError:         {exc}\n"
+        if isinstance(exc, CaptureError):
+            record["format"], record["compression"] = exc.format, exc.compression or None
+        return record, ""
     summary = stats.to_json()
-    capture = result.captures[0] if result.captures else {}
+    capture = result.captures[0]
     record.update({
-        "format": capture.get("format"), "compression": capture.get("compression") or None,
+        "format": capture["format"], "compression": capture["compression"] or None,
         "packets": stats.packets, "bytes": stats.bytes, "wire_bytes": stats.wire_bytes,
         "first_seen": summary["first_seen"], "last_seen": summary["last_seen"],
         "duration_s": summary["duration_s"], "linktypes": summary["linktypes"],
         "decoded_ratio": summary["decoded_ratio"], "layers": summary["layers"],
         "warnings": result.warnings,
     })
-    fmt = record["format"] or "-"
+    fmt = record["format"]
     if record["compression"]:
         fmt += f" ({record['compression']})"
-    linktypes = ", ".join(f"{name} ({count:,})" for name, count in summary["linktypes"].items())
-    layers = ", ".join(f"{name} {count:,}" for name, count in summary["layers"].items())
+    linktypes = ", ".join(f"{kind} ({count:,})" for kind, count in summary["linktypes"].items())
+    layers = ", ".join(f"{layer} {count:,}" for layer, count in summary["layers"].items())
     lines = [
-        f"File:          {path}",
+        f"File:          {name}",
         f"Format:        {fmt}",
         f"Link types:    {linktypes or '-'}",
         f"Packets:       {stats.packets:,}",

@@ -46,12 +46,13 @@ DECODE_THREADS = 2
 _DONE = object()
 
 
-def decoded_batches(paths, fingerprint: bool = True):
+def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None):
     """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread.
 
     Errors in the reading thread (a CaptureError for a damaged file) are
     raised here, in the caller's thread, after the batches read before them.
-    Closing the generator early stops the reading thread.
+    Closing the generator early stops the reading thread. Every reader is
+    appended to `opened` when it opens, batches or not (read_captures).
     """
     pending: queue.Queue = queue.Queue(maxsize=PREFETCH_BATCHES)
     stop = threading.Event()
@@ -71,7 +72,7 @@ def decoded_batches(paths, fingerprint: bool = True):
                 decoding = deque()      # (reader, future) in capture order
                 failure = None
                 try:
-                    for reader, raw in read_captures(paths):
+                    for reader, raw in read_captures(paths, opened=opened):
                         decoding.append((reader, pool.submit(decode, raw, fingerprint)))
                         if len(decoding) > DECODE_THREADS:
                             done_reader, future = decoding.popleft()
@@ -105,35 +106,34 @@ def decoded_batches(paths, fingerprint: bool = True):
 
 
 def run(paths, consumers, label: str = "reading") -> RunResult:
-    """Stream every capture in `paths` (one continuous capture) through `consumers`."""
-    paths = [str(p) for p in paths]
+    """Stream every capture in `paths` (one continuous capture) through `consumers`.
+
+    A path may also be a binary stream or an ingest.StreamCapture.
+    """
+    paths = list(paths)
     progress = Progress(sum(_file_size(p) for p in paths), label)
     result = RunResult()
-    readers = []
-    done_before = 0          # bytes of the files already finished
+    opened: list = []       # every reader, in order, including those that yield no batch
+    current = None
+    done_before = 0         # bytes of the files before the current one
     packets = 0
     try:
         # the fingerprint hashes every captured byte: only when a consumer reads it
         fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
-        for reader, batch in decoded_batches(paths, fingerprint=fingerprint):
-            if not readers or readers[-1] is not reader:
-                if readers:
-                    done_before += _file_size(readers[-1].path)
-                readers.append(reader)
+        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened):
+            if reader is not current:
+                current = reader
+                done_before = sum(r.size or 0 for r in opened[:opened.index(reader)])
             for consumer in consumers:
                 consumer.update(batch)
             packets += len(batch)
             progress.update(done_before + reader.position, packets)
     finally:
         progress.close()
-    seen = {r.path for r in readers}
-    for reader in readers:
+    for reader in opened:
         result.captures.append({
             "file": reader.path, "format": reader.format, "compression": reader.compression,
             "packets": reader.packets, "warnings": list(reader.warnings),
         })
         result.warnings.extend(reader.warnings)
-    for path in paths:
-        if path not in seen:    # a valid capture that holds no packet at all
-            result.captures.append({"file": path, "packets": 0, "warnings": []})
     return result

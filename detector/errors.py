@@ -17,12 +17,18 @@ class DetectorError(Exception):
 
 
 class CaptureError(DetectorError):
-    """A capture file that cannot be read (any further)."""
+    """A capture file that cannot be read (any further).
+
+    `format` ("pcap", "pcapng") and `compression` are what the reader had
+    recognised before the error, or None.
+    """
 
     def __init__(self, path, reason: str, offset: int | None = None):
         self.path = str(path)
         self.reason = reason
         self.offset = offset
+        self.format: str | None = None
+        self.compression: str | None = None
         where = f" at byte {offset}" if offset is not None else ""
         super().__init__(f"{self.path}{where}: {reason}")
 

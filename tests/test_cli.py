@@ -1,7 +1,11 @@
 """The command line on real bytes: exit codes, outputs, and one-line errors for bad input."""
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import resource
+import signal
 import subprocess
 from pathlib import Path
 import sys
@@ -14,6 +18,16 @@ from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
 def run_cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "detector", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+
+
+def run_piped(data: bytes, *args, env=None, preexec_fn=None):
+    """The command line with `data` on its standard input (a pipe); stdout and stderr as text."""
+    proc = subprocess.run([sys.executable, "-m", "detector", *map(str, args)], input=data,
+                          capture_output=True, timeout=300, env=env, preexec_fn=preexec_fn)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
 
 def assert_one_line_error(proc, *fragments):
@@ -74,15 +88,45 @@ def test_info_broken_file_reports_and_others_still_print(small_pcap, tmp_path):
     junk.write_bytes(b"this is not a capture at all" * 4)
     empty = tmp_path / "empty.pcap"
     empty.write_bytes(b"")
-    proc = run_cli("info", "--json", junk, small_pcap, empty, tmp_path / "missing.pcap")
+    missing = tmp_path / "missing.pcap"
+    proc = run_cli("info", "--json", junk, small_pcap, empty, missing)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["file"] for r in records] == [str(junk), str(small_pcap), str(empty), str(tmp_path / "missing.pcap")]
+    assert [r["file"] for r in records] == [str(junk), str(small_pcap), str(empty), str(missing)]
+    assert all(set(r) == set(records[1]) for r in records)
     assert records[0]["error"] and str(junk) in records[0]["error"]
     assert records[1]["error"] is None and records[1]["packets"] == 11
     assert records[2]["error"] and str(empty) in records[2]["error"]
     assert "no such file" in records[3]["error"]
+    # each error is one line on stderr, naming its file; stdout holds only the records
+    assert proc.stderr.splitlines() == [f"detector: error: {r['error']}" for r in records if r["error"]]
+    text = run_cli("info", junk, small_pcap, missing)
+    assert text.returncode == 2
+    assert text.stdout.startswith(f"File:          {small_pcap}\n") and text.stdout.count("File:") == 1
+    assert "rror" not in text.stdout
+    assert text.stderr.splitlines() == [f"detector: error: {records[0]['error']}",
+                                        f"detector: error: {records[3]['error']}"]
+
+
+def test_info_of_a_capture_damaged_before_its_first_packet(small_pcap, tmp_path):
+    # a cut inside the first record: a valid pcap of 0 packets, with a warning at the record's offset
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(small_pcap.read_bytes()[:24 + 20])
+    proc = run_cli("info", "--json", cut)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert (record["format"], record["packets"], record["error"]) == ("pcap", 0, None)
+    assert record["warnings"] == [f"{cut} at byte 24: capture cut short: 20 bytes of an incomplete last record"]
+    # a header that fails after its magic: an error, and the format the magic named
+    bad = tmp_path / "bad.pcapng"
+    bad.write_bytes(b"\x0a\x0d\x0d\x0a" + b"\x1c\0\0\0" + b"\xff" * 20)
+    proc = run_cli("info", "--json", bad)
+    assert proc.returncode == 2
+    record = json.loads(proc.stdout)
+    assert record["format"] == "pcapng" and record["packets"] == 0
+    assert record["error"] == f"{bad} at byte 8: section header block has no valid byte-order magic"
+    assert proc.stderr == f"detector: error: {record['error']}\n"
 
 
 def test_flows_csv_and_parquet(small_pcap, tmp_path):
@@ -203,3 +247,102 @@ def test_analyze_builds_the_flow_frame_only_for_findings_that_read_it(tmp_path):
     found = json.loads((tmp_path / "b" / "findings.json").read_text())["findings"]
     blackholes = [f for f in found if f["rule"] == "pmtud-blackhole"]
     assert blackholes and blackholes[0]["evidence"]["affected_flows"]
+
+
+# ---- standard input ---------------------------------------------------------
+STDIN_SAMPLE = "zeek/testing/btest/Traces/ldap/gap-data-missing.pcapng"
+
+
+def test_info_and_flows_read_standard_input_like_the_file(captures_real, tmp_path):
+    capture = captures_real / STDIN_SAMPLE
+    data = capture.read_bytes()
+    by_path = json.loads(run_cli("info", "--json", capture).stdout)
+    assert by_path["packets"] > 0
+    for payload, compression in ((data, None), (gzip.compress(data), "gzip")):
+        proc = run_piped(payload, "info", "--json", "-")
+        assert proc.returncode == 0, proc.stderr
+        piped = json.loads(proc.stdout)
+        assert piped == {**by_path, "file": "<stdin>", "compression": compression}
+    text = run_piped(data, "info", "-")
+    assert text.returncode == 0 and text.stdout.startswith("File:          <stdin>\n")
+
+    assert run_cli("flows", capture, "-o", tmp_path / "file.csv").returncode == 0
+    proc = run_piped(data, "flows", "-", "-o", tmp_path / "pipe.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "pipe.csv").read_bytes() == (tmp_path / "file.csv").read_bytes()
+
+
+def test_analyze_reads_standard_input_twice_through_a_temporary_copy(tmp_path):
+    # findings whose evidence does not depend on where batches end (a pipe gives smaller ones):
+    # echo-loop's and rss-saturation's evidence frames do, see the detectors
+    capture = CAPTURES / "pmtud-blackhole-ipv4.pcapng"
+    spool = tmp_path / "tmpdir"
+    spool.mkdir()
+    env = {**os.environ, "TMPDIR": str(spool)}
+    assert run_cli("analyze", capture, "-o", tmp_path / "file").returncode == 0
+    # outputs go through the output folder as a file's do: a link placed at an output's name is replaced
+    victim = tmp_path / "victim.html"
+    victim.write_text("precious\n")
+    (tmp_path / "pipe").mkdir()
+    (tmp_path / "pipe" / "report.html").symlink_to(victim)
+    # compressed on the pipe: the copy holds the bytes as they came, and the report pass decompresses again
+    proc = run_piped(gzip.compress(capture.read_bytes()), "analyze", "-", "-o", tmp_path / "pipe", env=env)
+    assert proc.returncode == 0, proc.stderr
+    file_doc = json.loads((tmp_path / "file" / "findings.json").read_text())
+    pipe_doc = json.loads((tmp_path / "pipe" / "findings.json").read_text())
+    assert pipe_doc["captures"] == [{**file_doc["captures"][0], "file": "<stdin>", "compression": "gzip"}]
+    assert pipe_doc["stats"] == file_doc["stats"]
+    for finding in file_doc["findings"]:
+        assert finding["evidence"]["pcap_filename"] == str(capture)
+        finding["evidence"]["pcap_filename"] = "<stdin>"
+    assert pipe_doc["findings"] == file_doc["findings"] and len(pipe_doc["findings"]) == 2
+    # the second pass found the same packets: the evidence pcaps are byte for byte the same
+    evidence = sorted(p.name for p in (tmp_path / "file" / "evidence").iterdir())
+    assert evidence and sorted(p.name for p in (tmp_path / "pipe" / "evidence").iterdir()) == evidence
+    for name in evidence:
+        assert (tmp_path / "pipe" / "evidence" / name).read_bytes() == \
+               (tmp_path / "file" / "evidence" / name).read_bytes()
+    assert "<stdin>" in (tmp_path / "pipe" / "findings.jsonl").read_text()
+    assert not (tmp_path / "pipe" / "report.html").is_symlink() and (tmp_path / "pipe" / "report.html").is_file()
+    assert victim.read_text() == "precious\n"
+    # the copy never had a name in TMPDIR, and nothing is left there
+    assert list(spool.iterdir()) == []
+
+
+def test_analyze_stops_with_one_line_when_the_copy_cannot_be_written(tmp_path):
+    # a file size limit makes writing the copy fail as a full disk would (EFBIG instead of ENOSPC)
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    data = (CAPTURES / "echo-loop-rip-ipv4.pcapng").read_bytes()
+    assert len(data) > 300_000
+    out = tmp_path / "out"
+    proc = run_piped(data, "analyze", "-", "-o", out, preexec_fn=small_files)
+    assert_one_line_error(proc, "<stdin>: cannot keep a copy of the capture for the report pass",
+                          "File too large", "--no-report")
+    assert not (out / "findings.json").exists()
+    # without the report pass nothing is copied
+    proc = run_piped(data, "analyze", "-", "-o", out, "--no-report", preexec_fn=small_files)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "findings.json").read_text())["captures"][0]["file"] == "<stdin>"
+
+
+def test_standard_input_misuse_is_a_usage_error(small_pcap, tmp_path):
+    data = small_pcap.read_bytes()
+    for args in (("info", "-", "-"), ("flows", "-", small_pcap, "-", "-o", tmp_path / "f.csv"),
+                 ("analyze", "-", "-", "-o", tmp_path / "r")):
+        assert_one_line_error(run_piped(data, *args), "standard input can be named only once")
+    assert not (tmp_path / "f.csv").exists() and not (tmp_path / "r").exists()
+    # a terminal on standard input: refused, instead of waiting for a capture that is not coming
+    controller, terminal = os.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "detector", "info", "-"], stdin=terminal,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert_one_line_error(proc, "standard input is a terminal")
+    # not a capture on the pipe: the usual one-line error, naming <stdin>
+    assert_one_line_error(run_piped(b"not a capture", "flows", "-", "-o", tmp_path / "g.csv"),
+                          "<stdin> at byte 0: not a pcap or pcapng capture")

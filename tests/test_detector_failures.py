@@ -51,7 +51,7 @@ def update(self, batch):
     original(self, batch)
 
 cls.update = update
-engine.read_captures = lambda paths: ingest.read_captures(paths, batch_packets={BATCH_PACKETS})
+engine.read_captures = lambda paths, **kw: ingest.read_captures(paths, batch_packets={BATCH_PACKETS}, **kw)
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -83,8 +83,8 @@ def test_small_batches_give_identical_stats(tmp_path, monkeypatch):
     import detector.ingest as ingest
     original = ingest.read_captures
 
-    def small(paths, batch_packets=7):
-        return original(paths, batch_packets=batch_packets)
+    def small(paths, batch_packets=7, **kw):
+        return original(paths, batch_packets=batch_packets, **kw)
 
     monkeypatch.setattr(engine, "read_captures", small)
     pieces = CaptureStats()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import zstandard
 
-from detector.errors import CaptureError
-from detector.ingest import open_capture, read_captures
+from detector.errors import CaptureError, UsageError
+from detector.ingest import StreamCapture, open_capture, read_captures
 from detector.ingest import reader as reader_module
 from detector.schema import MAX_CAPLEN, RAW_COLUMNS
 
@@ -381,6 +381,32 @@ def test_streaming_through_a_pipe(fmt):
     assert reader.size is None and reader.position == len(data)
 
 
+@pytest.mark.parametrize("compression", ["", "gzip"])
+def test_stream_capture_is_read_again_from_its_copy(tmp_path, monkeypatch, compression):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    data = gzip.compress(pcap_file(300)) if compression else pcap_file(300)
+    stream, thread = _pipe_reader(data, 1000)
+    capture = StreamCapture(stream, name="<stdin>", keep=True)
+    with stream:
+        first, cols, frames = read_all(capture)
+    thread.join()
+    # the second reader reads the copy (maps it, unless compressed): the same records, the same name
+    again, cols_again, frames_again = read_all(capture)
+    assert first.path == again.path == "<stdin>" and first.compression == again.compression == compression
+    assert frames_again == frames == [payload(i, 40 + i) for i in range(300)]
+    assert cols_again["ts_ns"].tolist() == cols["ts_ns"].tolist()
+    assert first.size is None and again.size == len(data) and (again._map is None) == bool(compression)
+    assert [p.name for p in tmp_path.iterdir()] == []       # the copy has no name in the folder
+    capture.close()
+
+
+def test_stream_capture_without_a_copy_reads_once():
+    capture = StreamCapture(io.BytesIO(pcap_file(2)), name="<stdin>")
+    assert read_all(capture)[0].packets == 2
+    with pytest.raises(UsageError, match="<stdin>: a stream can be read only once"):
+        open_capture(capture)
+
+
 def test_file_object_without_name(tmp_path):
     reader, cols, _ = read_all(io.BytesIO(pcap_file(3)))
     assert reader.path == "<stream>" and reader.packets == 3
@@ -479,3 +505,75 @@ def test_live_pipe_yields_before_the_writer_finishes():
 def test_pcapng_timestamp_resolutions(tmp_path, tsresol, units, ns):
     data = shb() + idb(1, tsresol=tsresol) + epb(0, units, b"x")
     assert read_all(write(tmp_path, "r.pcapng", data))[1]["ts_ns"].tolist() == [ns]
+
+
+# ---- times beyond int64 nanoseconds -------------------------------------------
+INT64_MAX = (1 << 63) - 1
+
+
+def exact_ns(units: int, tsresol: int, offset_s: int) -> int:
+    """The true time in ns (Python integers), floored like the reader; 2^-k beyond 2^-34 as walk.ts_to_ns drops bits."""
+    if tsresol & 0x80:
+        k = tsresol & 0x7F
+        secs, frac = units >> k, units & ((1 << k) - 1)
+        fine = ((frac >> (k - 34)) * 10**9) >> 34 if k > 34 else (frac * 10**9) >> k
+        return (secs + offset_s) * 10**9 + fine
+    return units * 10**9 // 10**tsresol + offset_s * 10**9
+
+
+TIME_CASES = [
+    # (tsresol, tsoffset s, units, fits)
+    (9, None, INT64_MAX, True),                                  # the last nanosecond int64 holds
+    (9, None, 1 << 63, False),
+    (9, None, (1 << 64) - 1, False),
+    (6, None, INT64_MAX // 1000, True),                          # microseconds up to 2262-04-11
+    (6, None, INT64_MAX // 1000 + 1, False),
+    (12, None, (1 << 64) - 1, True),                             # picoseconds never overflow
+    (0x80 | 30, None, (9_223_372_036 << 30) + (1 << 29), True),  # 2^-30 s: .5 s past the last whole second
+    (0x80 | 30, None, (9_223_372_036 << 30) + (918 << 20), False),  # .896 s: past .854775807
+    (0x80 | 40, None, (1 << 64) - 1, True),                      # 2^24 s
+    (0, None, 9_223_372_037, False),                             # whole seconds
+    (9, 3600, INT64_MAX - 3600 * 10**9, True),                   # the offset brings it exactly to the end
+    (9, 3600, INT64_MAX - 3600 * 10**9 + 1, False),
+    (6, -10**10, 0, False),                                      # before 1677
+    (0, -(1 << 62), (1 << 62) + 1000, True),                     # offset beyond int64 ns, sum fits: exact
+    (9, -9_223_372_037, 145_224_193, True),                      # -(2^63) + 1 ns
+    (9, -9_223_372_037, 145_224_192, False),                     # -(2^63) itself: pandas' NaT, refused
+    (9, (1 << 63) - 1, 0, False),                                # the largest if_tsoffset
+    (0, -(1 << 63), (1 << 63) + 5, True),                        # the smallest, with units past 2^63: 5 s
+]
+
+
+@pytest.mark.parametrize("tsresol, offset, units, fits", TIME_CASES)
+def test_pcapng_times_beyond_int64_saturate_with_one_warning(tmp_path, tsresol, offset, units, fits):
+    assert (abs(exact_ns(units, tsresol, offset or 0)) <= INT64_MAX) == fits
+    # the case's time twice (one warning for both), then the interface's time zero
+    blocks = [epb(0, u, bytes([65 + i])) for i, u in enumerate((units, units, 0))]
+    head = shb() + idb(1, tsresol=tsresol, tsoffset=offset)
+    path = write(tmp_path, "t.pcapng", head + b"".join(blocks))
+    reader, cols, frames = read_all(path)
+    expect, first_bad = [], None
+    for i, u in enumerate((units, units, 0)):
+        true = exact_ns(u, tsresol, offset or 0)
+        if abs(true) > INT64_MAX:
+            true = INT64_MAX if true > 0 else -INT64_MAX
+            first_bad = i if first_bad is None else first_bad
+        expect.append(true)
+    assert frames == [b"A", b"B", b"C"] and cols["ts_ns"].tolist() == expect
+    if first_bad is None:
+        assert reader.warnings == []
+    else:
+        at = len(head) + sum(len(b) for b in blocks[:first_bad])
+        assert reader.warnings == [f"{path} at byte {at}: packet time outside the years 1677-2262 that "
+                                   "64-bit nanoseconds hold; this and any other such packet keep their "
+                                   "place with the time saturated at the nearest end"]
+
+
+def test_pcap_times_always_fit(tmp_path):
+    # 32-bit seconds and fraction: the largest of each is 2106 plus 71 minutes, far inside int64 ns
+    data = pcap_header() + pcap_record(0xFFFFFFFF, 0xFFFFFFFF, b"x")
+    nano = pcap_header(nano=True) + pcap_record(0xFFFFFFFF, 0xFFFFFFFF, b"y")
+    for name, blob, unit in (("us.pcap", data, 1000), ("ns.pcap", nano, 1)):
+        reader, cols, _ = read_all(write(tmp_path, name, blob))
+        assert cols["ts_ns"].tolist() == [0xFFFFFFFF * 10**9 + 0xFFFFFFFF * unit]
+        assert reader.warnings == []

@@ -94,5 +94,6 @@ def test_mutated_captures_fail_only_with_capture_error(seed, ops, batch):
         assert str(exc).startswith("<stream>") and "\n" not in str(exc)
         return
     assert total == reader.packets
-    # a record costs at least 16 bytes of decompressed input
-    assert all(w.startswith("<stream> at byte ") for w in reader.warnings) and len(reader.warnings) <= 1
+    # at most the damage that stopped the reading and one time beyond int64 ns
+    assert all(w.startswith("<stream> at byte ") for w in reader.warnings) and len(reader.warnings) <= 2
+    assert sum("packet time outside" in w for w in reader.warnings) <= 1

@@ -69,8 +69,9 @@ OPT_IF_TSOFFSET = 14
 DEFAULT_TSRESOL = 6         # microseconds when if_tsresol is absent
 # iface numbers are uint16 across all sections of a file
 MAX_INTERFACES = 1 << 16
-# |if_tsoffset| is clamped to what int64 nanoseconds can hold (about 292 years)
-MAX_TSOFFSET_S = 9_000_000_000
+# A section's interface table starts with room for this many and doubles when full.
+INTERFACE_ROWS = 8
+UINT64_MAX = (1 << 64) - 1
 
 
 def _ts_params(tsresol: int) -> tuple[int, int, int]:
@@ -83,8 +84,53 @@ def _ts_params(tsresol: int) -> tuple[int, int, int]:
     return W.TS_DIVIDE, 10 ** min(tsresol - 9, 19), 0
 
 
-def _options(body: bytes, order: str):
-    """Yield (code, value) for the options in `body`; raise ValueError on overrun."""
+def _fast_limit(kind: int, factor: int, shift: int, offset_ns: int) -> int:
+    """The units below which walk.ts_to_ns(units) + offset_ns stays within int64 (exact integers).
+
+    ts_to_ns floors units * 10^9 / (units per second), so its result is at
+    most `room` for every units below the limit; larger ones go to the
+    slower walk.ts_exact, which also handles the ones that do not fit.
+    """
+    room = W.INT64_MAX - max(offset_ns, 0)
+    if kind == W.TS_MULTIPLY:
+        limit = room // factor + 1
+    elif kind == W.TS_DIVIDE:
+        limit = (room + 1) * factor
+    else:
+        limit = ((room + 1) << shift) // W.NS_PER_S
+    return min(limit, UINT64_MAX)
+
+
+class _SectionInterfaces:
+    """One section's interfaces as the tables walk_pcapng reads; adding one costs O(1) (the tables double)."""
+
+    def __init__(self):
+        self.gids: list[int] = []
+        self.ints = np.zeros((INTERFACE_ROWS, W.IF_INT_COLUMNS), dtype=np.int64)
+        self.u64s = np.zeros((INTERFACE_ROWS, W.IF_U64_COLUMNS), dtype=np.uint64)
+
+    def __len__(self) -> int:
+        return len(self.gids)
+
+    def add(self, gid: int, linktype: int, snaplen: int, tsresol: int, tsoffset_s: int) -> None:
+        row = len(self.gids)
+        if row == len(self.ints):
+            self.ints = np.concatenate([self.ints, np.zeros_like(self.ints)])
+            self.u64s = np.concatenate([self.u64s, np.zeros_like(self.u64s)])
+        kind, factor, shift = _ts_params(tsresol)
+        offset_ns = tsoffset_s * W.NS_PER_S
+        if abs(offset_ns) > W.INT64_MAX:
+            # every time of this interface takes walk.ts_exact, which works in seconds
+            offset_ns, limit = 0, 0
+        else:
+            limit = _fast_limit(kind, factor, shift, offset_ns)
+        self.ints[row] = (gid, linktype, snaplen, kind, shift, offset_ns, tsoffset_s)
+        self.u64s[row] = (factor, limit)
+        self.gids.append(gid)
+
+
+def _options(body, order: str):
+    """Yield (code, value) for the options in `body` (bytes or a memoryview); raise ValueError on overrun."""
     i = 0
     while i + 4 <= len(body):
         code, length = struct.unpack_from(order + "HH", body, i)
@@ -108,6 +154,7 @@ class CaptureReader:
         self.path = self._src.path
         self.compression = self._src.compression
         self.size = self._src.size
+        self.format: str | None = None      # "pcap" or "pcapng" once the magic is known
         self.interfaces: list[dict] = []
         self.warnings: list[str] = []
         self.packets = 0
@@ -123,6 +170,7 @@ class CaptureReader:
         self._started = False
         self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
         self._scratch = None    # the walk's output arrays (see _walk_arrays)
+        self._time_overflow_warned = False
         self._map = self._src.map()
         self._released = 0      # mapped files: pages before this offset have left the mapping
         if self._map is not None:
@@ -131,6 +179,10 @@ class CaptureReader:
             self._eof = True
         try:
             self._read_file_header()
+        except CaptureError as exc:
+            self._src.close()
+            exc.format, exc.compression = self.format, self.compression
+            raise
         except BaseException:
             self._src.close()
             raise
@@ -212,6 +264,13 @@ class CaptureReader:
     def _bytes(self, n: int) -> bytes:
         return self._buf[self._pos:self._pos + n].tobytes()
 
+    def _view(self, n: int) -> memoryview:
+        """The n bytes at _pos, uncopied: valid until the next read."""
+        return memoryview(self._buf)[self._pos:self._pos + n]
+
+    def _u32_at(self, delta: int, order: str) -> int:
+        return struct.unpack_from(order + "I", self._buf, self._pos + delta)[0]
+
     def _damage(self, reason: str, pos: int | None = None) -> None:
         """Record-level damage: warn once and stop reading."""
         self.warnings.append(str(CaptureError(self.path, reason, self._offset(pos))))
@@ -265,19 +324,18 @@ class CaptureReader:
 
         if not self._ensure(12):
             return bad("file ends inside a section header block")
-        bom_le = struct.unpack_from("<I", self._bytes(12), 8)[0]
-        if bom_le == PCAPNG_BOM:
+        if self._u32_at(8, "<") == PCAPNG_BOM:
             order = "<"
-        elif struct.unpack_from(">I", self._bytes(12), 8)[0] == PCAPNG_BOM:
+        elif self._u32_at(8, ">") == PCAPNG_BOM:
             order = ">"
         else:
             return bad("section header block has no valid byte-order magic", self._pos + 8)
-        blen = struct.unpack_from(order + "I", self._bytes(12), 4)[0]
+        blen = self._u32_at(4, order)
         if blen < SHB_MIN or blen % 4 or blen > W.MAX_BLOCK_BYTES:
             return bad(f"section header block has a bad total length {blen}")
         if not self._ensure(blen):
             return bad("file ends inside a section header block")
-        block = self._bytes(blen)
+        block = self._view(blen)
         if struct.unpack_from(order + "I", block, blen - 4)[0] != blen:
             return bad(f"block total length {blen} differs from the trailing copy")
         major, minor = struct.unpack_from(order + "HH", block, 12)
@@ -290,8 +348,7 @@ class CaptureReader:
             return bad(f"section header block damaged: {exc}")
         self._big = order == ">"
         self._section += 1
-        self._if_gid: list[int] = []
-        self._if_arrays = None
+        self._section_ifs = _SectionInterfaces()
         self._pos += blen
         return True
 
@@ -304,7 +361,7 @@ class CaptureReader:
         if len(self.interfaces) >= MAX_INTERFACES:
             self._damage(f"more than {MAX_INTERFACES} interfaces")
             return False
-        block = self._bytes(blen)
+        block = self._view(blen)
         linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", block, 8)
         tsresol, tsoffset, name = DEFAULT_TSRESOL, 0, None
         try:
@@ -314,34 +371,16 @@ class CaptureReader:
                 elif code == OPT_IF_TSOFFSET and len(value) == 8:
                     tsoffset = struct.unpack(order + "q", value)[0]
                 elif code == OPT_IF_NAME:
-                    name = value.decode("utf-8", "replace")
+                    name = bytes(value).decode("utf-8", "replace")
         except ValueError as exc:
             self._damage(f"interface description block damaged: {exc}")
             return False
-        self._if_gid.append(len(self.interfaces))
+        self._section_ifs.add(len(self.interfaces), linktype, snaplen, tsresol, tsoffset)
         self.interfaces.append({"linktype": linktype, "snaplen": snaplen, "name": name,
                                 "tsresol": tsresol, "tsoffset_s": tsoffset,
                                 "section": self._section})
-        self._if_arrays = None
         self._pos += blen
         return True
-
-    def _section_arrays(self):
-        """The current section's interfaces as the arrays walk_pcapng takes."""
-        if self._if_arrays is None:
-            ifs = [self.interfaces[g] for g in self._if_gid]
-            params = [_ts_params(i["tsresol"]) for i in ifs]
-            clamp = [max(-MAX_TSOFFSET_S, min(MAX_TSOFFSET_S, i["tsoffset_s"])) for i in ifs]
-            self._if_arrays = (
-                np.array(self._if_gid, dtype=np.uint16),
-                np.array([i["linktype"] for i in ifs], dtype=np.uint16),
-                np.array([i["snaplen"] for i in ifs], dtype=np.int64),
-                np.array([p[0] for p in params], dtype=np.int64),
-                np.array([p[1] for p in params], dtype=np.uint64),
-                np.array([p[2] for p in params], dtype=np.int64),
-                np.array([c * W.NS_PER_S for c in clamp], dtype=np.int64),
-            )
-        return self._if_arrays
 
     # ---- records ---------------------------------------------------------
     def _walk_arrays(self, limit: int):
@@ -362,19 +401,28 @@ class CaptureReader:
         while not self._done:
             # room for as many records as the rest of the chunk could hold
             limit = min(self._batch_packets, (len(self._buf) - self._pos) // MIN_RECORD + 1)
-            off, cap, wire, ts, iface, linktype = self._walk_arrays(limit)
+            arrays = self._walk_arrays(limit)
+            first = self._pos       # where this batch's bytes begin
             n = 0
             while True:
-                found, why, code, value = self._walk(off[n:], cap[n:], wire[n:], ts[n:], iface[n:],
-                                                     linktype[n:], limit - n)
+                found, why, code, value = self._walk(arrays, n, limit, first)
                 n += found
+                if why == W.SPECIAL and (n == 0 or self._block_in_chunk()):
+                    # header blocks between records do not end the batch: a file of many small
+                    # sections or interfaces must not become as many one-record batches
+                    self._special()
+                    if n == 0:
+                        first = self._pos
+                    if not self._done:
+                        continue
                 # keep filling this batch while the chunk has room and the source more to give
-                if not (n and why == W.NEED_MORE and n < limit and self._read_full
-                        and not self._eof and self._end < len(self._buf)):
-                    break
-                self._read_more()
+                elif (n and why == W.NEED_MORE and n < limit and self._read_full
+                      and not self._eof and self._end < len(self._buf)):
+                    self._read_more()
+                    continue
+                break
             if n:
-                return self._batch(n, off, cap, wire, ts, iface, linktype)
+                return self._batch(n, *arrays)
             if why == W.NEED_MORE:
                 if self._eof:
                     self._finish()
@@ -382,30 +430,44 @@ class CaptureReader:
                     self._read_more()
             elif why == W.DAMAGED:
                 self._damage(W.DAMAGE_REASONS[code].format(value=int(value)))
-            elif why == W.SPECIAL:
-                self._special()
         return None
 
-    def _walk(self, off, cap, wire, ts, iface, linktype, limit):
-        """Walk the records at _pos into the output arrays; advances _pos. -> (found, why, code, value)."""
+    def _walk(self, arrays, n, limit, first):
+        """Walk the records at _pos into arrays[*][n:limit]; advances _pos. -> (found, why, code, value).
+
+        A mapped file's batch spans at most MAP_WINDOW_BYTES from `first`,
+        unless its first record alone is larger.
+        """
+        off, cap, wire, ts, iface, linktype = arrays
         end = self._end
         if self._map is not None:
-            end = min(end, self._pos + MAP_WINDOW_BYTES)
+            end = min(end, first + MAP_WINDOW_BYTES)
         while True:
             if self.format == "pcap":
-                n, stop, why, code, value = W.walk_pcap(
-                    self._buf, self._pos, end, self._big, self._frac_ns, off, cap, wire, ts, limit)
+                total, stop, why, code, value = W.walk_pcap(
+                    self._buf, self._pos, end, self._big, self._frac_ns, off, cap, wire, ts, n, limit)
             else:
-                gid, lt, snap, kind, factor, shift, tsoff = self._section_arrays()
-                n, stop, why, code, value, self._last_ts = W.walk_pcapng(
-                    self._buf, self._pos, end, self._big, gid, lt, snap, kind, factor,
-                    shift, tsoff, len(gid), self._last_ts, off, cap, wire, ts, iface, linktype, limit)
-            # a mapped window ending inside its first record: that record is just large
-            if n or why != W.NEED_MORE or end == self._end:
+                ifs = self._section_ifs
+                total, stop, why, code, value, self._last_ts, overflow_at = W.walk_pcapng(
+                    self._buf, self._pos, end, self._big, ifs.ints, ifs.u64s, len(ifs), self._last_ts,
+                    off, cap, wire, ts, iface, linktype, n, limit)
+                if overflow_at >= 0:
+                    self._warn_time_overflow(overflow_at)
+            if total or why != W.NEED_MORE or end == self._end:
                 break
             end = self._end
         self._pos = stop
-        return n, why, code, value
+        return total - n, why, code, value
+
+    def _warn_time_overflow(self, pos: int) -> None:
+        """Once per file: a packet time that int64 nanoseconds cannot hold (see walk's docstring)."""
+        if self._time_overflow_warned:
+            return
+        self._time_overflow_warned = True
+        self.warnings.append(str(CaptureError(
+            self.path, "packet time outside the years 1677-2262 that 64-bit nanoseconds hold; "
+            "this and any other such packet keep their place with the time saturated at the nearest end",
+            self._offset(pos))))
 
     def _release_behind(self) -> None:
         """Mapped files: drop the pages far behind the walk from this process (not from the page cache)."""
@@ -414,14 +476,29 @@ class CaptureReader:
             self._map.madvise(mmap.MADV_DONTNEED, self._released, keep_from - self._released)
             self._released = keep_from
 
+    def _block_in_chunk(self) -> bool:
+        """Whether the header block at _pos can be parsed from the bytes already read.
+
+        The batch being filled views this chunk, so the block must not make
+        the reader move to a fresh one. The walk stops at an IDB only once it
+        is complete; an SHB, as soon as its type is seen.
+        """
+        if self._u32_at(0, "<") != W.BT_SHB:     # the SHB type reads the same in both orders
+            return True
+        left = self._end - self._pos
+        if left < 12:
+            return False
+        for order in "<>":
+            if self._u32_at(8, order) == PCAPNG_BOM:
+                return self._u32_at(4, order) <= left
+        return True     # no byte-order magic: damage, told without reading further
+
     def _special(self) -> None:
         """An SHB or a complete, length-checked IDB at _pos."""
-        btype = struct.unpack_from(">I" if self._big else "<I", self._bytes(4))[0]
-        if btype == W.BT_SHB:
+        if self._u32_at(0, "<") == W.BT_SHB:
             self._read_shb(first=False)
         else:
-            blen = struct.unpack_from(">I" if self._big else "<I", self._bytes(8), 4)[0]
-            self._read_idb(blen)
+            self._read_idb(self._u32_at(4, ">" if self._big else "<"))
 
     def _finish(self) -> None:
         left = self._end - self._pos
