@@ -316,7 +316,7 @@ TUNNELS = [
      TUNNEL_ERSPAN, 47, 0),
     ("pptp", Ether() / OUTER4 / GRE_PPTP(seqnum_present=1, sequence_number=1, call_id=5, payload_len=44)
      / b"\xff\x03\x00\x21" / INNER_TCP, TUNNEL_GRE, 47, 0),
-    ("vxlan", Ether() / OUTER4 / UDP(sport=50000, dport=4789) / VXLAN(vni=7) / Ether() / INNER_TCP,
+    ("vxlan", Ether() / OUTER4 / UDP(sport=50000, dport=4789) / VXLAN(flags=0x08, vni=7) / Ether() / INNER_TCP,
      TUNNEL_VXLAN, 17, 4789),
     ("geneve", Ether() / OUTER4 / UDP(sport=50001, dport=6081) / GENEVE(proto=0x6558, optionlen=2,
                                                                         options=b"\x00" * 8) / Ether() / INNER_TCP,

@@ -39,9 +39,10 @@ def decode(raw: RawBatch, fingerprint: bool = True) -> PacketBatch:
     does not need it); a consumer that reads it anyway fails loudly.
     """
     data, offset, caplen = _records(raw)
+    wirelen = np.ascontiguousarray(raw.cols["wirelen"], dtype=np.uint32)
     linktype = np.ascontiguousarray(raw.cols["linktype"], dtype=np.uint16)
     groups = columns.allocate(len(offset))
-    decode_batch(data, offset, caplen, linktype, fingerprint,
+    decode_batch(data, offset, caplen, wirelen, linktype, fingerprint,
                  groups[np.uint8], groups[np.uint16], groups[np.uint32], groups[np.uint64])
     cols = dict(raw.cols)
     cols.update(columns.columns(groups))

@@ -166,16 +166,31 @@ ICMP6_ERROR_MAX = 4           # RFC 4443: types 1-4 are errors quoting the offen
 ICMP6_PACKET_TOO_BIG = 2      # RFC 4443 section 3.2: MTU in bytes 4-7
 
 PORT_VXLAN = 4789             # RFC 7348
+PORT_VXLAN_GPE = 4790         # draft-ietf-nvo3-vxlan-gpe
 PORT_GENEVE = 6081            # RFC 8926
 PORT_TEREDO = 3544            # RFC 4380
 PORT_GTP_U = 2152             # 3GPP TS 29.281
 PORT_AYIYA = 5072             # draft-massar-v6ops-ayiya
+PORT_GRE_UDP = 4754           # RFC 8086 GRE-in-UDP (4755, its DTLS form, is encrypted)
 VXLAN_HEADER = 8
+VXLAN_I = 0x08                # RFC 7348 section 5: the VNI is valid; must be set
+VXLAN_GBP_G = 0x80            # draft-smith-vxlan-group-policy: group policy ID present (bytes 2-3)
+VXLAN_GBP_DA = 0x48           # its D (don't learn) and A (policy applied) bits, in the second byte
+VXLAN_GPE_VERSION = 0x30      # draft-ietf-nvo3-vxlan-gpe section 3.2: version 0
+VXLAN_GPE_RESERVED = 0xC0
+VXLAN_GPE_P = 0x04            # next protocol field present: must be set
+VXLAN_GPE_IP4 = 1
+VXLAN_GPE_IP6 = 2
+VXLAN_GPE_ETHERNET = 3
+VXLAN_GPE_MPLS = 5
 GENEVE_HEADER = 8
+GENEVE_OPTION_HEADER = 4      # RFC 8926 section 3.5: class, type, 5-bit length in 4-byte words
+GENEVE_OPTION_WORDS = 0x1F
 GTP_HEADER = 8
 GTP_OPTIONAL = 4              # sequence number, N-PDU number, next extension type
 GTP_VERSION_1 = 1
 GTP_PT = 0x10                 # protocol type: GTP (not GTP')
+GTP_SPARE = 0x08              # TS 29.281 section 5.1: spare bit, sent as 0
 GTP_FLAGS_OPTIONAL = 0x07     # E, S, PN: any set means the 4 optional bytes are present
 GTP_FLAG_EXTENSION = 0x04
 GTP_G_PDU = 0xFF              # message type carrying a user packet
@@ -184,8 +199,17 @@ TEREDO_AUTH = 0x0001          # RFC 4380 section 5.1.1 authentication indicator
 TEREDO_AUTH_FIXED = 13        # indicator type, lengths, nonce and confirmation byte
 TEREDO_ORIGIN = 0x0000        # origin indication
 TEREDO_ORIGIN_LEN = 8
+TEREDO_PREFIX = 0x20010000    # RFC 4380 section 2.6: 2001::/32, the Teredo service prefix
+PROTO_NONE = 59               # RFC 8200 section 4.7: no next header (a Teredo bubble)
+IP6OPT_PAD1 = 0               # RFC 8200 section 4.2: a single byte of padding, no length
+IP6OPT_JUMBO = 0xC2           # RFC 2675 Jumbo Payload option: 4-byte length of everything after the IPv6 header
+IP6OPT_JUMBO_LEN = 4
+JUMBO_MIN = 65536             # RFC 2675 section 2: a jumbo length below this is an error
 AYIYA_HEADER = 8
 AYIYA_OP_FORWARD = 1
+AYIYA_SHA1_SIGNATURE = 0x52   # second byte: 5 words of signature, hash method 2 (SHA-1)
+AYIYA_FORWARD_AUTH = 0x11     # third byte: shared-secret authentication, forward opcode
+GRE_RESERVED0 = 0x0FF8        # RFC 2890 section 2: reserved bits, zero in a GRE-in-UDP header
 GRE_HEADER = 4
 GRE_CHECKSUM = 0x8000         # RFC 2784 / RFC 2890 flag bits
 GRE_ROUTING = 0x4000          # RFC 1701 source routing, deprecated: not decapsulated
@@ -620,69 +644,238 @@ def _payload(s, p, header, l4len, layers, i, c16, c32):
 
 
 @njit(_nrt=False)
-def _udp_tunnel(b, q, lim, sport, dport):
-    """A tunnel in the UDP payload at `q`: (inner ethertype, inner offset, tunnel kind), kind 0 if none."""
+def _inner_ip_length_is(b, p, lim, length):
+    """Whether an IP header at `p` declares exactly `length` bytes (the rest of its carrier)."""
+    version = _ip_by_version(b, p, lim)
+    if version == ETHERTYPE_IP4:
+        return p + 4 <= lim and _u16(b, p + 2) == length
+    if version == ETHERTYPE_IP6:
+        return p + 6 <= lim and IP6_HEADER + _u16(b, p + 4) == length
+    return False
+
+
+@njit(_nrt=False)
+def _vxlan(b, q, lim):
+    """VXLAN (RFC 7348) at `q`: (inner offset or -1).
+
+    The I flag set and every reserved bit zero, as Linux's receive path checks
+    (vxlan_rcv drops a header with bits it does not know); with the
+    group-policy extension (VXLAN-GBP) its G, D and A bits and policy ID are
+    allowed too. Zeek checks the I flag alone and Wireshark nothing, but a
+    payload on port 4789 that fails this is some other protocol, and stays a
+    UDP flow of its own.
+    """
+    if q + VXLAN_HEADER + ETH_HEADER > lim:
+        return -1
+    flags = _u8(b, q)
+    if (flags & ~VXLAN_GBP_G) != VXLAN_I or _u8(b, q + 7) != 0:
+        return -1
+    if flags & VXLAN_GBP_G:
+        if _u8(b, q + 1) & ~VXLAN_GBP_DA:
+            return -1
+    elif _u8(b, q + 1) or _u16(b, q + 2):
+        return -1
+    return q + VXLAN_HEADER
+
+
+@njit(_nrt=False)
+def _vxlan_gpe(b, q, lim):
+    """VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe) at `q`: (inner ethertype or 0, inner offset).
+
+    Version 0, the I and P flags set (section 3.2: the next protocol field
+    is always present), the reserved bits zero; the next protocol field says
+    what follows, as Wireshark's vxlan-gpe dissector reads it. NSH and
+    unknown protocols stay undecoded.
+    """
+    if q + VXLAN_HEADER > lim:
+        return 0, q
+    flags = _u8(b, q)
+    if (flags & (VXLAN_GPE_VERSION | VXLAN_GPE_RESERVED) or not flags & VXLAN_I or not flags & VXLAN_GPE_P
+            or _u16(b, q + 1) or _u8(b, q + 7)):
+        return 0, q
+    inner = q + VXLAN_HEADER
+    proto = _u8(b, q + 3)
+    if proto == VXLAN_GPE_ETHERNET:
+        return (ETHERTYPE_TEB, inner) if inner + ETH_HEADER <= lim else (0, q)
+    if proto == VXLAN_GPE_MPLS:
+        return (ETHERTYPE_MPLS, inner) if inner + MPLS_LABEL <= lim else (0, q)
+    net = ETHERTYPE_IP4 if proto == VXLAN_GPE_IP4 else ETHERTYPE_IP6 if proto == VXLAN_GPE_IP6 else 0
+    return (net, inner) if _ip_matches(b, inner, lim, net) else (0, q)
+
+
+@njit(_nrt=False)
+def _geneve(b, q, lim):
+    """Geneve (RFC 8926) at `q`: (inner ethertype or 0, inner offset).
+
+    Version 0 (section 3.4: any other is not understood), options that tile
+    the option length exactly (section 3.5; Zeek checks only that the option
+    length fits, Wireshark flags a misfit), and a protocol type the decoder
+    continues with: Ethernet, IPv4, IPv6 (of the matching version), ARP, MPLS.
+    """
+    if q + GENEVE_HEADER > lim or _u8(b, q) >> 6 != 0:
+        return 0, q
+    inner = q + GENEVE_HEADER + (_u8(b, q) & 0x3F) * 4
+    o = q + GENEVE_HEADER
+    while o < inner:
+        if o + GENEVE_OPTION_HEADER > lim:
+            return 0, q
+        o += GENEVE_OPTION_HEADER + (_u8(b, o + 3) & GENEVE_OPTION_WORDS) * 4
+    if o != inner:
+        return 0, q
+    proto = _u16(b, q + 2)
+    if proto == ETHERTYPE_TEB:
+        return (ETHERTYPE_TEB, inner) if inner + ETH_HEADER <= lim else (0, q)
+    if proto == ETHERTYPE_ARP or proto == ETHERTYPE_MPLS:
+        return (proto, inner) if inner + 1 <= lim else (0, q)
+    return (proto, inner) if _ip_matches(b, inner, lim, proto) else (0, q)
+
+
+@njit(_nrt=False)
+def _gtp_u(b, q, lim, datagram):
+    """A GTP-U G-PDU (3GPP TS 29.281) at `q`, `datagram` bytes long: (inner ethertype or 0, inner offset).
+
+    Version 1, protocol type GTP, the spare bit clear, message type G-PDU (the
+    others carry signalling, not a user packet), the extension header chain
+    whole, and a length field that both fits the datagram and is exactly the
+    inner IP packet's own length: Zeek decapsulates only a packet that parses
+    as exactly the rest of the G-PDU ("GTPv1 payload length" violation
+    otherwise). Lengths are the headers' (wire), so a snapshot cut changes nothing.
+    """
+    if q + GTP_HEADER > lim:
+        return 0, q
+    flags = _u8(b, q)
+    if (flags >> 5 != GTP_VERSION_1 or not (flags & GTP_PT) or flags & GTP_SPARE
+            or _u8(b, q + 1) != GTP_G_PDU):
+        return 0, q
+    length = _u16(b, q + 2)
+    if GTP_HEADER + length > datagram:
+        return 0, q
+    inner = q + GTP_HEADER
+    if flags & GTP_FLAGS_OPTIONAL:
+        inner += GTP_OPTIONAL
+        if inner > lim:
+            return 0, q
+        next_ext = _u8(b, inner - 1) if flags & GTP_FLAG_EXTENSION else 0
+        for _ in range(MAX_GTP_EXTENSIONS):
+            if next_ext == 0:
+                break
+            if inner + 1 > lim or _u8(b, inner) == 0:
+                return 0, q
+            ext_len = _u8(b, inner) * 4
+            if inner + ext_len > lim:
+                return 0, q
+            next_ext = _u8(b, inner + ext_len - 1)
+            inner += ext_len
+        else:
+            return 0, q
+    if not _inner_ip_length_is(b, inner, lim, q + GTP_HEADER + length - inner):
+        return 0, q
+    return _ip_by_version(b, inner, lim), inner
+
+
+@njit(_nrt=False)
+def _teredo(b, q, lim):
+    """Teredo (RFC 4380) at `q`: (inner offset or -1), as Zeek's Teredo analyzer decides.
+
+    An optional authentication header, then an optional origin indication
+    (section 5.1.1; Zeek refuses them in any other order or twice), then an
+    IPv6 header whose payload length fits what is there: a longer payload is
+    a violation, a shorter one too, except for a bubble (no next header,
+    payload length 0), where Zeek only notes "Teredo_bubble_with_payload" and
+    decapsulates. Wireshark decapsulates anything on port 3544.
+    """
+    p = q
+    if p + 4 <= lim and _u16(b, p) == TEREDO_AUTH:
+        p += TEREDO_AUTH_FIXED + _u8(b, p + 2) + _u8(b, p + 3)
+    if p + 2 <= lim and _u16(b, p) == TEREDO_ORIGIN:
+        p += TEREDO_ORIGIN_LEN
+    if p + IP6_HEADER > lim or _u8(b, p) >> 4 != 6:
+        return -1
+    plen = _u16(b, p + 4)
+    extra = lim - (p + IP6_HEADER + plen)
+    if extra < 0 or (extra > 0 and (plen != 0 or _u8(b, p + 6) != PROTO_NONE)):
+        return -1
+    return p
+
+
+@njit(_nrt=False)
+def _looks_like_teredo(b, q, lim):
+    """Zeek's Teredo protocol detection, for UDP on ports without a tunnel of their own.
+
+    Teredo clients and relays talk from any port (RFC 4380 section 5.2), so
+    Zeek (TeredoAnalyzer::DetectProtocol) takes as Teredo a payload of at
+    least 40 bytes that is an IPv6 header with a Teredo (2001::/32) source or
+    destination, or an origin indication (after an optional authentication
+    header) followed by an IPv6 header. Wireshark's equivalent heuristic is off
+    by default.
+    """
+    if q + IP6_HEADER > lim:
+        return False
+    if _u8(b, q) >> 4 == 6:
+        return _u32(b, q + 8) == TEREDO_PREFIX or _u32(b, q + 24) == TEREDO_PREFIX
+    p = q
+    if _u16(b, p) == TEREDO_AUTH:
+        p += TEREDO_AUTH_FIXED + _u8(b, p + 2) + _u8(b, p + 3)
+        if p + IP6_HEADER > lim:
+            return False
+    if _u16(b, p) != TEREDO_ORIGIN:
+        return False
+    p += TEREDO_ORIGIN_LEN
+    return p + IP6_HEADER <= lim and _u8(b, p) >> 4 == 6
+
+
+@njit(_nrt=False)
+def _ayiya(b, q, lim):
+    """AYIYA (draft-massar-v6ops-ayiya) at `q`: (inner ethertype or 0, inner offset).
+
+    As Zeek's AYIYA analyzer: the header with its identity and signature
+    fits, the opcode is "forward", and the next header (IPv4 or IPv6) matches
+    the version of the packet that follows.
+    """
+    if q + AYIYA_HEADER > lim or (_u8(b, q + 2) & 0x0F) != AYIYA_OP_FORWARD:
+        return 0, q
+    inner = q + AYIYA_HEADER + (1 << (_u8(b, q) >> 4)) + (_u8(b, q + 1) >> 4) * 4
+    nh = _u8(b, q + 3)
+    net = ETHERTYPE_IP4 if nh == PROTO_IPIP else ETHERTYPE_IP6 if nh == PROTO_IPV6 else 0
+    return (net, inner) if _ip_matches(b, inner, lim, net) else (0, q)
+
+
+@njit(_nrt=False)
+def _udp_tunnel(b, q, lim, datagram, sport, dport):
+    """A tunnel in the UDP payload at `q` (`datagram` bytes on the wire): (inner ethertype, inner offset,
+    tunnel kind), kind 0 if none.
+
+    Each tunnel is recognised by its port (either side, as Wireshark; Zeek
+    looks at the responder's, which its role flip makes the same) and then
+    validated as its own analyzer would; a payload that fails stays what it
+    is, a UDP datagram. Teredo and AYIYA, which Zeek also finds by content on
+    any other port, are looked for there the same way.
+    """
     if dport == PORT_VXLAN or sport == PORT_VXLAN:
-        if q + VXLAN_HEADER + ETH_HEADER <= lim:
-            return ETHERTYPE_TEB, q + VXLAN_HEADER, TUNNEL_VXLAN
-        return 0, q, 0
+        inner = _vxlan(b, q, lim)
+        return (ETHERTYPE_TEB, inner, TUNNEL_VXLAN) if inner >= 0 else (0, q, 0)
     if dport == PORT_GENEVE or sport == PORT_GENEVE:
-        if q + GENEVE_HEADER > lim or _u8(b, q) >> 6 != 0:
-            return 0, q, 0
-        inner = q + GENEVE_HEADER + (_u8(b, q) & 0x3F) * 4
-        proto = _u16(b, q + 2)
-        if proto == ETHERTYPE_TEB and inner + ETH_HEADER <= lim:
-            return ETHERTYPE_TEB, inner, TUNNEL_GENEVE
-        if _ip_matches(b, inner, lim, proto) or (proto == ETHERTYPE_ARP and inner + 1 <= lim):
-            return proto, inner, TUNNEL_GENEVE
-        return 0, q, 0
+        net, inner = _geneve(b, q, lim)
+        return net, inner, TUNNEL_GENEVE if net else 0
     if dport == PORT_GTP_U or sport == PORT_GTP_U:
-        if q + GTP_HEADER > lim:
+        net, inner = _gtp_u(b, q, lim, datagram)
+        return net, inner, TUNNEL_GTP if net else 0
+    if dport == PORT_VXLAN_GPE or sport == PORT_VXLAN_GPE:
+        net, inner = _vxlan_gpe(b, q, lim)
+        return net, inner, TUNNEL_VXLAN if net else 0
+    if dport == PORT_GRE_UDP or sport == PORT_GRE_UDP:
+        # RFC 8086 section 3: a GRE header (RFC 2784, RFC 2890) of version 0, its reserved bits zero
+        if q + GRE_HEADER > lim or _u16(b, q) & (GRE_ROUTING | GRE_RESERVED0 | GRE_VERSION_MASK):
             return 0, q, 0
-        flags = _u8(b, q)
-        if flags >> 5 != GTP_VERSION_1 or not (flags & GTP_PT) or _u8(b, q + 1) != GTP_G_PDU:
-            return 0, q, 0
-        inner = q + GTP_HEADER
-        if flags & GTP_FLAGS_OPTIONAL:
-            inner += GTP_OPTIONAL
-            if inner > lim:
-                return 0, q, 0
-            next_ext = _u8(b, inner - 1) if flags & GTP_FLAG_EXTENSION else 0
-            for _ in range(MAX_GTP_EXTENSIONS):
-                if next_ext == 0:
-                    break
-                if inner + 1 > lim or _u8(b, inner) == 0:
-                    return 0, q, 0
-                ext_len = _u8(b, inner) * 4
-                if inner + ext_len > lim:
-                    return 0, q, 0
-                next_ext = _u8(b, inner + ext_len - 1)
-                inner += ext_len
-            else:
-                return 0, q, 0
-        net = _ip_by_version(b, inner, lim)
-        if net == 0:
-            return 0, q, 0
-        return net, inner, TUNNEL_GTP
-    if dport == PORT_TEREDO or sport == PORT_TEREDO:
-        inner = q
-        if inner + TEREDO_AUTH_FIXED <= lim and _u16(b, inner) == TEREDO_AUTH:
-            inner += TEREDO_AUTH_FIXED + _u8(b, inner + 2) + _u8(b, inner + 3)
-        if inner + TEREDO_ORIGIN_LEN <= lim and _u16(b, inner) == TEREDO_ORIGIN:
-            inner += TEREDO_ORIGIN_LEN
-        # only a complete IPv6 header whose payload fits the datagram makes this Teredo
-        if (inner + IP6_HEADER <= lim and _u8(b, inner) >> 4 == 6
-                and inner + IP6_HEADER + _u16(b, inner + 4) <= lim):
-            return ETHERTYPE_IP6, inner, TUNNEL_TEREDO
-        return 0, q, 0
-    if dport == PORT_AYIYA or sport == PORT_AYIYA:
-        if q + AYIYA_HEADER > lim or (_u8(b, q + 2) & 0x0F) != AYIYA_OP_FORWARD:
-            return 0, q, 0
-        inner = q + AYIYA_HEADER + (1 << (_u8(b, q) >> 4)) + (_u8(b, q + 1) >> 4) * 4
-        nh = _u8(b, q + 3)
-        net = ETHERTYPE_IP4 if nh == PROTO_IPIP else ETHERTYPE_IP6 if nh == PROTO_IPV6 else 0
-        if _ip_matches(b, inner, lim, net):
-            return net, inner, TUNNEL_AYIYA
+        return _gre(b, q, lim)
+    teredo_port = dport == PORT_TEREDO or sport == PORT_TEREDO
+    if teredo_port or _looks_like_teredo(b, q, lim):
+        inner = _teredo(b, q, lim)
+        return (ETHERTYPE_IP6, inner, TUNNEL_TEREDO) if inner >= 0 else (0, q, 0)
+    if (dport == PORT_AYIYA or sport == PORT_AYIYA or (q + 3 <= lim and _u8(b, q + 1) == AYIYA_SHA1_SIGNATURE
+                                                       and _u8(b, q + 2) == AYIYA_FORWARD_AUTH)):
+        net, inner = _ayiya(b, q, lim)
+        return net, inner, TUNNEL_AYIYA if net else 0
     return 0, q, 0
 
 
@@ -801,7 +994,7 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
         # the IP one is what the other transports use too (a mismatch is malformed)
         layers = _payload(s, p, UDP_HEADER, l4len, layers, i, c16, c32)
         if can_decap and proto == PROTO_UDP:
-            inner, q, kind = _udp_tunnel(b, p + UDP_HEADER, lim, sport, dport)
+            inner, q, kind = _udp_tunnel(b, p + UDP_HEADER, lim, l4len - UDP_HEADER, sport, dport)
             return layers, inner, q, kind
         return layers, 0, 0, 0
     if proto == PROTO_ICMP or proto == PROTO_ICMP6:
@@ -852,15 +1045,17 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
 
 
 @njit(_nrt=False)
-def _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
-    """An IPv4 header at `p`: (layers, inner ethertype, inner offset, tunnel kind)."""
+def _ip4(b, s, p, end, wire, can_decap, layers, i, c8, c16, c32, c64):
+    """An IPv4 header at `p` (captured bytes to `end`, the frame to `wire` on the wire): (layers,
+    inner ethertype, inner offset, tunnel kind)."""
     if p + IP4_HEADER > end or p - s > MAX_IP_OFFSET or _u8(b, p) >> 4 != 4:
         return layers | L_TRUNCATED, 0, 0, 0
     ihl = (_u8(b, p) & 15) * 4
     total = _u16(b, p + 2)
     if total == 0:
-        # segmentation offload: the stack left the length to the NIC, so the capture holds it all
-        total = end - p
+        # segmentation offload and Linux BIG TCP (over 64 KiB): the stack leaves the length to
+        # the NIC, the frame holds the packet; its wire length, as Wireshark takes it
+        total = wire - p
     if ihl < IP4_HEADER or total < ihl:
         return layers | L_TRUNCATED, 0, 0, 0
     frag = _u16(b, p + 6)
@@ -890,14 +1085,39 @@ def _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
 
 
 @njit(_nrt=False)
-def _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64):
-    """An IPv6 header at `p` and its extension headers: (layers, inner ethertype, inner offset, tunnel kind)."""
+def _jumbo_length(b, q, end):
+    """The RFC 2675 Jumbo Payload length in the hop-by-hop options header at `q`, or -1."""
+    if q + 2 > end:
+        return -1
+    stop = min(q + (_u8(b, q + 1) + 1) * 8, end)
+    o = q + 2
+    while o < stop:
+        kind = _u8(b, o)
+        if kind == IP6OPT_PAD1:
+            o += 1
+            continue
+        if o + 2 > stop:
+            return -1
+        if kind == IP6OPT_JUMBO and _u8(b, o + 1) == IP6OPT_JUMBO_LEN and o + 2 + IP6OPT_JUMBO_LEN <= stop:
+            length = _u32(b, o + 2)
+            return length if length >= JUMBO_MIN else -1
+        o += 2 + _u8(b, o + 1)
+    return -1
+
+
+@njit(_nrt=False)
+def _ip6(b, s, p, end, wire, can_decap, layers, i, c8, c16, c32, c64):
+    """An IPv6 header at `p` and its extension headers (captured bytes to `end`, the frame to `wire` on
+    the wire): (layers, inner ethertype, inner offset, tunnel kind)."""
     if p + IP6_HEADER > end or p - s > MAX_IP_OFFSET or _u8(b, p) >> 4 != 6:
         return layers | L_TRUNCATED, 0, 0, 0
     plen = _u16(b, p + 4)
-    if plen == 0:
-        # a jumbogram (RFC 2675) or segmentation offload: the capture holds the whole packet
-        plen = max(end - p - IP6_HEADER, 0)
+    if plen == 0 and _u8(b, p + 6) != PROTO_NONE:
+        # a jumbogram: its length is in the hop-by-hop Jumbo Payload option (RFC 2675), as Linux
+        # BIG TCP wrote it before 6.3; without one (BIG TCP since, segmentation offload) the frame
+        # holds the packet, as Wireshark takes it. A Teredo bubble (no next header) is a header alone.
+        jumbo = _jumbo_length(b, p + IP6_HEADER, end) if _u8(b, p + 6) == PROTO_HOPOPTS else -1
+        plen = jumbo if jumbo > 0 else max(wire - p - IP6_HEADER, 0)
     c8[IP_VERSION, i] = 6
     c8[TTL, i] = _u8(b, p + 7)
     c32[IP_LEN, i] = IP6_HEADER + plen
@@ -966,17 +1186,17 @@ def _begin_tunnel(kind, layers, i, c8, c16, c32, c64):
 
 
 @njit(_nrt=False)
-def _frame(b, s, end, lt, i, c8, c16, c32, c64):
-    """Decode one record; returns its layer bits."""
+def _frame(b, s, end, wire, lt, i, c8, c16, c32, c64):
+    """Decode one record, captured to `end`, `wire` on the wire; returns its layer bits."""
     net, p, layers = _link(b, s, end, lt, i, c16, c64)
     depth = 0
     while True:
         if net == ETHERTYPE_IP4 or net == ETHERTYPE_IP6:
             can_decap = depth < MAX_TUNNEL_DEPTH
             if net == ETHERTYPE_IP4:
-                layers, net, p, kind = _ip4(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64)
+                layers, net, p, kind = _ip4(b, s, p, end, wire, can_decap, layers, i, c8, c16, c32, c64)
             else:
-                layers, net, p, kind = _ip6(b, s, p, end, can_decap, layers, i, c8, c16, c32, c64)
+                layers, net, p, kind = _ip6(b, s, p, end, wire, can_decap, layers, i, c8, c16, c32, c64)
             if kind == 0:
                 return layers
             layers = _begin_tunnel(kind, layers, i, c8, c16, c32, c64)
@@ -992,7 +1212,7 @@ def _frame(b, s, end, lt, i, c8, c16, c32, c64):
 
 
 @njit(cache=True, _nrt=False, nogil=True)
-def decode_batch(data, offset, caplen, linktype, with_fingerprint, c8, c16, c32, c64):
+def decode_batch(data, offset, caplen, wirelen, linktype, with_fingerprint, c8, c16, c32, c64):
     """Decode every record of a batch into the (column, record) arrays c8, c16, c32 and c64.
 
     Without the GIL, so reading and decoding the next batch overlaps the
@@ -1009,4 +1229,5 @@ def decode_batch(data, offset, caplen, linktype, with_fingerprint, c8, c16, c32,
         end = s + np.int64(caplen[i])
         if with_fingerprint:
             c64[FINGERPRINT, i] = xxh64(data, s, end, FINGERPRINT_SEED)
-        c32[LAYERS, i] = _frame(data, s, end, np.int64(linktype[i]), i, c8, c16, c32, c64)
+        wire = s + max(np.int64(wirelen[i]), np.int64(caplen[i]))
+        c32[LAYERS, i] = _frame(data, s, end, wire, np.int64(linktype[i]), i, c8, c16, c32, c64)
