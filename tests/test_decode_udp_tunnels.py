@@ -74,8 +74,9 @@ CASES = {
     "vxlan-i-flag-clear": (udp(4789, vxlan(0x00) + ETH_INNER4), 0, None),
     "vxlan-reserved-byte": (udp(4789, vxlan(0x08, reserved=1) + ETH_INNER4), 0, None),
     "vxlan-unknown-flag": (udp(4789, vxlan(0x09) + ETH_INNER4), 0, None),
-    # scapy's VXLAN() before an Ether layer writes a VXLAN-GPE header (P flag, next protocol 3): not RFC 7348
-    "vxlan-gpe-header-on-4789": (udp(4789, raw(VXLAN(vni=7) / Ether() / INNER4)), 0, None),
+    # scapy's VXLAN() before an Ether layer writes a VXLAN-GPE header (P flag, next protocol 3)
+    "vxlan-gpe-header-on-4789": (udp(4789, raw(VXLAN(vni=7) / Ether() / INNER4)), TUNNEL_VXLAN, "172.16.0.1"),
+    "vxlan-gpe-nsh-on-4789": (udp(4789, gpe(0x0C, 4) + raw(INNER4)), 0, None),
     "vxlan-gpe-ipv4": (udp(4790, gpe(0x0C, 1) + raw(INNER4)), TUNNEL_VXLAN, "172.16.0.1"),
     "vxlan-gpe-ethernet": (udp(4790, gpe(0x0C, 3) + ETH_INNER4), TUNNEL_VXLAN, "172.16.0.1"),
     "vxlan-gpe-nsh": (udp(4790, gpe(0x0C, 4) + raw(INNER4)), 0, None),
@@ -115,7 +116,6 @@ TSHARK_DECODES_ANYWAY = {
     "vxlan-i-flag-clear": "Wireshark's VXLAN dissector checks no flag; RFC 7348 and Zeek require I",
     "vxlan-reserved-byte": "Wireshark checks no reserved bit; Linux's vxlan_rcv drops the packet",
     "vxlan-unknown-flag": "Wireshark checks no flag; Linux's vxlan_rcv drops the packet",
-    "vxlan-gpe-header-on-4789": "Wireshark reads 4789 as VXLAN whatever the flags; GPE has its own port",
     "vxlan-gpe-version-1": "Wireshark ignores the GPE version; the draft defines version 0 only",
     "geneve-version-1": "Wireshark ignores the version; RFC 8926 section 3.4 and Zeek reject it",
     "geneve-option-overruns": "Wireshark flags the misfit option and goes on",
