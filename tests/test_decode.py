@@ -41,7 +41,7 @@ ETH = L_SRC_MAC | L_DST_MAC | L_ETHERTYPE
 UDP_LAYERS = L_UDP | L_PORTS | L_PAYLOAD
 TCP_LAYERS = L_TCP | L_PORTS | L_PAYLOAD
 UDP4 = ETH | L_IP4 | UDP_LAYERS
-LINKTYPES = [0, 1, 9, 50, 51, 101, 104, 108, 113, 228, 229, 276, 147]
+LINKTYPES = [0, 1, 9, 50, 51, 101, 104, 105, 108, 113, 127, 228, 229, 276, 147]
 
 
 def make_batch(frames, tail: bytes = b"", caplens=None) -> RawBatch:
@@ -388,6 +388,19 @@ EVERYTHING = [f for _, f, *_ in TUNNELS] + [
     Ether() / IPv6() / ICMPv6PacketTooBig() / raw(IPv6() / UDP()),
     Ether() / ARP(), Ether() / MPLS(s=1) / IP() / UDP(), Ether() / PPPoE() / PPP(proto=0x21) / IP() / SCTP(),
 ]
+
+
+def cut_everywhere(frames) -> list[tuple[int, bytes]]:
+    return [(linktype, frame[:cut]) for linktype, frame in frames for cut in range(len(frame) + 1)]
+
+
+def assert_reads_stop_at_the_capture(frames):
+    """Every cut of every frame decodes the same whatever bytes follow it in the buffer."""
+    zeros = decode(make_batch(frames, tail=b"\x00" * 64))
+    ones = decode(make_batch(frames, tail=b"\xff" * 64))
+    assert_masks_consistent(zeros)
+    for name in PACKET_COLUMNS:
+        assert np.array_equal(zeros[name], ones[name]), name
 
 
 def _rows(batch) -> dict:

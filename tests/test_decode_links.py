@@ -24,7 +24,7 @@ from detector.schema import (L_AMSDU, L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP
                              L_SRC_MAC, L_TCP, L_TRUNCATED, L_TUNNEL, L_UDP, L_VLAN,
                              LINKTYPE_IEEE802_11 as WLAN, LINKTYPE_IEEE802_11_RADIOTAP as RADIOTAP,
                              TUNNEL_GRE)
-from tests.test_decode import make_batch
+from tests.test_decode import assert_reads_stop_at_the_capture, cut_everywhere, make_batch
 
 A1, A2, A3, A4 = "02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03", "02:00:00:00:00:04"
 INNER4 = IP(src="10.1.0.1", dst="10.1.0.2") / UDP(sport=1000, dport=2000) / b"hello"
@@ -81,6 +81,7 @@ def radiotap(frame: bytes, fcs: bool = False, tsft: bool = False, extended: bool
     return header + frame + (FCS if fcs else b"")
 
 
+FP_DST, FP_SRC = "02:00:0c:00:00:01", "02:00:0d:00:00:02"
 ARUBA_OUTER = IP(src="10.226.22.9", dst="10.102.16.187")
 # name -> (link type, frame, layers, src MAC, dst MAC, inner source, inner source port, msdu_count)
 CASES = {
@@ -118,11 +119,12 @@ CASES = {
     "aruba-gre-a-msdu": (1, raw(Ether(src=A1, dst=A2) / ARUBA_OUTER / GRE(proto=0x8240)
                                 / (data_header(0x02, 8, qos=0x80) + amsdu((A1, A4, SNAP4), (A1, A4, SNAP6)))),
                          UDP4 | L_AMSDU | L_TUNNEL, A1, A2, "10.1.0.1", 1000, 2),
-    "fabricpath": (1, mac("02:00:0c:00:00:01") + mac("02:00:0d:00:00:02") + b"\x89\x03\x00\x3f"
-                   + raw(Ether(src=A2, dst=A1) / Dot1Q(vlan=30) / INNER4), UDP4 | L_VLAN, A2, A1, "10.1.0.1", 1000,
-                   0),
-    "fabricpath-after-802.1ad": (1, mac("02:00:0c:00:00:01") + mac("02:00:0d:00:00:02") + b"\x88\xa8\x00\x05"
-                                 + b"\x89\x03\x00\x3f" + raw(Ether(src=A2, dst=A1) / INNER6), TCP6, A2, A1,
+    # the MAC columns keep FabricPath's switch-ID addresses; a tag before its type is a VLAN tag here
+    "fabricpath": (1, mac(FP_DST) + mac(FP_SRC) + b"\x89\x03\x00\x3f"
+                   + raw(Ether(src=A2, dst=A1) / Dot1Q(vlan=30) / INNER4), UDP4 | L_VLAN, FP_SRC, FP_DST, "10.1.0.1",
+                   1000, 0),
+    "fabricpath-after-802.1ad": (1, mac(FP_DST) + mac(FP_SRC) + b"\x88\xa8\x00\x05" + b"\x89\x03\x00\x3f"
+                                 + raw(Ether(src=A2, dst=A1) / INNER6), TCP6 | L_VLAN, FP_SRC, FP_DST,
                                  "2001:db8::a", 3000, 0),
     "gre-in-udp-ethernet": (1, raw(Ether(src=A1, dst=A2) / ARUBA_OUTER / UDP(sport=1234, dport=4754)
                                    / GRE(proto=0x6558) / Ether() / INNER4), UDP4 | L_TUNNEL, A1, A2, "10.1.0.1",
@@ -226,3 +228,7 @@ def test_tshark_dissects_the_same(tshark, tmp_path):
             fields += [""] * (6 - len(fields))
             agrees = _tshark_inner(fields, bool(layers & L_TUNNEL)) == (src, sport, bool(layers & L_ARP))
             assert agrees == (name not in TSHARK_DIFFERS), (name, fields)
+
+
+def test_every_cut_reads_nothing_past_the_capture():
+    assert_reads_stop_at_the_capture(cut_everywhere([(case[0], case[1]) for case in CASES.values()]))

@@ -26,7 +26,7 @@ from detector.flows import FlowTable
 from detector.schema import (L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP6, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP,
                              L_TUNNEL, L_UDP, PROTO_UDP, TUNNEL_AYIYA, TUNNEL_GENEVE, TUNNEL_GRE, TUNNEL_GTP,
                              TUNNEL_TEREDO, TUNNEL_VXLAN)
-from tests.test_decode import make_batch, one
+from tests.test_decode import assert_reads_stop_at_the_capture, cut_everywhere, make_batch, one
 
 OUTER = IP(src="198.51.100.1", dst="198.51.100.2")
 INNER4 = IP(src="172.16.0.1", dst="172.16.0.2", ttl=33) / TCP(sport=1111, dport=2222, flags="A")
@@ -187,3 +187,7 @@ def test_tshark_dissects_as_the_decoder_does(tshark, tmp_path):
             assert kind and sources[name] == "198.51.100.1", (name, sources[name])
         else:
             assert sources[name] == ours, (name, sources[name], ours)
+
+
+def test_every_cut_reads_nothing_past_the_capture():
+    assert_reads_stop_at_the_capture(cut_everywhere([(1, frame) for frame, _, _ in CASES.values()]))
