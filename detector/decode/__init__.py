@@ -36,19 +36,18 @@ def _records(raw: RawBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return data, offset, caplen
 
 
-def decode(raw: RawBatch, fingerprint: bool = True, msdu: np.ndarray | None = None) -> PacketBatch:
+def decode(raw: RawBatch, fingerprint: bool = True, msdu: int = 0) -> PacketBatch:
     """Decode every record of `raw`; the result carries the raw columns too.
 
     With `fingerprint=False` the batch has no "fingerprint" column (hashing
     every captured byte is the costliest part of the pass, and the flow table
     does not need it); a consumer that reads it anyway fails loudly. `msdu`
-    (one per record) picks the A-MSDU subframe each row describes; the first
-    where it is not given.
+    picks the A-MSDU subframe the rows of 802.11 A-MSDUs describe (0, the
+    first, unless expand_msdus asks for another).
     """
     data, offset, caplen = _records(raw)
     wirelen = np.ascontiguousarray(raw.cols["wirelen"], dtype=np.uint32)
     linktype = np.ascontiguousarray(raw.cols["linktype"], dtype=np.uint16)
-    msdu = np.zeros(len(offset), np.uint16) if msdu is None else np.ascontiguousarray(msdu, dtype=np.uint16)
     groups = columns.allocate(len(offset))
     decode_batch(data, offset, caplen, wirelen, linktype, msdu, fingerprint,
                  groups[np.uint8], groups[np.uint16], groups[np.uint32], groups[np.uint64])
@@ -69,16 +68,23 @@ def expand_msdus(batch: PacketBatch) -> PacketBatch:
     # a masked column holds 0, so the count alone says whether there is anything to do
     if len(batch) == 0 or int(batch["msdu_count"].max()) <= 1:
         return batch
-    more = np.maximum(batch["msdu_count"].astype(np.int64) - 1, 0)
-    parent = np.repeat(np.arange(len(batch)), more)
-    index = np.arange(len(parent)) - np.repeat(np.cumsum(more) - more, more) + 1
-    raw = RawBatch(batch.data, {name: batch[name][parent] for name in RAW_COLUMNS}, batch.source)
-    further = decode(raw, fingerprint=False, msdu=index)
+    count = batch["msdu_count"]
+    parents, indices, parts = [], [], []
+    # one pass per subframe number, over the frames that have that many (a loop over subframe
+    # numbers, not packets: the compiled pass takes the number as a constant, which keeps it fast)
+    for k in range(1, int(count.max())):
+        rows = np.flatnonzero(count > k)
+        raw = RawBatch(batch.data, {name: batch[name][rows] for name in RAW_COLUMNS}, batch.source)
+        parts.append(decode(raw, fingerprint=False, msdu=k))
+        parents.append(rows)
+        indices.append(np.full(len(rows), k))
+    parent = np.concatenate(parents)
     # each frame's rows in subframe order, frames in capture order
-    order = np.argsort(np.concatenate([np.arange(len(batch)), parent]), kind="stable")
+    order = np.lexsort((np.concatenate([np.zeros(len(batch), np.int64), *indices]),
+                        np.concatenate([np.arange(len(batch)), parent])))
     cols = {}
     for name, column in batch.cols.items():
-        extra = further[name] if name in further.cols else column[parent]
+        extra = np.concatenate([part[name] for part in parts]) if name in parts[0].cols else column[parent]
         cols[name] = np.concatenate([column, extra])[order]
     return PacketBatch(data=batch.data, cols=cols, source=batch.source, warnings=batch.warnings)
 
