@@ -101,6 +101,8 @@ CASES = {
     "teredo-bubble-with-payload": (udp(3544, bubble(b"\x00" * 8), 3544), TUNNEL_TEREDO, TEREDO_CLIENT),
     "teredo-on-a-relay-port": (udp(40000, raw(IPv6(src=TEREDO_CLIENT, dst="2001:db8::9") / TCP(sport=5, dport=6)),
                                    50001), TUNNEL_TEREDO, TEREDO_CLIENT),
+    "teredo-origin-indication-on-a-relay-port": (udp(40000, b"\x00\x00\xf0\x0f\x3f\xff\xfd\xd2" + raw(INNER6),
+                                                     50001), TUNNEL_TEREDO, "2001:db8:1::1"),
     "ipv6-on-a-relay-port-without-teredo-address": (udp(40000, raw(INNER6), 50001), 0, None),
     "ayiya": (udp(5072, ayiya(0x11), 5072), TUNNEL_AYIYA, "2001:db8:1::1"),
     "ayiya-on-another-port": (udp(40000, ayiya(0x11), 50001), TUNNEL_AYIYA, "2001:db8:1::1"),
@@ -128,6 +130,8 @@ TSHARK_DECODES_ANYWAY = {
 # tunnels Zeek finds by content on any port; Wireshark's heuristics for them are off by default
 TSHARK_MISSES = {
     "teredo-on-a-relay-port": "Zeek's Teredo protocol detection; Wireshark's teredo heuristic is off",
+    "teredo-origin-indication-on-a-relay-port": "Zeek's Teredo protocol detection; Wireshark's teredo "
+                                                "heuristic is off",
     "ayiya-on-another-port": "Zeek's AYIYA protocol detection; Wireshark has none",
 }
 

@@ -251,8 +251,9 @@ IP6OPT_JUMBO_LEN = 4
 JUMBO_MIN = 65536             # RFC 2675 section 2: a jumbo length below this is an error
 AYIYA_HEADER = 8
 AYIYA_OP_FORWARD = 1
-AYIYA_SHA1_SIGNATURE = 0x52   # second byte: 5 words of signature, hash method 2 (SHA-1)
-AYIYA_FORWARD_AUTH = 0x11     # third byte: shared-secret authentication, forward opcode
+# second and third bytes: 5 words of signature and hash method 2 (SHA-1); shared-secret
+# authentication and the forward opcode
+AYIYA_SHA1_FORWARD_AUTH = 0x5211
 GRE_RESERVED0 = 0x0FF8        # RFC 2890 section 2: reserved bits, zero in a GRE-in-UDP header
 GRE_HEADER = 4
 GRE_CHECKSUM = 0x8000         # RFC 2784 / RFC 2890 flag bits
@@ -1058,11 +1059,19 @@ def _udp_tunnel(b, q, lim, datagram, sport, dport):
             return 0, q, 0
         return _gre(b, q, lim)
     teredo_port = dport == PORT_TEREDO or sport == PORT_TEREDO
+    ayiya_port = dport == PORT_AYIYA or sport == PORT_AYIYA
+    if not (teredo_port or ayiya_port):
+        # any other port: the payload's first word says whether it can be Teredo (an IPv6 header, an
+        # origin indication or an authentication header) or AYIYA, so most datagrams stop at one read
+        if q + 4 > lim:
+            return 0, q, 0
+        first = _u32(b, q)
+        if not (first >> 28 == 6 or first >> 17 == 0 or (first >> 8) & 0xFFFF == AYIYA_SHA1_FORWARD_AUTH):
+            return 0, q, 0
     if teredo_port or _looks_like_teredo(b, q, lim):
         inner = _teredo(b, q, lim)
         return (ETHERTYPE_IP6, inner, TUNNEL_TEREDO) if inner >= 0 else (0, q, 0)
-    if (dport == PORT_AYIYA or sport == PORT_AYIYA or (q + 3 <= lim and _u8(b, q + 1) == AYIYA_SHA1_SIGNATURE
-                                                       and _u8(b, q + 2) == AYIYA_FORWARD_AUTH)):
+    if ayiya_port or (_u32(b, q) >> 8) & 0xFFFF == AYIYA_SHA1_FORWARD_AUTH:
         net, inner = _ayiya(b, q, lim)
         return net, inner, TUNNEL_AYIYA if net else 0
     return 0, q, 0
