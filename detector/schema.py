@@ -55,6 +55,7 @@ L_TUNNEL = 1 << 21      # network fields are those of the innermost packet; `tun
 L_TRUNCATED = 1 << 22   # headers cut short by the snapshot length or malformed
 L_SCTP = 1 << 23        # SCTP common header decoded (ports valid)
 L_PAYLOAD = 1 << 24     # payload_len/payload_off valid
+L_AMSDU = 1 << 25       # an 802.11 A-MSDU: msdu_count valid; the other columns describe one subframe
 
 IP = L_IP4 | L_IP6
 ICMP_ANY = L_ICMP | L_ICMP6
@@ -135,6 +136,9 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "arp_tha": (np.uint64, L_ARP),
     "arp_spa": (np.uint32, L_ARP),
     "arp_tpa": (np.uint32, L_ARP),
+    # 802.11 aggregate MSDUs: the subframes the frame carries (IEEE 802.11-2020 9.3.2.2.2). A row
+    # describes the first; detector.decode.expand_msdus gives the others rows of their own
+    "msdu_count": (np.uint16, L_AMSDU),
     "tunnel": (np.uint8, L_TUNNEL),
     # the outermost IP header and transport ports of a tunnelled packet (Zeek
     # logs a UDP tunnel such as VXLAN as a connection of its own)
@@ -179,6 +183,8 @@ LINKTYPE_LOOP = 108
 LINKTYPE_PPP_HDLC = 50
 LINKTYPE_PPP_ETHER = 51
 LINKTYPE_C_HDLC = 104
+LINKTYPE_IEEE802_11 = 105
+LINKTYPE_IEEE802_11_RADIOTAP = 127
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229

@@ -1,8 +1,9 @@
 """Field-by-field agreement of detector.decode with tshark on real captures written by others.
 
 The sample: every capture MANIFEST.tsv labels icmp-fragneeded, icmp6-ptb,
-vlan, sll, sll2, rawip or ipv6-ext, every Zeek tunnel trace, and a fixed
-pseudo-random (sha1 of the path) draw of the rest. For each frame tshark's
+vlan, sll, sll2, rawip or ipv6-ext, every Zeek tunnel trace, every 802.11
+and radiotap capture, and a fixed pseudo-random (sha1 of the path) draw of
+the rest. For each frame tshark's
 `frame.protocols` says which layers it dissected, in order; the layer the
 decoder must describe is found by walking that list through the
 encapsulations the decoder removes (ENCAPSULATIONS) and stopping at an ICMP
@@ -37,6 +38,7 @@ from tests._real import CAPTURES_REAL as CAPTURES
 
 LABELS = {"icmp-fragneeded", "icmp6-ptb", "vlan", "sll", "sll2", "rawip", "ipv6-ext"}
 TUNNEL_TRACES = "zeek/testing/btest/Traces/tunnels/"
+WIRELESS_LINKTYPES = {"ieee-802-11", "ieee-802-11-radiotap"}
 SAMPLE_OTHERS = 40           # files drawn from the unlabelled rest
 MAX_TUNNELS = 4              # detector.decode.kernel.MAX_TUNNEL_DEPTH
 
@@ -48,9 +50,10 @@ FIELDS = ["frame.number", "frame.protocols", "ip.src", "ip.dst", "ip.ttl", "ipv6
 # header on its last fragment; the decoder (and Zeek) read it from the first.
 TSHARK_OPTIONS = ["-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE"]
 
-# tshark protocol names the decoder walks through to reach an inner IP layer
+# tshark protocol names the decoder walks through to reach an inner IP layer (wlan and llc: Aruba's
+# GRE tunnels carry 802.11 frames; cfp: Cisco FabricPath)
 ENCAPSULATIONS = {"ah", "udp", "gre", "erspan", "vxlan", "geneve", "teredo", "gtp", "ayiya", "eth", "ethertype",
-                  "vlan", "mpls", "ppp", "pppoes"}
+                  "vlan", "mpls", "ppp", "pppoes", "wlan", "llc", "cfp"}
 TRANSPORTS = {"tcp", "udp", "sctp", "icmp", "icmpv6"}
 UNALIGNED = object()         # a field whose occurrences cannot be matched to this layer
 
@@ -64,7 +67,8 @@ def _manifest() -> list[dict]:
 def sample() -> list[str]:
     rows = [r for r in _manifest() if "unsupported" not in r["linktype"] and "unreadable" not in r["linktype"]]
     chosen = [r["path"] for r in rows
-              if LABELS & set(r["labels"].split(",")) or r["path"].startswith(TUNNEL_TRACES)]
+              if LABELS & set(r["labels"].split(",")) or r["path"].startswith(TUNNEL_TRACES)
+              or r["linktype"] in WIRELESS_LINKTYPES]
     rest = sorted((r["path"] for r in rows if r["path"] not in set(chosen)),
                   key=lambda p: hashlib.sha1(p.encode()).hexdigest())
     return sorted(chosen) + rest[:SAMPLE_OTHERS]
@@ -265,12 +269,12 @@ def _has_source_route(batch, i) -> bool:
 
 
 # Link types the decoder parses; frames of the others keep only their raw columns.
-DECODED_LINKTYPES = {0, 1, 9, 50, 51, 101, 104, 108, 113, 228, 229, 276}
+DECODED_LINKTYPES = {0, 1, 9, 50, 51, 101, 104, 105, 108, 113, 127, 228, 229, 276}
 
 # name -> (reason, predicate(key, ours, tshark's, tshark fields, batch, row))
 DIVERGENCES = {
     "undecoded-link-type": (
-        "802.11, radiotap, frame relay and the other link types outside DECODED_LINKTYPES are counted, "
+        "frame relay, PPI, IEEE 802.15.4 and the other link types outside DECODED_LINKTYPES are counted, "
         "timed and sized, never decoded: their network fields stay masked by design",
         lambda key, a, b, fields, batch, i: a is None and int(batch["linktype"][i]) not in DECODED_LINKTYPES),
     "ppp-vj-compression": (

@@ -35,6 +35,9 @@ Each fragment counts as one packet (Zeek, which reassembles, counts one per
 datagram). Packets without an IP header are not flows; `non_ip_packets`
 counts them.
 
+802.11 A-MSDUs: each subframe is a packet of its own flow (decode.expand_msdus), as
+Zeek counts them; `packets` still counts records.
+
 Tunnels: a decapsulated packet counts in its inner flow. When the outermost
 carrier is UDP (VXLAN, Geneve, Teredo, GTP, AYIYA), the packet also counts in
 the carrier's UDP flow, as Zeek logs both; the carrier's IP length is
@@ -52,6 +55,7 @@ from ..schema import (IP, L_FRAG, L_IP4, L_PAYLOAD, L_TUNNEL, L_VLAN, PROTO_NAME
                       TH_PSH, TH_RST, TH_SYN, TH_URG, PacketBatch)
 from . import keys as K_
 from . import kernel as k
+from ..decode import expand_msdus
 from ..decode.addr import ip_text_codes
 from ..text import TextCodes
 from .community_id import community_id_codes
@@ -156,9 +160,10 @@ class FlowTable:
         if n == 0:
             return
         self.packets += n
+        self.non_ip_packets += n - int(np.count_nonzero(batch["layers"] & np.uint32(IP)))
+        batch = expand_msdus(batch)
         layers = batch["layers"]
         n_ip = int(np.count_nonzero(layers & np.uint32(IP)))
-        self.non_ip_packets += n - n_ip
         carrier = self._carrier_packets(batch)
         n_flow = n_ip + (len(carrier[0]) if carrier is not None else 0)
         if n_flow == 0:
