@@ -558,3 +558,49 @@ def test_mac_text():
     values = np.array([0x0200000000AB, 0xFFFFFFFFFFFF, 0], dtype=np.uint64)
     assert list(mac_to_str(values)) == ["02:00:00:00:00:ab", "ff:ff:ff:ff:ff:ff", "00:00:00:00:00:00"]
     assert mac_to_str(np.array([[1, 1]], dtype=np.uint64)).shape == (1, 2)
+
+
+
+# Frames without a tunnel (a cut inside a tunnel's header leaves the carrier whole: a UDP datagram
+# or an IP packet of its own) on every link type that has a header of its own: any cut before the
+# transport payload must say so, any cut in the payload must not. (PPP is left out: with protocol
+# field compression, a frame cut after its first byte is a whole one-byte protocol number.)
+HEADER_FRAMES = [(1, raw(pkt)) for pkt in EVERYTHING[len(TUNNELS):] if ARP not in pkt] + [
+    (113, raw(CookedLinux(src=b"\x02\x00\x00\x00\x00\x0a\x00\x00", lladdrlen=6, proto=0x0800) / IP() / UDP())),
+    (276, raw(CookedLinuxV2(proto=0x86DD, src=b"\x02\x00\x00\x00\x00\x0a\x00\x00", lladdrlen=6) / IPv6() / UDP())),
+    (0, struct.pack("<I", 2) + raw(IP() / UDP())),
+    (104, b"\x0f\x00\x08\x00" + raw(IP() / UDP())),
+    (51, raw(PPPoE(sessionid=3) / PPP(proto=0x0057) / IPv6() / UDP())),
+    # VN-Tag (0x8926: 4 bytes, then the type) and 802.1ah PBB (0x88E7: I-tag and inner MACs, 16 bytes)
+    (1, raw(Ether(type=0x8926)) + bytes(4) + b"\x08\x00" + raw(IP() / TCP_SYN)),
+    (1, raw(Ether(type=0x88E7)) + bytes(16) + b"\x08\x00" + raw(IP() / UDP())),
+    (1, raw(Ether() / PPPoE() / PPP(proto=0x21) / IP() / UDP())),
+]
+
+
+def _truncated_cuts(linktype: int, frame: bytes) -> list[int]:
+    layers = decode(make_batch(cut_everywhere([(linktype, frame)]), tail=b"\x00" * 64))["layers"]
+    return [cut for cut, value in enumerate(layers.tolist()) if value & L_TRUNCATED]
+
+
+@pytest.mark.parametrize("linktype,frame", HEADER_FRAMES)
+def test_a_cut_inside_the_headers_is_truncated_and_a_cut_after_them_is_not(linktype, frame):
+    whole = one(frame, linktype)
+    assert whole["layers"] & L_PAYLOAD and not whole["layers"] & L_TRUNCATED
+    assert _truncated_cuts(linktype, frame) == list(range(int(whole["payload_off"])))
+
+
+def test_an_arp_packet_cut_anywhere_is_truncated():
+    frame = raw(Ether() / ARP())
+    assert one(frame)["layers"] & L_ARP and len(frame) == 42
+    assert _truncated_cuts(1, frame) == list(range(42))
+
+
+def test_only_a_well_formed_sack_permitted_option_sets_its_bit():
+    def sack_perm(options) -> int:
+        return one(raw(Ether() / IP() / TCP(flags="S", options=options)))["layers"] & L_SACK_PERM
+
+    assert sack_perm([("SAckOK", b"")])
+    # an experimental option of the same length (RFC 4727), and SACK-permitted with a stray byte
+    assert not sack_perm([(254, b"")])
+    assert not sack_perm([(4, b"\x00")])
