@@ -199,6 +199,19 @@ def repeated_keys(keys: np.ndarray, min_count: int = 2) -> np.ndarray:
     return values[copies + 1 >= min_count]
 
 
+def find_sorted(table: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of `keys` sits in the sorted `table`: (insertion index, found mask).
+
+    `table[at[found]]` are the matches; an empty table finds nothing, and a key
+    above every entry gets the index one past the end, never a clamped one that
+    would read another key's row.
+    """
+    at = np.searchsorted(table, keys)
+    found = at < len(table)
+    found[found] = table[at[found]] == keys[found]
+    return at, found
+
+
 def member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     """Boolean mask: which `keys` (uint64) are in `sorted_set` (sorted, unique)."""
     if len(sorted_set) == 0:
