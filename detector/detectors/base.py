@@ -26,6 +26,10 @@ REGISTRY: dict[str, type["Detector"]] = {}
 # Frame numbers kept per finding for the evidence pcap: enough to show the
 # pattern, bounded so a loop of millions of frames does not bloat findings.json.
 EVIDENCE_FRAMES_MAX = 64
+# A rate measured over less than this is no rate: packets stamped within the
+# same clock tick (second-resolution pcaps, synthetic captures with one
+# timestamp) would give an infinite or arbitrary one.
+MIN_RATE_WINDOW_S = 0.001
 
 
 class AnalysisContext:
@@ -104,6 +108,11 @@ def ip_text(hi, lo) -> str:
     return str(value.ipv4_mapped) if value.ipv4_mapped is not None else str(value)
 
 
+def endpoint(address: str, port: int) -> str:
+    """address:port, with an IPv6 address in brackets so the port stays readable."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def mac_text(value) -> str:
     raw = int(value).to_bytes(8, "big")[2:]
     return ":".join(f"{b:02x}" for b in raw)
@@ -142,6 +151,15 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     # one line, bounded: the text comes from packet bytes
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def flow_time_ns(column) -> np.ndarray:
+    """Flow-table times (datetimes, aware or naive UTC, or integer nanoseconds) as ns since the epoch."""
+    import pandas as pd
+    if pd.api.types.is_numeric_dtype(column):
+        return column.to_numpy(np.int64)
+    stamps = pd.to_datetime(column, utc=True)
+    return ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ns")).to_numpy(np.int64)
 
 
 # ---- grouping helpers for batch columns -----------------------------------

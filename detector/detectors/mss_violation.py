@@ -25,9 +25,9 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, find_sorted, group_by, ip_text,
-                   keep_ends, member, mix64, register)
-from .pmtud_blackhole import endpoint, match_flow
+from .base import (AnalysisContext, Detector, check_merge, endpoint, evidence_frames, find_sorted, group_by,
+                   ip_text, keep_ends, member, mix64, register)
+from .pmtud_blackhole import match_flow
 
 NS = 1_000_000_000
 # Announcements kept: a SYN flood with MSS options must not grow the state

@@ -356,11 +356,6 @@ class PmtudBlackhole(Detector):
         return out
 
 
-def endpoint(address: str, port: int) -> str:
-    """address:port, with an IPv6 address in brackets so the port stays readable."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
 def match_flow(table: pd.DataFrame, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:
     """The flow-table row of src:sport -> dst:dport over `proto` (in either orientation), as a dict."""
     if table is None or len(table) == 0 or "src_ip" not in table:

@@ -28,8 +28,7 @@ from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import PROTO_NAMES, PROTO_TCP, PROTO_UDP, PacketBatch
-from .base import AnalysisContext, Detector, check_merge, evidence_frames, group_by, keep_ends, register
-from .pmtud_blackhole import endpoint
+from .base import AnalysisContext, Detector, check_merge, endpoint, evidence_frames, group_by, keep_ends, register
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
