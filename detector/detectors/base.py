@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from ..findings import Finding
-from ..rules import Rule
+from ..rules import Param, Range, Rule
 from ..schema import PacketBatch
 from ..stats import CaptureStats
 
@@ -30,6 +30,15 @@ EVIDENCE_FRAMES_MAX = 64
 # same clock tick (second-resolution pcaps, synthetic captures with one
 # timestamp) would give an infinite or arbitrary one.
 MIN_RATE_WINDOW_S = 0.001
+
+# Ranges shared by the detectors' parameters (rules.Range; a value outside is a RuleError naming it).
+# A count of packets, messages or hosts: one to a billion, more than a day of a 10,000/s flood; a
+# threshold above it would never fire and only hides a typo.
+COUNT = Range(1, 10**9)
+# A packet rate: one per second to ten billion, above the minimum-frame rate of 800 Gb/s Ethernet
+# (84 bytes a frame on the wire with preamble and inter-frame gap: 1.19 billion per second).
+RATE_PPS = Range(1, 1e10)
+RATIO = Range(0, 1)
 
 
 class AnalysisContext:
@@ -55,14 +64,14 @@ class AnalysisContext:
 
 class Detector(ABC):
     rule_id: ClassVar[str]
-    PARAMS: ClassVar[dict[str, tuple[type, Any, str]]] = {}   # name -> (type, default, what it means)
+    PARAMS: ClassVar[dict[str, Param]] = {}                   # name -> (type, default, meaning, range)
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
 
     def __init__(self, rule: Rule):
         if rule.id != self.rule_id:
             raise ValueError(f"{type(self).__name__} serves rule '{self.rule_id}', not '{rule.id}'")
         self.rule = rule
-        self.params = {name: spec[1] for name, spec in self.PARAMS.items()}
+        self.params = {name: spec.default for name, spec in self.PARAMS.items()}
         self.params.update(rule.params)
 
     @abstractmethod

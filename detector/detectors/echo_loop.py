@@ -34,9 +34,9 @@ from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
-from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, AnalysisContext, Detector, batch_tail, check_merge, endpoint,
-                   flow_time_ns, fold_rows, frame_summary, group_by, ip_text, keep_ends, mac_text, member, register,
-                   repeated_keys)
+from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
+                   batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary, group_by, ip_text,
+                   keep_ends, mac_text, member, register, repeated_keys)
 
 NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
@@ -79,13 +79,16 @@ def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np
 class EchoLoop(Detector):
     rule_id = "echo-loop"
     PARAMS = {
-        "min_copies": (int, 1000, "identical copies of one frame before it counts as a loop"),
-        "min_rate_pps": (float, 200.0, "copies per second (count over first-to-last time) a loop reaches"),
-        "high_rate_pps": (float, 5000.0, "rate from which the finding is high"),
-        "critical_rate_pps": (float, 50000.0, "rate from which the finding is critical"),
-        "high_share_ratio": (float, 0.2, "share of all packets from first to last copy from which it is high"),
-        "critical_share_ratio": (float, 0.5,
-                                 "share of all packets from which it is critical (with high_rate_pps reached)"),
+        # two copies are the least a repeat can be
+        "min_copies": Param(int, 1000, "identical copies of one frame before it counts as a loop", Range(2, 10**9)),
+        "min_rate_pps": Param(float, 200.0, "copies per second (count over first-to-last time) a loop reaches",
+                              RATE_PPS),
+        "high_rate_pps": Param(float, 5000.0, "rate from which the finding is high", RATE_PPS),
+        "critical_rate_pps": Param(float, 50000.0, "rate from which the finding is critical", RATE_PPS),
+        "high_share_ratio": Param(float, 0.2, "share of all packets from first to last copy from which it is high",
+                                  RATIO),
+        "critical_share_ratio": Param(float, 0.5, "share of all packets from which it is critical (with "
+                                                  "high_rate_pps reached)", RATIO),
     }
 
     def __init__(self, rule):

@@ -25,8 +25,8 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, endpoint, evidence_frames, find_sorted, group_by,
-                   ip_text, keep_ends, member, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
+                   group_by, ip_text, keep_ends, member, mix64, register)
 from .pmtud_blackhole import match_flow
 
 NS = 1_000_000_000
@@ -85,10 +85,12 @@ class MssViolation(Detector):
     rule_id = "mss-violation"
     AFTER = ("pmtud-blackhole",)
     PARAMS = {
-        "min_segments": (int, 3, "violating segments on the wire from which the finding takes the rule's "
-                                 "severity (fewer: low)"),
-        "link_mtu_bytes": (int, 1500, "largest IP packet the captured link carries; a segment in a larger "
-                                      "packet never was on the wire (TSO/GSO/GRO capture)"),
+        "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "
+                                      "severity (fewer: low)", COUNT),
+        # 68: the least MTU of an IPv4 link (RFC 791); 65,536: Linux's loopback, the largest a
+        # captured interface commonly has (IPv6 jumbograms, RFC 2675, need links that no NIC offers)
+        "link_mtu_bytes": Param(int, 1500, "largest IP packet the captured link carries; a segment in a larger "
+                                           "packet never was on the wire (TSO/GSO/GRO capture)", Range(68, 65536)),
     }
 
     def __init__(self, rule):

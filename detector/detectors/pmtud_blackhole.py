@@ -44,8 +44,8 @@ import numpy as np
 from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends,
-                   member, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, group_by, ip_text,
+                   keep_ends, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -192,12 +192,13 @@ def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
 class PmtudBlackhole(Detector):
     rule_id = "pmtud-blackhole"
     PARAMS = {
-        "min_icmp_count": (int, 2, "ICMP too-big messages for one host/peer pair before it is judged"),
-        "min_oversized_packets": (int, 2,
-                                  "packets above the reported MTU the host sends after the grace time"),
-        "grace_ms": (float, 200.0, "time after the first message during which large packets still count "
-                                   "as already in flight"),
-        "high_icmp_count": (int, 10, "messages from which the finding is high"),
+        "min_icmp_count": Param(int, 2, "ICMP too-big messages for one host/peer pair before it is judged", COUNT),
+        "min_oversized_packets": Param(int, 2, "packets above the reported MTU the host sends after the grace time",
+                                       COUNT),
+        # up to an hour: far beyond any round trip; a sender still in flight after it never adapted
+        "grace_ms": Param(float, 200.0, "time after the first message during which large packets still count "
+                                        "as already in flight", Range(0, 3_600_000)),
+        "high_icmp_count": Param(int, 10, "messages from which the finding is high", COUNT),
     }
 
     def __init__(self, rule):

@@ -39,8 +39,8 @@ from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, fold_rows, group_by, ip_text,
-                   mac_text, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, fold_rows, group_by,
+                   ip_text, mac_text, mix64, register)
 
 RIP_PORT = 520     # RFC 2453
 RIPNG_PORT = 521   # RFC 2080
@@ -263,10 +263,13 @@ class RipTrigger(Detector):
     rule_id = "rip-trigger"
     AFTER = ("echo-loop",)
     PARAMS = {
-        "many_targets_count": (int, 5, "distinct targets on the RIP ports from one source that make it a scan"),
-        "local_networks": (list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
-                                  "100.64.0.0/10", "fe80::/10", "fc00::/7"],
-                           "source networks counted as local: unicast RIP from elsewhere is a probe"),
+        "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
+                                            "scan", COUNT),
+        # a list of prefixes, not a routing table: up to 4,096 of them
+        "local_networks": Param(list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+                                       "100.64.0.0/10", "fe80::/10", "fc00::/7"],
+                                "source networks counted as local: unicast RIP from elsewhere is a probe",
+                                Range(0, 4096)),
     }
 
     def __init__(self, rule):

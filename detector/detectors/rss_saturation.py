@@ -35,14 +35,16 @@ from ..findings import Finding, iso_time
 from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
-from .base import (MIN_RATE_WINDOW_S, AnalysisContext, Detector, check_merge, endpoint, evidence_frames, group_by,
-                   ip_text, keep_ends, mix64, register)
+from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
+                   evidence_frames, group_by, ip_text, keep_ends, mix64, register)
 
 NS = 1_000_000_000
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
-# Bins spanned by one batch beyond which the per-bin histogram is built with
-# a sort instead of a dense bincount (a batch with wild timestamps).
-DENSE_BINS_MAX = 1 << 16
+# Cells (bins spanned by one batch times queues) beyond which a batch's
+# counts are gathered with a sort instead of a dense bincount (wild
+# timestamps, microsecond bins, a thousand queues): the state holds only the
+# (bin, queue) cells that received packets, never a bins x queues matrix.
+DENSE_CELLS_MAX = 1 << 19
 # Per-batch partial histograms kept before they are folded into one.
 PARTS_MAX = 32
 # Frames are kept from a queue that dominates a bin within one batch at this
@@ -109,17 +111,26 @@ def _key_bytes(rule, text: str) -> bytes:
     return key
 
 
+def _cells(bins: np.ndarray, queues: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(bin, queue, count) cells, one per distinct (bin, queue) with counts summed, sorted by bin then queue."""
+    order = np.lexsort((queues, bins))
+    bins, queues, counts = bins[order], queues[order], counts[order]
+    if len(bins) == 0:
+        return bins, queues, counts
+    starts = np.flatnonzero(np.concatenate(([True], (bins[1:] != bins[:-1]) | (queues[1:] != queues[:-1]))))
+    return bins[starts], queues[starts], np.add.reduceat(counts, starts)
+
+
 def _fold(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
-    """Partial histograms as one, one row per distinct bin: counts summed, first/last times widened."""
-    bins = np.concatenate([part[0] for part in parts])
+    """Partial states as one: (bin, queue, count) cells summed; per bin, first/last packet times widened."""
+    cells = _cells(*(np.concatenate([part[i] for part in parts]) for i in range(3)))
+    bins = np.concatenate([part[3] for part in parts])
     keys, inverse = np.unique(bins, return_inverse=True)
-    counts = np.zeros((len(keys), parts[0][1].shape[1]), dtype=np.int64)
-    np.add.at(counts, inverse, np.concatenate([part[1] for part in parts]))
     first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(first, inverse, np.concatenate([part[2] for part in parts]))
-    np.maximum.at(last, inverse, np.concatenate([part[3] for part in parts]))
-    return keys, counts, first, last
+    np.minimum.at(first, inverse, np.concatenate([part[4] for part in parts]))
+    np.maximum.at(last, inverse, np.concatenate([part[5] for part in parts]))
+    return (*cells, keys, first, last)
 
 
 @register
@@ -127,32 +138,41 @@ class RssSaturation(Detector):
     rule_id = "rss-saturation"
     AFTER = ("echo-loop",)
     PARAMS = {
-        "key": (str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
-                                  "'symmetric' (0x6d5a repeated) or the NIC's key in hex (ethtool -x)"),
-        "queues": (int, 8, "receive queues the NIC spreads packets over"),
-        "indirection_table_size": (int, 128, "entries of the NIC's indirection table (filled round robin)"),
-        "hash_tcp_ports": (bool, True, "TCP packets hash ports as well as addresses"),
-        "hash_udp_ports": (bool, False, "UDP packets hash ports (ixgbe and many drivers hash UDP addresses only)"),
-        "hash_inner_headers": (bool, False, "tunnelled packets (VXLAN, Geneve, GRE, IP-in-IP) hash their inner "
-                                            "header: NICs set up for inner-header RSS; others hash the outer one"),
-        "bin_ms": (float, 100.0, "time bin over which queue shares are measured"),
-        "min_share_ratio": (float, 0.5, "share of a bin's packets one queue must reach"),
-        "min_queue_rate_pps": (float, 50000.0, "packet rate of that queue in the bin for it to matter"),
-        "high_queue_rate_pps": (float, 500000.0, "queue packet rate from which the finding is high"),
+        # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)
+        "key": Param(str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
+                                      "'symmetric' (0x6d5a repeated) or the NIC's key in hex (ethtool -x)",
+                     Range(1, 256)),
+        # Current NICs spread over at most a few hundred RSS queues (ice/E810: 256 per function,
+        # ICE_MAX_LG_RSS_QS); 1,024 leaves room for the largest hosts. Each queue is a column of the
+        # per-bin histogram: a count beyond any NIC's would only cost memory.
+        "queues": Param(int, 8, "receive queues the NIC spreads packets over", Range(1, 1024)),
+        # Hardware tables are powers of two: 128 (ixgbe), 512 (i40e), 2,048 (the ice PF table,
+        # devlink resource rss/lut_2048); the kernel's RSS selftest expects at least 4 entries per
+        # queue, so 4,096 serves 1,024 queues.
+        "indirection_table_size": Param(int, 128, "entries of the NIC's indirection table (filled round robin)",
+                                        Range(1, 4096, power_of_two=True)),
+        "hash_tcp_ports": Param(bool, True, "TCP packets hash ports as well as addresses", None),
+        "hash_udp_ports": Param(bool, False, "UDP packets hash ports (ixgbe and many drivers hash UDP addresses "
+                                             "only)", None),
+        "hash_inner_headers": Param(bool, False, "tunnelled packets (VXLAN, Geneve, GRE, IP-in-IP) hash their inner "
+                                                 "header: NICs set up for inner-header RSS; others hash the outer one",
+                                    None),
+        # from a microsecond (pcap's finest common resolution) to an hour
+        "bin_ms": Param(float, 100.0, "time bin over which queue shares are measured", Range(0.001, 3_600_000)),
+        "min_share_ratio": Param(float, 0.5, "share of a bin's packets one queue must reach", RATIO),
+        "min_queue_rate_pps": Param(float, 50000.0, "packet rate of that queue in the bin for it to matter",
+                                    RATE_PPS),
+        "high_queue_rate_pps": Param(float, 500000.0, "queue packet rate from which the finding is high", RATE_PPS),
     }
 
     def __init__(self, rule):
         super().__init__(rule)
         p = self.params
-        if p["queues"] < 1 or p["indirection_table_size"] < 1 or p["bin_ms"] <= 0:
-            raise RuleError(rule.path, "params", "queues, indirection_table_size and bin_ms must be positive")
         table = p["indirection_table_size"]
-        if table & (table - 1):
-            raise RuleError(rule.path, "params.indirection_table_size", f"{table} is not a power of two")
         self.model = RssModel(key=_key_bytes(rule, p["key"]), queues=p["queues"], tcp_ports=p["hash_tcp_ports"],
                               udp_ports=p["hash_udp_ports"], table_size=table, inner_headers=p["hash_inner_headers"])
         self.bin_ns = max(1, int(p["bin_ms"] * 1e6))
-        # (bins, counts[bins, queues], first packet time, last packet time) per batch
+        # per batch: (bin, queue, count) of the cells that received packets; per bin its first and last time
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.cells: dict[tuple[int, int], _Cell] = {}             # (bin, queue) -> its busy queue's details
 
@@ -165,33 +185,29 @@ class RssSaturation(Detector):
         ts = batch["ts_ns"]
         bins = ts // self.bin_ns
         first = int(bins.min())
-        if int(bins.max()) - first < DENSE_BINS_MAX:
-            local = bins - first
-            hist = np.bincount(local * queues + queue, minlength=(int(local.max()) + 1) * queues)
-            hist = hist.reshape(-1, queues)
-            present = np.flatnonzero(hist.sum(axis=1))
-            part_bins, counts = present.astype(np.int64) + first, hist[present]
+        if (int(bins.max()) - first + 1) * queues <= DENSE_CELLS_MAX:
+            flat = np.bincount((bins - first) * queues + queue)
+            present = np.flatnonzero(flat)
+            cells = (present // queues + first, present % queues, flat[present].astype(np.int64))
         else:
-            part_bins = np.unique(bins)
-            counts = np.zeros((len(part_bins), queues), dtype=np.int64)
-            np.add.at(counts, (np.searchsorted(part_bins, bins), queue), 1)
+            cells = _cells(bins, queue, np.ones(len(bins), dtype=np.int64))
+        part_bins = np.unique(cells[0])
         at = np.searchsorted(part_bins, bins)
         first_ns = np.full(len(part_bins), np.iinfo(np.int64).max, dtype=np.int64)
         last_ns = np.full(len(part_bins), np.iinfo(np.int64).min, dtype=np.int64)
         np.minimum.at(first_ns, at, ts)
         np.maximum.at(last_ns, at, ts)
-        self.parts.append((part_bins, counts.astype(np.int64), first_ns, last_ns))
+        self.parts.append((*cells, part_bins, first_ns, last_ns))
         if len(self.parts) > PARTS_MAX:
             self.parts = [_fold(self.parts)]
-        self._keep_cells(batch, queue, bins, at, part_bins, counts)
+        self._keep_cells(batch, queue, bins, at, part_bins, cells)
 
-    def _keep_cells(self, batch, queue, bins, at, part_bins, counts) -> None:
+    def _keep_cells(self, batch, queue, bins, at, part_bins, cells) -> None:
         """Frames and flows of the dominant queue of bins where it already dominates within this batch."""
         p = self.params
         floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
-        top = counts.argmax(axis=1)
-        top_count = counts[np.arange(len(counts)), top]
-        busy = np.flatnonzero((top_count >= p["min_share_ratio"] * counts.sum(axis=1)) & (top_count >= floor))
+        total, top, top_count = _per_bin(*cells)
+        busy = np.flatnonzero((top_count >= p["min_share_ratio"] * total) & (top_count >= floor))
         if len(busy) == 0:
             return
         hot_queue = np.full(len(part_bins), -1, dtype=np.int64)
@@ -226,28 +242,30 @@ class RssSaturation(Detector):
         return self
 
     def _folded(self) -> tuple[np.ndarray, ...]:
-        """(bins, counts[bin, queue], first packet time, last packet time) of everything folded in."""
+        """(bin, queue, count) cells, then distinct bins with their first and last packet times, of everything
+        folded in."""
         if not self.parts:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, np.zeros((0, self.params["queues"]), dtype=np.int64), empty, empty
+            return empty, empty, empty, empty, empty, empty
         self.parts = [_fold(self.parts)]
         return self.parts[0]
 
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:
-        """(bins, counts[bin, queue]) of everything folded in: bin i starts at bins[i] * bin_ms."""
-        bins, counts, _, _ = self._folded()
+        """(bins, counts[bin, queue]) of everything folded in, dense over the bins that hold packets (for
+        plots and tests: a bins x queues matrix): bin i starts at bins[i] * bin_ms."""
+        cell_bins, cell_queues, cell_counts, bins, _, _ = self._folded()
+        counts = np.zeros((len(bins), self.params["queues"]), dtype=np.int64)
+        counts[np.searchsorted(bins, cell_bins), cell_queues] = cell_counts
         return bins, counts
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         p = self.params
-        bins, counts, first_ns, last_ns = self._folded()
+        *cells, bins, first_ns, last_ns = self._folded()
         if len(bins) == 0:
             return []
         bin_s = self.bin_ns / NS
-        total = counts.sum(axis=1)
-        top = counts.argmax(axis=1)
-        top_count = counts[np.arange(len(bins)), top]
+        total, top, top_count = _per_bin(*cells)
         # a bin whose packets all carry (nearly) one timestamp tells nothing of a rate
         timed = (last_ns - first_ns) >= int(MIN_RATE_WINDOW_S * NS)
         fire = timed & (top_count >= p["min_share_ratio"] * total) & (top_count / bin_s >= p["min_queue_rate_pps"])
@@ -259,16 +277,16 @@ class RssSaturation(Detector):
         starts = np.flatnonzero(np.concatenate(([True], breaks)))
         ends = np.append(starts[1:], len(hot))
         loops = ctx.findings.get("echo-loop", [])
-        return [self._finding(hot[s:e], bins, counts, top, loops) for s, e in zip(starts, ends)]
+        return [self._finding(hot[s:e], bins, total, top, top_count, loops) for s, e in zip(starts, ends)]
 
-    def _finding(self, idx, bins, counts, top, loops) -> Finding:
+    def _finding(self, idx, bins, total, top, top_count, loops) -> Finding:
         p = self.params
         bin_s = self.bin_ns / NS
         queue = int(top[idx[0]])
-        packets = int(counts[idx, queue].sum())
-        total = int(counts[idx].sum())
-        share = packets / total
-        rates = counts[idx, queue] / bin_s
+        packets = int(top_count[idx].sum())
+        window = int(total[idx].sum())
+        share = packets / window
+        rates = top_count[idx] / bin_s
         peak = float(rates.max())
         first_ns, last_ns = int(bins[idx[0]]) * self.bin_ns, (int(bins[idx[-1]]) + 1) * self.bin_ns
         cells = [self.cells[key] for key in ((int(bins[i]), queue) for i in idx) if key in self.cells]
@@ -282,7 +300,7 @@ class RssSaturation(Detector):
             f"{f['proto']} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
             f"({'' if exact else 'at least '}{f['packets_in_window']:,} packets)"
             for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
-        msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {total:,} packets "
+        msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {window:,} packets "
                f"(fair share {fair:.1%}) in {len(idx)} bin(s) of {p['bin_ms']:g} ms, peak {peak:,.0f} packets/s "
                f"on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
         counted = sum(cell.packets for cell in cells)
@@ -302,12 +320,12 @@ class RssSaturation(Detector):
             "queue": queue, "queues": p["queues"], "key": p["key"], "hash_udp_ports": p["hash_udp_ports"],
             "hash_inner_headers": p["hash_inner_headers"],
             "bin_ms": p["bin_ms"], "bins": len(idx), "share_ratio": round(share, 4), "fair_share_ratio": round(fair, 4),
-            "queue_packets": packets, "window_packets": total, "peak_queue_rate_pps": round(peak, 1),
+            "queue_packets": packets, "window_packets": window, "peak_queue_rate_pps": round(peak, 1),
             "tunnelled_ratio": round(tunnelled, 4),
             # with more flows on the queue than are counted per bin, those named are lower bounds
             "flow_counts_exact": exact,
             "bin_starts": [iso_time(int(bins[i]) * self.bin_ns) for i in idx[:16]],
-            "bin_queue_packets": counts[idx[:16], queue].astype(int).tolist(),
+            "bin_queue_packets": top_count[idx[:16]].astype(int).tolist(),
             "flows": named, "echo_loop": loop.msg if loop is not None else None,
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
@@ -316,6 +334,17 @@ class RssSaturation(Detector):
                             dest_port=main.get("dest_port"), proto=main.get("proto"),
                             community_id=main.get("community_id"),
                             evidence={k: v for k, v in evidence.items() if v is not None})
+
+
+def _per_bin(bins: np.ndarray, queues: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """From (bin, queue, count) cells sorted by bin then queue: per distinct bin its packets, its busiest
+    queue (the lowest of equals) and that queue's packets."""
+    if len(bins) == 0:
+        return counts, queues, counts
+    starts = np.flatnonzero(np.concatenate(([True], bins[1:] != bins[:-1])))
+    # sorted by bin first, each bin's cells keep their places: the first of each is its busiest
+    best = np.lexsort((queues, -counts, bins))[starts]
+    return np.add.reduceat(counts, starts), queues[best], counts[best]
 
 
 def _named_flows(cells: list[_Cell]) -> list[dict]:
