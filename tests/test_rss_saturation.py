@@ -272,3 +272,14 @@ def test_an_identical_frame_flood_filling_the_queue_does_not_make_it_high(tmp_pa
     [finding] = [f for f in findings if f.rule == RULE]
     assert flood.severity == "low" and finding.severity == "medium"
     assert "identical-frame flood" in finding.msg and finding.evidence["echo_loop"] == flood.msg
+
+
+def test_microsecond_bins_over_a_thousand_queues_keep_only_the_cells_that_received_packets(tmp_path):
+    # 11,500 packets: a bins x queues matrix would hold ~100 million counts; the state holds one per packet at most
+    rule = load_rules(override(tmp_path, queues=1024, indirection_table_size=4096, bin_ms=0.001))[RULE]
+    detector = REGISTRY[RULE](rule)
+    engine.run([str(FLOOD)], [detector])
+    cell_bins, cell_queues, cell_counts, bins, _, _ = detector._folded()
+    assert len(cell_bins) <= 11_500 and cell_counts.sum() == 11_500 and cell_queues.max() < 1024
+    hist_bins, counts = detector.histogram()
+    assert np.array_equal(hist_bins, bins) and counts.sum() == 11_500
