@@ -8,14 +8,18 @@ A routing loop: two routers each route a prefix to the other; each packet
 toward it crosses their link until its TTL runs out. Near-misses: mirror
 duplicates, byte-identical retransmissions, an elephant flow, periodic
 identical frames, legitimate RIP between routers, a scanner that triggers
-nothing, traceroute and a mirror that sees one packet on several hops.
+nothing, traceroute and a mirror that sees one packet on several hops, and
+flood tools that blast one crafted frame as fast as a loop would repeat it.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import random
+import struct
 from pathlib import Path
 
-from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw)
+from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, IPv6, Raw)
 from scapy.contrib.ripng import RIPng, RIPngEntry
 from scapy.layers.rip import RIP, RIPAuth, RIPEntry
 
@@ -116,6 +120,46 @@ def echo_loop_buried(out_dir: Path) -> dict:
             "must_not_yield": _quiet(["routing-loop"])}
 
 
+def identical_frame_floods(out_dir: Path) -> dict:
+    """Near-miss: three floods of one crafted frame each, at loop rates, that lack the loop evidence.
+
+    An IPv6 echo request to all nodes (multicast destination MAC and
+    address); zero-filled UDP to port 520 from the invalid source ff02::1 (an
+    attack tool's spoofed address, to a unicast MAC); and a crafted TCP SYN
+    repeated at 16,000/s while its target answers every copy with a reset of
+    its own. Rates stay below rss-saturation's, so only echo-loop and
+    rip-trigger have something to say.
+    """
+    path = out_dir / "identical-frame-floods.pcapng"
+    rng = random.Random(16)
+    target_mac, target_v4, target_v6 = "02:00:5e:70:00:10", "192.0.2.80", "2001:db8:70::10"
+    tool_mac = "02:00:5e:70:00:66"
+    packets = _benign(0.0, 2.0, rng)
+    smurf = (Ether(src=tool_mac, dst="33:33:00:00:00:01") / IPv6(src="2001:db8:70::66", dst="ff02::1", hlim=255) /
+             ICMPv6EchoRequest(id=0x6666, seq=1, data=bytes(56)))
+    packets += _loop_copies(smurf, 0.2, 3000, 60000.0)
+    spoofed = (Ether(src=tool_mac, dst=target_mac) / IPv6(src="ff02::1", dst=target_v6, hlim=64) /
+               UDP(sport=521, dport=520) / Raw(bytes(24)))
+    packets += _loop_copies(spoofed, 0.6, 3000, 120000.0)
+    syn = (Ether(src=tool_mac, dst=target_mac) / IP(src="198.51.100.99", dst=target_v4, ttl=64, id=31337) /
+           TCP(sport=6666, dport=80, flags="S", seq=123456789))
+    rate = 16000.0
+    for i, (t, copy) in enumerate(_loop_copies(syn, 1.0, 4000, rate)):
+        packets.append((t, copy))
+        reset = (Ether(src=target_mac, dst=tool_mac) / IP(src=target_v4, dst="198.51.100.99", ttl=64, id=i) /
+                 TCP(sport=80, dport=6666, flags="RA", seq=0, ack=123456790))
+        packets.append((t + 0.00002, reset))
+    count = write_capture(path, packets)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: floods of one crafted frame at 16,000-120,000/s (multicast destination, "
+                    "source ff02::1, a target that answers): identical-frame floods, not loops",
+            "must_yield": [{"rule": "echo-loop", "severity_at_least": "low"}],
+            "must_not_yield": [{"rule": "echo-loop", "severity_above": "low"},
+                               {"rule": "rip-trigger", "severity_above": "medium"},
+                               {"rule": "routing-loop", "severity_above": "info"},
+                               {"rule": "rss-saturation", "severity_above": "info"}]}
+
+
 def repeats_not_loops(out_dir: Path) -> dict:
     """Mirror duplicates, byte-identical retransmissions, an elephant flow, periodic identical frames."""
     path = out_dir / "repeats-not-loops.pcapng"
@@ -173,6 +217,60 @@ def rip_between_routers(out_dir: Path) -> dict:
     count = write_capture(path, packets)
     return {"file": path.name, "packets": count,
             "what": "legitimate RIPv2 (multicast, with authentication), RIPv1 broadcast, RIPng on ff02::9",
+            "must_yield": [{"rule": "rip-trigger", "severity_at_least": "info"}],
+            "must_not_yield": _quiet(LOOP_RULES)}
+
+
+def _rip_entry(afi: int, addr: str, mask: str, metric: int) -> bytes:
+    return struct.pack("!HH4s4s4sI", afi, 0, bytes(map(int, addr.split("."))), bytes(map(int, mask.split("."))),
+                       bytes(4), metric)
+
+
+def _rip_crypto(command: int, routes: bytes, digest: str, key: bytes, key_id: int, seq: int) -> bytes:
+    """A RIPv2 message with cryptographic authentication: keyed MD5 (RFC 2082) or HMAC-SHA (RFC 4822).
+
+    The authentication entry says where the trailer starts; the trailer is
+    0xFFFF, type 1 and the digest over the message (RFC 4822 sec. 2.1 computes
+    HMAC over it with the digest field preset; keyed MD5 appends the key).
+    """
+    size = hashlib.new(digest).digest_size
+    header = struct.pack("!BBH", command, 2, 0)
+    body_len = len(header) + 20 + len(routes)
+    auth = struct.pack("!HHHBBI8x", 0xFFFF, 3, body_len, key_id, size, seq)
+    message = header + auth + routes + struct.pack("!HH", 0xFFFF, 1)
+    if digest == "md5":
+        mac = hashlib.md5(message + key.ljust(16, b"\0")).digest()
+    else:
+        mac = hmac.new(key, message + bytes(size), digest).digest()
+    return message + mac
+
+
+def rip_authenticated(out_dir: Path) -> dict:
+    """Near-miss: routers speaking RIPv2 with keyed MD5 and HMAC-SHA authentication, and asking for tables."""
+    path = out_dir / "rip-authenticated.pcapng"
+    packets = []
+    routers = [("02:00:5e:31:00:01", "10.21.0.1", "md5"), ("02:00:5e:31:00:02", "10.21.0.2", "sha1"),
+               ("02:00:5e:31:00:03", "10.21.0.3", "sha256"), ("02:00:5e:31:00:04", "10.21.0.4", "sha384"),
+               ("02:00:5e:31:00:05", "10.21.0.5", "sha512")]
+    whole_table = _rip_entry(0, "0.0.0.0", "0.0.0.0", 16)
+    password = struct.pack("!HH16s", 0xFFFF, 2, b"campus-rip")
+    for r, (mac, address, digest) in enumerate(routers):
+        eth, net = Ether(src=mac, dst="01:00:5e:00:00:09"), IP(src=address, dst="224.0.0.9", ttl=1)
+        # after booting, each router asks its neighbours for their whole tables (RFC 2453 sec. 3.9.1)
+        request = _rip_crypto(1, whole_table, digest, b"k3y-%d" % r, 1, 1000)
+        packets.append((r * 0.5, eth / net / UDP(sport=520, dport=520) / Raw(request)))
+        for update in range(3):
+            routes = b"".join(_rip_entry(2, f"10.{60 + r}.{k}.0", "255.255.255.0", 1 + k) for k in range(r + 1))
+            message = _rip_crypto(2, routes, digest, b"k3y-%d" % r, 1, 1001 + update)
+            packets.append((1 + update * 30.0 + r * 0.2, eth / net / UDP(sport=520, dport=520) / Raw(message)))
+    # a router with a plain password asking for the table: the authentication entry plus the one request
+    packets.append((3.0, Ether(src="02:00:5e:31:00:06", dst="01:00:5e:00:00:09") /
+                    IP(src="10.21.0.6", dst="224.0.0.9", ttl=1) / UDP(sport=520, dport=520) /
+                    Raw(struct.pack("!BBH", 1, 2, 0) + password + whole_table)))
+    count = write_capture(path, packets)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: RIPv2 routers with keyed MD5 and HMAC-SHA1/256/384/512 authentication, "
+                    "whole-table requests with authentication",
             "must_yield": [{"rule": "rip-trigger", "severity_at_least": "info"}],
             "must_not_yield": _quiet(LOOP_RULES)}
 
@@ -278,5 +376,5 @@ def traceroute_and_paths(out_dir: Path) -> dict:
             "must_yield": [], "must_not_yield": _quiet(LOOP_RULES)}
 
 
-CAPTURES = [echo_loop_ipv4, echo_loop_ipv6_vlan, echo_loop_buried, repeats_not_loops, rip_between_routers,
-            rip_scan, routing_loop_ipv4, routing_loop_ipv6_vlan, traceroute_and_paths]
+CAPTURES = [echo_loop_ipv4, echo_loop_ipv6_vlan, echo_loop_buried, identical_frame_floods, repeats_not_loops,
+            rip_authenticated, rip_between_routers, rip_scan, routing_loop_ipv4, routing_loop_ipv6_vlan, traceroute_and_paths]

@@ -14,7 +14,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6PacketTooBig, IPv6, Raw)
+from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6PacketTooBig, IPOption_Router_Alert, IPv6,
+                       Raw)
+from scapy.contrib.mpls import MPLS
 
 from common import tcp_session, write_capture
 
@@ -187,6 +189,48 @@ def pmtud_works(out_dir: Path) -> dict:
             "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
 
 
+def _probes(eth, template, sizes, router, mtu, t0, header, reply_eth):
+    """Don't-Fragment probes of the given IP sizes a second apart; a router answers each one above `mtu`."""
+    out = []
+    for k, size in enumerate(sizes):
+        probe = eth / template.copy() / Raw(bytes(size - header))
+        if ICMP in probe:
+            probe[ICMP].seq = k + 1
+        out.append((t0 + k, probe))
+        if size > mtu:
+            out.append((t0 + k + 0.003, reply_eth / _frag_needed(router, probe, mtu)))
+    return out
+
+
+def pmtud_diagnostic_probes(out_dir: Path) -> dict:
+    """Near-miss: diagnostics that send Don't-Fragment probes of fixed sizes and never adapt, by design.
+
+    `ping -M do -s 1472` (1500-byte echo requests into the 1420-byte tunnel),
+    an MPLS LSP ping (RFC 8029: UDP 3503 to 127.0.0.1 with the router alert
+    option, labelled) of 1500 bytes and then a size sweep, and a UDP probe
+    tool sending 1500-byte datagrams with DF set to a real host. Every probe
+    above the path MTU draws a frag-needed.
+    """
+    path = out_dir / "pmtud-diagnostic-probes.pcapng"
+    to_router, from_router = Ether(src=SERVER_MAC, dst=ROUTER_MAC), Ether(src=ROUTER_MAC, dst=SERVER_MAC)
+    ping = IP(src="203.0.113.80", dst="198.51.100.23", flags="DF", id=0) / ICMP(type=8, id=0x4d44, seq=1)
+    packets = _probes(to_router, ping, [1500] * 5, "192.0.2.254", TUNNEL_MTU, 0.0, 28, from_router)
+    # the LSP ping's path has room for 1500 bytes minus two MPLS labels
+    lsr_a, lsr_b = Ether(src="02:00:5e:10:00:09", dst="02:00:5e:10:00:0a"), Ether(src="02:00:5e:10:00:0a",
+                                                                                  dst="02:00:5e:10:00:09")
+    lsp = MPLS(label=16001, s=1, ttl=255) / IP(src="192.0.2.9", dst="127.0.0.1", flags="DF", ttl=1,
+                                               options=[IPOption_Router_Alert()]) / UDP(sport=3503, dport=3503)
+    packets += _probes(lsr_a, lsp, [1500, 1500, 1500, 1400, 1450, 1500], "192.0.2.10", 1492, 10.0, 32, lsr_b)
+    nping = IP(src="203.0.113.81", dst="198.51.100.24", flags="DF") / UDP(sport=53001, dport=40125)
+    packets += _probes(to_router, nping, [1500] * 5, "192.0.2.254", TUNNEL_MTU, 20.0, 28, from_router)
+    count = write_capture(path, packets)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: fixed-size Don't-Fragment probes (ping -M do -s 1472, MPLS LSP ping to 127.0.0.1, "
+                    "a UDP probe tool), each answered by frag-needed",
+            "must_yield": [{"rule": "pmtud-blackhole", "severity_at_least": "info"}],
+            "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
+
+
 def tso_host_capture(out_dir: Path) -> dict:
     """Near-miss: captured on the sending host with TSO, so segments of 10 x MSS appear; no ICMP, no drop."""
     path = out_dir / "tso-host-capture.pcapng"
@@ -216,4 +260,5 @@ def tso_host_capture(out_dir: Path) -> dict:
             "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
 
 
-CAPTURES = [pmtud_blackhole_ipv4, pmtud_blackhole_ipv6_vlan, pmtud_blackhole_busy, pmtud_works, tso_host_capture]
+CAPTURES = [pmtud_blackhole_ipv4, pmtud_blackhole_ipv6_vlan, pmtud_blackhole_busy, pmtud_diagnostic_probes, pmtud_works,
+            tso_host_capture]

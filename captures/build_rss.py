@@ -6,6 +6,8 @@ rates are those of the incident's order (tens of thousands of packets per
 second); the slices last a few hundred milliseconds, enough for the
 rule's 100 ms bins. The busy balanced link, the near-miss, is in the
 benign background of both and on its own in rss-balanced-busy.pcap.
+A VXLAN tunnel carrying many flows fills one queue of a NIC that hashes
+outer headers; a capture with one timestamp per second has no rate at all.
 """
 from __future__ import annotations
 
@@ -13,25 +15,27 @@ import random
 from pathlib import Path
 
 from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw
+from scapy.layers.vxlan import VXLAN
 from scapy.data import DLT_EN10MB
 from scapy.utils import PcapWriter
 
 from common import T0
 
 SNAPLEN = 96                # bytes kept per frame: every header, no payload
+TUNNEL_SNAPLEN = 128        # the same for VXLAN: outer and inner headers
 CLIENT_MAC, GATEWAY_MAC = "02:00:5e:20:00:10", "02:00:5e:20:00:01"
 
 
-def _write(path: Path, timed_packets) -> int:
-    """Write (seconds after T0, packet or frame bytes) pairs in time order, cut at SNAPLEN, wire length kept."""
+def _write(path: Path, timed_packets, snaplen: int = SNAPLEN) -> int:
+    """Write (seconds after T0, packet or frame bytes) pairs in time order, cut at `snaplen`, wire length kept."""
     ordered = sorted(timed_packets, key=lambda item: item[0])
-    writer = PcapWriter(str(path), linktype=DLT_EN10MB, snaplen=SNAPLEN, sync=False)
+    writer = PcapWriter(str(path), linktype=DLT_EN10MB, snaplen=snaplen, sync=False)
     writer.write_header(None)
     for offset, packet in ordered:
         raw = bytes(packet)
         stamp = T0 + round(offset, 6)
-        writer.write_packet(raw[:SNAPLEN], sec=int(stamp), usec=round((stamp - int(stamp)) * 1e6),
-                            caplen=min(len(raw), SNAPLEN), wirelen=len(raw))
+        writer.write_packet(raw[:snaplen], sec=int(stamp), usec=round((stamp - int(stamp)) * 1e6),
+                            caplen=min(len(raw), snaplen), wirelen=len(raw))
     writer.close()
     return len(ordered)
 
@@ -132,4 +136,52 @@ def rss_elephant_flow(out_dir: Path) -> dict:
                                {"rule": "pmtud-blackhole", "severity_above": "info"}]}
 
 
-CAPTURES = [rss_single_flow_flood, rss_balanced_busy, rss_elephant_flow]
+def rss_vxlan_tunnel(out_dir: Path) -> dict:
+    """300 flows inside one VXLAN tunnel at 70,000 packets/s: the NIC hashes the two tunnel endpoints only.
+
+    The outer UDP source port carries each inner flow's entropy (RFC 7348
+    section 5), which a NIC hashing UDP addresses only ignores; with
+    inner-header RSS the same traffic spreads over every queue.
+    """
+    path = out_dir / "rss-vxlan-tunnel.pcap"
+    rng = random.Random(2004)
+    packets = _Background(rng, 200).packets(0.0, 0.3, 8000)
+    vtep = Ether(src="02:00:5e:20:00:41", dst="02:00:5e:20:00:42") / IP(src="192.0.2.41", dst="192.0.2.42", ttl=64)
+    frames = []
+    for i in range(300):
+        inner = (Ether(src="02:00:5e:21:00:01", dst="02:00:5e:21:00:02") /
+                 IP(src=f"10.41.{i // 200}.{i % 200 + 1}", dst=f"10.42.0.{i % 40 + 1}") /
+                 TCP(sport=30000 + i, dport=rng.choice([443, 5432, 6379]), flags="A", seq=rng.randrange(1 << 32),
+                     ack=rng.randrange(1 << 32)) / Raw(bytes(200)))
+        frames.append(bytes(vtep / UDP(sport=49152 + rng.randrange(16384), dport=4789) / VXLAN(vni=4100) / inner))
+    rate = 70000
+    for k in range(int(0.1 * rate)):
+        packets.append((0.1 + k / rate, frames[rng.randrange(len(frames))]))
+    count = _write(path, packets, TUNNEL_SNAPLEN)
+    return {"file": path.name, "packets": count,
+            "what": "VXLAN tunnel of 300 TCP flows at 70,000 packets/s for 100 ms between two endpoints, over 200 "
+                    "balanced flows: one queue when the NIC hashes outer headers",
+            "must_yield": [{"rule": "rss-saturation", "severity_at_least": "medium"}],
+            "must_not_yield": [{"rule": "rss-saturation", "severity_above": "medium"},
+                               {"rule": "echo-loop", "severity_above": "info"},
+                               {"rule": "mss-violation", "severity_above": "info"},
+                               {"rule": "pmtud-blackhole", "severity_above": "info"}]}
+
+
+def rss_coarse_timestamps(out_dir: Path) -> dict:
+    """Near-miss: a synthetic capture with one timestamp per second: 10,000 packets of one flow at each."""
+    path = out_dir / "rss-coarse-timestamps.pcap"
+    eth = Ether(src=GATEWAY_MAC, dst=CLIENT_MAC)
+    packets = []
+    for second in range(2):
+        for k in range(10000):
+            packets.append((float(second), eth / IP(src="198.18.9.9", dst="10.20.0.9", id=k) /
+                            UDP(sport=41000, dport=5201) / Raw(k.to_bytes(4, "big") * 4)))
+    count = _write(path, packets)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: 2 x 10,000 packets of one UDP flow, each 10,000 stamped with one time (no rate)",
+            "must_yield": [],
+            "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
+
+
+CAPTURES = [rss_single_flow_flood, rss_balanced_busy, rss_elephant_flow, rss_vxlan_tunnel, rss_coarse_timestamps]

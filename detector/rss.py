@@ -20,8 +20,7 @@ import numpy as np
 from numba import njit
 
 from .errors import UsageError
-from .schema import (L_FRAG, L_IP4, L_IP6, L_PORTS, L_TCP, L_TUNNEL, L_UDP, PROTO_TCP, PROTO_UDP,
-                     PacketBatch)
+from .schema import L_FRAG, L_IP4, L_IP6, L_PORTS, L_TUNNEL, PROTO_TCP, PROTO_UDP, PacketBatch
 
 # The 40-byte key of Microsoft's RSS verification suite, also the default key
 # of many NIC drivers (ixgbe, i40e, DPDK's rte_thash examples).
@@ -102,34 +101,64 @@ def _hash_rows(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6, out):
         out[i] = _toeplitz_row(tables, src_hi[i], src_lo[i], dst_hi[i], dst_lo[i], ports[i], is_v6[i])
 
 
+@njit
+def _hash_input(i, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+                outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner):
+    """What the NIC hashes of packet `i`: (src hi, lo, dst hi, lo, sport, dport, proto, is_v6, hash ports).
+
+    A tunnelled packet offers its outer header (the schema's outer_* columns)
+    unless the NIC hashes inner headers. Ports are those of the header, also
+    where they are not hashed (a flow is still named by them).
+    """
+    bits = layers[i]
+    if bits & np.uint32(L_TUNNEL) and not inner:
+        s_hi, s_lo, d_hi, d_lo = outer_src_hi[i], outer_src_lo[i], outer_dst_hi[i], outer_dst_lo[i]
+        sp, dp, pr = outer_sport[i], outer_dport[i], outer_proto[i]
+        is_v6 = not (s_hi == 0 and (s_lo >> np.uint64(32)) == np.uint64(0xFFFF))
+        has_ports = sp != 0 or dp != 0
+    else:
+        s_hi, s_lo, d_hi, d_lo = src_hi[i], src_lo[i], dst_hi[i], dst_lo[i]
+        sp, dp, pr = sport[i], dport[i], proto[i]
+        is_v6 = bits & np.uint32(L_IP6) != 0
+        has_ports = bits & np.uint32(L_PORTS) != 0
+    # every fragment of a datagram hashes alike: addresses only
+    hashed = (has_ports and bits & np.uint32(L_FRAG) == 0
+              and ((pr == PROTO_TCP and tcp_ports) or (pr == PROTO_UDP and udp_ports)))
+    return s_hi, s_lo, d_hi, d_lo, sp, dp, pr, is_v6, hashed
+
+
 @njit(cache=True)
-def _hash_packets(tables, layers, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
-                  outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, out):
+def _hash_packets(tables, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+                  outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner,
+                  out):
     ip_bits = np.uint32(L_IP4 | L_IP6)
-    mapped = np.uint64(0xFFFF)
     for i in range(len(out)):
-        bits = layers[i]
-        if bits & ip_bits == 0:
+        if layers[i] & ip_bits == 0:
             out[i] = 0        # not IP: nothing a NIC hashes
             continue
-        if bits & np.uint32(L_TUNNEL):
-            # the NIC parses the outer header, which the schema keeps in outer_* columns
-            s_hi, s_lo, d_hi, d_lo = outer_src_hi[i], outer_src_lo[i], outer_dst_hi[i], outer_dst_lo[i]
-            sp, dp = outer_sport[i], outer_dport[i]
-            is_v6 = not (s_hi == 0 and (s_lo >> np.uint64(32)) == mapped)
-            tcp, udp = outer_proto[i] == PROTO_TCP, outer_proto[i] == PROTO_UDP
-            has_ports = sp != 0 or dp != 0
-        else:
-            s_hi, s_lo, d_hi, d_lo = src_hi[i], src_lo[i], dst_hi[i], dst_lo[i]
-            sp, dp = sport[i], dport[i]
-            is_v6 = bits & np.uint32(L_IP6) != 0
-            tcp, udp = bits & np.uint32(L_TCP) != 0, bits & np.uint32(L_UDP) != 0
-            has_ports = bits & np.uint32(L_PORTS) != 0
-        # every fragment of a datagram hashes alike: addresses only
-        ports = np.uint64(0)
-        if has_ports and bits & np.uint32(L_FRAG) == 0 and ((tcp and tcp_ports) or (udp and udp_ports)):
-            ports = (np.uint64(sp) << np.uint64(16)) | np.uint64(dp)
+        s_hi, s_lo, d_hi, d_lo, sp, dp, pr, is_v6, hashed = _hash_input(
+            i, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+            outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner)
+        ports = (np.uint64(sp) << np.uint64(16)) | np.uint64(dp) if hashed else np.uint64(0)
         out[i] = _toeplitz_row(tables, s_hi, s_lo, d_hi, d_lo, ports, is_v6)
+
+
+@njit(cache=True)
+def _hashed_headers(rows, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+                    outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner,
+                    o_src_hi, o_src_lo, o_dst_hi, o_dst_lo, o_sport, o_dport, o_proto):
+    for k in range(len(rows)):
+        s_hi, s_lo, d_hi, d_lo, sp, dp, pr, _, _ = _hash_input(
+            rows[k], layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
+            outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner)
+        o_src_hi[k], o_src_lo[k], o_dst_hi[k], o_dst_lo[k] = s_hi, s_lo, d_hi, d_lo
+        o_sport[k], o_dport[k], o_proto[k] = sp, dp, pr
+
+
+# the batch columns the hash reads, in the kernels' argument order
+HASH_COLUMNS = ("layers", "proto", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "src_port", "dst_port",
+                "outer_src_ip_hi", "outer_src_ip_lo", "outer_dst_ip_hi", "outer_dst_ip_lo", "outer_src_port",
+                "outer_dst_port", "outer_proto")
 
 
 class RssModel:
@@ -138,13 +167,15 @@ class RssModel:
     `hash(batch)` gives each packet's 32-bit hash, `queue(batch)` its receive
     queue. Non-IP packets get hash 0 and land on queue 0, as on real NICs.
     Fragments hash addresses only (a non-first fragment carries no ports, and
-    NICs hash every fragment of a datagram alike). Tunnelled packets hash the
-    outer header, which is what the NIC parses.
+    NICs hash every fragment of a datagram alike). Tunnelled packets (VXLAN,
+    Geneve, GRE, IP-in-IP, ...) hash the outer header, which is what a NIC
+    parses, unless `inner_headers`: NICs configured for inner-header RSS of
+    tunnels hash the decapsulated packet instead.
     """
 
     def __init__(self, key: bytes = MICROSOFT_KEY, queues: int = DEFAULT_QUEUES,
                  tcp_ports: bool = True, udp_ports: bool = False,
-                 table_size: int = DEFAULT_TABLE_SIZE):
+                 table_size: int = DEFAULT_TABLE_SIZE, inner_headers: bool = False):
         if queues < 1:
             raise UsageError(f"an RSS model needs at least one queue, got {queues}")
         if table_size < 1 or table_size & (table_size - 1):
@@ -153,6 +184,7 @@ class RssModel:
         self.queues = int(queues)
         self.tcp_ports = bool(tcp_ports)
         self.udp_ports = bool(udp_ports)
+        self.inner_headers = bool(inner_headers)
         self.table_size = int(table_size)
         self.indirection = (np.arange(table_size, dtype=np.int64) % queues).astype(np.uint16)
         self.tables = toeplitz_tables(self.key, IPV6_INPUT_BYTES)
@@ -175,11 +207,20 @@ class RssModel:
     def hash(self, batch: PacketBatch) -> np.ndarray:
         """Each packet's RSS hash (uint32), 0 for packets the NIC cannot hash (non-IP)."""
         out = np.empty(len(batch), dtype=np.uint32)
-        columns = [np.ascontiguousarray(batch[name]) for name in (
-            "layers", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "src_port", "dst_port",
-            "outer_src_ip_hi", "outer_src_ip_lo", "outer_dst_ip_hi", "outer_dst_ip_lo", "outer_src_port",
-            "outer_dst_port", "outer_proto")]
-        _hash_packets(self.tables, *columns, self.tcp_ports, self.udp_ports, out)
+        columns = [np.ascontiguousarray(batch[name]) for name in HASH_COLUMNS]
+        _hash_packets(self.tables, *columns, self.tcp_ports, self.udp_ports, self.inner_headers, out)
+        return out
+
+    def hashed_headers(self, batch: PacketBatch, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The header of each of `rows` that the NIC hashes (outer or inner), as columns: addresses in the
+        schema's halves, ports (also where they are not hashed) and protocol: the flow the NIC sees."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        n = len(rows)
+        out = {"src_ip_hi": np.empty(n, np.uint64), "src_ip_lo": np.empty(n, np.uint64),
+               "dst_ip_hi": np.empty(n, np.uint64), "dst_ip_lo": np.empty(n, np.uint64),
+               "src_port": np.empty(n, np.uint16), "dst_port": np.empty(n, np.uint16), "proto": np.empty(n, np.uint8)}
+        columns = [np.ascontiguousarray(batch[name]) for name in HASH_COLUMNS]
+        _hashed_headers(rows, *columns, self.tcp_ports, self.udp_ports, self.inner_headers, *out.values())
         return out
 
     def queue_of(self, hashes: np.ndarray) -> np.ndarray:

@@ -8,12 +8,12 @@ Anything wrong in a file is a `RuleError` naming the file, the key and why.
 """
 from __future__ import annotations
 
-import math
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -43,8 +43,10 @@ REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS, "params", "alerts")
 OPTIONAL_KEYS = ("enabled",)
 # `alerts:` tunes how `detector watch` de-duplicates the rule's live alerts (detector.live.alerts):
 # suppress_s is the least time between two events about one entity (an `alert`, then `update`s),
-# resolve_s how long an entity must go unseen before it is `resolved`. Seconds, both positive.
+# resolve_s how long an entity must go unseen before it is `resolved`. Seconds: from a millisecond (the
+# live window's resolution is coarser) to a week (an incident unseen for longer is over).
 ALERT_KEYS = {"suppress_s": 300.0, "resolve_s": 10.0}
+ALERT_RANGE_S = (0.001, 7 * 86400.0)
 
 
 @dataclass(frozen=True)
@@ -64,29 +66,79 @@ class Rule:
     resolve_s: float = ALERT_KEYS["resolve_s"]
 
 
-def _param_value(path, key: str, expected: type, value):
-    """Check one parameter value against its declared type; ints are accepted where floats are."""
+@dataclass(frozen=True)
+class Range:
+    """The values a parameter may take, bounds included: a number between `low` and `high` (powers of two
+    only, where `power_of_two`), the number of items of a list, the length of a string."""
+    low: float
+    high: float
+    power_of_two: bool = False
+
+    def __contains__(self, value) -> bool:
+        if isinstance(value, (list, str)):
+            value = len(value)
+        if self.power_of_two and (value < 1 or value & (value - 1)):
+            return False
+        # a NaN compares false both ways: it is outside every range
+        return bool(self.low <= value <= self.high)
+
+    def __str__(self) -> str:
+        span = f"{_number(self.low)}..{_number(self.high)}"
+        return f"a power of two in {span}" if self.power_of_two else span
+
+
+def _number(value: float) -> str:
+    """A bound as a reader writes it: 1,024 and 3,600,000, 0.001."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+class Param(NamedTuple):
+    """A detector parameter as declared in its PARAMS: type, default, what it means, the values allowed
+    (None for a bool, which has only two)."""
+    kind: type
+    default: Any
+    doc: str
+    range: Range | None
+
+    def allowed(self) -> str:
+        """The range in words: of the value, or of a list's items or a string's characters."""
+        unit = {list: " items", str: " characters"}.get(self.kind, "")
+        return f"{self.range}{unit}"
+
+
+# PyYAML reads YAML 1.1, where a float needs a dot: `1e-3` is a string there and a float in YAML 1.2
+# (core schema, section 10.3.2), as a user means it.
+YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
+def _shown(value) -> str:
+    """A value for a one-line error: a huge number by its size (a 400-digit number fills a terminal)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 20:
+        return f"a {len(str(abs(value)))}-digit number"
+    return f"{value!r:.60}"
+
+
+def _param_value(path, key: str, param: Param, value):
+    """Check one value against its declared type and range; ints are accepted where floats are."""
+    expected = param.kind
+    if expected is float and isinstance(value, str) and YAML12_FLOAT.fullmatch(value.strip()):
+        value = float(value)
     if expected is bool:
         ok = isinstance(value, bool)
     elif expected is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif expected is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            value = float(value)
-            ok = math.isfinite(value)
     elif expected is list:
         ok = isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value)
     else:
         ok = isinstance(value, expected)
     if not ok:
         raise RuleError(path, key, f"expected {expected.__name__}, got {type(value).__name__} {value!r:.60}")
-    # thresholds are counts, rates, durations and ratios: none is negative
-    if expected in (int, float) and value < 0:
-        raise RuleError(path, key, f"must be >= 0, got {value!r}")
-    if key.endswith("_ratio") and expected is float and value > 1:
-        raise RuleError(path, key, f"a ratio lies between 0 and 1, got {value!r}")
-    return value
+    # the range is checked on the value as written: an int too large for a float compares exactly
+    if param.range is not None and value not in param.range:
+        raise RuleError(path, key, f"{_shown(value)} is outside the allowed range {param.allowed()}")
+    return float(value) if expected is float else value
 
 
 def _read_document(path: Path) -> dict:
@@ -157,7 +209,7 @@ def _parse(path: Path, document: dict, registry: dict, base: Rule | None) -> Rul
         key = f"params.{name}"
         if name not in declared:
             raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
-        params[name] = _param_value(path, key, declared[name][0], value)
+        params[name] = _param_value(path, key, declared[name], value)
     alerts = _alert_settings(path, document.get("alerts"), base)
     return Rule(params=params, path=str(path), enabled=enabled, **alerts, **values)
 
@@ -173,11 +225,11 @@ def _alert_settings(path, given, base: Rule | None) -> dict[str, float]:
         key = f"alerts.{name}"
         if name not in ALERT_KEYS:
             raise RuleError(path, key, f"unknown setting (known: {', '.join(ALERT_KEYS)})")
-        value = _param_value(path, key, float, value)
-        if value <= 0:
-            raise RuleError(path, key, f"must be > 0 seconds, got {value!r}")
-        values[name] = value
+        values[name] = _param_value(path, key, ALERT_PARAM, value)
     return values
+
+
+ALERT_PARAM = Param(float, None, "seconds", Range(*ALERT_RANGE_S))
 
 
 def _rule_files(directory: Path) -> list[Path]:
@@ -230,13 +282,15 @@ def explain_text(rule: Rule) -> str:
            f"file: {rule.path}", "", "What it detects", _indent(rule.description), "",
            "Why it matters", _indent(rule.why), "", "Parameters"]
     for name in sorted(rule.params):
-        kind, default, doc = declared[name]
-        changed = "" if rule.params[name] == default else f" (default {default!r})"
-        out.append(_wrap(f"{name} = {rule.params[name]!r}{changed}  [{kind.__name__}]", "  ", "      "))
-        out.append(_indent(doc, 6))
+        param = declared[name]
+        changed = "" if rule.params[name] == param.default else f" (default {param.default!r})"
+        allowed = "" if param.range is None else f", {param.allowed()}"
+        out.append(_wrap(f"{name} = {rule.params[name]!r}{changed}  [{param.kind.__name__}{allowed}]", "  ", "      "))
+        out.append(_indent(param.doc, 6))
     out += ["", "Live alerts (detector watch)",
-            f"  suppress_s = {rule.suppress_s:g}: least seconds between two events about one entity",
-            f"  resolve_s = {rule.resolve_s:g}: seconds unseen before the entity is resolved"]
+            f"  suppress_s = {rule.suppress_s:g}: least seconds between two events about one entity "
+            f"[{ALERT_PARAM.allowed()}]",
+            f"  resolve_s = {rule.resolve_s:g}: seconds unseen before the entity is resolved [{ALERT_PARAM.allowed()}]"]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]
     out += ["", "Remediation", _indent(rule.remediation), "", "References"]
     out += [f"  - {item}" for item in rule.references]
@@ -255,4 +309,5 @@ def _indent(text: str, width: int = 2) -> str:
                        for p in paragraphs)
 
 
-__all__ = ["Rule", "RULES_DIR", "ALERT_KEYS", "load_rules", "rules_table", "explain_text", "MAX_RULE_FILE_BYTES"]
+__all__ = ["Rule", "Param", "Range", "RULES_DIR", "ALERT_KEYS", "load_rules", "rules_table", "explain_text",
+           "MAX_RULE_FILE_BYTES"]

@@ -49,10 +49,85 @@ def test_incident_ipv4_loop_is_critical_and_fully_described(tmp_path):
     assert ev["share_ratio"] > 0.9
     assert "UDP 198.18.44.201:44123 > 192.0.2.61" in ev["frame"]
     assert "TTL 242 never decremented" in f.msg and "6,000 times" in f.msg
+    assert "UDP 198.18.44.201:44123 -> 192.0.2.61:520" in f.msg
     assert f.community_id and f.community_id.startswith("1:")
     frames = ev["evidence_frames"]
     assert len(frames) == EVIDENCE_FRAMES_MAX and frames == sorted(frames)
     assert frames[0] == ev["first_frame"] == 258
+
+
+def test_incident_loops_state_their_loop_evidence(tmp_path):
+    for name in ("echo-loop-rip-ipv4.pcapng", "echo-loop-rip-ipv6-vlan.pcap", "echo-loop-buried.pcapng"):
+        (f,) = rule_findings(analyze([CAPTURES / name], tmp_path / name)[0])
+        assert f.evidence["loop"] is True and "missing_loop_evidence" not in f.evidence
+        assert f.evidence["loop_evidence"] == {"unicast_destination": True, "unicast_source": True,
+                                               "no_replies": True, "replies_from_target": 0}
+        assert f.msg.endswith("loop evidence: unicast destination, valid unicast source, no packet from the "
+                              "target back to the source meanwhile")
+
+
+FLOODS = CAPTURES / "identical-frame-floods.pcapng"
+
+
+def test_floods_of_one_crafted_frame_are_floods_not_loops(tmp_path):
+    found = rule_findings(analyze([FLOODS], tmp_path)[0])
+    assert sorted(f.n for f in found) == [3000, 3000, 4000]
+    for f in found:
+        # each would be critical as a loop (16,000-120,000 copies/s, most of the link)
+        assert f.severity == "low" and f.evidence["loop"] is False
+        assert f.msg.startswith("identical-frame flood, not a loop: ")
+        assert f.evidence["rate_pps"] >= 16_000
+    by_source = {f.src_ip: f for f in found}
+    smurf, spoofed, syn = by_source["2001:db8:70::66"], by_source["ff02::1"], by_source["198.51.100.99"]
+    assert smurf.evidence["missing_loop_evidence"] == ["the destination is a multicast or broadcast address"]
+    assert smurf.evidence["loop_evidence"]["unicast_destination"] is False and "broadcast storm" in smurf.msg
+    assert spoofed.evidence["missing_loop_evidence"] == ["the source is not a valid unicast address"]
+    assert spoofed.dest_port == 520 and spoofed.evidence["rate_pps"] > 100_000
+    assert syn.evidence["loop_evidence"]["replies_from_target"] == 4000
+    assert syn.evidence["missing_loop_evidence"] == ["the target sent 4,000 packets of its own back to the "
+                                                     "source meanwhile"]
+
+
+def test_the_floods_are_tsharks(tshark):
+    """What tells each flood from a loop, counted by tshark in the same bytes."""
+    assert tshark.count(FLOODS, "eth.dst == 33:33:00:00:00:01 && icmpv6.type == 128") == 3000
+    assert tshark.count(FLOODS, "ipv6.src == ff02::1 && udp.dstport == 520") == 3000
+    assert tshark.count(FLOODS, "ip.src == 198.51.100.99 && tcp.flags.syn == 1") == 4000
+    assert tshark.count(FLOODS, "ip.src == 192.0.2.80 && ip.dst == 198.51.100.99 && tcp.flags.reset == 1") == 4000
+
+
+@pytest.mark.parametrize("src_mac, dst_mac, src, dst, loop", [
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "192.0.2.1", True),
+    ("00:00:5e:00:01:01", "ff:ff:ff:ff:ff:ff", "203.0.113.9", "192.0.2.1", False),   # broadcast destination
+    ("01:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "192.0.2.1", False),   # group bit in the source
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "0.0.0.0", "192.0.2.1", False),
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "127.0.0.1", "192.0.2.1", False),
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "240.0.0.9", "192.0.2.1", False),
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "255.255.255.255", False),
+    ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "224.0.0.9", False),
+])
+def test_each_piece_of_loop_evidence(tmp_path, src_mac, dst_mac, src, dst, loop):
+    frame = Ether(src=src_mac, dst=dst_mac) / IP(src=src, dst=dst, ttl=50, id=7) / UDP(sport=1234, dport=521) / \
+        Raw(bytes(24))
+    path = write_frames(tmp_path / "loop.pcap", frame, 1200, 60_000.0)
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop"] is loop and f.severity == ("critical" if loop else "low")
+
+
+def test_a_loop_on_a_link_without_macs_is_judged_by_its_addresses(tmp_path):
+    # raw IP (linktype 101) carries no MAC: that cannot contradict a loop, the addresses still can
+    for src, loop in (("203.0.113.9", True), ("ff02::1", False)):
+        net = IPv6(src=src, dst="2001:db8::1") if ":" in src else IP(src=src, dst="192.0.2.1", ttl=50)
+        packets = []
+        for i in range(1200):
+            copy = (net / UDP(sport=1234, dport=521) / Raw(bytes(24))).copy()
+            copy.time = T0 + i / 60_000.0
+            packets.append(copy)
+        path = tmp_path / f"raw-{loop}.pcap"
+        wrpcap(str(path), packets, linktype=101)
+        (f,) = rule_findings(analyze([path], tmp_path / f"out-{loop}")[0])
+        assert f.evidence["loop"] is loop and f.src_mac is None
+        assert f.evidence["loop_evidence"]["unicast_destination"] is True
 
 
 def test_incident_ipv4_loop_figures_are_tsharks(tshark):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scapy.all import ICMP, IP, TCP, Ether, Raw, wrpcap
+from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
 
 from detector import engine
 from detector.commands import analyze
@@ -82,6 +82,58 @@ def test_pmtud_that_works_is_not_reported(tmp_path):
     # the near-miss does carry several messages per pair (8, as tshark counts them above): only
     # adaptation keeps it quiet
     assert run([path], tmp_path) == []
+
+
+PROBES = CAPTURES / "pmtud-diagnostic-probes.pcapng"
+
+
+def test_diagnostic_probes_are_info_with_the_mtu_they_found(tmp_path):
+    found = {f.src_ip: f for f in run([PROBES], tmp_path)}
+    assert sorted(found) == ["192.0.2.9", "203.0.113.80", "203.0.113.81"]
+    assert all(f.severity == "info" and "not a black hole" in f.msg for f in found.values())
+    ping, lsp, udp = found["203.0.113.80"], found["192.0.2.9"], found["203.0.113.81"]
+    assert ping.evidence["probe_flows"] == [{"proto": "ICMP", "src_port": 0, "dest_port": 0, "packets": 4,
+                                             "ip_len_bytes": 1500, "echo": True}]
+    assert (ping.evidence["icmp_count"], ping.evidence["reported_mtu"]) == (5, 1420)
+    # the LSP ping sweeps its sizes, but toward 127.0.0.0/8 no host sends data
+    assert lsp.dest_ip == "127.0.0.1" and lsp.evidence["to_loopback"] is True
+    assert lsp.evidence["probe_flows"][0]["dest_port"] == 3503 and "ip_len_bytes" not in lsp.evidence["probe_flows"][0]
+    assert (lsp.evidence["icmp_count"], lsp.evidence["reported_mtu"]) == (4, 1492)
+    assert udp.evidence["probe_flows"][0]["ip_len_bytes"] == 1500 and udp.evidence["to_loopback"] is False
+
+
+def test_diagnostic_probe_figures_are_tsharks(tshark):
+    assert tshark.count(PROBES, "icmp.type == 3 && icmp.code == 4") == 14
+    # (the frag-needed messages quote the probes' headers: only the 1514-byte frames are probes)
+    assert tshark.count(PROBES, "icmp.type == 8 && ip.flags.df == 1 && frame.len == 1514") == 5
+    assert tshark.count(PROBES, "mpls && ip.dst == 127.0.0.1 && udp.dstport == 3503 && ip.opt.type == 148") == 6
+
+
+def _udp_sender(sizes, t_step=0.05):
+    """A UDP sender with DF set that ignores the frag-needed each datagram above 1400 bytes draws."""
+    packets = []
+    for k, size in enumerate(sizes):
+        datagram = Ether() / IP(src="203.0.113.9", dst="198.51.100.7", flags="DF", id=k) / \
+            UDP(sport=4433, dport=50000) / Raw(bytes(size - 28))
+        packets.append(_frame(k * t_step, datagram))
+        if size > 1400:
+            packets.append(_frame(k * t_step + 0.001, Ether() / IP(src="192.0.2.1", dst="203.0.113.9") /
+                                  ICMP(type=3, code=4, nexthopmtu=1400) / Raw(bytes(datagram[IP])[:28])))
+    return packets
+
+
+def test_a_datagram_sender_is_judged_only_when_its_sizes_vary(tmp_path):
+    path = tmp_path / "udp.pcap"
+    wrpcap(str(path), _udp_sender([1500] * 12))
+    [finding] = run([path], tmp_path / "fixed")
+    assert finding.severity == "info" and finding.evidence["probe_flows"][0]["ip_len_bytes"] == 1500
+    # an application choosing its sizes (QUIC-like) could shrink them, and does not: a black hole
+    wrpcap(str(path), _udp_sender([1500, 1252, 1500, 1480, 1500, 1300, 1500, 1490, 1500, 1500, 1200, 1500]))
+    [finding] = run([path], tmp_path / "varying")
+    assert finding.severity == "medium" and finding.proto == "UDP" and finding.dest_port == 50000
+    # above 1400 bytes and later than the first message plus the 200 ms grace: datagrams 6-9 and 11
+    assert finding.evidence["oversized_after_icmp"] == finding.n == 5
+    assert finding.evidence["icmp_count"] == 9
 
 
 def _frame(t, pkt):

@@ -20,12 +20,7 @@ from tests._real import manifest_rows
 QUIET_UP_TO = "low"
 
 # path -> {rule: (highest severity allowed, why the file really contains the signature)}
-ALLOWED = {
-    "tcpdump/tests/ripv2-invalid-length.pcap": {
-        "rip-trigger": ("medium", "a RIPv2 message whose length does not match its entries: a malformed "
-                                  "RIP payload, which the rule reports as a probe"),
-    },
-}
+ALLOWED: dict[str, dict[str, tuple[str, str]]] = {}
 
 
 def _findings(path, rules):

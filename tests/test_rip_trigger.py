@@ -1,6 +1,7 @@
 """rip-trigger on real bytes: the payload judge on RFC layouts, bundled RIP captures, and the echo-loop link."""
 from __future__ import annotations
 
+import hashlib
 import struct
 from pathlib import Path
 
@@ -10,10 +11,10 @@ from scapy.all import IP, UDP, Ether, IPv6, Raw, wrpcap
 from scapy.layers.rip import RIP, RIPEntry
 
 from detector.commands import analyze
-from detector.detectors.rip_trigger import (BAD_AFI, BAD_COMMAND, BAD_LENGTH, BAD_METRIC, BAD_PREFIX_LEN,
-                                            BAD_VERSION, EMPTY, KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY,
-                                            NONZERO_MBZ, VALID, VERDICTS, WRONG_FAMILY, ZERO_FILLED,
-                                            judge_payloads)
+from detector.detectors.rip_trigger import (BAD_AFI, BAD_AUTH, BAD_COMMAND, BAD_LENGTH, BAD_METRIC,
+                                            BAD_PREFIX_LEN, BAD_VERSION, EMPTY, KIND_RIP, KIND_RIPNG,
+                                            KIND_WRONG_FAMILY, NONZERO_MBZ, VALID, VERDICTS, WRONG_FAMILY,
+                                            ZERO_FILLED, judge_payloads)
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -29,6 +30,17 @@ def ripng_entry(prefix=bytes(16), tag=0, plen=48, metric=1):
 
 V1_ENTRY = rip_entry(mask=bytes(4))
 AUTH_ENTRY = struct.pack("!HH16s", 0xFFFF, 2, b"secret".ljust(16, b"\0"))
+WHOLE_TABLE = rip_entry(afi=0, addr=bytes(4), mask=bytes(4), metric=16)
+
+
+def crypto(command, entries, digest_bytes=16, packet_len=None, trailer_type=1, auth_type=3):
+    """A RIPv2 message with cryptographic authentication (RFC 2082 keyed MD5, RFC 4822 HMAC-SHA):
+    the authentication entry names where the trailer (0xFFFF, type 1, digest) starts."""
+    body = 4 + 20 + len(entries)
+    auth = struct.pack("!HHHBBI8x", 0xFFFF, auth_type, body if packet_len is None else packet_len, 1,
+                       digest_bytes, 7)
+    trailer = struct.pack("!HH", 0xFFFF, trailer_type) + bytes(range(digest_bytes))
+    return struct.pack("!BBH", command, 2, 0) + auth + entries + trailer
 
 CASES = [
     ("v2 response", KIND_RIP, b"\x02\x02\x00\x00" + rip_entry() + rip_entry(metric=16), VALID),
@@ -36,6 +48,13 @@ CASES = [
     ("v2 with authentication", KIND_RIP, b"\x02\x02\x00\x00" + AUTH_ENTRY + rip_entry(), VALID),
     ("whole-table request", KIND_RIP, b"\x01\x02\x00\x00" + rip_entry(afi=0, addr=bytes(4), mask=bytes(4),
                                                                       metric=16), VALID),
+    ("v2 whole-table request with a password", KIND_RIP, b"\x01\x02\x00\x00" + AUTH_ENTRY + WHOLE_TABLE, VALID),
+    ("v2 keyed MD5 (RFC 2082)", KIND_RIP, crypto(2, rip_entry() + rip_entry(metric=3)), VALID),
+    ("v2 whole-table request, keyed MD5", KIND_RIP, crypto(1, WHOLE_TABLE), VALID),
+    ("v2 whole-table request, HMAC-SHA-1", KIND_RIP, crypto(1, WHOLE_TABLE, 20), VALID),
+    ("v2 HMAC-SHA-256 (RFC 4822)", KIND_RIP, crypto(2, rip_entry(), 32), VALID),
+    ("v2 HMAC-SHA-384", KIND_RIP, crypto(2, rip_entry(), 48), VALID),
+    ("v2 HMAC-SHA-512", KIND_RIP, crypto(2, rip_entry() * 24, 64), VALID),
     ("ripng response", KIND_RIPNG, b"\x02\x01\x00\x00" + ripng_entry() + ripng_entry(plen=0, metric=0xFF), VALID),
     ("ripng whole-table request", KIND_RIPNG, b"\x01\x01\x00\x00" + ripng_entry(plen=0, metric=16), VALID),
     ("empty", KIND_RIP, b"", EMPTY),
@@ -53,6 +72,15 @@ CASES = [
     ("auth entry in v1", KIND_RIP, b"\x02\x01\x00\x00" + AUTH_ENTRY, BAD_AFI),
     ("metric 17", KIND_RIP, b"\x02\x02\x00\x00" + rip_entry(metric=17), BAD_METRIC),
     ("metric 0", KIND_RIP, b"\x02\x02\x00\x00" + rip_entry(metric=0), BAD_METRIC),
+    ("a 12-byte digest", KIND_RIP, crypto(2, rip_entry(), 12), BAD_AUTH),
+    ("packet length past the entries", KIND_RIP, crypto(2, rip_entry(), 16, packet_len=64), BAD_AUTH),
+    ("trailer of another type", KIND_RIP, crypto(2, rip_entry(), 32, trailer_type=2), BAD_AUTH),
+    ("authentication type 9", KIND_RIP, b"\x02\x02\x00\x00" + AUTH_ENTRY[:2] + b"\x00\x09" + AUTH_ENTRY[4:] +
+     rip_entry(), BAD_AUTH),
+    ("authentication entry after a route", KIND_RIP, b"\x02\x02\x00\x00" + rip_entry() + AUTH_ENTRY, BAD_AFI),
+    ("25 routes after a password", KIND_RIP, b"\x02\x02\x00\x00" + AUTH_ENTRY + rip_entry() * 25, BAD_LENGTH),
+    ("a whole-table entry among routes", KIND_RIP, b"\x01\x02\x00\x00" + AUTH_ENTRY + WHOLE_TABLE + rip_entry(),
+     BAD_AFI),
     ("ripng version 2", KIND_RIPNG, b"\x02\x02\x00\x00" + ripng_entry(), BAD_VERSION),
     ("ripng prefix /200", KIND_RIPNG, b"\x02\x01\x00\x00" + ripng_entry(plen=200), BAD_PREFIX_LEN),
     ("ripng metric 20", KIND_RIPNG, b"\x02\x01\x00\x00" + ripng_entry(metric=20), BAD_METRIC),
@@ -104,6 +132,62 @@ def test_routers_speaking_rip_are_info_only(tmp_path):
     assert by_source["fe80::1"].msg.startswith("RIPng speaker fe80::1")
 
 
+def test_authenticated_routers_are_info_only(tmp_path):
+    # keyed MD5 and HMAC-SHA trailers, and whole-table requests behind an authentication entry, were probes
+    found = rip_findings(analyze([CAPTURES / "rip-authenticated.pcapng"], tmp_path)[0])
+    assert len(found) == 6
+    for f in found:
+        assert f.severity == "info" and list(f.evidence["verdicts"]) == ["well-formed"], f.msg
+    assert sum(f.n for f in found) == 21
+
+
+def test_judge_reads_only_the_captured_part_of_an_authenticated_message():
+    message = crypto(2, rip_entry() * 3, 32)
+    # cut inside the entries, inside the authentication entry, before the packet length field
+    for cut in (60, 30, 9):
+        assert judge([message[:cut]], [KIND_RIP], lengths=[len(message)], caplens=[cut]) == [VALID]
+    assert judge([message[:9]], [KIND_RIP], lengths=[len(message) + 4], caplens=[9]) == [VALID]
+    assert judge([message[:60]], [KIND_RIP], lengths=[len(message) + 4], caplens=[60]) == [BAD_AUTH]
+
+
+def _rip_packet(src, dst, payload, dst_mac="01:00:5e:00:00:09"):
+    return (Ether(src="02:00:00:00:00:01", dst=dst_mac) / IP(src=src, dst=dst, ttl=1) /
+            UDP(sport=520, dport=520) / Raw(payload))
+
+
+def test_a_local_router_with_broken_entries_is_a_faulty_speaker_not_a_probe(tmp_path):
+    broken = b"\x02\x02\x00\x00" + rip_entry() + rip_entry(metric=17)
+    packets = [_rip_packet("10.7.0.1", "224.0.0.9", broken), _rip_packet("10.7.0.1", "224.0.0.9", crypto(2, rip_entry())),
+               # the same bytes unicast from the Internet, and a zero-filled payload to the group: probes
+               _rip_packet("198.51.100.7", "10.7.0.1", broken, dst_mac="02:00:00:00:00:02"),
+               _rip_packet("10.7.0.2", "224.0.0.9", bytes(24))]
+    for i, pkt in enumerate(packets):
+        pkt.time = T0 + i
+    path = tmp_path / "speakers.pcap"
+    wrpcap(str(path), packets)
+    found = {f.src_ip: f for f in rip_findings(analyze([path], tmp_path / "out")[0])}
+    speaker = found["10.7.0.1"]
+    assert speaker.severity == "low" and speaker.n == 2
+    assert speaker.evidence["verdicts"] == {VERDICTS[BAD_METRIC]: 1, VERDICTS[VALID]: 1}
+    assert "faulty or misconfigured router" in speaker.msg and "1 of 2 messages" in speaker.msg
+    assert found["198.51.100.7"].severity == "medium" and VERDICTS[BAD_METRIC] in found["198.51.100.7"].msg
+    assert found["10.7.0.2"].severity == "medium" and "zero-filled payload" in found["10.7.0.2"].msg
+
+
+def test_tcpdumps_corrupted_ripv2_update_is_a_faulty_speaker(captures_real, tmp_path):
+    # a router's multicast update from tcpdump's tests whose sixth route carries metric 268,435,457
+    path = captures_real / "tcpdump/tests/ripv2-invalid-length.pcap"
+    (f,) = rip_findings(analyze([path], tmp_path)[0])
+    assert (f.src_ip, f.severity, f.n) == ("10.7.56.254", "low", 1)
+    assert f.evidence["verdicts"] == {VERDICTS[BAD_METRIC]: 1} and f.evidence["to_rip_group"] is True
+
+
+def test_the_corrupted_metric_is_tsharks(captures_real, tshark):
+    path = captures_real / "tcpdump/tests/ripv2-invalid-length.pcap"
+    rows = tshark.fields(path, "ip.src", "ip.dst", "rip.metric")
+    assert rows[0][:2] == ["10.7.56.254", "224.0.0.9"] and "268435457" in rows[0][2].split(",")
+
+
 def test_scan_from_outside_is_a_medium_probe(tmp_path):
     found = {f.src_ip: f for f in rip_findings(analyze([CAPTURES / "rip-scan.pcap"], tmp_path)[0])}
     scan = found["198.51.100.77"]
@@ -126,8 +210,9 @@ def test_trigger_and_loop_name_each_other(tmp_path, name, port):
     (trigger,) = rip_findings(findings)
     fingerprint = loop.evidence["fingerprint"]
     assert trigger.severity == ("critical" if loop.severity in ("high", "critical") else "high")
+    assert loop.evidence["loop"] is True
     assert trigger.evidence["related"] == [{"rule": "echo-loop", "fingerprint": fingerprint,
-                                            "severity": loop.severity, "copies": loop.n}]
+                                            "severity": loop.severity, "copies": loop.n, "loop": True}]
     (back,) = loop.evidence["related"]
     assert back["rule"] == "rip-trigger" and back["fingerprint"] == fingerprint
     assert back["src_ip"] == trigger.src_ip == loop.src_ip
@@ -191,3 +276,12 @@ def test_state_folds_under_a_probe_flood_but_keeps_counts_and_the_loop(tmp_path,
     assert trigger.n == 301                      # every probe, the looping frame once
     assert trigger.evidence["targets"] == 151    # 150 counted after folding, plus the looped one
     assert trigger.severity == "critical" and trigger.evidence["related"][0]["copies"] == 1500
+
+
+def test_only_a_loop_escalates_the_probe_a_flood_repeats(tmp_path):
+    findings = analyze([CAPTURES / "identical-frame-floods.pcapng"], tmp_path)[0]
+    (probe,) = rip_findings(findings)
+    assert probe.src_ip == "ff02::1" and probe.severity == "medium"
+    # every copy of a flooded frame was sent by the source: all are probes
+    assert probe.n == 3000
+    assert probe.evidence["related"][0]["loop"] is False and "not a loop" in probe.msg

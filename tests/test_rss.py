@@ -134,3 +134,31 @@ def test_batch_hash_follows_the_fields_the_nic_hashes(tmp_path):
     assert with_udp_ports[1] == four and with_udp_ports[4] == two   # a fragment never hashes ports
     queues = RssModel(queues=8).queue(batch).tolist()
     assert queues == [h % 8 for h in hashes] and queues[-1] == 0
+
+
+def test_a_tunnelled_packet_hashes_its_outer_header_unless_the_nic_hashes_inner_ones(tmp_path):
+    from scapy.all import GRE, IP, TCP, UDP, Ether
+    from scapy.layers.vxlan import VXLAN
+
+    src, sport, dst, dport, _, four = IPV4_VECTORS[0]
+    vtep_a, _, vtep_b, _, vteps_two, _ = IPV4_VECTORS[1]
+    outer_sport, outer_dport = IPV4_VECTORS[2][1], 4789
+    inner = Ether() / IP(src=src, dst=dst) / TCP(sport=sport, dport=dport)
+    frames = [Ether() / IP(src=vtep_a, dst=vtep_b) / UDP(sport=outer_sport, dport=outer_dport) / VXLAN(vni=1) / inner,
+              Ether() / IP(src=vtep_a, dst=vtep_b) / GRE() / inner[IP]]
+    batch = decoded(tmp_path, frames)
+    # the NIC parses the outer header: UDP addresses only by default, GRE carries no ports
+    assert RssModel().hash(batch).tolist() == [vteps_two, vteps_two]
+    outer_with_ports = toeplitz_hash(MICROSOFT_KEY, ipaddress.ip_address(vtep_a).packed +
+                                     ipaddress.ip_address(vtep_b).packed + struct.pack(">HH", outer_sport, outer_dport))
+    assert RssModel(udp_ports=True).hash(batch).tolist() == [outer_with_ports, vteps_two]
+    # inner-header RSS hashes the decapsulated TCP 4-tuple of both
+    assert RssModel(inner_headers=True).hash(batch).tolist() == [four, four]
+    # the header named for a flow is the one hashed, ports included where they are not hashed
+    rows = np.arange(2)
+    outer = RssModel().hashed_headers(batch, rows)
+    assert outer["src_port"].tolist() == [outer_sport, 0] and outer["proto"].tolist() == [17, 47]
+    assert outer["dst_ip_lo"].tolist() == [halves(vtep_b)[1]] * 2
+    inner_headers = RssModel(inner_headers=True).hashed_headers(batch, rows)
+    assert inner_headers["src_port"].tolist() == [sport, sport] and inner_headers["proto"].tolist() == [6, 6]
+    assert inner_headers["src_ip_lo"].tolist() == [halves(src)[1]] * 2

@@ -152,3 +152,134 @@ def test_an_echo_loop_filling_the_queue_makes_it_high_and_is_named(tmp_path):
     assert finding.severity == "high" and finding.n == 6000
     assert finding.evidence["echo_loop"] == loop.msg and "echo loop" in finding.msg
     assert (finding.src_ip, finding.dest_port) == ("198.18.44.201", 520)
+
+
+VXLAN = CAPTURES / "rss-vxlan-tunnel.pcap"
+
+
+def test_a_vxlan_tunnel_fills_the_queue_of_its_endpoints(tmp_path):
+    [finding] = run([VXLAN], tmp_path)
+    ev = finding.evidence
+    # UDP is hashed by addresses only: every packet between the two endpoints shares one queue
+    assert ev["queue"] == expected_queue("192.0.2.41", "192.0.2.42")
+    assert finding.severity == "medium" and ev["share_ratio"] > 0.85 and ev["tunnelled_ratio"] > 0.95
+    assert "tunnelled (vxlan), hashed by their outer headers" in finding.msg
+    # the flows named are those the NIC hashed: the tunnel's, never the TCP flows inside it
+    assert len(ev["flows"]) == 5
+    for flow in ev["flows"]:
+        assert (flow["proto"], flow["src_ip"], flow["dest_ip"], flow["dest_port"], flow["tunnel"]) == \
+            ("UDP", "192.0.2.41", "192.0.2.42", 4789, "vxlan")
+    assert ev["flows"][0]["src_port"] == 49417 and ev["flows"][0]["packets_in_window"] == 47
+    assert ev["flow_counts_exact"] is False      # 300 flows on the queue, 16 counted per bin
+
+
+def test_the_vxlan_figures_are_tsharks(tshark):
+    assert tshark.count(VXLAN, "vxlan && ip.src == 192.0.2.41 && ip.dst == 192.0.2.42") == 7000
+    assert tshark.count(VXLAN, "vxlan && udp.srcport == 49417") == 47
+
+
+def test_inner_header_rss_spreads_the_tunnel(tmp_path):
+    rules = override(tmp_path, hash_inner_headers="true")
+    assert run([VXLAN], tmp_path, rules) == []
+    # a flood without a tunnel fills its queue all the same
+    assert len(run([FLOOD], tmp_path, rules)) == 1
+
+
+def _tunnelled_flow(path: Path, inner_src: str, inner_dst: str, ports: tuple[int, int]):
+    """One TCP flow inside VXLAN at 70,000 packets/s for 100 ms, nothing else: one frame built, its TCP
+    sequence number then set per packet (scapy would take a minute to build 7,000 tunnelled frames)."""
+    from scapy.all import IP, TCP, UDP, Ether, Raw
+    from scapy.layers.vxlan import VXLAN as VXLANHeader
+    from scapy.utils import PcapWriter
+
+    template = bytearray(bytes(
+        Ether() / IP(src="192.0.2.41", dst="192.0.2.42") / UDP(sport=50001, dport=4789) / VXLANHeader(vni=9) /
+        Ether() / IP(src=inner_src, dst=inner_dst) / TCP(sport=ports[0], dport=ports[1]) / Raw(bytes(8))))
+    seq_at = 14 + 20 + 8 + 8 + 14 + 20 + 4     # outer Ethernet, IPv4, UDP, VXLAN, inner Ethernet, IPv4; TCP seq
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for k in range(7000):
+        struct.pack_into(">I", template, seq_at, k * 100)
+        writer.write_packet(bytes(template), sec=1_767_225_600, usec=100_000 + round(k / 0.07))
+    writer.close()
+
+
+def test_the_queue_and_the_flow_named_follow_the_header_the_nic_hashes(tmp_path):
+    path = tmp_path / "tunnel.pcap"
+    inner = ("10.41.0.7", "10.42.0.9", (30007, 443))
+    _tunnelled_flow(path, *inner)
+    outer_queue = expected_queue("192.0.2.41", "192.0.2.42")
+    inner_queue = expected_queue(inner[0], inner[1], inner[2])
+    assert outer_queue != inner_queue
+    [outer] = run([path], tmp_path / "outer")
+    assert outer.evidence["queue"] == outer_queue
+    assert [(f["proto"], f["src_port"], f["dest_port"]) for f in outer.evidence["flows"]] == [("UDP", 50001, 4789)]
+    [by_inner] = run([path], tmp_path / "inner", override(tmp_path, hash_inner_headers="true"))
+    assert by_inner.evidence["queue"] == inner_queue and by_inner.evidence["hash_inner_headers"] is True
+    assert [(f["proto"], f["src_ip"], f["src_port"], f["dest_port"], f["packets_in_window"], f["tunnel"])
+            for f in by_inner.evidence["flows"]] == [("TCP", "10.41.0.7", 30007, 443, 7000, "vxlan")]
+    assert "10.41.0.7:30007 -> 10.42.0.9:443 (7,000 packets)" in by_inner.msg
+
+
+def _flood_at(path: Path, offsets_us):
+    """One UDP flow (payload varies: not a loop), a packet at each microsecond offset."""
+    from scapy.all import IP, UDP, Ether, Raw
+    from scapy.utils import PcapWriter
+
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for k, offset in enumerate(offsets_us):
+        frame = Ether() / IP(src="198.18.9.9", dst="10.20.0.9", id=k & 0xFFFF) / UDP(sport=41000, dport=5201) / \
+            Raw(k.to_bytes(4, "big"))
+        writer.write_packet(bytes(frame), sec=1_767_225_600, usec=100_000 + offset)
+    writer.close()
+
+
+@pytest.mark.parametrize("span_us, fires", [(0, False), (999, False), (1000, True), (50_000, True)])
+def test_a_rate_needs_packets_that_span_real_time(tmp_path, span_us, fires):
+    # 10,000 packets in one 100 ms bin: "100,000 packets/s" only if their times say so
+    path = tmp_path / "flood.pcap"
+    _flood_at(path, np.linspace(0, span_us, 10_000).round().astype(int).tolist())
+    found = run([path], tmp_path)
+    assert len(found) == (1 if fires else 0)
+    if fires:
+        assert found[0].evidence["peak_queue_rate_pps"] == 100_000
+
+
+def test_a_capture_with_one_timestamp_per_second_has_no_rate(tmp_path, tshark):
+    path = CAPTURES / "rss-coarse-timestamps.pcap"
+    assert run([path], tmp_path) == []
+    stamps = tshark.fields(path, "frame.time_epoch")
+    assert len(stamps) == 20_000 and len({row[0] for row in stamps}) == 2
+
+
+def test_an_identical_frame_flood_filling_the_queue_does_not_make_it_high(tmp_path):
+    from scapy.all import IP, UDP, Ether, Raw
+    from scapy.utils import PcapWriter
+
+    # the loop frame of the test above, but to a multicast MAC: a flood, not a loop
+    frame = bytes(Ether(src="02:00:00:00:0a:01", dst="01:00:5e:00:00:09") /
+                  IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
+                  UDP(sport=44123, dport=520) / Raw(bytes(24)))
+    path = tmp_path / "flood.pcap"
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for k in range(6000):
+        writer.write_packet(frame, sec=1_767_225_600, usec=100_000 + k * 16)
+    writer.close()
+    findings, _, _ = analyze([str(path)], tmp_path / "out")
+    [flood] = [f for f in findings if f.rule == "echo-loop"]
+    [finding] = [f for f in findings if f.rule == RULE]
+    assert flood.severity == "low" and finding.severity == "medium"
+    assert "identical-frame flood" in finding.msg and finding.evidence["echo_loop"] == flood.msg
+
+
+def test_microsecond_bins_over_a_thousand_queues_keep_only_the_cells_that_received_packets(tmp_path):
+    # 11,500 packets: a bins x queues matrix would hold ~100 million counts; the state holds one per packet at most
+    rule = load_rules(override(tmp_path, queues=1024, indirection_table_size=4096, bin_ms=0.001))[RULE]
+    detector = REGISTRY[RULE](rule)
+    engine.run([str(FLOOD)], [detector])
+    cell_bins, cell_queues, cell_counts, bins, _, _ = detector._folded()
+    assert len(cell_bins) <= 11_500 and cell_counts.sum() == 11_500 and cell_queues.max() < 1024
+    hist_bins, counts = detector.histogram()
+    assert np.array_equal(hist_bins, bins) and counts.sum() == 11_500

@@ -11,7 +11,7 @@ import yaml
 from detector.detectors import REGISTRY, active_detectors
 from detector.errors import RuleError
 from detector.findings import SEVERITIES
-from detector.rules import RULES_DIR, explain_text, load_rules
+from detector.rules import RULES_DIR, Range, explain_text, load_rules
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 ECHO_CAPTURE = CAPTURES / "echo-loop-rip-ipv4.pcapng"
@@ -40,9 +40,9 @@ def test_every_detector_has_a_rule_whose_defaults_match_the_code():
         # the YAML states every default, so the file a user copies documents them all
         document = yaml.safe_load(Path(rule.path).read_text())
         assert set(document["params"]) == set(declared), rule_id
-        for name, (kind, default, doc) in declared.items():
-            assert rule.params[name] == default, (rule_id, name)
-            assert doc, (rule_id, name)
+        for name, param in declared.items():
+            assert rule.params[name] == param.default, (rule_id, name)
+            assert param.doc, (rule_id, name)
 
 
 def test_findings_order_puts_rip_trigger_after_echo_loop():
@@ -56,7 +56,7 @@ def test_override_merges_params_and_keeps_other_keys(tmp_path):
     echo = rules["echo-loop"]
     assert echo.severity == "high"
     assert echo.params["min_copies"] == 50
-    assert echo.params["min_rate_pps"] == REGISTRY["echo-loop"].PARAMS["min_rate_pps"][1]
+    assert echo.params["min_rate_pps"] == REGISTRY["echo-loop"].PARAMS["min_rate_pps"].default
     assert echo.title == load_rules()["echo-loop"].title
     assert echo.path.endswith("mine.yaml")
     assert rules["routing-loop"] == load_rules()["routing-loop"]
@@ -89,8 +89,8 @@ def test_disabled_rule_is_not_run(tmp_path):
     ("id: echo-loop\nparams:\n  min_copy: 5\n", "params.min_copy", "unknown parameter"),
     ("id: echo-loop\nparams:\n  min_copies: many\n", "params.min_copies", "expected int"),
     ("id: echo-loop\nparams:\n  min_copies: true\n", "params.min_copies", "expected int"),
-    ("id: echo-loop\nparams:\n  min_rate_pps: -3\n", "params.min_rate_pps", ">= 0"),
-    ("id: echo-loop\nparams:\n  high_share_ratio: 20\n", "params.high_share_ratio", "between 0 and 1"),
+    ("id: echo-loop\nparams:\n  min_rate_pps: -3\n", "params.min_rate_pps", "outside the allowed range 1.."),
+    ("id: echo-loop\nparams:\n  high_share_ratio: 20\n", "params.high_share_ratio", "allowed range 0..1"),
     ("id: echo-loop\nparams: [1, 2]\n", "params", "mapping"),
     ("id: echo-loop\nreferences: just one\n", "references", "list of strings"),
     ("id: echo-loop\ntitle: ''\n", "title", "non-empty"),
@@ -101,8 +101,8 @@ def test_disabled_rule_is_not_run(tmp_path):
     ("id: echo-loop\nalerts: 60\n", "alerts", "mapping"),
     ("id: echo-loop\nalerts:\n  suppress: 60\n", "alerts.suppress", "unknown setting"),
     ("id: echo-loop\nalerts:\n  suppress_s: soon\n", "alerts.suppress_s", "expected float"),
-    ("id: echo-loop\nalerts:\n  resolve_s: 0\n", "alerts.resolve_s", "> 0 seconds"),
-    ("id: echo-loop\nalerts:\n  suppress_s: -5\n", "alerts.suppress_s", ">= 0"),
+    ("id: echo-loop\nalerts:\n  resolve_s: 0\n", "alerts.resolve_s", "outside the allowed range 0.001..604,800"),
+    ("id: echo-loop\nalerts:\n  suppress_s: -5\n", "alerts.suppress_s", "outside the allowed range"),
 ])
 def test_bad_rule_file_names_file_and_key(tmp_path, text, key, reason):
     path = write_rule(tmp_path, "bad.yaml", text)
@@ -187,3 +187,69 @@ def test_cli_analyze_with_rules_dir(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and str(bad) in lines[0] and "params.min_copies" in lines[0]
     assert not (tmp_path / "out2" / "findings.json").exists()
+
+
+@pytest.mark.parametrize("rule_id, name", [(rule_id, name) for rule_id, cls in sorted(REGISTRY.items())
+                                           for name in sorted(cls.PARAMS)])
+def test_every_parameter_has_a_range_holding_its_default(rule_id, name):
+    param = REGISTRY[rule_id].PARAMS[name]
+    if param.kind is bool:
+        assert param.range is None
+        return
+    assert isinstance(param.range, Range) and param.default in param.range, (rule_id, name)
+    # the range shows where the parameters are documented
+    text = " ".join(explain_text(load_rules()[rule_id]).split())
+    assert f"{name} = {param.default!r} [{param.kind.__name__}, {param.allowed()}]" in text
+
+
+# (rule file text, key, the range the message states); each through the command line
+OUT_OF_RANGE = [
+    ("id: echo-loop\nparams:\n  min_rate_pps: " + "9" * 400 + "\n", "params.min_rate_pps",
+     "a 400-digit number is outside the allowed range 1..10,000,000,000"),
+    ("id: echo-loop\nalerts:\n  suppress_s: " + "9" * 400 + ".5\n", "alerts.suppress_s",
+     "inf is outside the allowed range 0.001..604,800"),
+    ("id: echo-loop\nalerts:\n  resolve_s: " + "9" * 400 + "\n", "alerts.resolve_s",
+     "a 400-digit number is outside the allowed range 0.001..604,800"),
+    ("id: rss-saturation\nparams:\n  bin_ms: 1e-300\n", "params.bin_ms",
+     "1e-300 is outside the allowed range 0.001..3,600,000"),
+    ("id: rss-saturation\nparams:\n  queues: 1000000000000\n", "params.queues",
+     "1000000000000 is outside the allowed range 1..1,024"),
+    ("id: rss-saturation\nparams:\n  queues: 50000000\n", "params.queues",
+     "50000000 is outside the allowed range 1..1,024"),
+    ("id: rss-saturation\nparams:\n  min_share_ratio: .nan\n", "params.min_share_ratio",
+     "nan is outside the allowed range 0..1"),
+    ("id: echo-loop\nparams:\n  high_rate_pps: .inf\n", "params.high_rate_pps",
+     "inf is outside the allowed range 1..10,000,000,000"),
+    ("id: rss-saturation\nparams:\n  indirection_table_size: 96\n", "params.indirection_table_size",
+     "96 is outside the allowed range a power of two in 1..4,096"),
+    ("id: rss-saturation\nparams:\n  indirection_table_size: 8192\n", "params.indirection_table_size",
+     "8192 is outside the allowed range a power of two in 1..4,096"),
+    ("id: routing-loop\nparams:\n  max_ttl_step: 256\n", "params.max_ttl_step", "outside the allowed range 1..255"),
+]
+
+
+@pytest.mark.parametrize("text, key, message", OUT_OF_RANGE,
+                         ids=[f"{key}:{message[:20]}" for _, key, message in OUT_OF_RANGE])
+def test_cli_refuses_a_value_outside_its_range_in_one_line(tmp_path, text, key, message):
+    bad = write_rule(tmp_path / "rules", "bad.yaml", text)
+    proc = run_cli("analyze", ECHO_CAPTURE, "-o", tmp_path / "out", "--rules", tmp_path / "rules")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert str(bad) in lines[0] and f"'{key}'" in lines[0] and message in lines[0], lines[0]
+    assert not (tmp_path / "out" / "findings.json").exists()
+
+
+@pytest.mark.parametrize("text, rule_id, expected", [
+    ("id: rss-saturation\nparams:\n  queues: 1024\n  indirection_table_size: 4096\n  bin_ms: 1e-3\n", "rss-saturation",
+     {"queues": 1024, "indirection_table_size": 4096, "bin_ms": 0.001}),
+    ("id: echo-loop\nparams:\n  min_copies: 2\n  high_share_ratio: 1\nalerts:\n  resolve_s: 604800\n", "echo-loop",
+     {"min_copies": 2, "high_share_ratio": 1.0, "resolve_s": 604800.0}),
+])
+def test_values_at_the_ends_of_their_ranges_are_accepted(tmp_path, text, rule_id, expected):
+    # `1e-3` is a string to YAML 1.1 (PyYAML) and a float to YAML 1.2: read as the float meant
+    write_rule(tmp_path, "edge.yaml", text)
+    rule = load_rules(tmp_path)[rule_id]
+    assert {name: rule.params.get(name, getattr(rule, name, None)) for name in expected} == expected
+    assert all(isinstance(rule.params.get(name, 0.0), float) for name in ("bin_ms", "high_share_ratio"))
+    assert active_detectors({rule_id: rule})

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..findings import Finding
-from ..rules import Rule
+from ..rules import Param, Range, Rule
 from ..schema import PacketBatch
 from ..stats import CaptureStats
 
@@ -27,6 +27,19 @@ REGISTRY: dict[str, type["Detector"]] = {}
 # Frame numbers kept per finding for the evidence pcap: enough to show the
 # pattern, bounded so a loop of millions of frames does not bloat findings.json.
 EVIDENCE_FRAMES_MAX = 64
+# A rate measured over less than this is no rate: packets stamped within the
+# same clock tick (second-resolution pcaps, synthetic captures with one
+# timestamp) would give an infinite or arbitrary one.
+MIN_RATE_WINDOW_S = 0.001
+
+# Ranges shared by the detectors' parameters (rules.Range; a value outside is a RuleError naming it).
+# A count of packets, messages or hosts: one to a billion, more than a day of a 10,000/s flood; a
+# threshold above it would never fire and only hides a typo.
+COUNT = Range(1, 10**9)
+# A packet rate: one per second to ten billion, above the minimum-frame rate of 800 Gb/s Ethernet
+# (84 bytes a frame on the wire with preamble and inter-frame gap: 1.19 billion per second).
+RATE_PPS = Range(1, 1e10)
+RATIO = Range(0, 1)
 
 
 class AnalysisContext:
@@ -52,14 +65,14 @@ class AnalysisContext:
 
 class Detector(ABC):
     rule_id: ClassVar[str]
-    PARAMS: ClassVar[dict[str, tuple[type, Any, str]]] = {}   # name -> (type, default, what it means)
+    PARAMS: ClassVar[dict[str, Param]] = {}                   # name -> (type, default, meaning, range)
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
 
     def __init__(self, rule: Rule):
         if rule.id != self.rule_id:
             raise ValueError(f"{type(self).__name__} serves rule '{self.rule_id}', not '{rule.id}'")
         self.rule = rule
-        self.params = {name: spec[1] for name, spec in self.PARAMS.items()}
+        self.params = {name: spec.default for name, spec in self.PARAMS.items()}
         self.params.update(rule.params)
 
     @abstractmethod
@@ -103,6 +116,11 @@ def ip_text(hi, lo) -> str:
     """An address from the two uint64 halves of the schema; IPv4-mapped ones in dotted form."""
     value = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
     return str(value.ipv4_mapped) if value.ipv4_mapped is not None else str(value)
+
+
+def endpoint(address: str, port: int) -> str:
+    """address:port, with an IPv6 address in brackets so the port stays readable."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def mac_text(value) -> str:
@@ -158,6 +176,15 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def flow_time_ns(column) -> np.ndarray:
+    """Flow-table times (datetimes, aware or naive UTC, or integer nanoseconds) as ns since the epoch."""
+    import pandas as pd
+    if pd.api.types.is_numeric_dtype(column):
+        return column.to_numpy(np.int64)
+    stamps = pd.to_datetime(column, utc=True)
+    return ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ns")).to_numpy(np.int64)
+
+
 # ---- grouping helpers for batch columns -----------------------------------
 
 def fold_rows(a: dict, b: dict, key, reductions: dict) -> dict:
@@ -211,6 +238,19 @@ def repeated_keys(keys: np.ndarray, min_count: int = 2) -> np.ndarray:
     extra = ordered[1:][ordered[1:] == ordered[:-1]]
     values, copies = np.unique(extra, return_counts=True)
     return values[copies + 1 >= min_count]
+
+
+def find_sorted(table: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of `keys` sits in the sorted `table`: (insertion index, found mask).
+
+    `table[at[found]]` are the matches; an empty table finds nothing, and a key
+    above every entry gets the index one past the end, never a clamped one that
+    would read another key's row.
+    """
+    at = np.searchsorted(table, keys)
+    found = at < len(table)
+    found[found] = table[at[found]] == keys[found]
+    return at, found
 
 
 def member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:

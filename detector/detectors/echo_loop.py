@@ -8,12 +8,25 @@ second. Mirror ports (each frame twice), byte-identical TCP retransmissions
 and periodic identical frames (keepalives, BPDUs) repeat too, but few times
 or slowly: the thresholds on copies and rate keep them out.
 
+A flood tool blasting one crafted frame looks the same on the wire, so a
+repeated frame is called a loop only with loop evidence: a unicast
+destination (a loop runs between two devices; a multicast or broadcast
+frame is delivered, not bounced), a valid unicast source (nothing answers
+ff02::1 or 0.0.0.0, and no router forwards from them), and no packets from
+the target back to the source while it repeats (a device that answers with
+packets of its own is being flooded, not echoing). Without all of them the
+finding is an identical-frame flood at low severity, naming the evidence
+that was missing; rip-trigger escalates only for a loop.
+
 State: for each fingerprint that repeats, its count, first/last time and
 frame, and the header fields of its first copy, kept in arrays sorted by
 fingerprint. Fingerprints that stop repeating before reaching `min_copies`
-are dropped, so the state stays near the number of live candidates.
+are dropped, so the state stays near the number of live candidates. Replies
+from the target are counted from the flow table when findings are asked for.
 """
 from __future__ import annotations
+
+import ipaddress
 
 import numpy as np
 
@@ -21,20 +34,24 @@ from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
-from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, frame_summary,
-                   fold_rows, group_by, ip_text, keep_ends, mac_text, member, register, repeated_keys)
+from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
+                   batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary, group_by, ip_text,
+                   keep_ends, mac_text, member, register, repeated_keys)
 
 NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
 FRAME_BYTES_KEPT = 512
-# A rate measured over less than this is no rate: copies stamped within the
-# same clock tick (second-resolution pcaps) would give an infinite one.
-MIN_RATE_WINDOW_S = 0.001
 # A candidate that has not reached `min_copies` is forgotten once it has not
 # been seen for this many copy intervals at `min_rate_pps`: a loop at the
 # minimum rate would have shown up again long before.
 FORGET_AFTER_COPIES = 10
+# What is known of a repeated frame that lacks loop evidence: it was sent
+# again and again, by whom and why is open (a flood tool, a replay, a switching
+# loop of a broadcast frame). Never an incident of this rule on its own.
+FLOOD_SEVERITY = "low"
+# The group bit of a MAC address (IEEE 802: least significant bit of the first octet)
+MAC_GROUP_BIT = 1 << 40
 
 # the header fields of the first copy, kept per candidate (name -> dtype)
 DESCRIPTOR_COLUMNS = {
@@ -62,13 +79,16 @@ def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np
 class EchoLoop(Detector):
     rule_id = "echo-loop"
     PARAMS = {
-        "min_copies": (int, 1000, "identical copies of one frame before it counts as a loop"),
-        "min_rate_pps": (float, 200.0, "copies per second (count over first-to-last time) a loop reaches"),
-        "high_rate_pps": (float, 5000.0, "rate from which the finding is high"),
-        "critical_rate_pps": (float, 50000.0, "rate from which the finding is critical"),
-        "high_share_ratio": (float, 0.2, "share of all packets from first to last copy from which it is high"),
-        "critical_share_ratio": (float, 0.5,
-                                 "share of all packets from which it is critical (with high_rate_pps reached)"),
+        # two copies are the least a repeat can be
+        "min_copies": Param(int, 1000, "identical copies of one frame before it counts as a loop", Range(2, 10**9)),
+        "min_rate_pps": Param(float, 200.0, "copies per second (count over first-to-last time) a loop reaches",
+                              RATE_PPS),
+        "high_rate_pps": Param(float, 5000.0, "rate from which the finding is high", RATE_PPS),
+        "critical_rate_pps": Param(float, 50000.0, "rate from which the finding is critical", RATE_PPS),
+        "high_share_ratio": Param(float, 0.2, "share of all packets from first to last copy from which it is high",
+                                  RATIO),
+        "critical_share_ratio": Param(float, 0.5, "share of all packets from which it is critical (with "
+                                                  "high_rate_pps reached)", RATIO),
     }
 
     def __init__(self, rule):
@@ -148,10 +168,10 @@ class EchoLoop(Detector):
         loops = np.flatnonzero((state["count"] >= p["min_copies"]) & (rate >= p["min_rate_pps"]))
         out = []
         for i in loops[np.argsort(-state["count"][loops], kind="stable")]:
-            out.append(self._finding(i, float(duration_s[i]), float(rate[i])))
+            out.append(self._finding(i, float(duration_s[i]), float(rate[i]), ctx))
         return out
 
-    def _finding(self, i: int, duration_s: float, rate: float) -> Finding:
+    def _finding(self, i: int, duration_s: float, rate: float, ctx: AnalysisContext) -> Finding:
         row = {name: col[i] for name, col in self.state.items()}
         key, count, layers = int(row["fp"]), int(row["count"]), int(row["layers"])
         # frame numbers run across the whole input: the span from the first copy
@@ -171,13 +191,15 @@ class EchoLoop(Detector):
             src, dst = fields["src_ip"], fields["dest_ip"]
             if layers & L_PORTS:
                 fields.update(src_port=int(row["src_port"]), dest_port=int(row["dst_port"]))
-                src, dst = f"{src}:{fields['src_port']}", f"{dst}:{fields['dest_port']}"
+                src, dst = endpoint(src, fields["src_port"]), endpoint(dst, fields["dest_port"])
             fields["community_id"] = community_id(fields["src_ip"], fields["dest_ip"], int(row["proto"]),
                                                   fields.get("src_port"), fields.get("dest_port"))
             what = f"{proto.upper()} {src} -> {dst}"
             ttl_text = f", TTL {int(row['ttl'])} never decremented"
         macs = (f" between {fields['src_mac']} and {fields['dest_mac']}"
                 if "src_mac" in fields and "dest_mac" in fields else "")
+        found = _loop_evidence(row, fields, ctx)
+        missing = [text.format(**found) for name, text in MISSING_TEXT.items() if found[name] is False]
         raw, linktype = self.frame_bytes.get(key, (b"", int(row["linktype"])))
         frames = self.evidence.get(key, np.array([row["first_frame"], row["last_frame"]]))
         evidence = {
@@ -186,6 +208,9 @@ class EchoLoop(Detector):
             "duration_s": round(duration_s, 6),
             "rate_pps": round(rate, 1),
             "share_ratio": round(share, 4),
+            "loop": not missing,
+            "loop_evidence": found,
+            "missing_loop_evidence": missing or None,
             "ttl": int(row["ttl"]) if layers & IP else None,
             "ip_id": int(row["ip_id"]) if layers & IP else None,
             "vlan": int(row["vlan_outer"]) if layers & L_VLAN else None,
@@ -194,8 +219,76 @@ class EchoLoop(Detector):
             "first_frame": int(row["first_frame"]),
             "evidence_frames": np.unique(frames).tolist(),
         }
-        msg = (f"one frame seen {count:,} times in {duration_s:.3f} s ({rate:,.0f}/s, "
-               f"{share:.0%} of all packets meanwhile){macs}: {what}{ttl_text}")
-        return self.finding(self._severity(rate, share), msg, first_seen=int(row["first_ns"]),
+        seen = f"one frame seen {count:,} times in {duration_s:.3f} s ({rate:,.0f}/s, {share:.0%} of all packets meanwhile)"
+        if missing:
+            severity = FLOOD_SEVERITY
+            # a frame to a group address may also circle in a switching loop, which this rule cannot see
+            origin = ("a flood tool, a replay or a switching loop (broadcast storm)" if found["unicast_destination"]
+                      is False else "a flood tool or a replay")
+            msg = (f"identical-frame flood, not a loop: {seen}{macs}: {what}; no loop evidence, as "
+                   f"{', '.join(missing)}: {origin} sent it, not two devices bouncing it")
+        else:
+            severity = self._severity(rate, share)
+            known = ", ".join(text for name, text in PRESENT_TEXT.items() if found[name])
+            msg = f"{seen}{macs}: {what}{ttl_text}" + (f"; loop evidence: {known}" if known else "")
+        return self.finding(severity, msg, first_seen=int(row["first_ns"]),
                             last_seen=int(row["last_ns"]), n=count,
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
+
+
+# What each piece of loop evidence says when it holds, and when it fails.
+PRESENT_TEXT = {"unicast_destination": "unicast destination",
+                "unicast_source": "valid unicast source",
+                "no_replies": "no packet from the target back to the source meanwhile"}
+MISSING_TEXT = {"unicast_destination": "the destination is a multicast or broadcast address",
+                "unicast_source": "the source is not a valid unicast address",
+                "no_replies": "the target sent {replies_from_target:,} packets of its own back to the source meanwhile"}
+# IPv4 "this network" (RFC 1122 sec. 3.2.1.3): a source only while a host learns its address
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+
+
+def _unicast(text: str) -> bool:
+    """An address a device can have and send from: not multicast, broadcast, unspecified, loopback or reserved."""
+    address = ipaddress.ip_address(text)
+    return not (address.is_multicast or address.is_unspecified or address.is_loopback or address.is_reserved
+                or (address.version == 4 and address in THIS_NETWORK))
+
+
+def _loop_evidence(row: dict, fields: dict, ctx: AnalysisContext) -> dict:
+    """Each piece of loop evidence: True (holds), False (contradicted) or None (the capture cannot tell).
+
+    `no_replies` is the count check reversed, so that True always speaks for a loop; the count itself
+    is in `replies_from_target`.
+    """
+    layers = int(row["layers"])
+    destination = source = None
+    if layers & L_DST_MAC:
+        destination = not int(row["dst_mac"]) & MAC_GROUP_BIT
+    if layers & L_SRC_MAC:
+        source = not int(row["src_mac"]) & MAC_GROUP_BIT
+    replies = None
+    if "src_ip" in fields:
+        destination = destination is not False and _unicast(fields["dest_ip"])
+        source = source is not False and _unicast(fields["src_ip"])
+        replies = _replies(ctx, fields["src_ip"], fields["dest_ip"], int(row["first_ns"]), int(row["last_ns"]))
+    return {"unicast_destination": destination, "unicast_source": source,
+            "no_replies": None if replies is None else replies == 0, "replies_from_target": replies}
+
+
+def _replies(ctx: AnalysisContext, src: str, dst: str, first_ns: int, last_ns: int) -> int | None:
+    """Packets `dst` sent to `src` in flows that overlap [first_ns, last_ns], from the flow table."""
+    flows = ctx.flows
+    need = {"src_ip", "dest_ip", "first_seen", "last_seen", "src2dst_packets", "dst2src_packets"}
+    if flows is None or not need <= set(flows.columns):
+        return None
+    if len(flows) == 0:
+        return 0
+    forward = (flows["src_ip"] == src) & (flows["dest_ip"] == dst)
+    backward = (flows["src_ip"] == dst) & (flows["dest_ip"] == src)
+    pair = flows[forward | backward]
+    if len(pair) == 0:
+        return 0
+    overlap = (flow_time_ns(pair["first_seen"]) <= last_ns) & (flow_time_ns(pair["last_seen"]) >= first_ns)
+    back = np.where((pair["src_ip"] == src).to_numpy(), pair["dst2src_packets"].to_numpy(np.int64),
+                    pair["src2dst_packets"].to_numpy(np.int64))
+    return int(back[overlap].sum())

@@ -25,16 +25,19 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends, member,
-                   mix64, register)
-from .pmtud_blackhole import endpoint, match_flow
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
+                   group_by, ip_text, keep_ends, member, mix64, register)
+from .pmtud_blackhole import match_flow
 
 NS = 1_000_000_000
 # Announcements kept: a SYN flood with MSS options must not grow the state
 # without bound; past this, new announcements are counted and not kept.
 MAX_ANNOUNCED = 1 << 21
-# Above any MSS the 16-bit option can carry: "nothing announced yet".
-UNANNOUNCED = 1 << 16
+# "Nothing announced yet": above any payload length (a uint32 column), so
+# that a family without a SYN passes no segment on, not even the BIG TCP
+# (RFC 2675 jumbogram, IPv4 total length 0) super-segments of a host-side
+# capture, whose payload exceeds any MSS the 16-bit option can carry.
+UNANNOUNCED = 1 << 32
 # Violating flow directions tracked with their own counters.
 MAX_FLOWS = 4096
 
@@ -82,10 +85,12 @@ class MssViolation(Detector):
     rule_id = "mss-violation"
     AFTER = ("pmtud-blackhole",)
     PARAMS = {
-        "min_segments": (int, 3, "violating segments on the wire from which the finding takes the rule's "
-                                 "severity (fewer: low)"),
-        "link_mtu_bytes": (int, 1500, "largest IP packet the captured link carries; a segment in a larger "
-                                      "packet never was on the wire (TSO/GSO/GRO capture)"),
+        "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "
+                                      "severity (fewer: low)", COUNT),
+        # 68: the least MTU of an IPv4 link (RFC 791); 65,536: Linux's loopback, the largest a
+        # captured interface commonly has (IPv6 jumbograms, RFC 2675, need links that no NIC offers)
+        "link_mtu_bytes": Param(int, 1500, "largest IP packet the captured link carries; a segment in a larger "
+                                           "packet never was on the wire (TSO/GSO/GRO capture)", Range(68, 65536)),
     }
 
     def __init__(self, rule):
@@ -132,9 +137,7 @@ class MssViolation(Detector):
         keys, mss = keys[order], mss[order]
         first = np.concatenate(([True], keys[1:] != keys[:-1]))
         keys, mss = keys[first], mss[first]
-        at = np.searchsorted(self.limit_keys, keys)
-        known = at < len(self.limit_keys)
-        known[known] = self.limit_keys[at[known]] == keys[known]
+        at, known = find_sorted(self.limit_keys, keys)
         self.limit_mss[at[known]] = np.maximum(self.limit_mss[at[known]], mss[known])
         # new keys go in at their sorted places: a copy of the table, not a sort of it
         self.limit_keys = np.insert(self.limit_keys, at[~known], keys[~known])
@@ -146,12 +149,12 @@ class MssViolation(Detector):
                 "dst_hi": batch["dst_ip_hi"][rows], "dst_lo": batch["dst_ip_lo"][rows],
                 "sport": batch["src_port"][rows], "dport": batch["dst_port"][rows]}
         keys = _direction_key(*(cols[name] for name in FLOW_FIELDS))
-        at = np.minimum(np.searchsorted(self.limit_keys, keys), len(self.limit_keys) - 1)
-        mss = self.limit_mss[at]
-        sel = np.flatnonzero((self.limit_keys[at] == keys) & (payload[rows] > mss))
+        at, announced = find_sorted(self.limit_keys, keys)
+        sel = np.flatnonzero(announced)
+        sel = sel[payload[rows[sel]] > self.limit_mss[at[sel]]]
         if len(sel) == 0:
             return
-        rows, keys, mss = rows[sel], keys[sel], mss[sel]
+        rows, keys, mss = rows[sel], keys[sel], self.limit_mss[at[sel]]
         cols = {name: col[sel] for name, col in cols.items()}
         ts, frames = batch["ts_ns"][rows], batch["frame"][rows]
         size, ip_len = payload[rows], batch["ip_len"][rows]

@@ -15,9 +15,18 @@ shrinking sizes are the sign of a sender probing downwards blindly. A host
 whose packets fit the MTU soon after the first message has adapted: PMTUD
 works there and nothing is reported.
 
+Only senders that can adapt are judged: TCP, and other flows whose packet
+sizes vary (an application choosing its datagram sizes, QUIC). A diagnostic
+that sends fixed-size Don't-Fragment probes (`ping -M do -s 1472`, an MPLS
+LSP ping to 127.0.0.0/8 as RFC 8029 sec. 4.3 addresses it, any flow of
+packets of one size) draws a message for every probe and never adapts, by
+design: it measures the path MTU. Such probes are reported at info severity
+with the MTU they found.
+
 State: per (host, peer) pair that an ICMP message named, the smallest MTU
-reported, the messages' count and times, the routers, counters of the
-host's packets to that peer after the first message, and a bounded buffer
+reported, the messages' count and times, the routers, per flow (protocol
+and ports) of the host to that peer after the first message its first size,
+whether sizes varied and counters of oversized packets, and a bounded buffer
 of those packets' header fields for the size ladder, the retransmissions
 and the goodput. Packets sent before a pair is first named are not kept:
 they are the ones that triggered the message. Two partial states merge by
@@ -35,8 +44,8 @@ import numpy as np
 from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, group_by, ip_text, keep_ends,
-                   member, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, group_by, ip_text,
+                   keep_ends, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -45,6 +54,12 @@ NS = 1_000_000_000
 ICMP_UNREACH = 3            # destination unreachable, RFC 792
 ICMP_UNREACH_NEEDFRAG = 4   # fragmentation needed and DF set, RFC 792 / RFC 1191
 ICMP6_PACKET_TOO_BIG = 2    # RFC 4443 section 3.2
+ICMP_ECHO = 8               # echo request, RFC 792
+ICMP6_ECHO = 128            # echo request, RFC 4443 section 4.1
+# MPLS LSP ping sends its echo requests to 127.0.0.0/8 (RFC 8029 sec. 4.3),
+# IPv6 ones to ::ffff:127.0.0.0/104, which the schema holds alike: no host
+# there ever sends bulk data, so a pair toward it is a diagnostic.
+LOOPBACK_V4_MAPPED = (0x0000FFFF_7F000000, 0xFFFFFFFF_FF000000)   # (value, mask) of the low half
 # A reported MTU below these is not a path MTU a host may adopt: 68 is the
 # smallest IPv4 MTU (RFC 791), 1280 the smallest IPv6 link MTU (RFC 8200).
 # Such messages are forged or broken (RFC 1191 routers send 0 for "unknown").
@@ -60,9 +75,32 @@ MAX_PAIRS = 4096
 MAX_ROWS_PER_PAIR = 4096
 # Routers, flows and sizes named per finding.
 MAX_LISTED = 16
+# Flows of the host to one peer tracked with their own sizes and counters;
+# packets of further flows share one entry per protocol (ports 0).
+MAX_FLOWS_PER_PAIR = 256
 
 ROW_COLUMNS = {"ts": np.int64, "frame": np.int64, "proto": np.uint8, "sport": np.uint16,
                "dport": np.uint16, "seq": np.uint32, "payload": np.uint32, "ip_len": np.uint32}
+
+
+@dataclass
+class _Flow:
+    """The host's packets of one flow (protocol and ports) to the peer since the first message."""
+
+    echo: bool                          # ICMP/ICMPv6 echo requests: a probe by design
+    size: int                           # IP length of its first packet
+    varies: bool = False                # a later packet had another length
+    packets: int = 0
+    oversized: int = 0                  # larger than the MTU, after the grace time
+    last_oversized_ns: int = 0
+    oversized_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def absorb(self, other: "_Flow") -> None:
+        self.varies = self.varies or other.varies or other.size != self.size
+        self.packets += other.packets
+        self.oversized += other.oversized
+        self.last_oversized_ns = max(self.last_oversized_ns, other.last_oversized_ns)
+        self.oversized_frames = keep_ends(self.oversized_frames, other.oversized_frames)
 
 
 @dataclass
@@ -79,11 +117,50 @@ class _Pair:
     quoted: dict = field(default_factory=dict)      # (proto, sport, dport) quoted -> messages
     icmp_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     packets_after: int = 0              # host -> peer packets after the first message
-    oversized_after: int = 0            # ... larger than the MTU, after the grace time
-    last_oversized_ns: int = 0
     largest_after: int = 0
-    oversized_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    flows: dict = field(default_factory=dict)       # (proto, sport, dport) -> _Flow
     rows: dict = field(default_factory=lambda: {k: np.zeros(0, dtype=t) for k, t in ROW_COLUMNS.items()})
+
+    @property
+    def to_loopback(self) -> bool:
+        value, mask = LOOPBACK_V4_MAPPED
+        return self.peer[0] == 0 and self.peer[1] & mask == value
+
+    def flow_of(self, key: tuple[int, int, int]) -> _Flow | None:
+        """The entry that counts the flow's packets (its own, or its protocol's shared one), if any."""
+        return self.flows.get(key) or self.flows.get((key[0], 0, 0))
+
+    def adapts(self, key: tuple[int, int, int]) -> bool:
+        """Whether the flow's sender can adapt to the MTU: TCP, or sizes that vary; never a probe."""
+        flow = self.flow_of(key)
+        return not (self.to_loopback or flow.echo) and (key[0] == PROTO_TCP or flow.varies)
+
+    def judged(self) -> list[_Flow]:
+        return [flow for key, flow in self.flows.items() if self.adapts(key)]
+
+    @property
+    def oversized_after(self) -> int:
+        """Packets above the MTU after the grace time, from senders that can adapt."""
+        return sum(flow.oversized for flow in self.judged())
+
+    @property
+    def last_oversized_ns(self) -> int:
+        return max((flow.last_oversized_ns for flow in self.judged()), default=0)
+
+    @property
+    def oversized_frames(self) -> np.ndarray:
+        frames = np.zeros(0, dtype=np.int64)
+        for flow in self.judged():
+            frames = keep_ends(frames, flow.oversized_frames)
+        return frames
+
+    def flow_entry(self, key: tuple[int, int, int], echo: bool, size: int) -> _Flow:
+        """The flow's entry, made on first sight; past MAX_FLOWS_PER_PAIR, its protocol's shared one."""
+        if key not in self.flows and len(self.flows) >= MAX_FLOWS_PER_PAIR:
+            key = (key[0], 0, 0)
+        if key not in self.flows:
+            self.flows[key] = _Flow(echo=echo, size=size)
+        return self.flows[key]
 
     def absorb(self, other: "_Pair") -> None:
         self.mtu = min(self.mtu, other.mtu)
@@ -96,10 +173,9 @@ class _Pair:
                     mine[key] = mine.get(key, 0) + count
         self.icmp_frames = keep_ends(self.icmp_frames, other.icmp_frames)
         self.packets_after += other.packets_after
-        self.oversized_after += other.oversized_after
-        self.last_oversized_ns = max(self.last_oversized_ns, other.last_oversized_ns)
         self.largest_after = max(self.largest_after, other.largest_after)
-        self.oversized_frames = keep_ends(self.oversized_frames, other.oversized_frames)
+        for key, theirs in other.flows.items():
+            self.flow_entry(key, theirs.echo, theirs.size).absorb(theirs)
         self.add_rows(other.rows)
 
     def add_rows(self, rows: dict) -> None:
@@ -116,12 +192,13 @@ def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
 class PmtudBlackhole(Detector):
     rule_id = "pmtud-blackhole"
     PARAMS = {
-        "min_icmp_count": (int, 2, "ICMP too-big messages for one host/peer pair before it is judged"),
-        "min_oversized_packets": (int, 2,
-                                  "packets above the reported MTU the host sends after the grace time"),
-        "grace_ms": (float, 200.0, "time after the first message during which large packets still count "
-                                   "as already in flight"),
-        "high_icmp_count": (int, 10, "messages from which the finding is high"),
+        "min_icmp_count": Param(int, 2, "ICMP too-big messages for one host/peer pair before it is judged", COUNT),
+        "min_oversized_packets": Param(int, 2, "packets above the reported MTU the host sends after the grace time",
+                                       COUNT),
+        # up to an hour: far beyond any round trip; a sender still in flight after it never adapted
+        "grace_ms": Param(float, 200.0, "time after the first message during which large packets still count "
+                                        "as already in flight", Range(0, 3_600_000)),
+        "high_icmp_count": Param(int, 10, "messages from which the finding is high", COUNT),
     }
 
     def __init__(self, rule):
@@ -197,7 +274,13 @@ class PmtudBlackhole(Detector):
 
     def _add_host_packets(self, batch: PacketBatch) -> None:
         layers = batch["layers"]
-        carrier = ((layers & np.uint32(IP)) != 0) & ((layers & np.uint32(L_ICMP | L_ICMP6)) == 0)
+        icmp = (layers & np.uint32(L_ICMP | L_ICMP6)) != 0
+        kind = batch["icmp_type"]
+        echo = icmp & (((layers & np.uint32(L_ICMP)) != 0) & (kind == ICMP_ECHO) |
+                       ((layers & np.uint32(L_ICMP6)) != 0) & (kind == ICMP6_ECHO))
+        # the host's own packets: anything but ICMP, whose errors and replies carry no data; echo requests
+        # are kept to tell a diagnostic's probes from a host whose packets the capture lacks
+        carrier = ((layers & np.uint32(IP)) != 0) & (~icmp | echo)
         hosts = np.unique(np.array([p.host[1] for p in self.pairs.values()], dtype=np.uint64))
         rows = np.flatnonzero(carrier & member(batch["src_ip_lo"], hosts))
         if len(rows) == 0:
@@ -214,6 +297,10 @@ class PmtudBlackhole(Detector):
         ports = (batch["layers"][rows] & np.uint32(L_PORTS)) != 0
         tcp = (batch["layers"][rows] & np.uint32(L_TCP)) != 0
         payload = np.where((batch["layers"][rows] & np.uint32(L_PAYLOAD)) != 0, batch["payload_len"][rows], 0)
+        proto = batch["proto"][rows]
+        sport = np.where(ports, batch["src_port"][rows], 0).astype(np.uint16)
+        dport = np.where(ports, batch["dst_port"][rows], 0).astype(np.uint16)
+        echo = echo[rows]
         order, starts, counts = group_by(keys)
         for start, count in zip(starts.tolist(), counts.tolist()):
             group = order[start:start + count]
@@ -223,18 +310,31 @@ class PmtudBlackhole(Detector):
                 continue
             pair.packets_after += len(sel)
             pair.largest_after = max(pair.largest_after, int(ip_len[sel].max()))
-            over = sel[(ip_len[sel] > pair.mtu) & (ts[sel] > pair.first_icmp_ns + grace_ns)]
-            if len(over):
-                pair.oversized_after += len(over)
-                pair.last_oversized_ns = max(pair.last_oversized_ns, int(ts[over].max()))
-                pair.oversized_frames = keep_ends(pair.oversized_frames, frames[over])
+            self._add_flows(pair, sel, proto, sport, dport, echo, ts, ip_len, frames, grace_ns)
             r = rows[sel]
             pair.add_rows({
-                "ts": ts[sel], "frame": frames[sel], "proto": batch["proto"][r],
-                "sport": np.where(ports[sel], batch["src_port"][r], 0).astype(np.uint16),
-                "dport": np.where(ports[sel], batch["dst_port"][r], 0).astype(np.uint16),
+                "ts": ts[sel], "frame": frames[sel], "proto": proto[sel], "sport": sport[sel], "dport": dport[sel],
                 "seq": np.where(tcp[sel], batch["tcp_seq"][r], 0).astype(np.uint32),
                 "payload": payload[sel].astype(np.uint32), "ip_len": ip_len[sel].astype(np.uint32)})
+
+    @staticmethod
+    def _add_flows(pair: _Pair, sel, proto, sport, dport, echo, ts, ip_len, frames, grace_ns) -> None:
+        """Fold the pair's packets `sel` into its flows: sizes, and packets above the MTU after the grace."""
+        flow_id = (proto[sel].astype(np.int64) << 32) | (sport[sel].astype(np.int64) << 16) | dport[sel]
+        order, starts, counts = group_by(flow_id)
+        for start, count in zip(starts.tolist(), counts.tolist()):
+            mine = sel[order[start:start + count]]
+            first = mine[0]
+            key = (int(proto[first]), int(sport[first]), int(dport[first]))
+            flow = pair.flow_entry(key, bool(echo[first]), int(ip_len[first]))
+            sizes = ip_len[mine]
+            flow.varies = flow.varies or bool((sizes != flow.size).any())
+            flow.packets += len(mine)
+            over = mine[(sizes > pair.mtu) & (ts[mine] > pair.first_icmp_ns + grace_ns)]
+            if len(over):
+                flow.oversized += len(over)
+                flow.last_oversized_ns = max(flow.last_oversized_ns, int(ts[over].max()))
+                flow.oversized_frames = keep_ends(flow.oversized_frames, frames[over])
 
     def merge(self, other: "PmtudBlackhole") -> "PmtudBlackhole":
         check_merge(self, other)
@@ -262,6 +362,8 @@ class PmtudBlackhole(Detector):
                 out.append(self._unseen_host_finding(pair, ctx))
             elif pair.oversized_after >= p["min_oversized_packets"]:
                 out.append(self._blackhole_finding(pair, ctx))
+            elif len(pair.judged()) < len(pair.flows):
+                out.append(self._probe_finding(pair))
         return out
 
     def _flow_rows(self, pair: _Pair, ctx: AnalysisContext) -> pd.DataFrame:
@@ -293,12 +395,42 @@ class PmtudBlackhole(Detector):
                                       "icmp_count": pair.icmp_count, "routers": routers,
                                       "host_packets_after_icmp": 0, "evidence_frames": frames})
 
+    def _probe_finding(self, pair: _Pair) -> Finding:
+        """Info: the messages answered a diagnostic's fixed-size Don't-Fragment probes, which never adapt."""
+        host, peer = ip_text(*pair.host), ip_text(*pair.peer)
+        routers, router_text = self._router_text(pair)
+        probes = []
+        for (proto, sport, dport), flow in sorted(pair.flows.items()):
+            if pair.adapts((proto, sport, dport)):
+                continue
+            what = ("ICMP echo requests" if flow.echo else
+                    f"{PROTO_NAMES.get(proto, str(proto)).upper()}" + (f" to port {dport}" if dport else ""))
+            sizes = "of varying sizes" if flow.varies else f"of {flow.size} bytes"
+            probes.append({"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_port": sport, "dest_port": dport,
+                           "packets": flow.packets, "ip_len_bytes": None if flow.varies else flow.size,
+                           "echo": flow.echo, "text": f"{flow.packets} {what} {sizes}"})
+        where = " (the loopback range MPLS LSP ping addresses)" if pair.to_loopback else ""
+        msg = (f"{host} kept sending Don't-Fragment probes to {peer}{where} after {pair.icmp_count} ICMP too-big "
+               f"messages (MTU {pair.mtu}) from {router_text}: "
+               f"{'; '.join(p.pop('text') for p in probes[:MAX_LISTED])}. A diagnostic measuring the path MTU "
+               f"(ping -M do, MPLS LSP ping, fixed-size probes) never adapts, by design: not a black hole")
+        return self.finding("info", msg, first_seen=pair.first_icmp_ns, last_seen=pair.last_icmp_ns,
+                            n=pair.icmp_count, src_ip=host, dest_ip=peer,
+                            evidence={"host": host, "peer": peer, "reported_mtu": pair.mtu,
+                                      "icmp_count": pair.icmp_count, "routers": routers,
+                                      "probe_flows": [{k: v for k, v in p.items() if v is not None}
+                                                      for p in probes[:MAX_LISTED]],
+                                      "to_loopback": pair.to_loopback,
+                                      "evidence_frames": evidence_frames(pair.icmp_frames)})
+
     def _blackhole_finding(self, pair: _Pair, ctx: AnalysisContext) -> Finding:
         import pandas as pd
         p = self.params
         host, peer = ip_text(*pair.host), ip_text(*pair.peer)
         routers, router_text = self._router_text(pair)
         rows = pd.DataFrame(pair.rows)
+        judged = [pair.adapts(key) for key in zip(rows.proto.tolist(), rows.sport.tolist(), rows.dport.tolist())]
+        rows = rows[np.array(judged, dtype=bool)]
         over = rows[rows.ip_len > pair.mtu]
         sizes = over.ip_len.drop_duplicates().head(MAX_LISTED).astype(int).tolist()
         ladders = _shrinking_retransmissions(rows[(rows.proto == PROTO_TCP) & (rows.payload > 0)])
@@ -333,7 +465,8 @@ class PmtudBlackhole(Detector):
 
     def _affected_flows(self, pair: _Pair, rows: pd.DataFrame, ctx: AnalysisContext) -> list[dict]:
         """Each flow of the host to the peer that the messages quoted or that sent oversized packets."""
-        quoted = set(pair.quoted)
+        # the quoted flows of senders that can adapt, and those whose own packets the capture lacks
+        quoted = {key for key in pair.quoted if pair.flow_of(key) is None or pair.adapts(key)}
         oversized = rows[rows.ip_len > pair.mtu]
         quoted |= {tuple(int(v) for v in k) for k in oversized[["proto", "sport", "dport"]].drop_duplicates()
                    .itertuples(index=False)}
@@ -354,11 +487,6 @@ class PmtudBlackhole(Detector):
             out.append({k: v for k, v in flow.items() if v is not None})
         out.sort(key=lambda f: -f["oversized_after_icmp"])
         return out
-
-
-def endpoint(address: str, port: int) -> str:
-    """address:port, with an IPv6 address in brackets so the port stays readable."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def match_flow(table: pd.DataFrame, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:

@@ -10,9 +10,20 @@ trigger of an outage, and both findings name each other.
 Payload rules (RFC 1058 RIPv1, RFC 2453 RIPv2, RFC 2080 RIPng): a 4-byte
 header (command 1 request / 2 response, version, two zero bytes for v1 and
 RIPng) and 20-byte entries; RIP entries carry address family 2 (IP), or
-0xFFFF for RIPv2 authentication (RFC 2453 sec. 4.1, RFC 4822), or family 0
-in a whole-table request; metrics 1-16. RIPng entries carry a prefix length
-of at most 128 and metric 1-16, or 0xFF for a next-hop entry.
+family 0 in a whole-table request; metrics 1-16. RIPng entries carry a
+prefix length of at most 128 and metric 1-16, or 0xFF for a next-hop entry.
+A RIPv2 message may open with an authentication entry (family 0xFFFF, RFC
+2453 sec. 4.1): a password (type 2), or a cryptographic one (type 3, keyed
+MD5 of RFC 2082, HMAC-SHA of RFC 4822) whose "packet length" says where the
+entries end and a trailer of 4 + 16/20/32/48/64 bytes (the digest) begins.
+The trailer is cut off before the entries are judged, and the
+authentication entry does not count as one: a whole-table request is then
+the authentication entry plus the one family-0 entry.
+
+A malformed message is a probe when a scanner's bytes could explain it
+(zero-filled, not a RIP header, wrong IP version, unicast from outside, many
+targets). A local router multicasting a RIP header with a broken entry to
+the RIP group is a faulty speaker instead: reported at low severity.
 
 State: one row per (source, target, port, verdict, frame fingerprint) with
 counts and times; repeats of one frame (a loop) collapse into one row.
@@ -28,8 +39,8 @@ from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
-from .base import (AnalysisContext, Detector, check_merge, evidence_frames, fold_rows, group_by, ip_text,
-                   mac_text, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, fold_rows, group_by,
+                   ip_text, mac_text, mix64, register)
 
 RIP_PORT = 520     # RFC 2453
 RIPNG_PORT = 521   # RFC 2080
@@ -38,6 +49,12 @@ RIP_ENTRY_BYTES = 20
 RIP_MAX_ENTRIES = 25          # RFC 2453 sec. 4: a message carries 1 to 25 entries
 AFI_IP = 2                    # RFC 1058
 AFI_AUTH = 0xFFFF             # RFC 2453 sec. 4.1
+AUTH_TRAILER = 1              # RFC 2082 sec. 3.2: authentication type of the trailer
+AUTH_PASSWORD = 2             # RFC 2453 sec. 4.1
+AUTH_CRYPTO = 3               # RFC 2082 sec. 3.2, RFC 4822 sec. 2
+# Bytes of a cryptographic trailer: 4 (0xFFFF, type 1) + the digest of keyed
+# MD5 (16, RFC 2082) or HMAC-SHA1/256/384/512 (20/32/48/64, RFC 4822 sec. 2.1)
+AUTH_TRAILER_BYTES = (20, 24, 36, 52, 68)
 RIP_INFINITY = 16             # RFC 2453: metric 16 means unreachable
 RIPNG_NEXT_HOP_METRIC = 0xFF  # RFC 2080 sec. 2.1.1
 MAX_PREFIX_LEN_V6 = 128
@@ -51,7 +68,7 @@ V4_MAPPED_HI, V4_MAPPED_LO_PREFIX = 0, 0x0000FFFF_00000000
 
 # Verdicts on a payload: code -> what was wrong, for the finding's message
 VALID, EMPTY, ZERO_FILLED, BAD_LENGTH, BAD_COMMAND, BAD_VERSION, NONZERO_MBZ, BAD_AFI, \
-    BAD_METRIC, BAD_PREFIX_LEN, WRONG_FAMILY = range(11)
+    BAD_METRIC, BAD_PREFIX_LEN, WRONG_FAMILY, BAD_AUTH = range(12)
 VERDICTS = {
     VALID: "well-formed",
     EMPTY: "empty payload",
@@ -64,7 +81,11 @@ VERDICTS = {
     BAD_METRIC: "metric outside 1-16",
     BAD_PREFIX_LEN: "prefix length above 128",
     WRONG_FAMILY: "RIP port over the other IP version (RIP is IPv4 on 520, RIPng IPv6 on 521)",
+    BAD_AUTH: "authentication entry or trailer that does not match RFC 2453/2082/4822",
 }
+# Faults inside the entries of a message whose header is RIP: from a local router
+# to the RIP group, a broken speaker rather than a scanner
+SPEAKER_FAULTS = (BAD_LENGTH, NONZERO_MBZ, BAD_AFI, BAD_METRIC, BAD_PREFIX_LEN, BAD_AUTH)
 KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY = 0, 1, 2
 
 # Targets listed by address in a finding; the count covers all of them.
@@ -82,6 +103,23 @@ def _u16(data, at):
 
 
 @njit
+def _crypto_body(data, start, avail, length):
+    """Bytes of header and entries of a RIPv2 message with cryptographic authentication; -1 if the
+    authentication entry and trailer disagree (RFC 2082 sec. 3.2, RFC 4822 sec. 2)."""
+    body = _u16(data, start + RIP_HEADER_BYTES + 4)   # "RIPv2 Packet Length": where the trailer starts
+    trailer = length - body
+    fits = False
+    for size in AUTH_TRAILER_BYTES:
+        if trailer == size:
+            fits = True
+    if not fits:
+        return -1
+    if body + 4 <= avail and (_u16(data, start + body) != AFI_AUTH or _u16(data, start + body + 2) != AUTH_TRAILER):
+        return -1
+    return body
+
+
+@njit
 def _judge_one(data, start, avail, length, kind):
     if length == 0:
         return EMPTY
@@ -94,14 +132,29 @@ def _judge_one(data, start, avail, length, kind):
         return ZERO_FILLED
     if kind == KIND_WRONG_FAMILY:
         return WRONG_FAMILY
-    if length < RIP_HEADER_BYTES + RIP_ENTRY_BYTES or (length - RIP_HEADER_BYTES) % RIP_ENTRY_BYTES != 0:
+    # a RIPv2 message opening with an authentication entry (RFC 2453 sec. 4.1)
+    first = RIP_HEADER_BYTES
+    auth = (kind == KIND_RIP and avail >= first + 4 and data[start + 1] == 2
+            and _u16(data, start + first) == AFI_AUTH)
+    body = length
+    if auth:
+        auth_type = _u16(data, start + first + 2)
+        if auth_type == AUTH_CRYPTO:
+            if avail < first + 6:
+                return VALID  # cut by the snapshot length before the packet length field
+            body = _crypto_body(data, start, avail, length)
+            if body < 0:
+                return BAD_AUTH
+        elif auth_type != AUTH_PASSWORD:
+            return BAD_AUTH
+    if body < RIP_HEADER_BYTES + RIP_ENTRY_BYTES or (body - RIP_HEADER_BYTES) % RIP_ENTRY_BYTES != 0:
         return BAD_LENGTH
     if avail < RIP_HEADER_BYTES:
         return VALID  # cut by the snapshot length: nothing left to judge
     command, version = data[start], data[start + 1]
     if command != 1 and command != 2:
         return BAD_COMMAND
-    entries = (length - RIP_HEADER_BYTES) // RIP_ENTRY_BYTES
+    entries = (body - RIP_HEADER_BYTES) // RIP_ENTRY_BYTES
     if kind == KIND_RIPNG:
         if version != 1:
             return BAD_VERSION
@@ -114,6 +167,7 @@ def _judge_one(data, start, avail, length, kind):
             return NONZERO_MBZ
         if entries > RIP_MAX_ENTRIES:
             return BAD_LENGTH
+    routes = entries - 1 if auth else entries
     for e in range(entries):
         at = start + RIP_HEADER_BYTES + e * RIP_ENTRY_BYTES
         if at + RIP_ENTRY_BYTES > start + avail:
@@ -127,11 +181,11 @@ def _judge_one(data, start, avail, length, kind):
             if command == 2 and (metric < 1 or metric > RIP_INFINITY):
                 return BAD_METRIC
             continue
-        afi = _u16(data, at)
-        if afi == AFI_AUTH and version == 2:
+        if e == 0 and auth:
             continue
+        afi = _u16(data, at)
         metric = (_u16(data, at + 16) << 16) | _u16(data, at + 18)
-        whole_table = command == 1 and entries == 1 and afi == 0 and metric == RIP_INFINITY
+        whole_table = command == 1 and routes == 1 and afi == 0 and metric == RIP_INFINITY
         if afi != AFI_IP and not whole_table:
             return BAD_AFI
         if version == 1:
@@ -209,10 +263,13 @@ class RipTrigger(Detector):
     rule_id = "rip-trigger"
     AFTER = ("echo-loop",)
     PARAMS = {
-        "many_targets_count": (int, 5, "distinct targets on the RIP ports from one source that make it a scan"),
-        "local_networks": (list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
-                                  "100.64.0.0/10", "fe80::/10", "fc00::/7"],
-                           "source networks counted as local: unicast RIP from elsewhere is a probe"),
+        "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
+                                            "scan", COUNT),
+        # a list of prefixes, not a routing table: up to 4,096 of them
+        "local_networks": Param(list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+                                       "100.64.0.0/10", "fe80::/10", "fc00::/7"],
+                                "source networks counted as local: unicast RIP from elsewhere is a probe",
+                                Range(0, 4096)),
     }
 
     def __init__(self, rule):
@@ -293,11 +350,13 @@ class RipTrigger(Detector):
         src = ip_text(rows["src_ip_hi"][first], rows["src_ip_lo"][first])
         fps = [f"{int(v):016x}" for v in rows["fp"]]
         linked = [i for i, fp in enumerate(fps) if fp in loops]
+        # only a loop repeats the probe; an identical-frame flood is the source sending it again and again
+        looping = [i for i in linked if loops[fps[i]].evidence.get("loop")]
         # a looping frame is one probe, however many copies the loop made of it
         probes = rows["count"].copy()
-        probes[linked] = 1
+        probes[looping] = 1
         last_ns = rows["last_ns"].copy()
-        last_ns[linked] = rows["first_ns"][linked]
+        last_ns[looping] = rows["first_ns"][looping]
         n = int(probes.sum())
         # targets in the order the source reached them; folded rows only count theirs
         by_time = np.argsort(rows["first_ns"], kind="stable")
@@ -310,11 +369,13 @@ class RipTrigger(Detector):
         for code, c in zip(rows["verdict"].tolist(), probes.tolist()):
             verdicts[VERDICTS[code]] = verdicts.get(VERDICTS[code], 0) + c
         malformed = rows["verdict"] != VALID
+        # a local router's broken entries to the RIP group: a faulty speaker, not a scanner
+        faulty = malformed & rows["group"] & rows["local"] & np.isin(rows["verdict"], SPEAKER_FAULTS)
         outside = ~rows["group"] & ~rows["local"]
         scan = target_count >= self.params["many_targets_count"]
         problems = []
-        if malformed.any():
-            problems.append(", ".join(sorted({VERDICTS[c] for c in rows["verdict"][malformed].tolist()})))
+        if (malformed & ~faulty).any():
+            problems.append(", ".join(sorted({VERDICTS[c] for c in rows["verdict"][malformed & ~faulty].tolist()})))
         if outside.any():
             problems.append("unicast from outside the local networks")
         if scan:
@@ -323,31 +384,41 @@ class RipTrigger(Detector):
         for i in linked:
             loop = loops[fps[i]]
             related.append({"rule": "echo-loop", "fingerprint": fps[i], "severity": loop.severity,
-                            "copies": loop.n})
+                            "copies": loop.n, "loop": bool(loop.evidence.get("loop"))})
             back = {"rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src,
                     "first_frame": int(rows["first_frame"][i])}
             if back not in loop.evidence.setdefault("related", []):
                 loop.evidence["related"].append(back)
-        if related:
-            worst = max(SEVERITY_RANK[r["severity"]] for r in related)
+        if looping:
+            worst = max(SEVERITY_RANK[loops[fps[i]].severity] for i in looping)
             severity = "critical" if worst >= SEVERITY_RANK["high"] else "high"
         elif problems:
             severity = self.rule.severity
+        elif faulty.any():
+            severity = "low"
         else:
             severity = "info"
         t0, t1 = int(rows["first_ns"].min()), int(last_ns.max())
         port_text = "/".join(str(p) for p in ports)
         shown = ", ".join(target_list[:3]) + (", ..." if target_count > 3 else "")
+        version = "RIPng" if RIPNG_PORT in ports else "RIP"
         if severity == "info":
-            version = "RIPng" if RIPNG_PORT in ports else "RIP"
             msg = (f"{version} speaker {src}: {n:,} well-formed messages to UDP {port_text} of "
                    f"{target_count:,} destination(s) ({shown})")
+        elif severity == "low":
+            bad = int(probes[faulty].sum())
+            faults = ", ".join(sorted({VERDICTS[c] for c in rows["verdict"][faulty].tolist()}))
+            msg = (f"{version} speaker {src} (a local address sending to the routers' group or broadcast "
+                   f"address): {bad:,} of {n:,} messages to UDP {port_text} malformed ({faults}); a faulty or "
+                   f"misconfigured router rather than a probe")
         else:
             msg = (f"{src} sent {n:,} probe(s) to UDP {port_text} of {target_count:,} host(s) ({shown}) "
                    f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
-            if related:
-                copies = sum(r["copies"] for r in related)
+            if looping:
+                copies = sum(loops[fps[i]].n for i in looping)
                 msg += f"; the probe's frame is the one looping ({copies:,} copies, echo-loop)"
+            elif linked:
+                msg += "; the probe's frame is repeated as an identical-frame flood, not a loop (echo-loop)"
         fields = {"src_ip": src, "proto": "UDP"}
         if target_count == 1 and target_list:
             fields.update(dest_ip=target_list[0], dest_port=ports[0] if len(ports) == 1 else None,

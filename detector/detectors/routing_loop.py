@@ -25,8 +25,8 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
-from .base import (CARRY_OVER_S, AnalysisContext, Detector, batch_tail, check_merge, evidence_frames,
-                   fold_rows, group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
+from .base import (CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail, check_merge,
+                   evidence_frames, fold_rows, group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
 
 NS = 1_000_000_000
 # A packet identity not seen for this long is finished: a looping packet
@@ -148,9 +148,11 @@ def _group_max(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
 class RoutingLoop(Detector):
     rule_id = "routing-loop"
     PARAMS = {
-        "min_ttl_drops": (int, 3, "times one packet's TTL must fall while it is seen again"),
-        "max_ttl_step": (int, 4, "largest TTL fall between two sightings (the routers in the loop)"),
-        "high_packets": (int, 100, "looping packets toward one prefix from which the finding is high"),
+        # a TTL or hop limit is one byte (RFC 791, RFC 8200): it cannot fall more than 255 times or by more
+        "min_ttl_drops": Param(int, 3, "times one packet's TTL must fall while it is seen again", Range(1, 255)),
+        "max_ttl_step": Param(int, 4, "largest TTL fall between two sightings (the routers in the loop)",
+                              Range(1, 255)),
+        "high_packets": Param(int, 100, "looping packets toward one prefix from which the finding is high", COUNT),
     }
 
     def __init__(self, rule):

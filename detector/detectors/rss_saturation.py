@@ -9,36 +9,42 @@ did exactly that to a NAT box.
 
 The detector replays the NIC's choice with `detector.rss.RssModel` (Toeplitz
 key, queue count, hashed fields from the rule) and counts packets per queue
-per time bin. A bin fires when one queue's share is far above the fair
-1/N and that queue's packet rate matters; consecutive firing bins of one
-queue form one finding, which names the flows hashed to that queue (from the
-flow table) and cross-links an echo-loop finding that fills it.
+per time bin. A NIC hashes what it receives: a tunnelled packet (VXLAN,
+Geneve, GRE...) by its outer header, so all traffic between two tunnel
+endpoints may share one queue, unless the NIC is set up for inner-header
+RSS (`hash_inner_headers`). A bin fires when one queue's share is far above
+the fair 1/N and that queue's packet rate matters, measured only where the
+bin's packets span real time (a capture whose packets share one timestamp
+has no rate). Consecutive firing bins of one queue form one finding, which
+names the flows the NIC put on that queue, as it hashed them (outer or
+inner header), counted from the packets themselves, and cross-links an
+echo-loop finding that fills it.
 
-State: per time bin the packet count of every queue (sparse over bins), and
-a few frame numbers of the dominant queue of busy bins for the evidence pcap.
+State: per time bin the packet count of every queue and the bin's first and
+last packet time (sparse over bins); for the dominant queue of busy bins a
+few frame numbers for the evidence pcap and its largest flows.
 """
 from __future__ import annotations
 
-import ipaddress
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import RuleError
 from ..findings import Finding, iso_time
+from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
-from ..schema import PROTO_NAMES, PROTO_TCP, PROTO_UDP, PacketBatch
-from .base import AnalysisContext, Detector, check_merge, evidence_frames, group_by, keep_ends, register
-from .pmtud_blackhole import endpoint
-
-if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
-    import pandas as pd
+from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
+from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
+                   evidence_frames, group_by, ip_text, keep_ends, mix64, register)
 
 NS = 1_000_000_000
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
-# Bins spanned by one batch beyond which the per-bin histogram is built with
-# a sort instead of a dense bincount (a batch with wild timestamps).
-DENSE_BINS_MAX = 1 << 16
+# Cells (bins spanned by one batch times queues) beyond which a batch's
+# counts are gathered with a sort instead of a dense bincount (wild
+# timestamps, microsecond bins, a thousand queues): the state holds only the
+# (bin, queue) cells that received packets, never a bins x queues matrix.
+DENSE_CELLS_MAX = 1 << 19
 # Per-batch partial histograms kept before they are folded into one.
 PARTS_MAX = 32
 # Frames are kept from a queue that dominates a bin within one batch at this
@@ -48,9 +54,48 @@ EVIDENCE_RATE_RATIO = 0.25
 # Frames kept per busy bin as evidence, and flows named per finding.
 FRAMES_PER_BIN = 16
 FLOWS_NAMED = 5
+# Flows counted per busy bin: the largest ones, so that those named are
+# counted exactly unless many flows of the same size share the queue.
+FLOWS_PER_BIN = 16
 # A flow is named in the message (not only in the evidence) when it fills at
 # least this share of the queue's packets: the rest are bystanders.
 MSG_FLOW_SHARE_RATIO = 0.1
+# Share of the queue's packets in tunnels from which the message says that
+# the NIC hashed their outer header.
+MSG_TUNNEL_SHARE_RATIO = 0.5
+
+# one counted flow of a busy bin's queue: the header the NIC hashed
+FLOW_DTYPE = np.dtype([("key", np.uint64), ("packets", np.int64), ("src_ip_hi", np.uint64),
+                       ("src_ip_lo", np.uint64), ("dst_ip_hi", np.uint64), ("dst_ip_lo", np.uint64),
+                       ("src_port", np.uint16), ("dst_port", np.uint16), ("proto", np.uint8), ("tunnel", np.uint8)])
+
+
+@dataclass
+class _Cell:
+    """The dominant queue of one busy bin: evidence frames, its largest flows, its tunnelled packets."""
+
+    frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=FLOW_DTYPE))
+    flows_cut: bool = False     # smaller flows were dropped: the counts kept are lower bounds
+    packets: int = 0
+    tunnelled: int = 0
+
+    def absorb(self, other: "_Cell") -> None:
+        self.frames = keep_ends(self.frames, other.frames, FRAMES_PER_BIN)
+        self.flows, cut = _largest_flows(np.concatenate([self.flows, other.flows]), FLOWS_PER_BIN)
+        self.flows_cut = self.flows_cut or other.flows_cut or cut
+        self.packets += other.packets
+        self.tunnelled += other.tunnelled
+
+
+def _largest_flows(flows: np.ndarray, limit: int) -> tuple[np.ndarray, bool]:
+    """One row per flow key with packets summed, the `limit` largest first; and whether any were cut."""
+    if len(flows) == 0:
+        return flows, False
+    order, starts, counts = group_by(flows["key"])
+    out = flows[order[starts]].copy()
+    out["packets"] = np.add.reduceat(flows["packets"][order], starts)
+    return out[np.argsort(-out["packets"], kind="stable")[:limit]], len(out) > limit
 
 
 def _key_bytes(rule, text: str) -> bytes:
@@ -66,12 +111,26 @@ def _key_bytes(rule, text: str) -> bytes:
     return key
 
 
-def _fold(bins: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One row per distinct bin, counts summed."""
+def _cells(bins: np.ndarray, queues: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(bin, queue, count) cells, one per distinct (bin, queue) with counts summed, sorted by bin then queue."""
+    order = np.lexsort((queues, bins))
+    bins, queues, counts = bins[order], queues[order], counts[order]
+    if len(bins) == 0:
+        return bins, queues, counts
+    starts = np.flatnonzero(np.concatenate(([True], (bins[1:] != bins[:-1]) | (queues[1:] != queues[:-1]))))
+    return bins[starts], queues[starts], np.add.reduceat(counts, starts)
+
+
+def _fold(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """Partial states as one: (bin, queue, count) cells summed; per bin, first/last packet times widened."""
+    cells = _cells(*(np.concatenate([part[i] for part in parts]) for i in range(3)))
+    bins = np.concatenate([part[3] for part in parts])
     keys, inverse = np.unique(bins, return_inverse=True)
-    out = np.zeros((len(keys), counts.shape[1]), dtype=np.int64)
-    np.add.at(out, inverse, counts)
-    return keys, out
+    first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, inverse, np.concatenate([part[4] for part in parts]))
+    np.maximum.at(last, inverse, np.concatenate([part[5] for part in parts]))
+    return (*cells, keys, first, last)
 
 
 @register
@@ -79,31 +138,43 @@ class RssSaturation(Detector):
     rule_id = "rss-saturation"
     AFTER = ("echo-loop",)
     PARAMS = {
-        "key": (str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
-                                  "'symmetric' (0x6d5a repeated) or the NIC's key in hex (ethtool -x)"),
-        "queues": (int, 8, "receive queues the NIC spreads packets over"),
-        "indirection_table_size": (int, 128, "entries of the NIC's indirection table (filled round robin)"),
-        "hash_tcp_ports": (bool, True, "TCP packets hash ports as well as addresses"),
-        "hash_udp_ports": (bool, False, "UDP packets hash ports (ixgbe and many drivers hash UDP addresses only)"),
-        "bin_ms": (float, 100.0, "time bin over which queue shares are measured"),
-        "min_share_ratio": (float, 0.5, "share of a bin's packets one queue must reach"),
-        "min_queue_rate_pps": (float, 50000.0, "packet rate of that queue in the bin for it to matter"),
-        "high_queue_rate_pps": (float, 500000.0, "queue packet rate from which the finding is high"),
+        # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)
+        "key": Param(str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
+                                      "'symmetric' (0x6d5a repeated) or the NIC's key in hex (ethtool -x)",
+                     Range(1, 256)),
+        # Current NICs spread over at most a few hundred RSS queues (ice/E810: 256 per function,
+        # ICE_MAX_LG_RSS_QS); 1,024 leaves room for the largest hosts. Each queue is a column of the
+        # per-bin histogram: a count beyond any NIC's would only cost memory.
+        "queues": Param(int, 8, "receive queues the NIC spreads packets over", Range(1, 1024)),
+        # Hardware tables are powers of two: 128 (ixgbe), 512 (i40e), 2,048 (the ice PF table,
+        # devlink resource rss/lut_2048); the kernel's RSS selftest expects at least 4 entries per
+        # queue, so 4,096 serves 1,024 queues.
+        "indirection_table_size": Param(int, 128, "entries of the NIC's indirection table (filled round robin)",
+                                        Range(1, 4096, power_of_two=True)),
+        "hash_tcp_ports": Param(bool, True, "TCP packets hash ports as well as addresses", None),
+        "hash_udp_ports": Param(bool, False, "UDP packets hash ports (ixgbe and many drivers hash UDP addresses "
+                                             "only)", None),
+        "hash_inner_headers": Param(bool, False, "tunnelled packets (VXLAN, Geneve, GRE, IP-in-IP) hash their inner "
+                                                 "header: NICs set up for inner-header RSS; others hash the outer one",
+                                    None),
+        # from a microsecond (pcap's finest common resolution) to an hour
+        "bin_ms": Param(float, 100.0, "time bin over which queue shares are measured", Range(0.001, 3_600_000)),
+        "min_share_ratio": Param(float, 0.5, "share of a bin's packets one queue must reach", RATIO),
+        "min_queue_rate_pps": Param(float, 50000.0, "packet rate of that queue in the bin for it to matter",
+                                    RATE_PPS),
+        "high_queue_rate_pps": Param(float, 500000.0, "queue packet rate from which the finding is high", RATE_PPS),
     }
 
     def __init__(self, rule):
         super().__init__(rule)
         p = self.params
-        if p["queues"] < 1 or p["indirection_table_size"] < 1 or p["bin_ms"] <= 0:
-            raise RuleError(rule.path, "params", "queues, indirection_table_size and bin_ms must be positive")
         table = p["indirection_table_size"]
-        if table & (table - 1):
-            raise RuleError(rule.path, "params.indirection_table_size", f"{table} is not a power of two")
         self.model = RssModel(key=_key_bytes(rule, p["key"]), queues=p["queues"], tcp_ports=p["hash_tcp_ports"],
-                              udp_ports=p["hash_udp_ports"], table_size=table)
+                              udp_ports=p["hash_udp_ports"], table_size=table, inner_headers=p["hash_inner_headers"])
         self.bin_ns = max(1, int(p["bin_ms"] * 1e6))
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []     # (bins, counts[bins, queues])
-        self.frames: dict[tuple[int, int], np.ndarray] = {}       # (bin, queue) -> evidence frames
+        # per batch: (bin, queue, count) of the cells that received packets; per bin its first and last time
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.cells: dict[tuple[int, int], _Cell] = {}             # (bin, queue) -> its busy queue's details
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -111,71 +182,93 @@ class RssSaturation(Detector):
             return
         queues = self.params["queues"]
         queue = self.model.queue(batch).astype(np.int64)
-        bins = batch["ts_ns"] // self.bin_ns
+        ts = batch["ts_ns"]
+        bins = ts // self.bin_ns
         first = int(bins.min())
-        if int(bins.max()) - first < DENSE_BINS_MAX:
-            local = bins - first
-            hist = np.bincount(local * queues + queue, minlength=(int(local.max()) + 1) * queues)
-            hist = hist.reshape(-1, queues)
-            present = np.flatnonzero(hist.sum(axis=1))
-            part_bins, counts = present.astype(np.int64) + first, hist[present]
+        if (int(bins.max()) - first + 1) * queues <= DENSE_CELLS_MAX:
+            flat = np.bincount((bins - first) * queues + queue)
+            present = np.flatnonzero(flat)
+            cells = (present // queues + first, present % queues, flat[present].astype(np.int64))
         else:
-            part_bins, inverse = np.unique(bins, return_inverse=True)
-            counts = np.zeros((len(part_bins), queues), dtype=np.int64)
-            np.add.at(counts, (inverse, queue), 1)
-        self.parts.append((part_bins, counts.astype(np.int64)))
+            cells = _cells(bins, queue, np.ones(len(bins), dtype=np.int64))
+        part_bins = np.unique(cells[0])
+        at = np.searchsorted(part_bins, bins)
+        first_ns = np.full(len(part_bins), np.iinfo(np.int64).max, dtype=np.int64)
+        last_ns = np.full(len(part_bins), np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(first_ns, at, ts)
+        np.maximum.at(last_ns, at, ts)
+        self.parts.append((*cells, part_bins, first_ns, last_ns))
         if len(self.parts) > PARTS_MAX:
-            self.parts = [_fold(np.concatenate([b for b, _ in self.parts]),
-                                np.concatenate([c for _, c in self.parts]))]
-        self._keep_frames(batch, queue, bins, part_bins, counts)
+            self.parts = [_fold(self.parts)]
+        self._keep_cells(batch, queue, bins, at, part_bins, cells)
 
-    def _keep_frames(self, batch, queue, bins, part_bins, counts) -> None:
-        """Frame numbers of the dominant queue of bins where it already dominates within this batch."""
+    def _keep_cells(self, batch, queue, bins, at, part_bins, cells) -> None:
+        """Frames and flows of the dominant queue of bins where it already dominates within this batch."""
         p = self.params
         floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
-        top = counts.argmax(axis=1)
-        top_count = counts[np.arange(len(counts)), top]
-        busy = np.flatnonzero((top_count >= p["min_share_ratio"] * counts.sum(axis=1)) & (top_count >= floor))
+        total, top, top_count = _per_bin(*cells)
+        busy = np.flatnonzero((top_count >= p["min_share_ratio"] * total) & (top_count >= floor))
         if len(busy) == 0:
             return
         hot_queue = np.full(len(part_bins), -1, dtype=np.int64)
         hot_queue[busy] = top[busy]
-        at = np.searchsorted(part_bins, bins)
         rows = np.flatnonzero(hot_queue[at] == queue)
+        # the flow of each row as the NIC hashed it; its key counts it per bin
+        hashed = self.model.hashed_headers(batch, rows)
+        tunnel = np.where((batch["layers"][rows] & np.uint32(L_TUNNEL)) != 0, batch["tunnel"][rows], 0)
+        flow_key = mix64(hashed["src_ip_hi"], hashed["src_ip_lo"], hashed["dst_ip_hi"], hashed["dst_ip_lo"],
+                         (hashed["src_port"].astype(np.uint64) << np.uint64(16)) | hashed["dst_port"],
+                         hashed["proto"], tunnel)
         order, starts, sizes = group_by(at[rows])
-        rows = rows[order]
         frames = batch["frame"]
         for start, size in zip(starts.tolist(), sizes.tolist()):
-            span = rows[start:start + size]
+            mine = order[start:start + size]
+            span = rows[mine]
             cell = (int(bins[span[0]]), int(queue[span[0]]))
             picked = np.concatenate([frames[span[:FRAMES_PER_BIN // 2]], frames[span[-(FRAMES_PER_BIN // 2):]]])
-            self.frames[cell] = keep_ends(self.frames.get(cell, picked[:0]), picked, FRAMES_PER_BIN)
+            part = _Cell(frames=picked, packets=len(span), tunnelled=int(np.count_nonzero(tunnel[mine])))
+            flows = np.zeros(len(mine), dtype=FLOW_DTYPE)
+            flows["key"], flows["packets"], flows["tunnel"] = flow_key[mine], 1, tunnel[mine]
+            for name, column in hashed.items():
+                flows[name] = column[mine]
+            part.flows, part.flows_cut = _largest_flows(flows, FLOWS_PER_BIN)
+            self.cells.setdefault(cell, _Cell()).absorb(part)
 
     def merge(self, other: "RssSaturation") -> "RssSaturation":
         check_merge(self, other)
         self.parts.extend(other.parts)
-        for cell, frames in other.frames.items():
-            self.frames[cell] = keep_ends(self.frames.get(cell, frames[:0]), frames, FRAMES_PER_BIN)
+        for cell, theirs in other.cells.items():
+            self.cells.setdefault(cell, _Cell()).absorb(theirs)
         return self
 
-    def histogram(self) -> tuple[np.ndarray, np.ndarray]:
-        """(bins, counts[bin, queue]) of everything folded in: bin i starts at bins[i] * bin_ms."""
+    def _folded(self) -> tuple[np.ndarray, ...]:
+        """(bin, queue, count) cells, then distinct bins with their first and last packet times, of everything
+        folded in."""
         if not self.parts:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, self.params["queues"]), dtype=np.int64)
-        self.parts = [_fold(np.concatenate([b for b, _ in self.parts]), np.concatenate([c for _, c in self.parts]))]
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty, empty, empty
+        self.parts = [_fold(self.parts)]
         return self.parts[0]
+
+    def histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bins, counts[bin, queue]) of everything folded in, dense over the bins that hold packets (for
+        plots and tests: a bins x queues matrix): bin i starts at bins[i] * bin_ms."""
+        cell_bins, cell_queues, cell_counts, bins, _, _ = self._folded()
+        counts = np.zeros((len(bins), self.params["queues"]), dtype=np.int64)
+        counts[np.searchsorted(bins, cell_bins), cell_queues] = cell_counts
+        return bins, counts
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         p = self.params
-        bins, counts = self.histogram()
+        *cells, bins, first_ns, last_ns = self._folded()
         if len(bins) == 0:
             return []
         bin_s = self.bin_ns / NS
-        total = counts.sum(axis=1)
-        top = counts.argmax(axis=1)
-        top_count = counts[np.arange(len(bins)), top]
-        fire = (top_count >= p["min_share_ratio"] * total) & (top_count / bin_s >= p["min_queue_rate_pps"])
+        total, top, top_count = _per_bin(*cells)
+        # a bin whose packets all carry (nearly) one timestamp tells nothing of a rate
+        timed = (last_ns - first_ns) >= int(MIN_RATE_WINDOW_S * NS)
+        fire = timed & (top_count >= p["min_share_ratio"] * total) & (top_count / bin_s >= p["min_queue_rate_pps"])
         hot = np.flatnonzero(fire)
         if len(hot) == 0:
             return []
@@ -183,41 +276,56 @@ class RssSaturation(Detector):
         breaks = (np.diff(bins[hot]) > 2) | (np.diff(top[hot]) != 0)
         starts = np.flatnonzero(np.concatenate(([True], breaks)))
         ends = np.append(starts[1:], len(hot))
-        flows = _flow_directions(ctx.flows, self.model)
         loops = ctx.findings.get("echo-loop", [])
-        return [self._finding(hot[s:e], bins, counts, top, flows, loops) for s, e in zip(starts, ends)]
+        return [self._finding(hot[s:e], bins, total, top, top_count, loops) for s, e in zip(starts, ends)]
 
-    def _finding(self, idx, bins, counts, top, flows, loops) -> Finding:
+    def _finding(self, idx, bins, total, top, top_count, loops) -> Finding:
         p = self.params
         bin_s = self.bin_ns / NS
         queue = int(top[idx[0]])
-        packets = int(counts[idx, queue].sum())
-        total = int(counts[idx].sum())
-        share = packets / total
-        rates = counts[idx, queue] / bin_s
+        packets = int(top_count[idx].sum())
+        window = int(total[idx].sum())
+        share = packets / window
+        rates = top_count[idx] / bin_s
         peak = float(rates.max())
         first_ns, last_ns = int(bins[idx[0]]) * self.bin_ns, (int(bins[idx[-1]]) + 1) * self.bin_ns
-        named = _flows_in_queue(flows, queue, first_ns, last_ns)
+        cells = [self.cells[key] for key in ((int(bins[i]), queue) for i in idx) if key in self.cells]
+        named = _named_flows(cells)
         loop = _loop_filling(named, loops)
-        severity = "high" if peak >= p["high_queue_rate_pps"] or loop is not None else self.rule.severity
+        looping = loop is not None and bool(loop.evidence.get("loop"))
+        severity = "high" if peak >= p["high_queue_rate_pps"] or looping else self.rule.severity
         fair = 1 / p["queues"]
+        exact = not any(cell.flows_cut for cell in cells)
         flow_text = "; ".join(
             f"{f['proto']} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
-            f"(~{f['packets_in_window']:,} packets)"
+            f"({'' if exact else 'at least '}{f['packets_in_window']:,} packets)"
             for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
-        msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {total:,} packets "
+        msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {window:,} packets "
                f"(fair share {fair:.1%}) in {len(idx)} bin(s) of {p['bin_ms']:g} ms, peak {peak:,.0f} packets/s "
                f"on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
+        counted = sum(cell.packets for cell in cells)
+        tunnelled = sum(cell.tunnelled for cell in cells) / counted if counted else 0.0
+        kinds = sorted({f["tunnel"] for f in named if "tunnel" in f})
+        if tunnelled >= MSG_TUNNEL_SHARE_RATIO:
+            hashed = ("their inner headers (inner-header RSS)" if p["hash_inner_headers"] else
+                      "their outer headers: every flow between two tunnel endpoints shares one hash unless the "
+                      "NIC hashes UDP ports or inner headers")
+            msg += f"; {tunnelled:.0%} of them tunnelled ({', '.join(kinds) or 'tunnel'}), hashed by {hashed}"
         if loop is not None:
-            msg += f"; the flow is an echo loop ({loop.msg[:120]})"
-        frames = np.concatenate([self.frames.get((int(bins[i]), queue), np.zeros(0, dtype=np.int64)) for i in idx])
+            what = "an echo loop" if looping else "an identical-frame flood"
+            msg += f"; the flow is {what} ({loop.msg[:120]})"
+        frames = np.concatenate([cell.frames for cell in cells]) if cells else np.zeros(0, dtype=np.int64)
         main = named[0] if named else {}
         evidence = {
             "queue": queue, "queues": p["queues"], "key": p["key"], "hash_udp_ports": p["hash_udp_ports"],
+            "hash_inner_headers": p["hash_inner_headers"],
             "bin_ms": p["bin_ms"], "bins": len(idx), "share_ratio": round(share, 4), "fair_share_ratio": round(fair, 4),
-            "queue_packets": packets, "window_packets": total, "peak_queue_rate_pps": round(peak, 1),
+            "queue_packets": packets, "window_packets": window, "peak_queue_rate_pps": round(peak, 1),
+            "tunnelled_ratio": round(tunnelled, 4),
+            # with more flows on the queue than are counted per bin, those named are lower bounds
+            "flow_counts_exact": exact,
             "bin_starts": [iso_time(int(bins[i]) * self.bin_ns) for i in idx[:16]],
-            "bin_queue_packets": counts[idx[:16], queue].astype(int).tolist(),
+            "bin_queue_packets": top_count[idx[:16]].astype(int).tolist(),
             "flows": named, "echo_loop": loop.msg if loop is not None else None,
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
@@ -228,92 +336,32 @@ class RssSaturation(Detector):
                             evidence={k: v for k, v in evidence.items() if v is not None})
 
 
-def _address_halves(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """The schema's (hi, lo) halves of address strings (IPv4 mapped into IPv6)."""
-    values = {}
-    for text in texts.unique():
-        address = ipaddress.ip_address(text)
-        if address.version == 4:
-            address = ipaddress.IPv6Address(f"::ffff:{address}")
-        values[text] = int(address)
-    ints = texts.map(values)
-    hi = np.array([v >> 64 for v in ints], dtype=np.uint64)
-    lo = np.array([v & 0xFFFFFFFFFFFFFFFF for v in ints], dtype=np.uint64)
-    return hi, lo
+def _per_bin(bins: np.ndarray, queues: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """From (bin, queue, count) cells sorted by bin then queue: per distinct bin its packets, its busiest
+    queue (the lowest of equals) and that queue's packets."""
+    if len(bins) == 0:
+        return counts, queues, counts
+    starts = np.flatnonzero(np.concatenate(([True], bins[1:] != bins[:-1])))
+    # sorted by bin first, each bin's cells keep their places: the first of each is its busiest
+    best = np.lexsort((queues, -counts, bins))[starts]
+    return np.add.reduceat(counts, starts), queues[best], counts[best]
 
 
-def _proto_numbers(column: pd.Series) -> np.ndarray:
-    """IANA numbers of the flow table's protocol names; only TCP and UDP matter here, others become 0."""
-    known = {name: number for number, name in PROTO_NAMES.items()}
-    known.update({name.upper(): number for name, number in list(known.items())})
-    known.update({number: number for number in PROTO_NAMES})
-    return column.map(lambda value: known.get(value, 0)).to_numpy(np.int64)
-
-
-def _time_ns(column: pd.Series) -> np.ndarray:
-    """Flow-table times (datetimes, aware or naive UTC, or integer nanoseconds) as ns since the epoch."""
-    import pandas as pd
-    if pd.api.types.is_numeric_dtype(column):
-        return column.to_numpy(np.int64)
-    stamps = pd.to_datetime(column, utc=True)
-    return ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ns")).to_numpy(np.int64)
-
-
-def _flow_directions(flows: pd.DataFrame, model: RssModel) -> pd.DataFrame:
-    """One row per direction of each flow with packets: addresses, ports, packets, times and its queue."""
-    import pandas as pd
-    need = {"src_ip", "dest_ip", "src_port", "dest_port", "proto", "first_seen", "last_seen",
-            "src2dst_packets", "dst2src_packets"}
-    if flows is None or len(flows) == 0 or not need <= set(flows.columns):
-        return pd.DataFrame()
-    proto = _proto_numbers(flows["proto"])
-    src_hi, src_lo = _address_halves(flows["src_ip"].astype(str))
-    dst_hi, dst_lo = _address_halves(flows["dest_ip"].astype(str))
-    sport = flows["src_port"].fillna(0).astype(np.uint16).to_numpy()
-    dport = flows["dest_port"].fillna(0).astype(np.uint16).to_numpy()
-    is_v6 = ~((src_hi == 0) & ((src_lo >> np.uint64(32)) == np.uint64(0xFFFF)))
-    ports = (((proto == PROTO_TCP) & model.tcp_ports) | ((proto == PROTO_UDP) & model.udp_ports)) & \
-        ((sport != 0) | (dport != 0))
-    base = {"proto": [PROTO_NAMES.get(int(v), str(int(v))).upper() for v in proto],
-            "first_ns": _time_ns(flows["first_seen"]), "last_ns": _time_ns(flows["last_seen"]),
-            "community_id": flows["community_id"].to_numpy() if "community_id" in flows else None}
-    forward = pd.DataFrame({**base, "src_ip": flows["src_ip"].to_numpy(), "dest_ip": flows["dest_ip"].to_numpy(),
-                            "src_port": sport, "dest_port": dport,
-                            "packets": flows["src2dst_packets"].to_numpy(np.int64),
-                            "queue": model.queue_of(model.hash_tuples(src_hi, src_lo, dst_hi, dst_lo, sport, dport,
-                                                                      is_v6, ports))})
-    backward = pd.DataFrame({**base, "src_ip": flows["dest_ip"].to_numpy(), "dest_ip": flows["src_ip"].to_numpy(),
-                             "src_port": dport, "dest_port": sport,
-                             "packets": flows["dst2src_packets"].to_numpy(np.int64),
-                             "queue": model.queue_of(model.hash_tuples(dst_hi, dst_lo, src_hi, src_lo, dport, sport,
-                                                                       is_v6, ports))})
-    both = pd.concat([forward, backward], ignore_index=True)
-    return both[both["packets"] > 0]
-
-
-def _flows_in_queue(directions: pd.DataFrame, queue: int, first_ns: int, last_ns: int) -> list[dict]:
-    """The flow directions hashed to `queue` that overlap the window, by estimated packets in it."""
-    import pandas as pd
-    if len(directions) == 0:
+def _named_flows(cells: list[_Cell]) -> list[dict]:
+    """The largest flows the NIC put on the queue over the cells, with the packets counted there."""
+    if not cells:
         return []
-    d = directions[(directions["queue"] == queue) & (directions["first_ns"] < last_ns) &
-                   (directions["last_ns"] >= first_ns)]
-    if len(d) == 0:
-        return []
-    # packets spread evenly over a flow's life: the part that falls in the window
-    span = np.maximum(d["last_ns"].to_numpy() - d["first_ns"].to_numpy(), 1)
-    overlap = np.minimum(d["last_ns"].to_numpy(), last_ns) - np.maximum(d["first_ns"].to_numpy(), first_ns)
-    share = np.clip(np.where(d["last_ns"].to_numpy() == d["first_ns"].to_numpy(), 1.0, overlap / span), 0, 1)
-    estimate = np.ceil(d["packets"].to_numpy() * share).astype(np.int64)
-    d = d.assign(packets_in_window=estimate).sort_values("packets_in_window", ascending=False, kind="stable")
+    flows, _ = _largest_flows(np.concatenate([cell.flows for cell in cells]), FLOWS_NAMED)
     out = []
-    for row in d.head(FLOWS_NAMED).itertuples(index=False):
-        item = {"proto": row.proto, "src_ip": row.src_ip, "src_port": int(row.src_port), "dest_ip": row.dest_ip,
-                "dest_port": int(row.dest_port), "packets": int(row.packets),
-                "packets_in_window": int(row.packets_in_window)}
-        if row.community_id is not None and not pd.isna(row.community_id):
-            item["community_id"] = str(row.community_id)
-        out.append(item)
+    for row in flows:
+        src, dst = ip_text(row["src_ip_hi"], row["src_ip_lo"]), ip_text(row["dst_ip_hi"], row["dst_ip_lo"])
+        proto, sport, dport = int(row["proto"]), int(row["src_port"]), int(row["dst_port"])
+        item = {"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_ip": src, "src_port": sport,
+                "dest_ip": dst, "dest_port": dport, "packets_in_window": int(row["packets"]),
+                "community_id": community_id(src, dst, proto, sport, dport) if sport or dport else None}
+        if row["tunnel"]:
+            item["tunnel"] = TUNNEL_NAMES.get(int(row["tunnel"]), str(int(row["tunnel"])))
+        out.append({k: v for k, v in item.items() if v is not None})
     return out
 
 
