@@ -596,11 +596,13 @@ def test_an_arp_packet_cut_anywhere_is_truncated():
     assert _truncated_cuts(1, frame) == list(range(42))
 
 
-def test_only_a_well_formed_sack_permitted_option_sets_its_bit():
-    def sack_perm(options) -> int:
-        return one(raw(Ether() / IP() / TCP(flags="S", options=options)))["layers"] & L_SACK_PERM
+@pytest.mark.parametrize("bit,option,length", [(L_MSS, 2, 4), (L_WSCALE, 3, 3), (L_SACK_PERM, 4, 2),
+                                                (L_TCP_TS, 8, 10)])
+def test_only_a_well_formed_option_sets_its_bit(bit, option, length):
+    def layers(kind: int, size: int) -> int:
+        return one(raw(Ether() / IP() / TCP(flags="S", options=[(kind, bytes(size - 2))])))["layers"]
 
-    assert sack_perm([("SAckOK", b"")])
-    # an experimental option of the same length (RFC 4727), and SACK-permitted with a stray byte
-    assert not sack_perm([(254, b"")])
-    assert not sack_perm([(4, b"\x00")])
+    assert layers(option, length) & bit
+    # an experimental option of the same length (RFC 4727), and the option with a stray byte
+    assert not layers(254, length) & bit
+    assert not layers(option, length + 1) & bit
