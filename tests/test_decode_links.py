@@ -232,3 +232,19 @@ def test_tshark_dissects_the_same(tshark, tmp_path):
 
 def test_every_cut_reads_nothing_past_the_capture():
     assert_reads_stop_at_the_capture(cut_everywhere([(case[0], case[1]) for case in CASES.values()]))
+
+
+def _radiotap_layers(frame: bytes) -> int:
+    return int(decode(make_batch([(RADIOTAP, frame)], tail=b"\x00" * 64))["layers"][0])
+
+
+def test_a_radiotap_header_longer_than_the_frame_or_its_present_words_is_truncated():
+    whole = radiotap(data_header(0x01) + SNAP4)
+    assert _radiotap_layers(whole) == UDP4
+    # its length field says more bytes than the record holds
+    longer = whole[:2] + struct.pack("<H", len(whole) + 1) + whole[4:]
+    assert _radiotap_layers(longer) == L_TRUNCATED
+    # the present word announces a second one (bit 31) that the header's length leaves no room for
+    extended = whole[:7] + bytes([whole[7] | 0x80]) + whole[8:]
+    short = extended[:2] + struct.pack("<H", 8) + extended[4:]
+    assert _radiotap_layers(short) == L_TRUNCATED
