@@ -89,7 +89,8 @@ $(MUTATION_STAMP): $(STAMP)
 mutation: venv $(MUTATION_STAMP)
 	$(MAKE) -j2 mutation-decode mutation-detectors; status=$$?; \
 	  for session in decode detectors; do \
-	    $(BIN)/python tests/mutation/focus.py report $(MUTATION)/$$session.sqlite || status=1; \
+	    (cd $(MUTATION)/$$session && $(abspath $(BIN))/python tests/mutation/focus.py report ../$$session.sqlite) \
+	      || status=1; \
 	  done; exit $$status
 
 mutation-decode mutation-detectors: mutation-%: $(MUTATION_STAMP)

@@ -13,7 +13,7 @@ from scapy.contrib.erspan import ERSPAN_II, ERSPAN_III
 from scapy.contrib.geneve import GENEVE
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.contrib.mpls import MPLS
-from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
 from scapy.layers.inet6 import (ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
                                 IPv6ExtHdrHopByHop, IPv6ExtHdrRouting)
 from scapy.layers.l2 import ARP, GRE, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ether
@@ -575,6 +575,7 @@ HEADER_FRAMES = [(1, raw(pkt)) for pkt in EVERYTHING[len(TUNNELS):] if ARP not i
     (1, raw(Ether(type=0x8926)) + bytes(4) + b"\x08\x00" + raw(IP() / TCP_SYN)),
     (1, raw(Ether(type=0x88E7)) + bytes(16) + b"\x08\x00" + raw(IP() / UDP())),
     (1, raw(Ether() / PPPoE() / PPP(proto=0x21) / IP() / UDP())),
+    (1, raw(Ether() / IP(options=[IPOption_RR(routers=["192.0.2.1"])]) / UDP())),
 ]
 
 
@@ -606,3 +607,25 @@ def test_only_a_well_formed_option_sets_its_bit(bit, option, length):
     # an experimental option of the same length (RFC 4727), and the option with a stray byte
     assert not layers(254, length) & bit
     assert not layers(option, length + 1) & bit
+
+
+@pytest.mark.parametrize("linktype,frame", [
+    # a link header whose type the decoder does not follow (LLDP, CDP) is the whole frame
+    (113, raw(CookedLinux(src=b"\x02\x00\x00\x00\x00\x0a\x00\x00", lladdrlen=6, proto=0x88CC))),
+    (276, raw(CookedLinuxV2(proto=0x88CC, src=b"\x02\x00\x00\x00\x00\x0a\x00\x00", lladdrlen=6))),
+    (104, b"\x0f\x00\x20\x00"),
+    (1, raw(Ether() / PPPoE() / PPP(proto=0xC021)) + bytes(4)),     # LCP: a PPP protocol, not a network one
+])
+def test_a_whole_link_header_with_nothing_after_it_is_not_truncated(linktype, frame):
+    assert not one(frame, linktype)["layers"] & L_TRUNCATED
+
+
+@pytest.mark.parametrize("sequence,ack", [(1, 0), (0, 1), (1, 1)])
+def test_pptp_gre_finds_its_ppp_payload_after_the_optional_numbers(sequence, ack):
+    inner = IP(src="10.9.9.1", dst="10.9.9.2") / UDP(sport=53, dport=53)
+    gre = GRE_PPTP(seqnum_present=sequence, acknum_present=ack, sequence_number=7, ack_number=6, call_id=5,
+                   payload_len=4 + len(raw(inner)))
+    # with the HDLC address and control bytes, as PPTP sends them: a payload looked for one byte off
+    # reads 0x03 as a compressed protocol number instead of finding IPv4
+    row = one(raw(Ether() / OUTER4 / gre / Raw(b"\xff\x03\x00\x21" + raw(inner))))
+    assert row["layers"] & L_TUNNEL and ip_to_str(row["src_ip_hi"], row["src_ip_lo"]) == "10.9.9.1"

@@ -55,6 +55,28 @@ def _mentions(source: str, node: ast.AST, pattern: re.Pattern) -> bool:
     return bool(pattern.search(ast.get_source_segment(source, node) or ""))
 
 
+def unread_numbers(source: str) -> set[tuple[int, int]]:
+    """(line, column) of the numbers a decoder returns beside L_TRUNCATED: placeholders no caller reads.
+
+    `return 0, p, layers | L_TRUNCATED` hands back a network type that the
+    caller never looks at once the truncation bit is set; 0 or 1 or -1 there
+    are the same program, so a mutant of it cannot die (an equivalent mutant).
+    """
+    spots = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple)):
+            continue
+        elements = node.value.elts
+        if not any("L_TRUNCATED" in (ast.get_source_segment(source, e) or "") for e in elements):
+            continue
+        for element in elements:
+            number = element.operand if isinstance(element, ast.UnaryOp) else element
+            if isinstance(number, ast.Constant) and isinstance(number.value, int):
+                spots.add((element.lineno, element.col_offset))
+                spots.add((number.lineno, number.col_offset))
+    return spots
+
+
 def focus_lines(source: str, scope: str, definitions: frozenset[str] = frozenset()) -> set[int]:
     """Line numbers of `source` whose mutants must die under `scope`."""
     pattern = SCOPES[scope]
@@ -87,13 +109,15 @@ def _filter(session: str, config_path: str) -> None:
     focus = config.get("focus", {})
     scope = focus["scope"]
     definitions = frozenset(focus.get("definitions", ()))
-    wanted = {path: focus_lines(Path(path).read_text(), scope, definitions)
-              for path in config["cosmic-ray"]["module-path"]}
+    paths = config["cosmic-ray"]["module-path"]
+    wanted = {path: focus_lines(Path(path).read_text(), scope, definitions) for path in paths}
+    unread = {path: unread_numbers(Path(path).read_text()) for path in paths}
     kept = skipped = 0
     with use_db(session, WorkDB.Mode.open) as db:
         out = []
         for item in db.pending_work_items:
             inside = all(OPERATORS.match(m.operator_name) and m.start_pos[0] in wanted.get(str(m.module_path), ())
+                         and tuple(m.start_pos) not in unread.get(str(m.module_path), ())
                          for m in item.mutations)
             if inside:
                 kept += 1
@@ -107,6 +131,8 @@ def _filter(session: str, config_path: str) -> None:
 
 def _report(session: str) -> int:
     survivors = []
+    equivalent = 0
+    unread: dict[str, set] = {}
     counts = {outcome: 0 for outcome in TestOutcome}
     with use_db(session, WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
@@ -115,6 +141,12 @@ def _report(session: str) -> int:
             counts[result.test_outcome] = counts.get(result.test_outcome, 0) + 1
             if result.test_outcome == TestOutcome.SURVIVED:
                 mutation = item.mutations[0]
+                path = str(mutation.module_path)
+                if path not in unread:
+                    unread[path] = unread_numbers(Path(path).read_text())
+                if tuple(mutation.start_pos) in unread[path]:
+                    equivalent += 1
+                    continue
                 added = [line[1:].strip() for line in (result.diff or "").splitlines()
                          if line.startswith("+") and not line.startswith("+++")]
                 survivors.append(f"{mutation.module_path}:{mutation.start_pos[0]} {mutation.definition_name} "
@@ -123,6 +155,7 @@ def _report(session: str) -> int:
     total = sum(counts.values())
     print(f"{session}: {total} mutants run, {counts[TestOutcome.KILLED]} killed, "
           f"{counts[TestOutcome.INCOMPETENT]} incompetent (did not load), {len(survivors)} survived"
+          + (f" (and {equivalent} placeholders beside L_TRUNCATED, equivalent)" if equivalent else "")
           + (f", {pending} not run yet" if pending else ""))
     for line in sorted(survivors):
         print("  survived " + line)
