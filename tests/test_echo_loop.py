@@ -236,3 +236,28 @@ def test_vlan_tagged_copy_keeps_vlan_in_evidence(tmp_path):
     path = write_frames(tmp_path / "vlan.pcap", frame, 1200, 60_000.0)
     (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
     assert f.evidence["vlan"] == 7 and f.severity == "critical"
+
+
+def test_only_packets_from_the_target_back_to_the_source_count_as_replies(tmp_path):
+    """The looping host goes on talking to others (a third host, and others to the source): still a loop.
+    Packets of the target back to the source while it runs are what contradicts one."""
+    frame = Ether(src="00:00:5e:00:01:01", dst="00:00:5e:00:01:02") / IP(src="203.0.113.9", dst="192.0.2.1", ttl=50) \
+        / UDP(sport=1234, dport=521) / Raw(bytes(24))
+
+    def talk(src, dst, count=20):
+        packets = []
+        for i in range(count):
+            p = Ether(src="00:00:5e:00:01:03", dst="00:00:5e:00:01:04") / IP(src=src, dst=dst) / UDP(sport=4000 + i,
+                                                                                                      dport=53)
+            p.time = T0 + 0.001 + i / 2000
+            packets.append(p)
+        return packets
+
+    others = talk("192.0.2.1", "198.51.100.7") + talk("198.51.100.8", "203.0.113.9")
+    path = write_frames(tmp_path / "loop.pcap", frame, 1200, 60_000.0, extra=others)
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop_evidence"]["replies_from_target"] == 0 and f.evidence["loop"] is True
+    answered = write_frames(tmp_path / "answered.pcap", frame, 1200, 60_000.0,
+                            extra=others + talk("192.0.2.1", "203.0.113.9"))
+    (f,) = rule_findings(analyze([answered], tmp_path / "out-answered")[0])
+    assert f.evidence["loop_evidence"]["replies_from_target"] == 20 and f.evidence["loop"] is False

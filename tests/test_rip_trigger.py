@@ -15,6 +15,7 @@ from detector.detectors.rip_trigger import (BAD_AFI, BAD_AUTH, BAD_COMMAND, BAD_
                                             BAD_PREFIX_LEN, BAD_VERSION, EMPTY, KIND_RIP, KIND_RIPNG,
                                             KIND_WRONG_FAMILY, NONZERO_MBZ, VALID, VERDICTS, WRONG_FAMILY,
                                             ZERO_FILLED, judge_payloads)
+from detector.findings import SEVERITY_RANK
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -285,3 +286,11 @@ def test_only_a_loop_escalates_the_probe_a_flood_repeats(tmp_path):
     # every copy of a flooded frame was sent by the source: all are probes
     assert probe.n == 3000
     assert probe.evidence["related"][0]["loop"] is False and "not a loop" in probe.msg
+
+
+def test_findings_come_most_severe_first_then_in_time(tmp_path):
+    findings, _, _ = analyze([CAPTURES / "rip-routers.pcapng", CAPTURES / "rip-scan.pcap"], tmp_path / "out",
+                             report=False)
+    order = [(f.severity, f.first_seen) for f in findings if f.rule == "rip-trigger"]
+    assert {severity for severity, _ in order} == {"medium", "info"}
+    assert order == sorted(order, key=lambda item: (-SEVERITY_RANK[item[0]], item[1]))

@@ -341,7 +341,6 @@ class RipTrigger(Detector):
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
             out.append(self._source_finding(order[start:start + count], loops))
-        out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen))
         return out
 
     def _source_finding(self, idx: np.ndarray, loops: dict) -> Finding:
