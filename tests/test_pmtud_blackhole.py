@@ -249,3 +249,16 @@ def test_forged_messages_for_many_pairs_keep_the_state_bounded(tmp_path, monkeyp
     assert len(detector.pairs) == 8
     assert detector.unwatched_icmp == 12 * 3
     assert sum(pair.icmp_count for pair in detector.pairs.values()) == 8 * 3
+
+
+@pytest.mark.parametrize("high_icmp_count,severity", [(9, "high"), (10, "medium")])
+def test_the_message_count_that_makes_a_black_hole_high(tmp_path, high_icmp_count, severity):
+    # the varying datagram sender draws 9 messages and shrinks no retransmission: only the count decides
+    path = tmp_path / "udp.pcap"
+    wrpcap(str(path), _udp_sender([1500, 1252, 1500, 1480, 1500, 1300, 1500, 1490, 1500, 1500, 1200, 1500]))
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "pmtud.yaml").write_text(f"id: pmtud-blackhole\nparams:\n  high_icmp_count: {high_icmp_count}\n")
+    findings, _, _ = analyze([str(path)], tmp_path / "out", rules_dir=rules)
+    [finding] = [f for f in findings if f.rule == RULE]
+    assert finding.evidence["icmp_count"] == 9 and finding.severity == severity
