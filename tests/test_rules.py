@@ -225,6 +225,9 @@ OUT_OF_RANGE = [
     ("id: rss-saturation\nparams:\n  indirection_table_size: 8192\n", "params.indirection_table_size",
      "8192 is outside the allowed range a power of two in 1..4,096"),
     ("id: routing-loop\nparams:\n  max_ttl_step: 256\n", "params.max_ttl_step", "outside the allowed range 1..255"),
+    # RFC 791: every IPv4 link carries 68-byte datagrams
+    ("id: mss-violation\nparams:\n  link_mtu_bytes: 67\n", "params.link_mtu_bytes",
+     "67 is outside the allowed range 68..65,536"),
 ]
 
 
