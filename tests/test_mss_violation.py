@@ -108,6 +108,9 @@ def test_segments_at_the_mss_pass_and_one_byte_more_is_low(tmp_path, v6):
     wrpcap(str(path), _connection(1000, [1000, 1001, 1000], v6=v6))
     [finding] = run([path], tmp_path)
     assert finding.severity == "low" and finding.n == 1 and finding.evidence["largest_payload_bytes"] == 1001
+    wrpcap(str(path), _connection(1000, [1001, 1000, 1200], v6=v6))
+    [finding] = run([path], tmp_path)
+    assert finding.severity == "low" and finding.n == 2       # under min_segments (3)
     wrpcap(str(path), _connection(1000, [1001, 1200, 1001], v6=v6))
     [finding] = run([path], tmp_path)
     assert finding.severity == "medium" and finding.n == 3
