@@ -629,3 +629,19 @@ def test_pptp_gre_finds_its_ppp_payload_after_the_optional_numbers(sequence, ack
     # reads 0x03 as a compressed protocol number instead of finding IPv4
     row = one(raw(Ether() / OUTER4 / gre / Raw(b"\xff\x03\x00\x21" + raw(inner))))
     assert row["layers"] & L_TUNNEL and ip_to_str(row["src_ip_hi"], row["src_ip_lo"]) == "10.9.9.1"
+
+
+
+def test_more_link_headers_than_the_walk_takes_are_not_decoded_past():
+    frame = Ether(type=0x8100)
+    for vlan in range(9):      # one more than the eight tags and labels walked
+        frame = frame / Dot1Q(vlan=vlan + 1)
+    row = one(raw(frame / IP() / UDP()))
+    assert row["layers"] & L_TRUNCATED and not row["layers"] & L_IP4
+
+
+def test_an_ip_length_too_short_for_the_tcp_header_is_truncated():
+    packet = IP(raw(IP(src="192.0.2.1", dst="192.0.2.2") / TCP()))
+    packet.len = 20 + 12          # room for 12 of the TCP header's 20 bytes
+    row = one(raw(Ether() / packet))
+    assert row["layers"] & L_TRUNCATED and not row["layers"] & L_PAYLOAD

@@ -24,7 +24,7 @@ from detector.schema import (L_AMSDU, L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP
                              L_SRC_MAC, L_TCP, L_TRUNCATED, L_TUNNEL, L_UDP, L_VLAN,
                              LINKTYPE_IEEE802_11 as WLAN, LINKTYPE_IEEE802_11_RADIOTAP as RADIOTAP,
                              TUNNEL_GRE)
-from tests.test_decode import assert_reads_stop_at_the_capture, cut_everywhere, make_batch
+from tests.test_decode import _truncated_cuts, assert_reads_stop_at_the_capture, cut_everywhere, make_batch
 
 A1, A2, A3, A4 = "02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03", "02:00:00:00:00:04"
 INNER4 = IP(src="10.1.0.1", dst="10.1.0.2") / UDP(sport=1000, dport=2000) / b"hello"
@@ -248,3 +248,20 @@ def test_a_radiotap_header_longer_than_the_frame_or_its_present_words_is_truncat
     extended = whole[:7] + bytes([whole[7] | 0x80]) + whole[8:]
     short = extended[:2] + struct.pack("<H", 8) + extended[4:]
     assert _radiotap_layers(short) == L_TRUNCATED
+
+
+
+def test_the_shortest_radiotap_header_is_whole():
+    # version, pad, length 8, one present word with no field: nothing but the 802.11 frame follows
+    frame = struct.pack("<BBHI", 0, 0, 8, 0) + data_header(0x01) + SNAP4
+    assert _radiotap_layers(frame) == UDP4
+
+
+@pytest.mark.parametrize("name,fcs", [("radiotap", 0), ("radiotap-tsft-fcs", len(FCS)),
+                                      ("radiotap-two-present-words-tsft-fcs", len(FCS)), ("qos", 0)])
+def test_a_cut_before_the_payload_is_truncated_and_one_after_it_is_not(name, fcs):
+    linktype, frame = CASES[name][0], CASES[name][1]
+    whole = decode(make_batch([(linktype, frame)], tail=b"\x00" * 64))
+    assert not whole["layers"][0] & L_TRUNCATED
+    # where the Flags field announces an FCS, a record's last 4 bytes are one, whatever its length
+    assert _truncated_cuts(linktype, frame) == list(range(int(whole["payload_off"][0]) + fcs))
