@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -55,7 +56,8 @@ def _mentions(source: str, node: ast.AST, pattern: re.Pattern) -> bool:
     return bool(pattern.search(ast.get_source_segment(source, node) or ""))
 
 
-def unread_numbers(source: str) -> set[tuple[int, int]]:
+@functools.lru_cache(maxsize=None)
+def unread_numbers(source: str) -> frozenset[tuple[int, int]]:
     """(line, column) of the numbers a decoder returns beside L_TRUNCATED: placeholders no caller reads.
 
     `return 0, p, layers | L_TRUNCATED` hands back a network type that the
@@ -74,7 +76,32 @@ def unread_numbers(source: str) -> set[tuple[int, int]]:
             if isinstance(number, ast.Constant) and isinstance(number.value, int):
                 spots.add((element.lineno, element.col_offset))
                 spots.add((number.lineno, number.col_offset))
-    return spots
+    return frozenset(spots)
+
+
+@functools.lru_cache(maxsize=None)
+def annotation_spans(source: str) -> tuple[tuple[int, int, int, int], ...]:
+    """(first line, column, last line, end column) of every annotation: with `from __future__ import
+    annotations` (PEP 563) they are strings never evaluated, so a mutant inside one is the same program."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [node.args.vararg, node.args.kwarg]
+            notes = [node.returns] + [arg.annotation for arg in args if arg is not None]
+        elif isinstance(node, ast.AnnAssign):
+            notes = [node.annotation]
+        else:
+            continue
+        spans += [(n.lineno, n.col_offset, n.end_lineno, n.end_col_offset) for n in notes if n is not None]
+    return tuple(spans)
+
+
+def equivalent(source: str, position: tuple[int, int]) -> bool:
+    """Whether a mutant at `position` cannot change what the program does (see the two functions above)."""
+    if position in unread_numbers(source):
+        return True
+    return "from __future__ import annotations" in source and any(
+        (first, column) <= position <= (last, end) for first, column, last, end in annotation_spans(source))
 
 
 def focus_lines(source: str, scope: str, definitions: frozenset[str] = frozenset()) -> set[int]:
@@ -111,13 +138,13 @@ def _filter(session: str, config_path: str) -> None:
     definitions = frozenset(focus.get("definitions", ()))
     paths = config["cosmic-ray"]["module-path"]
     wanted = {path: focus_lines(Path(path).read_text(), scope, definitions) for path in paths}
-    unread = {path: unread_numbers(Path(path).read_text()) for path in paths}
+    sources = {path: Path(path).read_text() for path in paths}
     kept = skipped = 0
     with use_db(session, WorkDB.Mode.open) as db:
         out = []
         for item in db.pending_work_items:
             inside = all(OPERATORS.match(m.operator_name) and m.start_pos[0] in wanted.get(str(m.module_path), ())
-                         and tuple(m.start_pos) not in unread.get(str(m.module_path), ())
+                         and not equivalent(sources[str(m.module_path)], tuple(m.start_pos))
                          for m in item.mutations)
             if inside:
                 kept += 1
@@ -131,8 +158,8 @@ def _filter(session: str, config_path: str) -> None:
 
 def _report(session: str) -> int:
     survivors = []
-    equivalent = 0
-    unread: dict[str, set] = {}
+    equivalents = 0
+    sources: dict[str, str] = {}
     counts = {outcome: 0 for outcome in TestOutcome}
     with use_db(session, WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
@@ -142,10 +169,10 @@ def _report(session: str) -> int:
             if result.test_outcome == TestOutcome.SURVIVED:
                 mutation = item.mutations[0]
                 path = str(mutation.module_path)
-                if path not in unread:
-                    unread[path] = unread_numbers(Path(path).read_text())
-                if tuple(mutation.start_pos) in unread[path]:
-                    equivalent += 1
+                if path not in sources:
+                    sources[path] = Path(path).read_text()
+                if equivalent(sources[path], tuple(mutation.start_pos)):
+                    equivalents += 1
                     continue
                 added = [line[1:].strip() for line in (result.diff or "").splitlines()
                          if line.startswith("+") and not line.startswith("+++")]
@@ -155,7 +182,7 @@ def _report(session: str) -> int:
     total = sum(counts.values())
     print(f"{session}: {total} mutants run, {counts[TestOutcome.KILLED]} killed, "
           f"{counts[TestOutcome.INCOMPETENT]} incompetent (did not load), {len(survivors)} survived"
-          + (f" (and {equivalent} placeholders beside L_TRUNCATED, equivalent)" if equivalent else "")
+          + (f" (and {equivalents} equivalent: placeholders beside L_TRUNCATED, annotations)" if equivalents else "")
           + (f", {pending} not run yet" if pending else ""))
     for line in sorted(survivors):
         print("  survived " + line)
