@@ -61,7 +61,7 @@ if config.DISABLE_JIT:
         """Nothing: interpreted kernels have no cache line to ask for."""
 
 
-# What a first run costs on a 2-core machine (bench/README.md, "First run"): every kernel is
+# What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
 # compiled once for this processor and kept in the __pycache__ folders (numba's cache).
 FIRST_COMPILE_S = 30
 
