@@ -133,19 +133,24 @@ def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
     assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]
 
 
-def test_an_echo_loop_filling_the_queue_makes_it_high_and_is_named(tmp_path):
+def _one_frame_6000_times(path, dst_mac: str):
+    """One UDP frame to port 520, 6,000 times in 100 ms: a loop (unicast MAC) or a flood (multicast)."""
     from scapy.all import IP, UDP, Ether, Raw
     from scapy.utils import PcapWriter
 
-    frame = bytes(Ether(src="02:00:00:00:0a:01", dst="02:00:00:00:0a:02") /
+    frame = bytes(Ether(src="02:00:00:00:0a:01", dst=dst_mac) /
                   IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
                   UDP(sport=44123, dport=520) / Raw(bytes(24)))
-    path = tmp_path / "loop.pcap"
     writer = PcapWriter(str(path), linktype=1, sync=False)
     writer.write_header(None)
-    for k in range(6000):      # one frame 6,000 times in 100 ms
+    for k in range(6000):
         writer.write_packet(frame, sec=1_767_225_600, usec=100_000 + k * 16)
     writer.close()
+    return path
+
+
+def test_an_echo_loop_filling_the_queue_makes_it_high_and_is_named(tmp_path):
+    path = _one_frame_6000_times(tmp_path / "loop.pcap", "02:00:00:00:0a:02")
     findings, _, _ = analyze([str(path)], tmp_path / "out")
     [loop] = [f for f in findings if f.rule == "echo-loop"]
     [finding] = [f for f in findings if f.rule == RULE]
@@ -254,19 +259,8 @@ def test_a_capture_with_one_timestamp_per_second_has_no_rate(tmp_path, tshark):
 
 
 def test_an_identical_frame_flood_filling_the_queue_does_not_make_it_high(tmp_path):
-    from scapy.all import IP, UDP, Ether, Raw
-    from scapy.utils import PcapWriter
-
     # the loop frame of the test above, but to a multicast MAC: a flood, not a loop
-    frame = bytes(Ether(src="02:00:00:00:0a:01", dst="01:00:5e:00:00:09") /
-                  IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
-                  UDP(sport=44123, dport=520) / Raw(bytes(24)))
-    path = tmp_path / "flood.pcap"
-    writer = PcapWriter(str(path), linktype=1, sync=False)
-    writer.write_header(None)
-    for k in range(6000):
-        writer.write_packet(frame, sec=1_767_225_600, usec=100_000 + k * 16)
-    writer.close()
+    path = _one_frame_6000_times(tmp_path / "flood.pcap", "01:00:5e:00:00:09")
     findings, _, _ = analyze([str(path)], tmp_path / "out")
     [flood] = [f for f in findings if f.rule == "echo-loop"]
     [finding] = [f for f in findings if f.rule == RULE]

@@ -6,7 +6,7 @@ fault (`a + b` becomes `a - b`, `a * b`, `a / b`, ... eleven times over). A
 run of that size takes most of a day on two cores, so `make mutation` keeps
 one natural fault per site, as mutmut does (`+` to `-`, `<` to `<=`, `|` to
 `&`, a number off by one, a condition negated, `and` to `or`), and only the
-lines that decide what the tools reports:
+lines that decide what the tool reports:
 
 - `flags`: statements that name a layer or flag bit (`L_...`, `layers`,
   `flags`) and the conditions of the `if`s, `while`s and conditional
