@@ -33,7 +33,7 @@ _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _COLON, _DOT = ord(":"), ord(".")
 
 
-@njit(inline="always")
+@njit
 def _group(hi, lo, g):
     """The g-th 16-bit group (0-7) of the address."""
     half = hi if g < 4 else lo

@@ -285,28 +285,36 @@ HEADER_LINE = 64
 FINGERPRINT_SEED = np.uint64(0)
 
 
+# Constant arguments of the helpers, as numpy scalars: numba compiles a helper once per distinct
+# Python literal it is called with (the VLAN/MPLS walk four times, the 802.11 parser twice), a few
+# seconds of every first run for branches that cost nothing to take at run time.
+OUTER, INNER = np.bool_(True), np.bool_(False)      # the frame's own link header, or one inside a tunnel
+NO_LAYERS = np.int64(0)
+IPV4, IPV6 = np.int64(4), np.int64(6)
+
+
 # ---- byte readers ------------------------------------------------------------
 # Indexing with an unsigned offset spares numba's negative-index fix-up, which
 # lets LLVM merge a multi-byte read into one load (about ten times faster).
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _u8(b, p):
     return np.int64(b[np.uint64(p)])
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _u16(b, p):
     q = np.uint64(p)
     return (np.int64(b[q]) << 8) | np.int64(b[q + np.uint64(1)])
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _u32(b, p):
     q = np.uint64(p)
     return ((np.int64(b[q]) << 24) | (np.int64(b[q + np.uint64(1)]) << 16) | (np.int64(b[q + np.uint64(2)]) << 8)
             | np.int64(b[q + np.uint64(3)]))
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _be_bytes(b, p, n):
     q = np.uint64(p)
     v = np.uint64(0)
@@ -315,17 +323,17 @@ def _be_bytes(b, p, n):
     return v
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _be64(b, p):
     return _be_bytes(b, p, 8)
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _mac(b, p):
     return _be_bytes(b, p, MAC_BYTES)
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _le64(b, p):
     q = np.uint64(p)
     return (np.uint64(b[q]) | (np.uint64(b[q + np.uint64(1)]) << np.uint64(8))
@@ -334,7 +342,7 @@ def _le64(b, p):
             | (np.uint64(b[q + np.uint64(6)]) << np.uint64(48)) | (np.uint64(b[q + np.uint64(7)]) << np.uint64(56)))
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _le32(b, p):
     q = np.uint64(p)
     return (np.uint64(b[q]) | (np.uint64(b[q + np.uint64(1)]) << np.uint64(8))
@@ -342,17 +350,17 @@ def _le32(b, p):
 
 
 # ---- fingerprint: XXH64 ------------------------------------------------------
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _xxh_round(acc, lane):
     return _rotl(acc + lane * P2, 31) * P1
 
 
-@njit(_nrt=False, inline="always")
+@njit(_nrt=False)
 def _xxh_merge(acc, v):
     return (acc ^ _xxh_round(np.uint64(0), v)) * P1 + P4
 
@@ -630,7 +638,7 @@ def _wlan_link(b, s, end, wire, lt, msdu, i, c16, c64):
     LINKTYPE_IEEE802_11 frames carry no FCS (Wireshark's default).
     """
     if lt == LINKTYPE_IEEE802_11:
-        return _ieee80211(b, s, end, wire, msdu, True, 0, i, c16, c64)
+        return _ieee80211(b, s, end, wire, msdu, OUTER, NO_LAYERS, i, c16, c64)
     if s + RADIOTAP_HEADER > end or _u8(b, s) != 0:
         return 0, s, L_TRUNCATED, end, wire
     length = _u8(b, s + 2) | (_u8(b, s + 3) << 8)
@@ -652,7 +660,7 @@ def _wlan_link(b, s, end, wire, lt, msdu, i, c16, c64):
     if present & RADIOTAP_FLAGS and q < s + length and _u8(b, q) & RADIOTAP_F_FCS:
         wire -= FCS_LEN
         end = min(end, wire)
-    return _ieee80211(b, s + length, end, wire, msdu, True, 0, i, c16, c64)
+    return _ieee80211(b, s + length, end, wire, msdu, OUTER, NO_LAYERS, i, c16, c64)
 
 
 @njit(_nrt=False)
@@ -679,9 +687,9 @@ def _ip_matches(b, q, lim, etype):
 @njit(_nrt=False)
 def _link(b, s, end, lt, i, c16, c64):
     """The record's link header: (network ethertype or 0, offset of the network header, layers)."""
-    layers = 0
+    layers = NO_LAYERS
     if lt == LINKTYPE_ETHERNET:
-        return _ethernet(b, s, end, True, layers, i, c16, c64)
+        return _ethernet(b, s, end, OUTER, layers, i, c16, c64)
     if lt == LINKTYPE_RAW:
         return _ip_by_version(b, s, end), s, layers
     if lt == LINKTYPE_IPV4:
@@ -710,7 +718,7 @@ def _link(b, s, end, lt, i, c16, c64):
             layers |= L_SRC_MAC
         if hatype == ARPHRD_CAN or hatype == ARPHRD_NETLINK or proto <= ETH_MAX_LENGTH:
             return 0, s + header, layers
-        return _l2_walk(b, s + header, end, proto, True, layers, i, c16)
+        return _l2_walk(b, s + header, end, proto, OUTER, layers, i, c16)
     if lt == LINKTYPE_NULL or lt == LINKTYPE_LOOP:
         if s + NULL_HEADER > end:
             return 0, s, layers | L_TRUNCATED
@@ -729,14 +737,14 @@ def _link(b, s, end, lt, i, c16, c64):
         if net < 0:
             return 0, p, layers | L_TRUNCATED
         if net == ETHERTYPE_MPLS:
-            return _l2_walk(b, p, end, net, True, layers, i, c16)
+            return _l2_walk(b, p, end, net, OUTER, layers, i, c16)
         return net, p, layers
     if lt == LINKTYPE_PPP_ETHER:
-        return _l2_walk(b, s, end, ETHERTYPE_PPPOE_SESSION, True, layers, i, c16)
+        return _l2_walk(b, s, end, np.int64(ETHERTYPE_PPPOE_SESSION), OUTER, layers, i, c16)
     if lt == LINKTYPE_C_HDLC:
         if s + CHDLC_HEADER > end:
             return 0, s, layers | L_TRUNCATED
-        return _l2_walk(b, s + CHDLC_HEADER, end, _u16(b, s + 2), True, layers, i, c16)
+        return _l2_walk(b, s + CHDLC_HEADER, end, _u16(b, s + 2), OUTER, layers, i, c16)
     return 0, s, layers
 
 
@@ -1195,7 +1203,7 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
             layers |= L_UDP
         # the IP length, not the UDP length field: both describe one datagram, and
         # the IP one is what the other transports use too (a mismatch is malformed)
-        layers = _payload(s, p, UDP_HEADER, l4len, layers, i, c16, c32)
+        layers = _payload(s, p, np.int64(UDP_HEADER), l4len, layers, i, c16, c32)
         if can_decap and proto == PROTO_UDP:
             inner, q, kind = _udp_tunnel(b, p + UDP_HEADER, lim, l4len - UDP_HEADER, sport, dport)
             return layers, inner, q, kind
@@ -1210,20 +1218,20 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
         layers |= L_ICMP if proto == PROTO_ICMP else L_ICMP6
         if p + ICMP_HEADER > lim:
             return layers | L_TRUNCATED, 0, 0, 0
-        layers = _payload(s, p, ICMP_HEADER, l4len, layers, i, c16, c32)
+        layers = _payload(s, p, np.int64(ICMP_HEADER), l4len, layers, i, c16, c32)
         if proto == PROTO_ICMP:
             if icmp_type == ICMP_UNREACH and code == ICMP_FRAG_NEEDED:
                 c32[ICMP_MTU, i] = _u16(b, p + 6)
                 layers |= L_MTU
             if (icmp_type == ICMP_UNREACH or icmp_type == ICMP_SOURCE_QUENCH or icmp_type == ICMP_REDIRECT
                     or icmp_type == ICMP_TIME_EXCEEDED or icmp_type == ICMP_PARAM_PROBLEM):
-                layers = _quote(b, p + ICMP_HEADER, lim, 4, layers, i, c8, c16, c64)
+                layers = _quote(b, p + ICMP_HEADER, lim, IPV4, layers, i, c8, c16, c64)
         else:
             if icmp_type == ICMP6_PACKET_TOO_BIG:
                 c32[ICMP_MTU, i] = _u32(b, p + 4)
                 layers |= L_MTU
             if 1 <= icmp_type <= ICMP6_ERROR_MAX:
-                layers = _quote(b, p + ICMP_HEADER, lim, 6, layers, i, c8, c16, c64)
+                layers = _quote(b, p + ICMP_HEADER, lim, IPV6, layers, i, c8, c16, c64)
         return layers, 0, 0, 0
     if proto == PROTO_SCTP or proto == PROTO_DCCP:
         if p + 4 > lim:
@@ -1234,7 +1242,7 @@ def _transport(b, s, p, lim, proto, l4len, can_decap, layers, i, c8, c16, c32, c
         if proto == PROTO_SCTP:
             if p + SCTP_HEADER > lim:
                 return layers | L_TRUNCATED, 0, 0, 0
-            layers = _payload(s, p, SCTP_HEADER, l4len, layers | L_SCTP, i, c16, c32)
+            layers = _payload(s, p, np.int64(SCTP_HEADER), l4len, layers | L_SCTP, i, c16, c32)
         return layers, 0, 0, 0
     if can_decap and (proto == PROTO_IPIP or proto == PROTO_IPV6):
         inner = ETHERTYPE_IP4 if proto == PROTO_IPIP else ETHERTYPE_IP6
@@ -1415,11 +1423,11 @@ def _frame(b, s, end, wire, lt, msdu, i, c8, c16, c32, c64):
             wire = ip_end
             end = min(end, ip_end)
             if net == ETHERTYPE_TEB:
-                net, p, layers = _ethernet(b, p, end, False, layers, i, c16, c64)
+                net, p, layers = _ethernet(b, p, end, INNER, layers, i, c16, c64)
             elif net == ETHERTYPE_MPLS:
-                net, p, layers = _l2_walk(b, p, end, net, False, layers, i, c16)
+                net, p, layers = _l2_walk(b, p, end, net, INNER, layers, i, c16)
             elif net == INNER_IEEE80211:
-                net, p, layers, end, wire = _ieee80211(b, p, end, wire, msdu, False, layers, i, c16, c64)
+                net, p, layers, end, wire = _ieee80211(b, p, end, wire, msdu, INNER, layers, i, c16, c64)
         elif net == ETHERTYPE_ARP or net == ETHERTYPE_RARP:
             return _arp(b, p, end, layers, i, c16, c32, c64)
         else:

@@ -106,12 +106,12 @@ _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 ID_CHARS = 30           # "1:" + base64 of the 20-byte digest (28 characters, one '=')
 
 
-@njit(_nrt=False, nogil=True, inline="always")
+@njit(_nrt=False, nogil=True)
 def _rotl(x, n):
     return ((x << n) | (x >> (32 - n))) & _M32
 
 
-@njit(_nrt=False, nogil=True, inline="always")
+@njit(_nrt=False, nogil=True)
 def _sha1_one_block(block, length, init, kconst, w, digest):
     """SHA-1 (FIPS 180-4) of block[:length], length <= 55 bytes, into digest (20 bytes).
 
@@ -143,7 +143,7 @@ def _sha1_one_block(block, length, init, kconst, w, digest):
             digest[4 * j + byte] = (v >> (24 - 8 * byte)) & 0xFF
 
 
-@njit(_nrt=False, nogil=True, inline="always")
+@njit(_nrt=False, nogil=True)
 def _put_address(msg, at, hi, lo, v4):
     """Big-endian address bytes at msg[at:]: 4 for IPv4 (the mapped low 32 bits), else 16."""
     if v4:

@@ -48,7 +48,7 @@ SECONDS_PER_DAY = 86_400
 COMMA, QUOTE, NEWLINE, RETURN = ord(","), ord('"'), ord("\n"), ord("\r")
 
 
-@njit(inline="always")
+@njit
 def _width(value):
     """Decimal digits of a non-negative int64 (comparisons, not divisions: most values are small)."""
     width = 1
@@ -59,7 +59,7 @@ def _width(value):
     return width
 
 
-@njit(inline="always")
+@njit
 def _padded(out, p, value, width):
     """`value` (non-negative) as exactly `width` digits, with leading zeros."""
     for q in range(p + width - 1, p - 1, -1):
@@ -68,13 +68,13 @@ def _padded(out, p, value, width):
     return p + width
 
 
-@njit(inline="always")
+@njit
 def _digits(out, p, value):
     """Decimal digits of a non-negative int64 at out[p:]; returns the position after them."""
     return _padded(out, p, value, _width(value))
 
 
-@njit(inline="always")
+@njit
 def _uint(out, p, value):
     """Decimal digits of a uint64."""
     ten = np.uint64(10)
@@ -89,7 +89,7 @@ def _uint(out, p, value):
     return p + width
 
 
-@njit(inline="always")
+@njit
 def _float6(out, p, x):
     """x rounded to 6 decimals, trailing zeros dropped (one decimal kept): 12.5, 0.000123, -3.0."""
     millionths = np.int64(round(abs(x) * 1e6))
@@ -110,7 +110,7 @@ def _float6(out, p, x):
     return _padded(out, p, fraction, width)
 
 
-@njit(inline="always")
+@njit
 def _iso_time(out, p, ns):
     """int64 ns since the epoch as 2024-01-01T00:00:00.000117000Z (proleptic Gregorian, UTC)."""
     seconds = ns // NS_PER_S
@@ -144,7 +144,7 @@ def _iso_time(out, p, ns):
     return p + 1
 
 
-@njit(inline="always")
+@njit
 def _text(out, p, blob, start, length):
     """A text field, in quotes (inner quotes doubled) when it holds a comma, quote or line break."""
     special = False

@@ -306,6 +306,8 @@ class FlowTable:
         v4 = K_.is_v4_mapped(shi, slo)
         ip_len, pay = K_.carrier_ip_len(batch["ip_len"][rows], batch["l3_off"][rows], batch["wirelen"][rows],
                                         (lay & np.uint32(IP)) != 0, batch["linktype"][rows], lay, v4)
+        # as the decoder's own length columns (uint32): one compiled signature of the pass, not two
+        ip_len, pay = np.maximum(ip_len, 0).astype(np.uint32), pay.astype(np.uint32)
         zero = np.zeros(len(rows), np.uint32)
         # layer bits as the pass reads them: an IP packet with a payload length and no TCP header
         carrier_layers = np.uint32(L_IP4 | L_PAYLOAD) | (lay & np.uint32(L_VLAN))

@@ -103,7 +103,7 @@ PREFETCH_BYTES = 4096
 CACHE_LINE = 64
 
 
-@njit(inline="always")
+@njit
 def _u32(buf, i, big):
     if big:
         return (np.uint32(buf[i]) << 24) | (np.uint32(buf[i + 1]) << 16) \
@@ -112,14 +112,14 @@ def _u32(buf, i, big):
         | (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
-@njit(inline="always")
+@njit
 def _u16(buf, i, big):
     if big:
         return (np.uint32(buf[i]) << 8) | np.uint32(buf[i + 1])
     return (np.uint32(buf[i + 1]) << 8) | np.uint32(buf[i])
 
 
-@njit(inline="always")
+@njit
 def _prefetch_ahead(buf, ahead, pos, end):
     """Prefetch the lines from `ahead` up to PREFETCH_BYTES past `pos`; returns the new `ahead`."""
     limit = min(pos + PREFETCH_BYTES, end)
@@ -159,7 +159,7 @@ def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, n
         pos = stop
 
 
-@njit(inline="always")
+@njit
 def _binary_parts(units, shift):
     """Whole seconds and nanoseconds of `units` of 2^-shift s, flooring within 64 bits."""
     if shift >= 64:
@@ -176,7 +176,7 @@ def _binary_parts(units, shift):
     return secs, (frac * np.uint64(NS_PER_S)) >> np.uint64(shift)
 
 
-@njit(inline="always")
+@njit
 def ts_to_ns(units, kind, factor, shift):
     """Interface timestamp units (uint64) to ns, exactly, without floats.
 
@@ -191,7 +191,7 @@ def ts_to_ns(units, kind, factor, shift):
     return np.int64(secs * np.uint64(NS_PER_S) + fine)
 
 
-@njit(inline="always")
+@njit
 def ts_exact(units, kind, factor, shift, offset_s):
     """(ns, False) for units plus offset_s seconds, floored as ts_to_ns does; (+/-INT64_MAX, True) when it does not fit."""
     if kind == TS_MULTIPLY:
