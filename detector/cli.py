@@ -136,15 +136,15 @@ def _inputs(paths, keep: bool = False) -> list:
     return captures
 
 
-def _announce_first_compile() -> None:
-    from .cpu import announce_first_compile     # numba: not for `rules`, `explain` or --help
-    announce_first_compile(sys.stderr)
+def _prepare_kernels() -> None:
+    from .cpu import prepare_kernels     # numba: not for `rules`, `explain` or --help
+    prepare_kernels(sys.stderr)
 
 
 def cmd_info(args) -> int:
     from .commands import info_one
     _stdin_at_most_once(args.captures)
-    _announce_first_compile()
+    _prepare_kernels()
     status = EXIT_OK
     for path in args.captures:
         record, text = info_one(_stdin(keep=False) if path == STDIN else path)
@@ -161,7 +161,7 @@ def cmd_info(args) -> int:
 def cmd_flows(args) -> int:
     from .commands import write_flows
     captures = _inputs(args.captures)
-    _announce_first_compile()
+    _prepare_kernels()
     out = Path(args.output)
     if out.suffix.lower() not in (".csv", ".parquet"):
         raise UsageError(f"{out}: output must end in .csv or .parquet")
@@ -176,7 +176,7 @@ def cmd_analyze(args) -> int:
     from .commands import analyze
     from .findings import SEVERITY_RANK
     captures = _inputs(args.captures, keep=not args.no_report)
-    _announce_first_compile()
+    _prepare_kernels()
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")

@@ -1,10 +1,13 @@
 """Conventions and CPU hints for the compiled kernels, among them a software prefetch numba lacks.
 
-Caching: only the kernels that Python calls carry `cache=True`. The helpers
-they call are compiled into them and live in their cache; a cache of a
-helper's own would never be read, yet setting one up costs about a
-millisecond at every import (numba checks that the cache folder is
-writable): some 40 ms of every start for the sixty helpers.
+Caching: only the kernels that Python calls are cached (declared with
+`kernel`, which lists the argument types they are called with). The helpers
+they call are plain `njit` functions compiled into them and live in their
+cache; a cache of a helper's own would cost about a millisecond at every
+import (numba checks that the cache folder is writable) for nothing. A
+kernel's cache is keyed by its own source and by every module of the package
+it imports (`imports_digest`), so an edit of a constant in schema.py or here
+recompiles the kernels that read it instead of leaving them stale.
 
 Packet bytes of a large capture come from main memory, not from the cache.
 A kernel that reads one header per record waits for each of those loads in
@@ -14,19 +17,23 @@ memory system what comes next is worth three to four times the speed of a
 record walk. A prefetch never faults: a hint past the end of the buffer is
 harmless, which is why `prefetch` does no bounds check.
 
-numba caches a compiled kernel by the source file it lives in: a change here
-does not invalidate the kernels that inline `prefetch` (delete the
-__pycache__ folders after editing this file).
-
 With NUMBA_DISABLE_JIT=1 the kernels run as Python (the mutation run does
 so: a mutant then costs no compile), and `prefetch` is a no-op.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba import config, types
-from numba.core import cgutils
+from numba import config, njit, types
+from numba.core import caching, cgutils, sigutils
 from numba.extending import intrinsic
 
 # llvm.prefetch arguments: read (0), locality 3 (keep in all cache levels), data cache (1)
@@ -63,30 +70,165 @@ if config.DISABLE_JIT:
 
 # What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
 # compiled once for this processor and kept in the __pycache__ folders (numba's cache).
-FIRST_COMPILE_S = 30
+FIRST_COMPILE_S = 20
+
+# Every module that declares kernels, in two halves of about equal compile time (some 20 s each on
+# this machine). A first run compiles the first half (the record walks and the decoder, which every
+# command needs first, and the writers) in its own process while a second process compiles the other
+# (flows, hashes, detectors): numba compiles one function at a time per process.
+KERNEL_MODULES = (
+    ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
+     "detector.live.segments", "detector.detectors.base"),
+    ("detector.flows.kernel", "detector.flows.keys", "detector.flows.community_id", "detector.rss",
+     "detector.detectors.mss_violation", "detector.detectors.rip_trigger", "detector.detectors.routing_loop"),
+)
+
+SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"
+
+# (dispatcher, signatures) of every kernel declared so far, in declaration order
+KERNELS: list = []
+
+
+def kernel(*signatures: str, **options):
+    """Declare a kernel that Python calls: compiled by numba on first use, cached on disk.
+
+    `signatures` are the argument types its callers pass (numba's notation:
+    "(u1[::1], i8)"): a first run compiles them ahead (compile_kernels), and
+    tests/test_first_run.py checks no caller needs another. The helpers a
+    kernel calls are plain `njit` functions compiled into it.
+    """
+    def declare(function):
+        dispatcher = njit(cache=True, **options)(function)
+        KERNELS.append((dispatcher, signatures))
+        return dispatcher
+    return declare
+
+
+def compile_kernels(modules) -> None:
+    """Compile (or load from the cache) every kernel the `modules` declare, for its declared signatures."""
+    for name in modules:
+        importlib.import_module(name)
+    for dispatcher, signatures in list(KERNELS):
+        if not config.DISABLE_JIT and dispatcher.py_func.__module__ in modules:
+            for signature in signatures:
+                # as a tuple of types: the cache keys an entry by the signature as passed, and calls pass types
+                dispatcher.compile(tuple(sigutils.normalize_signature(signature)[0]))
 
 
 def cold_kernels(*dispatchers) -> list[str]:
     """Names of the cached kernels among `dispatchers` with nothing compiled on disk for their source as it is."""
     cold = []
-    for kernel in dispatchers:
+    for dispatcher in dispatchers:
         try:
             # numba keeps no public way to ask; an index written for an older source reads as empty
-            index = kernel._cache._cache_file._load_index()
+            index = dispatcher._cache._cache_file._load_index()
         except Exception:   # an unreadable cache is numba's to rebuild; nothing to announce
             continue
         if not index:
-            cold.append(kernel.__name__)
+            cold.append(dispatcher.__name__)
     return cold
 
 
-def announce_first_compile(stream) -> bool:
-    """Say once, before the wait, that the packet kernels are being compiled for this machine."""
+def prepare_kernels(stream) -> bool:
+    """On a first run, say so once and compile every kernel before the work starts, in two processes.
+
+    The decoder, which every command runs, stands for all: when it is
+    compiled, the other kernels are too (or load or compile in seconds, as
+    needed). A second process that fails leaves its kernels to be compiled
+    here when they are first called, as they would be without it.
+    """
     from .decode.kernel import decode_batch
 
-    # the decoder, which every command runs, is most of the wait: the other kernels compile in seconds
-    if not cold_kernels(decode_batch):
+    if config.DISABLE_JIT or not cold_kernels(decode_batch):
         return False
     print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
           f"later runs start at once)", file=stream, flush=True)
+    first, second = KERNEL_MODULES
+    helper = subprocess.Popen([sys.executable, "-c", SECOND_PROCESS, *second],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        compile_kernels(first)
+        helper.wait()
+    finally:
+        if helper.poll() is None:     # interrupted: the helper's half is not wanted any more
+            helper.kill()
+            helper.wait()
     return True
+
+
+# ---- a cache that cannot go stale --------------------------------------------
+# numba keys a kernel's cache by its own source file, yet compiles in the constants it imports from
+# other modules: after an edit of schema.py the cached decoder read the old column layout and
+# reported `ip_version 61, ttl 4`. The kernels of this package are keyed by the content of every
+# module of the package their module imports, directly or not, as well.
+PACKAGE = Path(__file__).resolve().parent
+_RELATIVE_IMPORT = re.compile(r"^\s*from\s+(\.+)([\w.]*)\s+import\s+(.+)$", re.MULTILINE)
+
+
+def _module_file(package_dir: Path, dotted: str) -> Path | None:
+    base = package_dir.joinpath(*dotted.split(".")) if dotted else package_dir
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(path: Path) -> frozenset:
+    """The package's own modules that `path` imports with a relative import, as files."""
+    found = set()
+    for dots, dotted, names in _RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8")):
+        package_dir = path.parent
+        for _ in range(len(dots) - 1):
+            package_dir = package_dir.parent
+        module = _module_file(package_dir, dotted)
+        if module is not None:
+            found.add(module)
+        for name in re.findall(r"\w+", names):     # `from . import schema` names modules
+            submodule = _module_file(package_dir, f"{dotted}.{name}" if dotted else name)
+            if submodule is not None:
+                found.add(submodule)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=None)
+def imports_digest(path: Path) -> str:
+    """SHA-256 over the content of every package module `path` imports, directly or not."""
+    seen, pending = set(), [path]
+    while pending:
+        for module in _imports(pending.pop()):
+            if module not in seen:
+                seen.add(module)
+                pending.append(module)
+    digest = hashlib.sha256()
+    for module in sorted(seen):
+        digest.update(str(module.relative_to(PACKAGE)).encode() + b"\0" + module.read_bytes())
+    return digest.hexdigest()
+
+
+class _KeyedByImports:
+    """A numba cache locator for this package's kernels whose stamp covers the modules they import."""
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not Path(py_file).resolve().is_relative_to(PACKAGE):
+            return None         # someone else's kernel: numba's own locators
+        return super().from_function(py_func, py_file)
+
+    def get_source_stamp(self):
+        return super().get_source_stamp(), imports_digest(Path(self._py_file).resolve())
+
+
+class _UserProvidedKeyed(_KeyedByImports, caching.UserProvidedCacheLocator):
+    """NUMBA_CACHE_DIR"""
+
+
+class _InTreeKeyed(_KeyedByImports, caching.InTreeCacheLocator):
+    """__pycache__ beside the module"""
+
+
+class _UserWideKeyed(_KeyedByImports, caching.UserWideCacheLocator):
+    """the user's cache folder, where the package's folder is not writable"""
+
+
+caching.CacheImpl._locator_classes[:0] = [_UserProvidedKeyed, _InTreeKeyed, _UserWideKeyed]

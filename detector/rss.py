@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cpu import kernel
 from .errors import UsageError
 from .schema import L_FRAG, L_IP4, L_IP6, L_PORTS, L_TUNNEL, PROTO_TCP, PROTO_UDP, PacketBatch
 
@@ -95,7 +96,7 @@ def _toeplitz_row(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6):
     return _xor_word(tables, ports, 8, 4, h)
 
 
-@njit(cache=True)
+@kernel("(u4[:, ::1], u8[::1], u8[::1], u8[::1], u8[::1], u8[::1], b1[::1], u4[::1])")
 def _hash_rows(tables, src_hi, src_lo, dst_hi, dst_lo, ports, is_v6, out):
     for i in range(len(out)):
         out[i] = _toeplitz_row(tables, src_hi[i], src_lo[i], dst_hi[i], dst_lo[i], ports[i], is_v6[i])
@@ -127,7 +128,8 @@ def _hash_input(i, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, 
     return s_hi, s_lo, d_hi, d_lo, sp, dp, pr, is_v6, hashed
 
 
-@njit(cache=True)
+@kernel("(u4[:, ::1], u4[::1], u1[::1], u8[::1], u8[::1], u8[::1], u8[::1], u2[::1], u2[::1], "
+        "u8[::1], u8[::1], u8[::1], u8[::1], u2[::1], u2[::1], u1[::1], b1, b1, b1, u4[::1])")
 def _hash_packets(tables, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
                   outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner,
                   out):
@@ -143,7 +145,9 @@ def _hash_packets(tables, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, 
         out[i] = _toeplitz_row(tables, s_hi, s_lo, d_hi, d_lo, ports, is_v6)
 
 
-@njit(cache=True)
+@kernel("(i8[::1], u4[::1], u1[::1], u8[::1], u8[::1], u8[::1], u8[::1], u2[::1], u2[::1], u8[::1], "
+        "u8[::1], u8[::1], u8[::1], u2[::1], u2[::1], u1[::1], b1, b1, b1, u8[::1], u8[::1], "
+        "u8[::1], u8[::1], u2[::1], u2[::1], u1[::1])")
 def _hashed_headers(rows, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
                     outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner,
                     o_src_hi, o_src_lo, o_dst_hi, o_dst_lo, o_sport, o_dport, o_proto):

@@ -99,7 +99,7 @@ def fingerprints(raw: RawBatch) -> np.ndarray:
 
 def fingerprint(frame: bytes) -> int:
     """The fingerprint of one frame's bytes: equal to the decoded column for that frame."""
-    data = np.frombuffer(bytes(frame), dtype=np.uint8)
+    data = np.frombuffer(bytearray(frame), dtype=np.uint8)     # writable, as the kernel's one signature
     out = np.empty(1, dtype=np.uint64)
     fingerprint_rows(data, np.zeros(1, np.int64), np.array([len(data)], np.uint32), out)
     return int(out[0])

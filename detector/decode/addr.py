@@ -15,6 +15,7 @@ import ipaddress
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..text import TextCodes
 
 IP4_MAPPED_PREFIX = 0xFFFF    # bits 32..63 of the low half of ::ffff:0:0/96 (RFC 4291 section 2.5.5.2)
@@ -29,7 +30,8 @@ def _ip_text(hi: int, lo: int) -> str:
 
 # Longest text: eight groups of four hex digits and seven colons.
 IP_TEXT_MAX = 39
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+# writable, as every array the kernel is called with: one compiled signature
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
 _COLON, _DOT = ord(":"), ord(".")
 
 
@@ -40,7 +42,7 @@ def _group(hi, lo, g):
     return np.int64((half >> np.uint64(48 - 16 * (g % 4))) & np.uint64(0xFFFF))
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u8[::1], u8[::1], u1[::1], u1[:, ::1], i8[::1])", nogil=True)
 def _format_ips(hi, lo, hex_digits, out, lengths):
     """Text of each address into the rows of `out` (n x IP_TEXT_MAX), its length into `lengths`."""
     for i in range(hi.shape[0]):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..cpu import prefetch
+from ..cpu import kernel, prefetch
 from ..schema import (IP_DF, IP_MF, L_AMSDU, L_ARP, L_DST_MAC, L_ETHERTYPE, L_FRAG, L_ICMP, L_ICMP6, L_IP4,
                       L_IP6, L_MSS, L_MTU, L_PAYLOAD, L_PORTS, L_QINQ, L_QUOTE, L_QUOTE_PORTS,
                       L_SACK_PERM, L_SCTP, L_SRC_MAC, L_TCP, L_TCP_TS, L_TRUNCATED, L_TUNNEL, L_UDP,
@@ -410,7 +410,7 @@ def xxh64(b, start, end, seed):
     return h
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@kernel("(u1[::1], i8[::1], u4[::1], u8[::1])", _nrt=False, nogil=True)
 def fingerprint_rows(data, offset, caplen, out):
     """XXH64 of each record's captured bytes, for callers that hash without decoding."""
     for i in range(offset.shape[0]):
@@ -1434,7 +1434,8 @@ def _frame(b, s, end, wire, lt, msdu, i, c8, c16, c32, c64):
             return layers
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@kernel("(u1[::1], i8[::1], u4[::1], u4[::1], u2[::1], i8, b1, u1[:, ::1], u2[:, ::1], u4[:, ::1], "
+        "u8[:, ::1])", _nrt=False, nogil=True)
 def decode_batch(data, offset, caplen, wirelen, linktype, msdu, with_fingerprint, c8, c16, c32, c64):
     """Decode every record of a batch into the (column, record) arrays c8, c16, c32 and c64.
 

@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
 
+from ..cpu import kernel
 from ..findings import Finding
 from ..rules import Param, Range, Rule
 from ..schema import PacketBatch
@@ -269,7 +269,7 @@ def member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 SMALL_SET = 4
 
 
-@njit(cache=True)
+@kernel("(u8[::1], u8[::1])")
 def _member_hashed(keys, values):
     # open addressing over a power-of-two table at most half full; slot 0 of
     # `used` marks free entries, so the key 0 needs no sentinel

@@ -21,8 +21,8 @@ judged (the MSS is unknown).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..cpu import kernel
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
@@ -44,7 +44,7 @@ MAX_FLOWS = 4096
 FLOW_FIELDS = ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
 
 
-@njit(cache=True)
+@kernel("(u4[::1], u2[::1], u4[::1], u2[::1], i8, i8)")
 def _scan(layers, flags, payload, mss, min_mss_v4, min_mss_v6):
     """Rows of SYNs with an MSS option, and rows of segments above the smallest MSS of their family.
 

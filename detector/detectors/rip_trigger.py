@@ -35,6 +35,7 @@ import ipaddress
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
@@ -197,7 +198,7 @@ def _judge_one(data, start, avail, length, kind):
     return VALID
 
 
-@njit(cache=True)
+@kernel("(u1[::1], i8[::1], u4[::1], u2[::1], u4[::1], i8[::1])")
 def judge_payloads(data, offsets, caplen, payload_off, payload_len, kind):
     """One verdict per selected packet; reads only captured bytes."""
     out = np.zeros(len(offsets), dtype=np.uint8)

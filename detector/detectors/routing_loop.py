@@ -23,6 +23,7 @@ import ipaddress
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from .base import (CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail, check_merge,
@@ -88,7 +89,8 @@ def _mix(acc, value):
     return acc ^ (acc >> np.uint64(29))
 
 
-@njit(cache=True)
+@kernel("(u8[::1], u8[::1], u8[::1], u8[::1], u1[::1], u4[::1], u4[::1], u4[::1], u2[::1], u2[::1], "
+        "u4[::1], u4[::1], u1[::1], u1[::1])")
 def _identity_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id, ip_len, frag_offset, src_port, dst_port,
                      tcp_seq, tcp_ack, icmp_type, icmp_code):
     # one pass over the columns instead of a numpy temporary per column and step

@@ -17,6 +17,7 @@ import struct
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP
 from ..text import TextCodes
 
@@ -102,7 +103,8 @@ _SHA1_INIT = np.array([0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F
 _SHA1_K = np.array([0x5A827999, 0x6ED9EBA1, 0x8F1BBCDC, 0xCA62C1D6], dtype=np.int64)
 _M32 = 0xFFFFFFFF
 # RFC 4648 section 4 alphabet
-_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
+# writable, as every array the kernel is called with: one compiled signature
+_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8).copy()
 ID_CHARS = 30           # "1:" + base64 of the 20-byte digest (28 characters, one '=')
 
 
@@ -156,7 +158,8 @@ def _put_address(msg, at, hi, lo, v4):
     return at + 16
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u8[::1], u8[::1], u8[::1], u8[::1], u1[::1], u2[::1], u2[::1], b1[::1], i8, i2[:, ::1], "
+        "b1[::1], i8[::1], i8[::1], u1[::1])", nogil=True)
 def _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, sport, dport, v4, seed, counterpart,
                          port_protocol, init, kconst, alphabet):
     n = len(proto)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..errors import UsageError
 from ..output import atomic_file
 from ..text import TextCodes, utf8_fields
@@ -169,7 +170,7 @@ def _text(out, p, blob, start, length):
     return p + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel("(i8[::1], i8[::1], i8[:, ::1], f8[:, ::1], u1[::1], i8[:, ::1], i8[:, ::1], i8, i8, u1[::1])", nogil=True)
 def format_rows(kinds, slots, ints, floats, blob, text_start, text_len, first, last, out):
     """Rows first..last-1 as CSV lines in `out`; returns the bytes written.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..schema import IP, L_MSS, L_PAYLOAD, L_TCP, L_VLAN, TH_ACK, TH_FIN, TH_RST, TH_SYN
 
 # ---- flow record fields ---------------------------------------------------
@@ -315,7 +316,7 @@ C_OPEN, C_DONE, C_NEWEST = 0, 1, 2
 NO_TIME = np.iinfo(np.int64).min
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@kernel("(u8[::1], i8[::1], u8[::1])", _nrt=False, nogil=True)
 def build_table(h, tab_row, tab_h):
     """Index open rows 0..len(h)-1 by hash; False when two share a hash or a run is too long."""
     for slot in range(len(tab_row)):
@@ -336,7 +337,9 @@ def build_table(h, tab_row, tab_h):
     return True
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u2[::1], "
+        "u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
+        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[::1])", _nrt=False, nogil=True)
 def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_mss, payload_len, ip_len,
                  vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK, DF, DH, DK, counts):
     """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.

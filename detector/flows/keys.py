@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..schema import (IP_MF, L_FRAG, L_ICMP6, L_PORTS, L_QINQ, L_VLAN, ICMP_ANY, LINKTYPE_ETHERNET,
                       LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
                       LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW)
@@ -57,7 +58,7 @@ def _mix(x):
     return x
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u8[:, ::1], i8)", nogil=True)
 def hash_rows(K, seed):
     """64-bit hash of each row of the uint64 matrix K."""
     n, w = K.shape
@@ -71,7 +72,7 @@ def hash_rows(K, seed):
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u8[::1], u8[::1], u8[::1], u8[::1], u2[::1], u2[::1], u1[::1])", nogil=True)
 def canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto):
     """(K, from_a): the direction-independent key matrix and whether each packet was sent by `a`."""
     n = len(src_hi)
@@ -104,7 +105,7 @@ def is_v4_mapped(hi, lo) -> np.ndarray:
     return (hi == V4_MAPPED_HI) & ((lo >> np.uint64(32)) == V4_MAPPED_LO_TAG)
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u4[::1], u2[::1], u2[::1], u1[::1], u1[::1], i2[:, ::1])", nogil=True)
 def _ports(layers, src_port, dst_port, icmp_type, icmp_code, counterpart):
     n = len(layers)
     sport = np.zeros(n, dtype=np.uint16)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..cpu import prefetch
+from ..cpu import kernel, prefetch
 from ..schema import MAX_CAPLEN
 
 # Why a walk stopped.
@@ -129,7 +129,7 @@ def _prefetch_ahead(buf, ahead, pos, end):
     return ahead
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u1[::1], i8, i8, b1, i8, i8[::1], u4[::1], u4[::1], i8[::1], i8, i8)", nogil=True)
 def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, n, limit):
     """Walk classic pcap records in buf[pos:end] into out_*[n:limit].
 
@@ -221,7 +221,8 @@ def ts_exact(units, kind, factor, shift, offset_s):
     return (s + 1) * NS_PER_S + (frac - NS_PER_S), False
 
 
-@njit(cache=True, nogil=True)
+@kernel("(u1[::1], i8, i8, b1, i8[:, ::1], u8[:, ::1], i8, i8, i8[::1], u4[::1], u4[::1], i8[::1], "
+        "u2[::1], u2[::1], i8, i8)", nogil=True)
 def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_cap, out_wire, out_ts,
                 out_if, out_lt, n, limit):
     """Walk pcapng blocks in buf[pos:end] of one section (byte order `big`) into out_*[n:limit].

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from ..cpu import kernel
 from ..output import atomic_file
 from ..report.evidence import (PCAP_MAGIC_NS, PCAP_VERSION, PCAPNG_BOM, PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB,
                                PCAPNG_TSRESOL_NS)
@@ -64,13 +65,13 @@ class Segment:
         return self.data[self.offset[i]:self.offset[i] + self.caplen[i]].tobytes()
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True)
 def _put_u32(out, at, value):
     for k in range(4):
         out[at + k] = (value >> (8 * k)) & 0xFF
 
 
-@njit(nogil=True, cache=True)
+@kernel("(u1[::1], i8[::1], u4[::1], u4[::1], i8[::1], i8[::1], b1[::1], b1, u1[::1])", nogil=True)
 def _pack_records(data, offset, caplen, wirelen, ts_ns, iface, keep, pcapng, out):
     """Records of the kept rows into `out` (pcap records, or pcapng EPBs); returns the bytes written."""
     pos = 0

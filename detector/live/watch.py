@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cpu import announce_first_compile
+from ..cpu import prepare_kernels
 from ..decode import decode
 from ..errors import CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
@@ -431,7 +431,7 @@ def watch(options: WatchOptions) -> int:
     try:
         if not os.access(out.path, os.W_OK):
             raise UsageError(f"{out.path}: not writable")
-        announce_first_compile(sys.stderr)
+        prepare_kernels(sys.stderr)
         _warm_up(rules)
         out.clear()
         out.evidence_folder()
