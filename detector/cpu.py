@@ -70,7 +70,7 @@ if config.DISABLE_JIT:
 
 # What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
 # compiled once for this processor and kept in the __pycache__ folders (numba's cache).
-FIRST_COMPILE_S = 20
+FIRST_COMPILE_S = 30
 
 # Every module that declares kernels, in two halves of about equal compile time (some 20 s each on
 # this machine). A first run compiles the first half (the record walks and the decoder, which every
