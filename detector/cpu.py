@@ -144,7 +144,8 @@ def prepare_kernels(stream) -> bool:
     print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
           f"later runs start at once)", file=stream, flush=True)
     first, second = KERNEL_MODULES
-    helper = subprocess.Popen([sys.executable, "-c", SECOND_PROCESS, *second],
+    # run from the folder that holds this package, so `-c` imports this very package, whatever the user's folder
+    helper = subprocess.Popen([sys.executable, "-c", SECOND_PROCESS, *second], cwd=PACKAGE.parent,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         compile_kernels(first)
