@@ -34,11 +34,11 @@ from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
+from ..units import NS
 from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
                    batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary, group_by, ip_text,
                    keep_ends, mac_text, member, register, repeated_keys)
 
-NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
 FRAME_BYTES_KEPT = 512

@@ -25,10 +25,10 @@ from numba import njit
 
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
+from ..units import NS
 from .base import (CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail, check_merge,
                    evidence_frames, fold_rows, group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
 
-NS = 1_000_000_000
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.
 FINISHED_AFTER_S = 1.0

@@ -23,8 +23,8 @@ from ..findings import SEVERITY_RANK
 from ..output import OutputDir
 from ..report import write_reports
 from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
+from ..units import NS
 
-NS = 1_000_000_000
 FIRST_BIN_NS = NS
 
 
