@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .decode.addr import ip_to_str
+from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
@@ -76,7 +76,7 @@ class _PacketColumns:
         out["time"] = pd.to_datetime(cols["ts_ns"].astype(np.int64), unit="ns", utc=True)
         for name, bit in (("src_mac", L_SRC_MAC), ("dst_mac", L_DST_MAC)):
             valid = (layers & np.uint32(bit)) != 0
-            out[name] = pd.array(np.where(valid, _mac_texts(cols[name].astype(np.uint64)), None), dtype="string")
+            out[name] = pd.array(np.where(valid, mac_to_str(cols[name]), None), dtype="string")
         for side in ("src", "dst"):
             texts = ip_to_str(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
             out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
@@ -97,13 +97,6 @@ def _proto_texts(proto: np.ndarray) -> np.ndarray:
     values, inverse = np.unique(proto, return_inverse=True)
     names = np.array([PROTO_NAMES.get(int(v), str(int(v))) for v in values], dtype=object)
     return names[inverse.reshape(-1)]
-
-
-def _mac_texts(values: np.ndarray) -> np.ndarray:
-    """aa:bb:cc:dd:ee:ff text, formatted once per distinct address."""
-    uniq, inverse = np.unique(values, return_inverse=True)
-    texts = np.array([":".join(f"{b:02x}" for b in int(v).to_bytes(8, "big")[2:]) for v in uniq], dtype=object)
-    return texts[inverse.reshape(-1)] if len(values) else np.zeros(0, dtype=object)
 
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:

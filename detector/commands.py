@@ -1,7 +1,6 @@
 """What the CLI commands do, apart from argument parsing: info, flows, analyze."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -11,24 +10,6 @@ from .flows import FlowTable
 from .flows.export import write_csv, write_parquet
 from .output import OutputDir
 from .stats import CaptureStats
-
-FINDINGS_VERSION = 1
-
-
-def findings_document(captures: list[dict], stats: dict, findings, failures=()) -> dict:
-    """The findings.json document: what was read, its statistics, the findings, and the rules that failed."""
-    return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
-            "findings": [f.to_json() for f in findings], "failures": [f.to_json() for f in failures]}
-
-
-def write_findings(out: OutputDir, document: dict, findings, default_pcap: str | None) -> Path:
-    """Write findings.json and findings.jsonl (EVE lines) into `out`; returns findings.json's path."""
-    from .report import eve_lines
-
-    out.write("findings.json", json.dumps(document, indent=2) + "\n")
-    out.write("findings.jsonl", eve_lines(findings, default_pcap, document.get("failures", ())))
-    return out.path / "findings.json"
-
 
 def info_one(source) -> tuple[dict, str]:
     """Summarise one capture, a path or an ingest.StreamCapture: (JSON record, human-readable text).
@@ -123,7 +104,7 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True):
         findings = detectors.findings(ctx)
         result.failures = detectors.failure_list()
         # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
-        from .report import write_evidence, write_reports
+        from .report import findings_document, write_evidence, write_findings, write_reports
 
         evidence = None
         if report:

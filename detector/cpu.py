@@ -78,7 +78,7 @@ FIRST_COMPILE_S = 30
 # (flows, hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
-     "detector.live.segments", "detector.detectors.base"),
+     "detector.capfile", "detector.detectors.base"),
     ("detector.flows.kernel", "detector.flows.keys", "detector.flows.community_id", "detector.rss",
      "detector.detectors.mss_violation", "detector.detectors.rip_trigger", "detector.detectors.routing_loop"),
 )

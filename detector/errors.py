@@ -6,10 +6,17 @@
      └── UsageError             a bad command line or option value
 
 Anything else that escapes is a bug in the project, not the user's mistake.
+The exit statuses are here too, for the commands and `watch` alike; cli.py's
+docstring says when each is given.
 """
 from __future__ import annotations
 
 __all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_FINDINGS = 3
+EXIT_RULE_FAILED = 4
 
 
 class DetectorError(Exception):

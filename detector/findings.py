@@ -9,6 +9,8 @@ import datetime as _dt
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .units import NS
+
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
@@ -17,7 +19,7 @@ def iso_time(ts_ns: int | None) -> str | None:
     """Nanoseconds since the epoch as an ISO 8601 UTC string with microseconds."""
     if ts_ns is None:
         return None
-    seconds, ns = divmod(int(ts_ns), 1_000_000_000)
+    seconds, ns = divmod(int(ts_ns), NS)
     stamp = _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns // 1000:06d}Z"
 

@@ -39,7 +39,8 @@ def test_open_is_lazy_and_refuses_missing_files(tmp_path):
 def test_packets_agree_with_tshark(tshark):
     path = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
     packets = detector.open(path).packets
-    rows = tshark.fields(path, "frame.number", "ipv6.src", "ip.src", "vlan.id", "udp.dstport", "tcp.dstport")
+    rows = tshark.fields(path, "frame.number", "ipv6.src", "ip.src", "vlan.id", "udp.dstport", "tcp.dstport",
+                         "eth.src", "eth.dst")
     assert len(packets) == len(rows)
     assert packets["frame"].tolist() == [int(r[0]) for r in rows]
     assert packets["src_ip"].fillna("").tolist() == [r[1] or r[2] for r in rows]
@@ -47,6 +48,7 @@ def test_packets_agree_with_tshark(tshark):
         [r[3].split(",")[0] for r in rows]
     assert packets["dst_port"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
         [r[4] or r[5] for r in rows]
+    assert packets["src_mac"].tolist() == [r[6] for r in rows] and packets["dst_mac"].tolist() == [r[7] for r in rows]
     assert str(packets["time"].dtype) == "datetime64[ns, UTC]"
     assert packets["src_ip"].dtype == "string" and packets["ttl"].dtype == "UInt8"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from detector.capfile import Segment, capture_format, write_capture
 from detector.commands import analyze
-from detector.report.evidence import _pcapng
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 
@@ -88,7 +88,9 @@ def test_frames_of_two_link_types_go_to_pcapng(tmp_path, tshark):
     ether = bytes(Ether() / IP(src="192.0.2.1", dst="192.0.2.2") / UDP(dport=520))
     raw = bytes(IP(src="192.0.2.3", dst="192.0.2.4") / UDP(dport=521))
     rows = [(1_767_225_600_123_456_789, len(ether), 1, ether, "a"), (1_767_225_601_000_000_001, len(raw), 101, raw, "a")]
+    segment = Segment.of_records([1, 2], rows)
+    assert capture_format([segment]) == "pcapng"
     path = tmp_path / "mixed.pcapng"
-    path.write_bytes(_pcapng(rows))
+    write_capture(path, [segment])
     got = tshark.fields(path, "frame.time_epoch", "ip.dst")
     assert got == [["1767225600.123456789", "192.0.2.2"], ["1767225601.000000001", "192.0.2.4"]]

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from detector.capfile import Segment, write_capture
 from detector.decode import decode
 from detector.ingest import open_capture
 from detector.live.evidence import EvidenceRecorder
 from detector.output import OutputDir
 from detector.live.period import TrafficSeries
 from detector.live.ring import PacketRing
-from detector.live.segments import Segment, write_capture
 from detector.report.evidence import SERIES_BINS_MAX
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"

@@ -123,11 +123,6 @@ def endpoint(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def mac_text(value) -> str:
-    raw = int(value).to_bytes(8, "big")[2:]
-    return ":".join(f"{b:02x}" for b in raw)
-
-
 def evidence_frames(frames: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> list[int]:
     """Frame numbers for the evidence pcap: all of them, or the first and last halves of `limit`."""
     frames = np.asarray(frames, dtype=np.int64)

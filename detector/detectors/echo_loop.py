@@ -30,15 +30,16 @@ import ipaddress
 
 import numpy as np
 
+from ..decode.addr import mac_to_str
 from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
+from ..units import NS
 from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
                    batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary, group_by, ip_text,
-                   keep_ends, mac_text, member, register, repeated_keys)
+                   keep_ends, member, register, repeated_keys)
 
-NS = 1_000_000_000
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
 FRAME_BYTES_KEPT = 512
@@ -179,9 +180,9 @@ class EchoLoop(Detector):
         share = count / max(int(row["last_frame"]) - int(row["first_frame"]) + 1, count)
         fields: dict = {}
         if layers & L_SRC_MAC:
-            fields["src_mac"] = mac_text(row["src_mac"])
+            fields["src_mac"] = mac_to_str(row["src_mac"])
         if layers & L_DST_MAC:
-            fields["dest_mac"] = mac_text(row["dst_mac"])
+            fields["dest_mac"] = mac_to_str(row["dst_mac"])
         what = f"ethertype 0x{int(row['ethertype']):04x}" if layers & L_ETHERTYPE else "non-IP frame"
         ttl_text = ""
         if layers & IP:

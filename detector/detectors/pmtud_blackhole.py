@@ -44,13 +44,13 @@ import numpy as np
 from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
+from ..units import NS
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, group_by, ip_text,
                    keep_ends, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
 
-NS = 1_000_000_000
 ICMP_UNREACH = 3            # destination unreachable, RFC 792
 ICMP_UNREACH_NEEDFRAG = 4   # fragmentation needed and DF set, RFC 792 / RFC 1191
 ICMP6_PACKET_TOO_BIG = 2    # RFC 4443 section 3.2

@@ -36,12 +36,13 @@ import numpy as np
 from numba import njit
 
 from ..cpu import kernel
+from ..decode.addr import mac_to_str
 from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, fold_rows, group_by,
-                   ip_text, mac_text, mix64, register)
+                   ip_text, mix64, register)
 
 RIP_PORT = 520     # RFC 2453
 RIPNG_PORT = 521   # RFC 2080
@@ -426,9 +427,9 @@ class RipTrigger(Detector):
             if len(ports) == 1:
                 fields["community_id"] = community_id(src, target_list[0], 17, fields["src_port"], ports[0])
         if rows["layers"][first] & L_SRC_MAC:
-            fields["src_mac"] = mac_text(rows["src_mac"][first])
+            fields["src_mac"] = mac_to_str(rows["src_mac"][first])
         if target_count == 1 and target_list and rows["layers"][first] & L_DST_MAC:
-            fields["dest_mac"] = mac_text(rows["dst_mac"][first])
+            fields["dest_mac"] = mac_to_str(rows["dst_mac"][first])
         frames = np.unique(np.concatenate([rows["first_frame"], rows["last_frame"]]))
         evidence = {
             "probes": n, "targets": target_count, "target_ips": target_list[:TARGETS_LISTED],

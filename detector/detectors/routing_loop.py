@@ -24,12 +24,13 @@ import numpy as np
 from numba import njit
 
 from ..cpu import kernel
+from ..decode.addr import mac_to_str
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
+from ..units import NS
 from .base import (CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail, check_merge,
-                   evidence_frames, fold_rows, group_by, ip_text, mac_text, member, mix64, register, repeated_keys)
+                   evidence_frames, fold_rows, group_by, ip_text, member, mix64, register, repeated_keys)
 
-NS = 1_000_000_000
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.
 FINISHED_AFTER_S = 1.0
@@ -283,7 +284,7 @@ class RoutingLoop(Detector):
         net = ipaddress.ip_network(f"{ip_text(prefix_hi, prefix_lo)}/{PREFIX_V4 if v4 else PREFIX_V6}")
         destinations = sorted({ip_text(h, l) for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist())})
         sources = {(h, l) for h, l in zip(d["src_ip_hi"].tolist(), d["src_ip_lo"].tolist())}
-        routers = [mac_text(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
+        routers = [mac_to_str(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
         frames = []
         for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist()):
             frames += evidence_by_dst.get((h, l), [])

@@ -35,10 +35,10 @@ from ..findings import Finding, iso_time
 from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
+from ..units import NS
 from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
                    evidence_frames, group_by, ip_text, keep_ends, mix64, register)
 
-NS = 1_000_000_000
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
 # Cells (bins spanned by one batch times queues) beyond which a batch's
 # counts are gathered with a sort instead of a dense bincount (wild

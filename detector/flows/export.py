@@ -28,6 +28,7 @@ from ..cpu import kernel
 from ..errors import UsageError
 from ..output import atomic_file
 from ..text import TextCodes, utf8_fields
+from ..units import NS
 
 TIME_COLUMNS = ("first_seen", "last_seen")
 
@@ -44,7 +45,6 @@ FLOAT_FAST_LIMIT = 1e12
 ROWS_PER_BLOCK = 1 << 14
 FORMAT_THREADS = 2
 
-NS_PER_S = 1_000_000_000
 SECONDS_PER_DAY = 86_400
 COMMA, QUOTE, NEWLINE, RETURN = ord(","), ord('"'), ord("\n"), ord("\r")
 
@@ -114,8 +114,8 @@ def _float6(out, p, x):
 @njit
 def _iso_time(out, p, ns):
     """int64 ns since the epoch as 2024-01-01T00:00:00.000117000Z (proleptic Gregorian, UTC)."""
-    seconds = ns // NS_PER_S
-    fraction = ns - seconds * NS_PER_S
+    seconds = ns // NS
+    fraction = ns - seconds * NS
     days = seconds // SECONDS_PER_DAY
     clock = seconds - days * SECONDS_PER_DAY
     # civil_from_days, H. Hinnant, "chrono-Compatible Low-Level Date Algorithms"

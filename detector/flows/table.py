@@ -58,9 +58,9 @@ from . import kernel as k
 from ..decode import expand_msdus
 from ..decode.addr import ip_text_codes
 from ..text import TextCodes
+from ..units import NS
 from .community_id import community_id_codes
 
-NS = 1_000_000_000
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
 IDLE_TIMEOUT_S = {"tcp": 300.0, "udp": 60.0, "icmp": 60.0, "icmpv6": 60.0, "other": 60.0}
 # Open flows are finished once idle for their timeout plus this slack, measured

@@ -23,8 +23,11 @@ import struct
 
 import numpy as np
 
+from ..capfile import (BT_SHB, DEFAULT_TSRESOL, IDB_MIN, LINKTYPE_MASK, OPT_ENDOFOPT, OPT_IF_NAME, OPT_IF_TSOFFSET,
+                       OPT_IF_TSRESOL, PCAP_FILE_HEADER, PCAP_VERSION, PCAPNG_BOM, PCAPNG_VERSIONS, SHB_MIN, file_magic)
 from ..errors import CaptureError, UsageError
 from ..schema import BATCH_BYTES, BATCH_PACKETS, RawBatch
+from ..units import NS
 from . import walk as W
 from .source import ByteSource
 
@@ -46,27 +49,7 @@ MAP_RELEASE_STEP_BYTES = 32 << 20
 # which bounds how many records a chunk's bytes can yield.
 MIN_RECORD = 16
 
-# Classic pcap file header magics as read little-endian (pcap-savefile(5)).
-PCAP_MAGIC_US = 0xA1B2C3D4
-PCAP_MAGIC_NS = 0xA1B23C4D
-PCAP_FILE_HEADER = 24
-PCAP_VERSION_MAJOR = 2
-# The link-type field's upper six bits carry FCS information (pcap-savefile(5));
-# libpcap's LT_LINKTYPE() keeps the low 26 bits, and so does tshark.
-LINKTYPE_MASK = 0x03FFFFFF
 MAX_LINKTYPE = 0xFFFF       # RAW_COLUMNS stores link types as uint16
-
-# pcapng (draft-ietf-opsawg-pcapng): byte-order magic, versions read by
-# Wireshark and libpcap (1.2 is 1.0 written by some tools), option codes.
-PCAPNG_BOM = 0x1A2B3C4D
-PCAPNG_VERSIONS = {(1, 0), (1, 2)}
-SHB_MIN = 28                # header, BOM, version, section length, trailer
-IDB_MIN = 20                # header, link type, reserved, snaplen, trailer
-OPT_ENDOFOPT = 0
-OPT_IF_NAME = 2
-OPT_IF_TSRESOL = 9
-OPT_IF_TSOFFSET = 14
-DEFAULT_TSRESOL = 6         # microseconds when if_tsresol is absent
 # iface numbers are uint16 across all sections of a file
 MAX_INTERFACES = 1 << 16
 # A section's interface table starts with room for this many and doubles when full.
@@ -97,7 +80,7 @@ def _fast_limit(kind: int, factor: int, shift: int, offset_ns: int) -> int:
     elif kind == W.TS_DIVIDE:
         limit = (room + 1) * factor
     else:
-        limit = ((room + 1) << shift) // W.NS_PER_S
+        limit = ((room + 1) << shift) // NS
     return min(limit, UINT64_MAX)
 
 
@@ -118,7 +101,7 @@ class _SectionInterfaces:
             self.ints = np.concatenate([self.ints, np.zeros_like(self.ints)])
             self.u64s = np.concatenate([self.u64s, np.zeros_like(self.u64s)])
         kind, factor, shift = _ts_params(tsresol)
-        offset_ns = tsoffset_s * W.NS_PER_S
+        offset_ns = tsoffset_s * NS
         if abs(offset_ns) > W.INT64_MAX:
             # every time of this interface takes walk.ts_exact, which works in seconds
             offset_ns, limit = 0, 0
@@ -283,18 +266,15 @@ class CaptureReader:
                 raise CaptureError(self.path, "empty file", 0)
             raise CaptureError(self.path, f"too short to be a capture ({self._end} bytes)", 0)
         head = self._bytes(4)
-        magic_le = struct.unpack("<I", head)[0]
-        magic_be = struct.unpack(">I", head)[0]
-        if magic_le == W.BT_SHB:
-            self.format = "pcapng"
+        magic = file_magic(head)
+        if magic is None:
+            raise CaptureError(self.path, f"not a pcap or pcapng capture (magic 0x{head.hex()})", 0)
+        self.format = magic.format
+        if magic.format == "pcapng":
             self._section = -1
             self._read_shb(first=True)
-        elif PCAP_MAGIC_US in (magic_le, magic_be) or PCAP_MAGIC_NS in (magic_le, magic_be):
-            self.format = "pcap"
-            self._read_pcap_header(big=magic_be in (PCAP_MAGIC_US, PCAP_MAGIC_NS),
-                                   nano=PCAP_MAGIC_NS in (magic_le, magic_be))
         else:
-            raise CaptureError(self.path, f"not a pcap or pcapng capture (magic 0x{head.hex()})", 0)
+            self._read_pcap_header(big=magic.big, nano=magic.nano)
 
     def _read_pcap_header(self, big: bool, nano: bool) -> None:
         if not self._ensure(PCAP_FILE_HEADER):
@@ -302,7 +282,7 @@ class CaptureReader:
         order = ">" if big else "<"
         major, minor, _zone, _sigfigs, snaplen, field = struct.unpack(
             order + "HHiIII", self._bytes(PCAP_FILE_HEADER)[4:])
-        if major != PCAP_VERSION_MAJOR:
+        if major != PCAP_VERSION[0]:
             raise CaptureError(self.path, f"unsupported pcap version {major}.{minor}", 4)
         linktype = field & LINKTYPE_MASK
         if linktype > MAX_LINKTYPE:
@@ -483,7 +463,7 @@ class CaptureReader:
         the reader move to a fresh one. The walk stops at an IDB only once it
         is complete; an SHB, as soon as its type is seen.
         """
-        if self._u32_at(0, "<") != W.BT_SHB:     # the SHB type reads the same in both orders
+        if self._u32_at(0, "<") != BT_SHB:     # the SHB type reads the same in both orders
             return True
         left = self._end - self._pos
         if left < 12:
@@ -495,7 +475,7 @@ class CaptureReader:
 
     def _special(self) -> None:
         """An SHB or a complete, length-checked IDB at _pos."""
-        if self._u32_at(0, "<") == W.BT_SHB:
+        if self._u32_at(0, "<") == BT_SHB:
             self._read_shb(first=False)
         else:
             self._read_idb(self._u32_at(4, ">" if self._big else "<"))

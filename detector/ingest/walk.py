@@ -20,8 +20,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..capfile import BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, MIN_BLOCK, MIN_EPB, MIN_OPB, MIN_SPB, PCAP_RECORD_HEADER
 from ..cpu import kernel, prefetch
 from ..schema import MAX_CAPLEN
+from ..units import NS
 
 # Why a walk stopped.
 NEED_MORE = 0   # the record at `pos` is not yet complete in the chunk
@@ -48,35 +50,20 @@ DAMAGE_REASONS = {
     BLOCK_TOO_LARGE: "block total length {value} is larger than any block this reader accepts",
 }
 
-PCAP_RECORD_HEADER = 16     # ts_sec, ts_frac, incl_len, orig_len
 # A pcapng block larger than this is damage, not data (Wireshark's own limit
 # is of the same order); it also bounds how much a chunk must hold at once.
 MAX_BLOCK_BYTES = 8 << 20
-
-# pcapng block types (draft-ietf-opsawg-pcapng section 4 and 10.1)
-BT_SHB = 0x0A0D0D0A
-BT_IDB = 0x00000001
-BT_OPB = 0x00000002     # obsolete packet block (appendix A)
-BT_SPB = 0x00000003
-BT_EPB = 0x00000006
-
-# Smallest total length of each packet block: header, fixed fields, trailer.
-MIN_EPB = 32
-MIN_OPB = 32
-MIN_SPB = 16
-MIN_BLOCK = 12
 
 # How an interface's timestamp units become nanoseconds (see ts_to_ns).
 TS_MULTIPLY = 0     # units of 10^-k s, k <= 9: multiply by 10^(9-k)
 TS_DIVIDE = 1       # units of 10^-k s, k > 9: divide by 10^(k-9)
 TS_BINARY = 2       # units of 2^-k s: exact integer scaling by 10^9 / 2^k
 
-NS_PER_S = 1_000_000_000
 INT64_MAX = (1 << 63) - 1
 # The int64 nanosecond range in whole seconds and nanoseconds: a time fits when
 # (TS_MIN_S, TS_MIN_FRAC) < (seconds, nanoseconds) <= (TS_MAX_S, TS_MAX_FRAC).
-TS_MAX_S, TS_MAX_FRAC = divmod(INT64_MAX, NS_PER_S)
-TS_MIN_S, TS_MIN_FRAC = divmod(-INT64_MAX - 1, NS_PER_S)
+TS_MAX_S, TS_MAX_FRAC = divmod(INT64_MAX, NS)
+TS_MIN_S, TS_MIN_FRAC = divmod(-INT64_MAX - 1, NS)
 # Sums of seconds beyond this cannot fit; below it, float64 rounding (a few
 # thousand seconds at 2^64) cannot hide one that does not.
 FAR_S = 1e10
@@ -151,7 +138,7 @@ def walk_pcap(buf, pos, end, big, frac_ns, out_off, out_cap, out_wire, out_ts, n
             return n, pos, NEED_MORE, 0, np.int64(0)
         sec = np.int64(_u32(buf, pos, big))
         frac = np.int64(_u32(buf, pos + 4, big))
-        out_ts[n] = sec * NS_PER_S + frac * frac_ns
+        out_ts[n] = sec * NS + frac * frac_ns
         out_off[n] = pos + PCAP_RECORD_HEADER
         out_cap[n] = caplen
         out_wire[n] = _u32(buf, pos + 12, big)
@@ -172,8 +159,8 @@ def _binary_parts(units, shift):
     if shift > 34:
         drop = shift - 34
         frac = np.uint64(0) if drop >= 64 else frac >> np.uint64(drop)
-        return secs, (frac * np.uint64(NS_PER_S)) >> np.uint64(34)
-    return secs, (frac * np.uint64(NS_PER_S)) >> np.uint64(shift)
+        return secs, (frac * np.uint64(NS)) >> np.uint64(34)
+    return secs, (frac * np.uint64(NS)) >> np.uint64(shift)
 
 
 @njit
@@ -188,20 +175,20 @@ def ts_to_ns(units, kind, factor, shift):
     if kind == TS_DIVIDE:
         return np.int64(units // factor)
     secs, fine = _binary_parts(units, shift)
-    return np.int64(secs * np.uint64(NS_PER_S) + fine)
+    return np.int64(secs * np.uint64(NS) + fine)
 
 
 @njit
 def ts_exact(units, kind, factor, shift, offset_s):
     """(ns, False) for units plus offset_s seconds, floored as ts_to_ns does; (+/-INT64_MAX, True) when it does not fit."""
     if kind == TS_MULTIPLY:
-        per_sec = np.uint64(NS_PER_S) // factor
+        per_sec = np.uint64(NS) // factor
         secs = units // per_sec
         frac = np.int64((units - secs * per_sec) * factor)
     elif kind == TS_DIVIDE:
         ns = units // factor
-        secs = ns // np.uint64(NS_PER_S)
-        frac = np.int64(ns % np.uint64(NS_PER_S))
+        secs = ns // np.uint64(NS)
+        frac = np.int64(ns % np.uint64(NS))
     else:
         secs, fine = _binary_parts(units, shift)
         frac = np.int64(fine)
@@ -217,8 +204,8 @@ def ts_exact(units, kind, factor, shift, offset_s):
     if s < TS_MIN_S or (s == TS_MIN_S and frac <= TS_MIN_FRAC):
         return np.int64(-INT64_MAX), True
     if s >= 0:
-        return s * NS_PER_S + frac, False
-    return (s + 1) * NS_PER_S + (frac - NS_PER_S), False
+        return s * NS + frac, False
+    return (s + 1) * NS + (frac - NS), False
 
 
 @kernel("(u1[::1], i8, i8, b1, i8[:, ::1], u8[:, ::1], i8, i8, i8[::1], u4[::1], u4[::1], i8[::1], "

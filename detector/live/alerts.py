@@ -29,14 +29,13 @@ Noise control lives here, beside the detectors, not inside them.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 
-from ..findings import SEVERITY_RANK, Finding
+from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_KEYS
 
 # What identifies the thing a finding is about, per rule: finding fields, or
@@ -68,11 +67,6 @@ def entity_key(finding: Finding) -> tuple:
     return (finding.rule, *values)
 
 
-def utc_text(ns: int) -> str:
-    stamp = _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=_dt.timezone.utc)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 1_000_000_000 // 1000:06d}Z"
-
-
 @dataclass
 class Tracked:
     alert_id: str
@@ -96,7 +90,7 @@ class Event:
     def to_json(self) -> dict:
         finding = self.tracked.finding
         finding.evidence_pcap = self.tracked.evidence_pcap
-        return {"event_type": self.kind, "timestamp": utc_text(self.wall_ns), "alert_id": self.tracked.alert_id,
+        return {"event_type": self.kind, "timestamp": iso_time(self.wall_ns), "alert_id": self.tracked.alert_id,
                 **finding.to_json()}
 
 
@@ -206,7 +200,7 @@ class AlertLog:
 
     def write_failure(self, failure) -> dict:
         """An `error` event for a rule whose detector failed (a detectors.DetectorFailure)."""
-        record = {"event_type": "error", "timestamp": utc_text(time.time_ns()), "rule": failure.rule,
+        record = {"event_type": "error", "timestamp": iso_time(time.time_ns()), "rule": failure.rule,
                   "msg": failure.summary(), "failure": failure.to_json()}
         self._emit(json.dumps(record, separators=(",", ":")) + "\n")
         key = (failure.rule, "error")

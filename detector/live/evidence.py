@@ -24,10 +24,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from ..capfile import Segment, write_records
 from ..output import OutputDir
 from .alerts import MAX_ENTITIES
 from .ring import PacketRing
-from .segments import Segment, write_records
 
 # Seconds of traffic after an alert that go into its evidence: long enough to
 # show the incident going on (a loop's copies, the scanner's next probes),

@@ -32,9 +32,10 @@ import struct
 import threading
 import time
 
+from ..capfile import PCAP_RECORD, pcap_file_header
 from ..errors import UsageError
-from ..report.evidence import PCAP_MAGIC_NS, PCAP_VERSION
 from ..schema import LINKTYPE_ETHERNET, LINKTYPE_RAW, MAX_CAPLEN
+from ..units import NS
 from .netdev import (ARPHRD_ETHER, ARPHRD_LOOPBACK, ARPHRD_NONE, ETH_P_ALL, PACKET_ADD_MEMBERSHIP,
                      PACKET_MR_PROMISC, SOL_PACKET, check_interface, link_type, packet_statistics)
 
@@ -51,7 +52,6 @@ FLUSH_BYTES = 256 << 10
 IDLE_FLUSH_S = 0.05
 MAX_HOLD_S = 0.1
 TIMESPEC = struct.Struct("=qq")
-PCAP_RECORD = struct.Struct("<IIII")
 DLT_RAW = 12           # libpcap's DLT for bare IP, which pcap_compile takes (LINKTYPE_RAW on disk)
 DLT_EN10MB = 1
 
@@ -152,7 +152,7 @@ class PacketSocketCapture:
     def _pump(self, sock: socket.socket, write_fd: int) -> None:
         """Frames -> pcap records -> pipe, until stopped or the socket fails."""
         linktype = _framing(self.iface)[1]
-        out = bytearray(struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, MAX_CAPLEN, linktype))
+        out = bytearray(pcap_file_header(linktype))
         buffer = bytearray(MAX_CAPLEN)
         view = memoryview(buffer)
         held_since = time.monotonic()
@@ -169,7 +169,7 @@ class PacketSocketCapture:
                         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
                             stamp = TIMESPEC.unpack_from(data)
                     if stamp is None:
-                        stamp = divmod(time.time_ns(), 1_000_000_000)
+                        stamp = divmod(time.time_ns(), NS)
                     captured = min(size, MAX_CAPLEN)
                     if not out:
                         held_since = time.monotonic()

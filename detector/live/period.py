@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..commands import findings_document, write_findings
 from ..findings import SEVERITY_RANK
 from ..output import OutputDir
-from ..report import write_reports
+from ..report import findings_document, write_findings, write_reports
 from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
+from ..units import NS
 
-NS = 1_000_000_000
 FIRST_BIN_NS = NS
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from .segments import Segment
+from ..capfile import Segment
+from ..units import NS
 
-NS = 1_000_000_000
 # Memory the ring may hold, in bytes. 30 s of a link at 1 Gbit/s is about
 # 3.75 GB; the cap keeps a long span affordable on quiet links and bounds a
 # busy one, whose ring then covers less than --ring-seconds.

@@ -37,7 +37,6 @@ import io
 import os
 import queue
 import signal
-import struct
 import sys
 import tempfile
 import threading
@@ -48,14 +47,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ..capfile import PCAP_RECORD, Segment, pcap_file_header, write_capture
 from ..cpu import prepare_kernels
 from ..decode import decode
-from ..errors import CaptureError, DetectorError, UsageError
+from ..errors import EXIT_OK, EXIT_RULE_FAILED, CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
 from ..ingest import open_capture
 from ..output import EVIDENCE, OutputDir
-from ..report.evidence import PCAP_MAGIC_NS, PCAP_VERSION
+from ..schema import LINKTYPE_ETHERNET
 from ..stats import CaptureStats
+from ..units import NS
 from .alerts import AlertBook, AlertLog, entity_key
 from .dumpcap import DumpcapCapture, find_dumpcap
 from .evidence import DEFAULT_AFTER_S, EvidenceRecorder
@@ -64,7 +65,6 @@ from .netdev import check_interface, is_up, rx_dropped
 from .packet_socket import PacketSocketCapture
 from .period import TrafficSeries, write_period
 from .ring import PacketRing
-from .segments import Segment, write_capture
 from .stream import GatheringStream
 from .window import SlidingWindow
 
@@ -126,9 +126,8 @@ def _warm_up(rules) -> None:
     # the rip-trigger and echo-loop paths too
     frame = (bytes.fromhex("02000000000102000000000208004500002c00004000401100000a0000010a000002")
              + bytes.fromhex("0208020800180000") + bytes(16))
-    head = struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, 65535, 1)
-    record = struct.pack("<IIII", 1, 0, len(frame), len(frame)) + frame
-    with open_capture(io.BytesIO(head + record)) as reader:
+    record = PCAP_RECORD.pack(1, 0, len(frame), len(frame)) + frame
+    with open_capture(io.BytesIO(pcap_file_header(LINKTYPE_ETHERNET, 65535) + record)) as reader:
         for raw in reader:
             batch = decode(raw)
             window = SlidingWindow(rules, 0.0)
@@ -245,7 +244,7 @@ class Watch:
         for event in self.book.observe(findings, now, time.time_ns()):
             tracked = event.tracked
             if event.kind == "alert":
-                seconds, ns = divmod(event.wall_ns, 1_000_000_000)
+                seconds, ns = divmod(event.wall_ns, NS)
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{ns // 1_000_000:03d}Z"
                 name = f"{EVIDENCE}/{tracked.alert_id}-{stamp}.pcap"
                 tracked.evidence_pcap = name
@@ -399,11 +398,10 @@ class Watch:
         _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
              f"{alerts} alert(s){f' (worst: {worst})' if worst else ''}; findings written to {path}")
         if failures:
-            from ..cli import EXIT_RULE_FAILED
             _say(f"error: {len(failures)} rule(s) failed while watching ({', '.join(f.rule for f in failures)}): "
                  f"a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
-        return 0
+        return EXIT_OK
 
 
 def _empty_flows():

@@ -1,11 +1,12 @@
-"""Everything `analyze` writes beside findings.json: evidence pcaps, findings.jsonl, report.md and report.html."""
+"""Everything a run writes: findings.json, findings.jsonl, evidence pcaps, report.md and report.html."""
 from __future__ import annotations
 
 from ..output import OutputDir
+from .document import findings_document, write_findings
 from .eve import eve_lines
 from .evidence import EvidenceResult, write_evidence
 
-__all__ = ["eve_lines", "write_evidence", "write_reports", "EvidenceResult"]
+__all__ = ["eve_lines", "findings_document", "write_findings", "write_evidence", "write_reports", "EvidenceResult"]
 
 
 def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows) -> list[str]:

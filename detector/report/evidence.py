@@ -9,31 +9,17 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..capfile import Segment, capture_format, write_records
 from ..detectors.base import frame_summary
 from ..engine import decoded_batches
 from ..findings import Finding
 from ..output import EVIDENCE, OutputDir
-from ..schema import IP, L_PAYLOAD, L_TCP, MAX_CAPLEN
+from ..schema import IP, L_PAYLOAD, L_TCP
 from .reproduce import write_reproducer
-
-# Classic pcap with nanosecond timestamps (magic 0xa1b23c4d): the decoded
-# ts_ns is written without rounding. Version 2.4, the only one in use
-# (draft-ietf-opsawg-pcap, section 4).
-PCAP_MAGIC_NS = 0xA1B23C4D
-PCAP_VERSION = (2, 4)
-# pcapng block types (draft-ietf-opsawg-pcapng, section 4): section header,
-# interface description, enhanced packet; byte-order magic of the SHB.
-PCAPNG_SHB = 0x0A0D0D0A
-PCAPNG_IDB = 0x00000001
-PCAPNG_EPB = 0x00000006
-PCAPNG_BOM = 0x1A2B3C4D
-# IDB option if_tsresol (code 9) = 9: timestamps in nanoseconds
-PCAPNG_TSRESOL_NS = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
 
 # Packets drawn per PMTUD flow: the pattern (full-size segments never shrinking)
 # shows in the first few thousand; the bound holds for a flow of any length.
@@ -186,43 +172,6 @@ def collect(paths, findings: list[Finding], first_ns: int | None, last_ns: int |
     return records, series
 
 
-def _pcap(rows) -> bytes:
-    """Classic pcap, nanosecond timestamps, one link type."""
-    linktype = rows[0][2]
-    out = [struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, MAX_CAPLEN, linktype)]
-    for ts, wirelen, _lt, data, _src in rows:
-        sec, ns = divmod(ts, 1_000_000_000)
-        # timestamps before 1970 or past 2106 do not fit the 32-bit seconds field: clamp, keep the bytes
-        sec = min(max(sec, 0), 0xFFFFFFFF)
-        out.append(struct.pack("<IIII", sec, ns, len(data), max(wirelen, len(data))))
-        out.append(data)
-    return b"".join(out)
-
-
-def _pad4(data: bytes) -> bytes:
-    return data + b"\0" * (-len(data) % 4)
-
-
-def _block(kind: int, body: bytes) -> bytes:
-    body = _pad4(body)
-    length = 12 + len(body)
-    return struct.pack("<II", kind, length) + body + struct.pack("<I", length)
-
-
-def _pcapng(rows) -> bytes:
-    """pcapng with one interface per link type: for the rare finding whose frames span link types."""
-    linktypes = sorted({r[2] for r in rows})
-    iface = {lt: i for i, lt in enumerate(linktypes)}
-    out = [_block(PCAPNG_SHB, struct.pack("<IHHq", PCAPNG_BOM, 1, 0, -1))]
-    for lt in linktypes:
-        out.append(_block(PCAPNG_IDB, struct.pack("<HHI", lt, 0, MAX_CAPLEN) + PCAPNG_TSRESOL_NS))
-    for ts, wirelen, lt, data, _src in rows:
-        ts = max(ts, 0)
-        out.append(_block(PCAPNG_EPB, struct.pack("<IIIII", iface[lt], ts >> 32, ts & 0xFFFFFFFF, len(data),
-                                                  max(wirelen, len(data))) + data))
-    return b"".join(out)
-
-
 def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None, last_ns=None,
                    rss_model=None) -> EvidenceResult:
     """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count.
@@ -241,10 +190,10 @@ def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None
         rows = [records[fr] for fr in numbers]
         if not rows:
             continue
-        if len({r[2] for r in rows}) == 1:
-            name = out.write(f"{EVIDENCE}/{f.rule}-{n}.pcap", _pcap(rows))
-        else:
-            name = out.write(f"{EVIDENCE}/{f.rule}-{n}.pcapng", _pcapng(rows))
+        segment = Segment.of_records(numbers, rows)
+        name = f"{EVIDENCE}/{f.rule}-{n}.{capture_format([segment])}"
+        with out.open(name) as handle:
+            write_records(handle, [segment])
         f.evidence_pcap = name
         f.evidence["evidence_packets"] = len(rows)
         f.evidence["pcap_filename"] = rows[0][4]

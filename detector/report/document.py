@@ -1,0 +1,24 @@
+"""findings.json and findings.jsonl: the document every run writes, `analyze` for its captures and `watch` for
+the period it watched."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..output import OutputDir
+from .eve import eve_lines
+
+FINDINGS_VERSION = 1
+
+
+def findings_document(captures: list[dict], stats: dict, findings, failures=()) -> dict:
+    """The findings.json document: what was read, its statistics, the findings, and the rules that failed."""
+    return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
+            "findings": [f.to_json() for f in findings], "failures": [f.to_json() for f in failures]}
+
+
+def write_findings(out: OutputDir, document: dict, findings, default_pcap: str | None) -> Path:
+    """Write findings.json and findings.jsonl (EVE lines) into `out`; returns findings.json's path."""
+    out.write("findings.json", json.dumps(document, indent=2) + "\n")
+    out.write("findings.jsonl", eve_lines(findings, default_pcap, document.get("failures", ())))
+    return out.path / "findings.json"
