@@ -171,19 +171,14 @@ class Capture:
 
         A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
         """
-        from .detectors import AnalysisContext, DetectorSet, active_detectors
-        from .flows import FlowTable
+        from . import analysis
         from .rules import load_rules
-        from .stats import CaptureStats
 
-        detectors = DetectorSet(active_detectors(load_rules(rules)))
-        stats, table = CaptureStats(), FlowTable()
-        engine.run(self.paths, [stats, table, detectors], label="analyze")
-        self._flows = table.to_frame()
-        self._findings = detectors.findings(AnalysisContext(flows=self._flows, stats=stats))
-        failures = detectors.failure_list()
-        self._failures = [failure.to_json() for failure in failures]
-        for failure in failures:
+        result = analysis.analyze(self.paths, load_rules(rules), label="analyze")
+        self._flows = result.flows
+        self._findings = result.findings
+        self._failures = [failure.to_json() for failure in result.failures]
+        for failure in result.failures:
             warnings.warn(f"{failure.summary()} -- a bug in detector: this rule did not run to the end and its "
                           "findings may be missing (the other rules' are here); Capture.failures has the "
                           "traceback", RuntimeWarning, stacklevel=2)

@@ -2,6 +2,9 @@
 
 Field names follow Suricata's EVE where one exists (src_ip, dest_ip, src_port,
 dest_port, proto, community_id) and Zeek's notice where one exists (n, msg).
+
+Findings are listed in one order wherever they appear (findings.json, the
+reports, the notebook, a watch's period): `canonical_order`.
 """
 from __future__ import annotations
 
@@ -57,3 +60,9 @@ class Finding:
         out["first_seen"] = iso_time(self.first_seen)
         out["last_seen"] = iso_time(self.last_seen)
         return {k: v for k, v in out.items() if v is not None}
+
+
+def canonical_order(findings) -> list[Finding]:
+    """The findings most severe first, then the earliest first, then by rule; ties keep the order given
+    (the detectors' order, each detector's own)."""
+    return sorted(findings, key=lambda f: (-f.rank, f.first_seen or 0, f.rule))

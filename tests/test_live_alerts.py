@@ -8,24 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from detector.detectors import AnalysisContext, active_detectors, run_findings
+from detector.analysis import analyze
 from detector.findings import SEVERITY_RANK
-from detector.flows import FlowTable
 from detector.live.alerts import AlertBook, AlertLog, entity_key
 from detector.rules import load_rules
-from detector.stats import CaptureStats
-from detector.engine import run
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 WALL = 1_800_000_000_000_000_000
 
 
 def findings_of(name: str) -> list:
-    rules = load_rules()
-    detectors = active_detectors(rules)
-    stats, table = CaptureStats(), FlowTable()
-    run([CAPTURES / name], [stats, table, *detectors])
-    return run_findings(detectors, AnalysisContext(flows=table, stats=stats))
+    return analyze([CAPTURES / name], load_rules()).findings
 
 
 @pytest.fixture(scope="module")

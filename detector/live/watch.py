@@ -133,7 +133,7 @@ def _warm_up(rules) -> None:
             batch = decode(raw)
             window = SlidingWindow(rules, 0.0)
             window.update(batch, 0.0)
-            window.findings()
+            window.analysis()
             with tempfile.TemporaryDirectory() as folder:
                 write_capture(Path(folder) / "warm.pcap", [Segment.of(batch)])
     frame_summary(frame, 1)
@@ -167,8 +167,7 @@ class Watch:
         # the latest failures and reader warnings, for findings.json (a capture retried for days fails often)
         self.failures: deque[str] = deque(maxlen=KEPT_MESSAGES)
         self.warnings: deque[str] = deque(maxlen=KEPT_MESSAGES)
-        self.last_findings: list = []
-        self.last_flows = None
+        self.last_analysis = None       # the window's at the latest evaluation
         self._ready = threading.Event()
         self._run_packets = 0
         self._attached = False
@@ -240,9 +239,8 @@ class Watch:
     def evaluate(self) -> None:
         now = time.monotonic()
         self.window.rotate(now)
-        findings, flows = self.window.findings()
-        self.last_findings, self.last_flows = findings, flows
-        for event in self.book.observe(findings, now, time.time_ns()):
+        self.last_analysis = self.window.analysis()
+        for event in self.book.observe(self.last_analysis.findings, now, time.time_ns()):
             tracked = event.tracked
             if event.kind == "alert":
                 seconds, ns = divmod(event.wall_ns, 1_000_000_000)
@@ -372,7 +370,7 @@ class Watch:
         self.log.close()
         findings = self.book.findings()
         tracked = {entity_key(f) for f in findings}
-        findings += [f for f in self.last_findings if entity_key(f) not in tracked]
+        findings += [f for f in self.last_analysis.findings if entity_key(f) not in tracked]
         files = []
         for entity in self.book.entities.values():
             packets = self.recorder.written.get(entity.alert_id)
@@ -387,12 +385,10 @@ class Watch:
             "packets": self.stats.packets, "drops": self.capture.drops, "restarts": self.restarts,
             "failures": list(self.failures), "warnings": list(self.warnings),
         }
-        flows = self.last_flows.table() if self.last_flows is not None else None
-        stats = {**self.stats.to_json(), "flows": flows.flow_count if flows is not None else 0,
-                 "flows_window_s": self.window.span_s}
-        frame = flows.to_frame() if flows is not None else _empty_flows()
+        stats = {**self.stats.to_json(), "flows": self.last_analysis.flow_count, "flows_window_s": self.window.span_s}
         failures = list(self.window.failures.values())
-        path = write_period(self.out, capture, stats, findings, self.rules, self.series, files, frame, failures)
+        path = write_period(self.out, capture, stats, findings, self.rules, self.series, files,
+                            self.last_analysis.flows, failures)
         self.metrics.close()
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
@@ -404,11 +400,6 @@ class Watch:
                  f"a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
         return 0
-
-
-def _empty_flows():
-    from ..flows import FlowTable
-    return FlowTable().to_frame()
 
 
 def watch(options: WatchOptions) -> int:
