@@ -19,7 +19,7 @@ from numba import njit
 
 from ..findings import Finding
 from ..rules import Param, Range, Rule
-from ..schema import PacketBatch
+from ..schema import PROTO_NAMES, PacketBatch
 from ..stats import CaptureStats
 
 REGISTRY: dict[str, type["Detector"]] = {}
@@ -174,6 +174,22 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     # one line, bounded: the text comes from packet bytes
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def match_flow(table, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:
+    """The row of the flow table (FlowTable.to_frame()) of src:sport -> dst:dport over `proto`, in either
+    orientation, as a dict; None when it has none."""
+    if table is None or len(table) == 0 or "src_ip" not in table:
+        return None
+    forward = ((table["src_ip"] == src) & (table["src_port"] == sport) &
+               (table["dest_ip"] == dst) & (table["dest_port"] == dport))
+    backward = ((table["src_ip"] == dst) & (table["src_port"] == dport) &
+                (table["dest_ip"] == src) & (table["dest_port"] == sport))
+    hit = table[forward | backward]
+    if "proto" in hit and len(hit):
+        name = PROTO_NAMES.get(proto, "")
+        hit = hit[hit["proto"].isin([proto, name, name.upper()])]
+    return hit.iloc[0].to_dict() if len(hit) else None
 
 
 def flow_time_ns(column) -> np.ndarray:

@@ -26,8 +26,7 @@ from numba import njit
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
-                   group_by, ip_text, keep_ends, member, mix64, register)
-from .pmtud_blackhole import match_flow
+                   group_by, ip_text, keep_ends, match_flow, member, mix64, register)
 
 NS = 1_000_000_000
 # Announcements kept: a SYN flood with MSS options must not grow the state

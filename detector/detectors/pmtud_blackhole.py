@@ -45,7 +45,7 @@ from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, group_by, ip_text,
-                   keep_ends, member, mix64, register)
+                   keep_ends, match_flow, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -487,21 +487,6 @@ class PmtudBlackhole(Detector):
             out.append({k: v for k, v in flow.items() if v is not None})
         out.sort(key=lambda f: -f["oversized_after_icmp"])
         return out
-
-
-def match_flow(table: pd.DataFrame, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:
-    """The flow-table row of src:sport -> dst:dport over `proto` (in either orientation), as a dict."""
-    if table is None or len(table) == 0 or "src_ip" not in table:
-        return None
-    forward = ((table["src_ip"] == src) & (table["src_port"] == sport) &
-               (table["dest_ip"] == dst) & (table["dest_port"] == dport))
-    backward = ((table["src_ip"] == dst) & (table["src_port"] == dport) &
-                (table["dest_ip"] == src) & (table["dest_port"] == sport))
-    hit = table[forward | backward]
-    if "proto" in hit and len(hit):
-        name = PROTO_NAMES.get(proto, "")
-        hit = hit[hit["proto"].isin([proto, name, name.upper()])]
-    return hit.iloc[0].to_dict() if len(hit) else None
 
 
 def _goodput_bps(rows: pd.DataFrame) -> float | None:
