@@ -107,13 +107,14 @@ def _mac_texts(values: np.ndarray) -> np.ndarray:
 
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
-    columns = ["rule", "severity", "title", "msg", "first_seen", "last_seen", "n", "src_ip", "dest_ip", "src_port",
-               "dest_port", "proto", "community_id", "evidence", "remediation"]
+    columns = ["rule", "severity", "title", "msg", "identifier", "first_seen", "last_seen", "n", "src_ip", "dest_ip",
+               "src_port", "dest_port", "proto", "community_id", "evidence", "remediation"]
     rows = [{k: getattr(f, k) for k in columns} for f in findings]
     frame = pd.DataFrame(rows, columns=columns)
     for name in ("first_seen", "last_seen"):
         frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
-    for name in ("rule", "severity", "title", "msg", "src_ip", "dest_ip", "proto", "community_id", "remediation"):
+    for name in ("rule", "severity", "title", "msg", "identifier", "src_ip", "dest_ip", "proto", "community_id",
+                 "remediation"):
         frame[name] = frame[name].astype("string")
     for name in ("src_port", "dest_port"):
         frame[name] = frame[name].astype("UInt16")

@@ -87,9 +87,13 @@ class Detector(ABC):
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         """The findings of everything folded in so far."""
 
-    def finding(self, severity: str, msg: str, **fields) -> Finding:
-        """A Finding carrying this rule's id, title, remediation and references."""
-        return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg,
+    def finding(self, severity: str, msg: str, *, identifier: str, **fields) -> Finding:
+        """A Finding carrying this rule's id, title, remediation and references.
+
+        `identifier` names what the finding is about, the same at every look at one incident and distinct
+        between two (a frame's fingerprint, a source address, a flow): live alerts are de-duplicated on it.
+        """
+        return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg, identifier=identifier,
                        remediation=self.rule.remediation, references=list(self.rule.references), **fields)
 
 

@@ -231,7 +231,7 @@ class EchoLoop(Detector):
             severity = self._severity(rate, share)
             known = ", ".join(text for name, text in PRESENT_TEXT.items() if found[name])
             msg = f"{seen}{macs}: {what}{ttl_text}" + (f"; loop evidence: {known}" if known else "")
-        return self.finding(severity, msg, first_seen=int(row["first_ns"]),
+        return self.finding(severity, msg, identifier=evidence["fingerprint"], first_seen=int(row["first_ns"]),
                             last_seen=int(row["last_ns"]), n=count,
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
 

@@ -238,7 +238,7 @@ class MssViolation(Detector):
             "pmtud_blackhole": (src, dst) in blackholed,
             "evidence_frames": evidence_frames(flow["frames"]),
         }
-        return self.finding(severity, msg, first_seen=flow["first_ns"], last_seen=flow["last_ns"],
+        return self.finding(severity, msg, identifier=where, first_seen=flow["first_ns"], last_seen=flow["last_ns"],
                             n=flow["count"], src_ip=src, dest_ip=dst, src_port=sport, dest_port=dport,
                             proto="TCP", community_id=_community_id(ctx, src, sport, dst, dport),
                             evidence={k: v for k, v in evidence.items() if v is not None})

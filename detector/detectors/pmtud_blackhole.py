@@ -122,6 +122,11 @@ class _Pair:
     rows: dict = field(default_factory=lambda: {k: np.zeros(0, dtype=t) for k, t in ROW_COLUMNS.items()})
 
     @property
+    def identifier(self) -> str:
+        """The findings' identifier: the host told to shrink its packets, and the peer it sends them to."""
+        return f"{ip_text(*self.host)} -> {ip_text(*self.peer)}"
+
+    @property
     def to_loopback(self) -> bool:
         value, mask = LOOPBACK_V4_MAPPED
         return self.peer[0] == 0 and self.peer[1] & mask == value
@@ -389,7 +394,8 @@ class PmtudBlackhole(Detector):
                f"told {host} to shrink its packets to {peer}; the host's own packets are not in the capture, "
                f"so whether it adapted cannot be judged")
         frames = evidence_frames(pair.icmp_frames)
-        return self.finding("low", msg, first_seen=pair.first_icmp_ns, last_seen=pair.last_icmp_ns,
+        return self.finding("low", msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns,
+                            last_seen=pair.last_icmp_ns,
                             n=pair.icmp_count, src_ip=host, dest_ip=peer,
                             evidence={"host": host, "peer": peer, "reported_mtu": pair.mtu,
                                       "icmp_count": pair.icmp_count, "routers": routers,
@@ -414,7 +420,8 @@ class PmtudBlackhole(Detector):
                f"messages (MTU {pair.mtu}) from {router_text}: "
                f"{'; '.join(p.pop('text') for p in probes[:MAX_LISTED])}. A diagnostic measuring the path MTU "
                f"(ping -M do, MPLS LSP ping, fixed-size probes) never adapts, by design: not a black hole")
-        return self.finding("info", msg, first_seen=pair.first_icmp_ns, last_seen=pair.last_icmp_ns,
+        return self.finding("info", msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns,
+                            last_seen=pair.last_icmp_ns,
                             n=pair.icmp_count, src_ip=host, dest_ip=peer,
                             evidence={"host": host, "peer": peer, "reported_mtu": pair.mtu,
                                       "icmp_count": pair.icmp_count, "routers": routers,
@@ -458,7 +465,7 @@ class PmtudBlackhole(Detector):
             "shrinking_example_bytes": ladders["example"], "affected_flows": flows,
             "evidence_frames": frames,
         }
-        return self.finding(severity, msg, first_seen=pair.first_icmp_ns, last_seen=last,
+        return self.finding(severity, msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns, last_seen=last,
                             n=pair.oversized_after, src_ip=host, dest_ip=peer,
                             src_port=main.get("src_port"), dest_port=main.get("dest_port"),
                             proto=main.get("proto"), community_id=main.get("community_id"), evidence=evidence)

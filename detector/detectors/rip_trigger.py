@@ -438,5 +438,5 @@ class RipTrigger(Detector):
         }
         if related:
             evidence["related"] = related
-        return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=n, evidence=evidence,
+        return self.finding(severity, msg, identifier=src, first_seen=t0, last_seen=t1, n=n, evidence=evidence,
                             **{k: v for k, v in fields.items() if v is not None})

@@ -329,7 +329,8 @@ class RssSaturation(Detector):
             "flows": named, "echo_loop": loop.msg if loop is not None else None,
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
-        return self.finding(severity, msg, first_seen=first_ns, last_seen=last_ns, n=packets,
+        return self.finding(severity, msg, identifier=f"queue {queue}", first_seen=first_ns, last_seen=last_ns,
+                            n=packets,
                             src_ip=main.get("src_ip"), dest_ip=main.get("dest_ip"), src_port=main.get("src_port"),
                             dest_port=main.get("dest_port"), proto=main.get("proto"),
                             community_id=main.get("community_id"),
