@@ -122,8 +122,7 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True):
 
         evidence = None
         if report:
-            rss = next((d.model for d in result.detectors if d.rule_id == "rss-saturation"), None)
-            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, rss_model=rss)
+            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors)
         document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
                                      result.failures)
         path = write_findings(out, document, findings, str(paths[0]) if paths else None)

@@ -123,7 +123,7 @@ def _warm_up(rules) -> None:
     from ..detectors.base import frame_summary
 
     # Ethernet, IPv4 10.0.0.1 -> 10.0.0.2, UDP 520 -> 520 with 16 zero bytes: a RIP probe, which wakes
-    # the rip-trigger and echo-loop paths too
+    # the RIP and loop detectors' paths too
     frame = (bytes.fromhex("02000000000102000000000208004500002c00004000401100000a0000010a000002")
              + bytes.fromhex("0208020800180000") + bytes(16))
     head = struct.pack("<IHHiIII", PCAP_MAGIC_NS, *PCAP_VERSION, 0, 0, 65535, 1)
@@ -151,13 +151,12 @@ class Watch:
         self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
         self.book = AlertBook(rules, options.min_severity)
         self.log = AlertLog(out.path / "alerts.jsonl")
-        from ..detectors import REGISTRY
-        rss_rule = rules.get("rss-saturation")
-        self.rss_model = REGISTRY["rss-saturation"](rss_rule).model if rss_rule is not None else None
-        queues = self.rss_model.queues if self.rss_model is not None else 0
-        self.metrics = Metrics(queues, sorted(rules))
-        self.queue_packets = np.zeros(queues, dtype=np.int64)
-        self._queue_told = self.queue_packets.copy()
+        from ..detectors import active_detectors
+        # what the rules count in every batch for the metrics (their detectors' live_counters hook)
+        self.counters = [counter for det in active_detectors(rules) for counter in det.live_counters()]
+        self.metrics = Metrics(self.counters, sorted(rules))
+        self.counted = {counter.name: np.zeros(counter.values, dtype=np.int64) for counter in self.counters}
+        self._counted_told = {name: counts.copy() for name, counts in self.counted.items()}
         self.stats = CaptureStats()
         self.series = TrafficSeries()
         self.batches: queue.Queue = queue.Queue(maxsize=QUEUE_BATCHES)
@@ -230,9 +229,8 @@ class Watch:
         self.series.add(batch["ts_ns"])
         self.metrics.packets.inc(n)
         self.metrics.bytes.inc(int(batch["caplen"].sum(dtype=np.int64)))
-        if self.rss_model is not None:
-            self.queue_packets += np.bincount(self.rss_model.queue(batch).astype(np.int64),
-                                              minlength=len(self.queue_packets))[:len(self.queue_packets)]
+        for counter in self.counters:
+            self.counted[counter.name] += counter.count(batch)
         self.metrics.lag.set(max(0.0, time.time() - int(batch["ts_ns"].max()) / 1e9))
 
     # ---- periodic ------------------------------------------------------------
@@ -274,12 +272,14 @@ class Watch:
         if dropped is not None:
             self.metrics.rx_dropped.set(dropped)
         self.metrics.ring_bytes.set(self.ring.bytes)
-        fresh = self.queue_packets - self._queue_told
-        for queue_no, count in enumerate(fresh.tolist()):
-            self.metrics.queue_packets.labels(queue=str(queue_no)).inc(count)
-            if elapsed > 0:
-                self.metrics.queue_rate.labels(queue=str(queue_no)).set(round(count / elapsed, 1))
-        self._queue_told = self.queue_packets.copy()
+        for name, counts in self.counted.items():
+            total, rate = self.metrics.counted[name]
+            fresh = counts - self._counted_told[name]
+            for value, count in enumerate(fresh.tolist()):
+                total.labels(str(value)).inc(count)
+                if elapsed > 0:
+                    rate.labels(str(value)).set(round(count / elapsed, 1))
+            self._counted_told[name] = counts.copy()
 
     # ---- the loop ------------------------------------------------------------
     def run(self, announce) -> int:
