@@ -100,13 +100,14 @@ def _proto_texts(proto: np.ndarray) -> np.ndarray:
 
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
-    columns = ["rule", "severity", "title", "msg", "first_seen", "last_seen", "n", "src_ip", "dest_ip", "src_port",
-               "dest_port", "proto", "community_id", "evidence", "remediation"]
+    columns = ["rule", "severity", "title", "msg", "identifier", "first_seen", "last_seen", "n", "src_ip", "dest_ip",
+               "src_port", "dest_port", "proto", "community_id", "evidence", "remediation"]
     rows = [{k: getattr(f, k) for k in columns} for f in findings]
     frame = pd.DataFrame(rows, columns=columns)
     for name in ("first_seen", "last_seen"):
         frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
-    for name in ("rule", "severity", "title", "msg", "src_ip", "dest_ip", "proto", "community_id", "remediation"):
+    for name in ("rule", "severity", "title", "msg", "identifier", "src_ip", "dest_ip", "proto", "community_id",
+                 "remediation"):
         frame[name] = frame[name].astype("string")
     for name in ("src_port", "dest_port"):
         frame[name] = frame[name].astype("UInt16")
@@ -164,19 +165,14 @@ class Capture:
 
         A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
         """
-        from .detectors import AnalysisContext, DetectorSet, active_detectors
-        from .flows import FlowTable
+        from . import analysis
         from .rules import load_rules
-        from .stats import CaptureStats
 
-        detectors = DetectorSet(active_detectors(load_rules(rules)))
-        stats, table = CaptureStats(), FlowTable()
-        engine.run(self.paths, [stats, table, detectors], label="analyze")
-        self._flows = table.to_frame()
-        self._findings = detectors.findings(AnalysisContext(flows=self._flows, stats=stats))
-        failures = detectors.failure_list()
-        self._failures = [failure.to_json() for failure in failures]
-        for failure in failures:
+        result = analysis.analyze(self.paths, load_rules(rules), label="analyze")
+        self._flows = result.flows
+        self._findings = result.findings
+        self._failures = [failure.to_json() for failure in result.failures]
+        for failure in result.failures:
             warnings.warn(f"{failure.summary()} -- a bug in detector: this rule did not run to the end and its "
                           "findings may be missing (the other rules' are here); Capture.failures has the "
                           "traceback", RuntimeWarning, stacklevel=2)

@@ -87,32 +87,26 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True):
     findings files are written: no second pass for evidence and figures.
     The outputs replace those of an earlier run in the folder only once all
     of them are written. A detector that fails is recorded, not raised
-    (detectors.DetectorSet) in the run result's `failures`. Returns
-    (findings, run result, findings.json path).
+    (detectors.DetectorSet), in the analysis' `failures`. Returns
+    (findings, the analysis.Analysis, findings.json path).
     """
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
-    from .detectors import AnalysisContext, DetectorSet, active_detectors
+    from . import analysis
     from .rules import load_rules
 
     rules = load_rules(rules_dir)
     with OutputDir(out_dir, rule_ids=rules) as out:
-        detectors = DetectorSet(active_detectors(rules))
-        stats = CaptureStats()
-        table = FlowTable()
-        result = engine.run(paths, [stats, table, detectors], label="analyze")
-        ctx = AnalysisContext(flows=table, stats=stats)      # the flow frame is built if a finding needs it
-        findings = detectors.findings(ctx)
-        result.failures = detectors.failure_list()
+        result = analysis.analyze(paths, rules, label="analyze")
+        findings, stats = result.findings, result.stats
         # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
         from .report import findings_document, write_evidence, write_findings, write_reports
 
         evidence = None
         if report:
-            rss = next((d.model for d in detectors.running() if d.rule_id == "rss-saturation"), None)
-            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, rss_model=rss)
-        document = findings_document(result.captures, {**stats.to_json(), "flows": table.flow_count}, findings,
+            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors)
+        document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
                                      result.failures)
         path = write_findings(out, document, findings, str(paths[0]) if paths else None)
         if report:
-            write_reports(out, document, findings, rules, evidence, ctx.flows)
+            write_reports(out, document, findings, rules, evidence, result.flows)
     return findings, result, path

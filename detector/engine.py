@@ -27,7 +27,6 @@ from .progress import Progress
 class RunResult:
     captures: list[dict] = field(default_factory=list)   # per file: path, format, packets, warnings
     warnings: list[str] = field(default_factory=list)
-    failures: list = field(default_factory=list)          # detectors.DetectorFailure of the rules that failed
 
 
 def _file_size(path) -> int:

@@ -1,7 +1,14 @@
 """The Finding record: what a detector reports, in the JSON shape of DESIGN.md.
 
 Field names follow Suricata's EVE where one exists (src_ip, dest_ip, src_port,
-dest_port, proto, community_id) and Zeek's notice where one exists (n, msg).
+dest_port, proto, community_id) and Zeek's notice where one exists (n, msg,
+identifier). As in Zeek, `identifier` names what the finding is about (the
+looping frame, the probing source, the flow, the receive queue), set by its
+detector: two findings of one rule with the same identifier are the same
+incident seen at two times, which is what `detector watch` de-duplicates on.
+
+Findings are listed in one order wherever they appear (findings.json, the
+reports, the notebook, a watch's period): `canonical_order`.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ class Finding:
     severity: str
     title: str
     msg: str
+    identifier: str | None = None      # the entity it is about, unique per rule (Zeek's notice identifier)
     first_seen: int | None = None      # ns since the epoch; ISO text in to_json()
     last_seen: int | None = None
     n: int = 0
@@ -59,3 +67,9 @@ class Finding:
         out["first_seen"] = iso_time(self.first_seen)
         out["last_seen"] = iso_time(self.last_seen)
         return {k: v for k, v in out.items() if v is not None}
+
+
+def canonical_order(findings) -> list[Finding]:
+    """The findings most severe first, then the earliest first, then by rule; ties keep the order given
+    (the detectors' order, each detector's own)."""
+    return sorted(findings, key=lambda f: (-f.rank, f.first_seen or 0, f.rule))

@@ -181,14 +181,14 @@ def test_the_watch_window_stops_a_rule_that_fails_to_merge(monkeypatch):
     batches = _batches(LOOP, 1000)
     for k, batch in enumerate(batches):
         window.update(batch, now=float(k))          # one slice per batch
-    found, _flows = window.findings()
+    found = window.analysis().findings
     assert "echo-loop" in {f.rule for f in found} and "rip-trigger" not in {f.rule for f in found}
     (failure,) = window.new_failures
     assert (failure.rule, failure.stage, failure.error) == ("rip-trigger", "merge", "ValueError")
     window.new_failures.clear()
     seen = len(updates)
     window.update(batches[0], now=float(len(batches)))      # a new slice: the rule stays stopped
-    window.findings()
+    window.analysis()
     assert len(updates) == seen and window.new_failures == []
     assert list(window.failures) == ["rip-trigger"]
 

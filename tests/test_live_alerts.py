@@ -8,24 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from detector.detectors import AnalysisContext, active_detectors, run_findings
+from detector.analysis import analyze
+from detector.decode import decode
 from detector.findings import SEVERITY_RANK
-from detector.flows import FlowTable
+from detector.ingest import open_capture
 from detector.live.alerts import AlertBook, AlertLog, entity_key
+from detector.live.window import SlidingWindow
 from detector.rules import load_rules
-from detector.stats import CaptureStats
-from detector.engine import run
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 WALL = 1_800_000_000_000_000_000
 
 
 def findings_of(name: str) -> list:
-    rules = load_rules()
-    detectors = active_detectors(rules)
-    stats, table = CaptureStats(), FlowTable()
-    run([CAPTURES / name], [stats, table, *detectors])
-    return run_findings(detectors, AnalysisContext(flows=table, stats=stats))
+    return analyze([CAPTURES / name], load_rules()).findings
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +119,38 @@ def test_entities_are_distinct_per_rule_and_subject(loop_findings):
     keys = [entity_key(f) for f in loop_findings]
     assert len(set(keys)) == len(keys)
     loop = next(f for f in loop_findings if f.rule == "echo-loop")
-    assert entity_key(loop) == entity_key(later(loop, 5))
+    assert loop.identifier == loop.evidence["fingerprint"]
+    # the same frame looping on, with other numbers and words: one entity
+    grown = later(loop, 5)
+    grown.n, grown.severity, grown.msg = grown.n * 2, "critical", "more copies"
+    assert entity_key(grown) == entity_key(loop)
     other = copy.deepcopy(loop)
-    other.evidence["fingerprint"] = "0123456789abcdef"
+    other.identifier = "0123456789abcdef"
     assert entity_key(other) != entity_key(loop)
+    probe = next(f for f in loop_findings if f.rule == "rip-trigger")
+    renamed = copy.deepcopy(probe)
+    renamed.rule = loop.rule
+    renamed.identifier = loop.identifier
+    assert entity_key(renamed) == entity_key(loop) != entity_key(probe)
+
+
+@pytest.mark.parametrize("name, batch", [("echo-loop-rip-ipv4.pcapng", 1500), ("pmtud-blackhole-ipv4.pcapng", 8),
+                                         ("routing-loop-ipv4.pcapng", 500), ("rss-elephant-flow.pcap", 1500)])
+def test_each_incident_keeps_its_identifier_as_the_window_grows(name, batch):
+    """A watch asks the window for findings again and again while an incident goes on: each finding keeps
+    the identifier it was first given, so the alert book sees one entity whose numbers grow."""
+    rules = load_rules()
+    window = SlidingWindow(rules, now=0.0, slice_s=1.0, slices=1000)     # nothing leaves the window
+    looks = []
+    with open_capture(CAPTURES / name, batch_packets=batch) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=float(k))
+            looks.append({entity_key(f) for f in window.analysis().findings})
+    assert len(looks) >= 4
+    final = looks[-1]
+    assert {rule for rule, _ in final} >= {f.rule for f in analyze([CAPTURES / name], rules).findings}
+    for look in looks:
+        assert look <= final
 
 
 def test_alert_log_writes_each_event_at_once(tmp_path, book, loop_findings):

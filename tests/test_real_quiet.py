@@ -8,26 +8,16 @@ is reviewed like code.
 """
 from __future__ import annotations
 
-from detector import engine
-from detector.detectors import AnalysisContext, active_detectors, run_findings
+from detector.analysis import analyze
 from detector.errors import DetectorError
 from detector.findings import SEVERITY_RANK
-from detector.flows import FlowTable
 from detector.rules import load_rules
-from detector.stats import CaptureStats
 from tests._real import manifest_rows
 
 QUIET_UP_TO = "low"
 
 # path -> {rule: (highest severity allowed, why the file really contains the signature)}
 ALLOWED: dict[str, dict[str, tuple[str, str]]] = {}
-
-
-def _findings(path, rules):
-    detectors = active_detectors(rules)
-    stats, table = CaptureStats(), FlowTable()
-    engine.run([path], [stats, table, *detectors], label="quiet")
-    return run_findings(detectors, AnalysisContext(flows=table.to_frame(), stats=stats))
 
 
 def test_real_captures_stay_quiet(captures_real):
@@ -37,7 +27,7 @@ def test_real_captures_stay_quiet(captures_real):
     assert len(rows) > 1000
     for row in rows:
         try:
-            findings = _findings(captures_real / row["path"], rules)
+            findings = analyze([captures_real / row["path"]], rules, label="quiet").findings
         except DetectorError:
             continue
         allowed = ALLOWED.get(row["path"], {})

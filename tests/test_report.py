@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from detector.commands import analyze
-from detector.report.evidence import collect
+from detector.detectors.echo_loop import CopiesFigure
+from detector.detectors.pmtud_blackhole import SegmentsFigure
+from detector.detectors.rss_saturation import QueueShareFigure
+from detector.report.evidence import collect, rule_figures, time_bins
 from detector.rules import load_rules
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -175,50 +178,39 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert "- copies: 6,000" in text
 
 
-def test_series_count_every_packet_and_every_loop_copy(incident):
-    _out, findings = incident
-    from detector.stats import CaptureStats
-    from detector import engine
+def _evidence_pass(name, tmp_path):
+    """`detector analyze` of one bundled capture, then its evidence pass again with the rules' figures at hand:
+    (analysis, records, series, figures, report.html)."""
+    path = str(CAPTURES / name)
+    _findings, result, _out = analyze([path], tmp_path)
+    bins = time_bins(result.stats.first_ns, result.stats.last_ns)
+    figures = rule_figures(result.detectors, result.findings, bins)
+    records, series = collect([path], result.findings, bins, figures)
+    return result, records, series, figures, (tmp_path / "report.html").read_text()
 
-    stats = CaptureStats()
-    engine.run([str(CAPTURES / "echo-loop-rip-ipv4.pcapng")], [stats])
-    records, series = collect([str(CAPTURES / "echo-loop-rip-ipv4.pcapng")], findings, stats.first_ns, stats.last_ns)
-    assert int(series.packets.sum()) == stats.packets == 6532
-    (loop_index,) = [i for i, f in enumerate(findings) if f.rule == "echo-loop"]
-    assert int(series.loops[loop_index].sum()) == 6000
+
+def test_series_count_every_packet_and_every_loop_copy(tmp_path):
+    result, records, series, figures, page = _evidence_pass("echo-loop-rip-ipv4.pcapng", tmp_path)
+    assert int(series.packets.sum()) == result.stats.packets == 6532
+    (loop,) = [f for f in result.findings if f.rule == "echo-loop"]
+    (copies,) = figures         # the probe's rule draws nothing of its own
+    assert isinstance(copies, CopiesFigure) and copies.title == f"Looping frame {loop.identifier}: copies per second"
+    assert int(copies.copies.sum()) == 6000
     # the loop lasts 0.24 s at 25,000/s: its bins carry it, the rest of the capture none
-    busy = series.loops[loop_index] > 0
+    busy = copies.copies > 0
     assert busy.sum() * series.bin_ns <= 0.26e9
-    wanted = {n for f in findings for n in f.evidence["evidence_frames"]}
+    assert f'alt="{copies.title}"' in page
+    wanted = {n for f in result.findings for n in f.evidence["evidence_frames"]}
     assert set(records) == wanted
 
 
-def _analyzed_series(name, tmp_path):
-    from detector.detectors import active_detectors
-    from detector.stats import CaptureStats
-    from detector import engine
-
-    path = str(CAPTURES / name)
-    findings, _result, _out = analyze([path], tmp_path)
-    stats = CaptureStats()
-    engine.run([path], [stats])
-    rss = next(d.model for d in active_detectors(load_rules()) if d.rule_id == "rss-saturation")
-    _records, series = collect([path], findings, stats.first_ns, stats.last_ns, rss_model=rss)
-    return findings, series, stats, (tmp_path / "report.html").read_text()
-
-
 def test_pmtud_figure_plots_every_packet_of_the_flow(tmp_path):
-    import pandas as pd
-    from detector.flows import FlowTable
-    from detector import engine
-
-    findings, series, _stats, page = _analyzed_series("pmtud-blackhole-ipv4.pcapng", tmp_path)
-    (index,) = [i for i, f in enumerate(findings) if f.rule == "pmtud-blackhole"]
-    t, size, forward = series.segments[index]
-    table = FlowTable()
-    engine.run([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], [table])
-    flows: pd.DataFrame = table.to_frame()
-    row = flows[flows["community_id"] == findings[index].community_id].iloc[0]
+    result, _records, _series, figures, page = _evidence_pass("pmtud-blackhole-ipv4.pcapng", tmp_path)
+    (segments,) = [f for f in figures if isinstance(f, SegmentsFigure)]
+    assert segments.finding.rule == "pmtud-blackhole"
+    t, size, forward = segments.points()
+    flows = result.flows
+    row = flows[flows["community_id"] == segments.finding.community_id].iloc[0]
     assert len(t) == row["src2dst_packets"] + row["dst2src_packets"]
     # the host keeps sending full-size segments past the reported MTU's payload (1420 - 40)
     assert size[forward].max() == 1460 and (size[forward] > 1380).sum() >= 6
@@ -226,12 +218,23 @@ def test_pmtud_figure_plots_every_packet_of_the_flow(tmp_path):
 
 
 def test_rss_heat_map_shows_the_saturated_queue(tmp_path):
-    findings, series, stats, page = _analyzed_series("rss-single-flow-flood.pcap", tmp_path)
-    (finding,) = [f for f in findings if f.rule == "rss-saturation"]
-    assert series.rss.sum() == stats.layers["ipv4"] + stats.layers.get("ipv6", 0)
+    result, _records, series, figures, page = _evidence_pass("rss-single-flow-flood.pcap", tmp_path)
+    (finding,) = [f for f in result.findings if f.rule == "rss-saturation"]
+    (heat,) = [f for f in figures if isinstance(f, QueueShareFigure)]
+    stats = result.stats
+    assert heat.packets.sum() == stats.layers["ipv4"] + stats.layers.get("ipv6", 0)
     window = slice(int((finding.first_seen - series.start_ns) // series.bin_ns),
                    int((finding.last_seen - series.start_ns) // series.bin_ns) + 1)
-    per_queue = series.rss[window].sum(axis=0)
+    per_queue = heat.packets[window].sum(axis=0)
     assert per_queue.argmax() == finding.evidence["queue"]
     assert per_queue.max() / per_queue.sum() > 0.8
     assert 'alt="Share of packets per receive queue' in page
+
+
+def test_no_rule_figure_without_its_findings(tmp_path):
+    """The balanced capture has traffic on every queue but no saturation: the RSS rule draws nothing, and the
+    report holds only the traffic and the talkers."""
+    result, _records, _series, figures, page = _evidence_pass("rss-balanced-busy.pcap", tmp_path)
+    assert result.findings == [] and figures == []
+    assert re.findall(r'<img alt="([^"]*)"', page) == ["Packets per second (finding intervals shaded)",
+                                                       "Top 10 talkers"]

@@ -23,7 +23,6 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from ..findings import SEVERITY_RANK
 from .base import REGISTRY, AnalysisContext, Detector, register
 
 __all__ = ["REGISTRY", "AnalysisContext", "Detector", "register", "active_detectors", "run_findings",
@@ -199,7 +198,7 @@ class DetectorSet:
         return self
 
     def findings(self, ctx: AnalysisContext) -> list:
-        """Every running detector's findings, in findings order, most severe first."""
+        """Every running detector's findings, in the detectors' order (analysis.conclude sorts them)."""
         out = []
         for det in self.detectors:
             ctx.findings[det.rule_id] = []
@@ -207,7 +206,6 @@ class DetectorSet:
                 continue
             with self._guard(det, "findings"):
                 out.extend(run_findings([det], ctx))
-        out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
         return out
 
     def failure_list(self) -> list[DetectorFailure]:

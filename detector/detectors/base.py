@@ -6,20 +6,28 @@ A detector is a compact, mergeable state over decoded batches:
 cluster partitions, two live intervals), and `findings(ctx)` turns the state
 into findings once the input is read, with the whole flow table, the capture
 statistics and the findings of the detectors that ran before it at hand.
+
+A detector owns everything its rule needs beyond that, as hooks the rest
+of the package calls without knowing the rule: each finding's
+`identifier` (what live alerts de-duplicate on), the report's figures of
+its findings (`figures`, gathered in the evidence pass), a script that
+replays a finding's frame (`REPRODUCES`), and what a watch counts for it
+(`live_counters`).
 """
 from __future__ import annotations
 
 import importlib
 import ipaddress
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from ..cpu import kernel
-from ..findings import Finding
+from ..findings import Finding, iso_time
 from ..rules import Param, Range, Rule
-from ..schema import PacketBatch
+from ..schema import PROTO_NAMES, PacketBatch
 from ..stats import CaptureStats
 
 REGISTRY: dict[str, type["Detector"]] = {}
@@ -63,10 +71,79 @@ class AnalysisContext:
         return self._flows
 
 
+@dataclass(frozen=True)
+class TimeBins:
+    """The report's time axis: `count` bins of `bin_ns`, bin i starting at start_ns + i * bin_ns."""
+
+    start_ns: int
+    bin_ns: int
+    count: int
+
+    @property
+    def width_s(self) -> float:
+        return self.bin_ns / 1e9
+
+    @property
+    def starts_s(self) -> np.ndarray:
+        """Each bin's start in seconds after start_ns (the x values of a plot)."""
+        return np.arange(self.count) * self.width_s
+
+    @property
+    def axis_label(self) -> str:
+        return f"seconds after {iso_time(self.start_ns)}"
+
+    def index(self, ts: np.ndarray) -> np.ndarray:
+        """The bin of each time (ns); outside 0..count-1 for a time off the axis."""
+        return (ts - self.start_ns) // self.bin_ns
+
+    def counts(self, ts: np.ndarray) -> np.ndarray:
+        """How many of the times fall in each bin; times off the axis are not counted."""
+        idx = self.index(ts)
+        idx = idx[(idx >= 0) & (idx < self.count)]
+        return np.bincount(idx, minlength=self.count).astype(np.int64)
+
+
+class ReportFigure(ABC):
+    """A figure of report.html for some of a rule's findings (Detector.figures).
+
+    The evidence pass (the second read of the captures, which copies the
+    evidence frames) hands it every decoded batch; it keeps what it draws,
+    bounded whatever the capture's size. It is drawn only when the capture
+    has packets on the time axis.
+    """
+
+    title: str
+    size: tuple[float, float] = (8.0, 3.0)      # inches
+    needs_fingerprint: bool = False             # whether add() reads batch["fingerprint"]
+
+    @abstractmethod
+    def add(self, batch: PacketBatch) -> None:
+        """Keep what the figure needs of one batch."""
+
+    @abstractmethod
+    def draw(self, ax, flows) -> None:
+        """Draw on the matplotlib Axes `ax`; `flows` is the flow table (FlowTable.to_frame())."""
+
+
+@dataclass(frozen=True)
+class LiveCounter:
+    """Packets a watch counts for a rule in every batch, per value of one label, and serves as the metrics
+    detector_<name>_total and detector_<name>_per_second{<label>="0" .. "<values - 1>"}."""
+
+    name: str
+    help: str
+    label: str
+    values: int
+    count: Callable[[PacketBatch], np.ndarray]     # a batch's packets per label value (int64, `values` long)
+
+
 class Detector(ABC):
     rule_id: ClassVar[str]
     PARAMS: ClassVar[dict[str, Param]] = {}                   # name -> (type, default, meaning, range)
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
+    # What a scapy script rebuilt from a finding's first evidence frame replays ("the probe"), for a rule
+    # whose findings turn on one frame worth sending again in a lab; None: no script.
+    REPRODUCES: ClassVar[str | None] = None
 
     def __init__(self, rule: Rule):
         if rule.id != self.rule_id:
@@ -87,10 +164,23 @@ class Detector(ABC):
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         """The findings of everything folded in so far."""
 
-    def finding(self, severity: str, msg: str, **fields) -> Finding:
-        """A Finding carrying this rule's id, title, remediation and references."""
-        return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg,
+    def finding(self, severity: str, msg: str, *, identifier: str, **fields) -> Finding:
+        """A Finding carrying this rule's id, title, remediation and references.
+
+        `identifier` names what the finding is about, the same at every look at it (a frame's fingerprint,
+        a source address, a flow, a receive queue): live alerts are de-duplicated on rule and identifier.
+        """
+        return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg, identifier=identifier,
                        remediation=self.rule.remediation, references=list(self.rule.references), **fields)
+
+    # ---- hooks (nothing by default) -------------------------------------------
+    def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
+        """The report's figures of this rule's `findings` (in report order), over the time axis `bins`."""
+        return []
+
+    def live_counters(self) -> list[LiveCounter]:
+        """What a watch counts for this rule in every batch and serves as metrics."""
+        return []
 
 
 def register(cls: type[Detector]) -> type[Detector]:
@@ -116,6 +206,16 @@ def ip_text(hi, lo) -> str:
     """An address from the two uint64 halves of the schema; IPv4-mapped ones in dotted form."""
     value = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
     return str(value.ipv4_mapped) if value.ipv4_mapped is not None else str(value)
+
+
+def ip_halves(text) -> tuple[int, int] | None:
+    """The schema's (hi, lo) halves of an address text (IPv4 as IPv4-mapped IPv6); None if it is no address."""
+    try:
+        value = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    number = int(value) | (0xFFFF << 32) if value.version == 4 else int(value)
+    return number >> 64, number & 0xFFFFFFFFFFFFFFFF
 
 
 def endpoint(address: str, port: int) -> str:
@@ -169,6 +269,22 @@ def frame_summary(frame: bytes, linktype: int) -> str:
     # one line, bounded: the text comes from packet bytes
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def match_flow(table, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:
+    """The row of the flow table (FlowTable.to_frame()) of src:sport -> dst:dport over `proto`, in either
+    orientation, as a dict; None when it has none."""
+    if table is None or len(table) == 0 or "src_ip" not in table:
+        return None
+    forward = ((table["src_ip"] == src) & (table["src_port"] == sport) &
+               (table["dest_ip"] == dst) & (table["dest_port"] == dport))
+    backward = ((table["src_ip"] == dst) & (table["src_port"] == dport) &
+                (table["dest_ip"] == src) & (table["dest_port"] == sport))
+    hit = table[forward | backward]
+    if "proto" in hit and len(hit):
+        name = PROTO_NAMES.get(proto, "")
+        hit = hit[hit["proto"].isin([proto, name, name.upper()])]
+    return hit.iloc[0].to_dict() if len(hit) else None
 
 
 def flow_time_ns(column) -> np.ndarray:

@@ -16,7 +16,8 @@ ff02::1 or 0.0.0.0, and no router forwards from them), and no packets from
 the target back to the source while it repeats (a device that answers with
 packets of its own is being flooded, not echoing). Without all of them the
 finding is an identical-frame flood at low severity, naming the evidence
-that was missing; rip-trigger escalates only for a loop.
+that was missing; the RIP probe rule (rip_trigger.py) escalates only for
+a loop.
 
 State: for each fingerprint that repeats, its count, first/last time and
 frame, and the header fields of its first copy, kept in arrays sorted by
@@ -37,8 +38,8 @@ from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PR
                       PacketBatch)
 from ..units import NS
 from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
-                   batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary, group_by, ip_text,
-                   keep_ends, member, register, repeated_keys)
+                   ReportFigure, TimeBins, batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary,
+                   group_by, ip_text, keep_ends, member, register, repeated_keys)
 
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
@@ -232,9 +233,33 @@ class EchoLoop(Detector):
             severity = self._severity(rate, share)
             known = ", ".join(text for name, text in PRESENT_TEXT.items() if found[name])
             msg = f"{seen}{macs}: {what}{ttl_text}" + (f"; loop evidence: {known}" if known else "")
-        return self.finding(severity, msg, first_seen=int(row["first_ns"]),
+        return self.finding(severity, msg, identifier=evidence["fingerprint"], first_seen=int(row["first_ns"]),
                             last_seen=int(row["last_ns"]), n=count,
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
+
+    # ---- report -------------------------------------------------------------
+    def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
+        return [CopiesFigure(finding, bins) for finding in findings]
+
+
+class CopiesFigure(ReportFigure):
+    """Copies per second of one looping frame over the capture: when the loop started, how fast, how long."""
+
+    needs_fingerprint = True
+
+    def __init__(self, finding: Finding, bins: TimeBins):
+        self.title = f"Looping frame {finding.identifier}: copies per second"
+        self.fingerprint = np.uint64(int(finding.identifier, 16))
+        self.bins = bins
+        self.copies = np.zeros(bins.count, dtype=np.int64)
+
+    def add(self, batch: PacketBatch) -> None:
+        self.copies += self.bins.counts(batch["ts_ns"][batch["fingerprint"] == self.fingerprint])
+
+    def draw(self, ax, flows) -> None:
+        ax.plot(self.bins.starts_s, self.copies / self.bins.width_s, drawstyle="steps-post", lw=1, color="#d33")
+        ax.set_xlabel(self.bins.axis_label)
+        ax.set_ylabel("copies/s")
 
 
 # What each piece of loop evidence says when it holds, and when it fails.

@@ -27,8 +27,8 @@ from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from ..units import NS
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
-                   group_by, ip_text, keep_ends, member, mix64, register)
-from .pmtud_blackhole import match_flow
+                   group_by, ip_text, keep_ends, match_flow, member, mix64, register)
+from .pmtud_blackhole import PmtudBlackhole
 
 # Announcements kept: a SYN flood with MSS options must not grow the state
 # without bound; past this, new announcements are counted and not kept.
@@ -83,7 +83,7 @@ def _direction_key(src_hi, src_lo, dst_hi, dst_lo, sport, dport) -> np.ndarray:
 @register
 class MssViolation(Detector):
     rule_id = "mss-violation"
-    AFTER = ("pmtud-blackhole",)
+    AFTER = (PmtudBlackhole.rule_id,)
     PARAMS = {
         "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "
                                       "severity (fewer: low)", COUNT),
@@ -205,7 +205,7 @@ class MssViolation(Detector):
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        blackholed = {(f.src_ip, f.dest_ip) for f in ctx.findings.get("pmtud-blackhole", [])}
+        blackholed = {(f.src_ip, f.dest_ip) for f in ctx.findings.get(PmtudBlackhole.rule_id, [])}
         out = []
         for flow in sorted(self.flows.values(), key=lambda f: (f["first_ns"], f["sport"], f["dport"])):
             out.append(self._finding(flow, ctx, blackholed))
@@ -230,7 +230,7 @@ class MssViolation(Detector):
             if super_segments:
                 msg += f" (and {super_segments} host-side super-segments)"
             if (src, dst) in blackholed:
-                msg += "; routers report a smaller path MTU for this host (see pmtud-blackhole)"
+                msg += f"; routers report a smaller path MTU for this host (see {PmtudBlackhole.rule_id})"
         evidence = {
             "peer_mss": mss, "violating_segments": flow["count"], "on_wire_segments": flow["on_wire"],
             "super_segments": super_segments, "largest_payload_bytes": flow["largest"],
@@ -239,7 +239,7 @@ class MssViolation(Detector):
             "pmtud_blackhole": (src, dst) in blackholed,
             "evidence_frames": evidence_frames(flow["frames"]),
         }
-        return self.finding(severity, msg, first_seen=flow["first_ns"], last_seen=flow["last_ns"],
+        return self.finding(severity, msg, identifier=where, first_seen=flow["first_ns"], last_seen=flow["last_ns"],
                             n=flow["count"], src_ip=src, dest_ip=dst, src_port=sport, dest_port=dport,
                             proto="TCP", community_id=_community_id(ctx, src, sport, dst, dport),
                             evidence={k: v for k, v in evidence.items() if v is not None})

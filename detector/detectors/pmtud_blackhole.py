@@ -45,8 +45,8 @@ from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
 from ..units import NS
-from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, group_by, ip_text,
-                   keep_ends, member, mix64, register)
+from .base import (COUNT, AnalysisContext, Detector, Param, Range, ReportFigure, TimeBins, check_merge, evidence_frames,
+                   group_by, ip_halves, ip_text, keep_ends, match_flow, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -78,6 +78,14 @@ MAX_LISTED = 16
 # Flows of the host to one peer tracked with their own sizes and counters;
 # packets of further flows share one entry per protocol (ports 0).
 MAX_FLOWS_PER_PAIR = 256
+
+# Packets drawn per flow in the report's segment-size figure: the pattern (full-size
+# segments never shrinking) shows in the first few thousand; the bound holds for a
+# flow of any length.
+SEGMENT_POINTS_MAX = 20000
+# TCP payload a packet of a given IP MTU carries: the MTU less the IPv4 or IPv6
+# header and the TCP header, options not counted (RFC 879, RFC 8200 section 5).
+TCP_OVERHEAD = {4: 20 + 20, 6: 40 + 20}
 
 ROW_COLUMNS = {"ts": np.int64, "frame": np.int64, "proto": np.uint8, "sport": np.uint16,
                "dport": np.uint16, "seq": np.uint32, "payload": np.uint32, "ip_len": np.uint32}
@@ -120,6 +128,11 @@ class _Pair:
     largest_after: int = 0
     flows: dict = field(default_factory=dict)       # (proto, sport, dport) -> _Flow
     rows: dict = field(default_factory=lambda: {k: np.zeros(0, dtype=t) for k, t in ROW_COLUMNS.items()})
+
+    @property
+    def identifier(self) -> str:
+        """The findings' identifier: the host told to shrink its packets, and the peer it sends them to."""
+        return f"{ip_text(*self.host)} -> {ip_text(*self.peer)}"
 
     @property
     def to_loopback(self) -> bool:
@@ -389,7 +402,8 @@ class PmtudBlackhole(Detector):
                f"told {host} to shrink its packets to {peer}; the host's own packets are not in the capture, "
                f"so whether it adapted cannot be judged")
         frames = evidence_frames(pair.icmp_frames)
-        return self.finding("low", msg, first_seen=pair.first_icmp_ns, last_seen=pair.last_icmp_ns,
+        return self.finding("low", msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns,
+                            last_seen=pair.last_icmp_ns,
                             n=pair.icmp_count, src_ip=host, dest_ip=peer,
                             evidence={"host": host, "peer": peer, "reported_mtu": pair.mtu,
                                       "icmp_count": pair.icmp_count, "routers": routers,
@@ -414,7 +428,8 @@ class PmtudBlackhole(Detector):
                f"messages (MTU {pair.mtu}) from {router_text}: "
                f"{'; '.join(p.pop('text') for p in probes[:MAX_LISTED])}. A diagnostic measuring the path MTU "
                f"(ping -M do, MPLS LSP ping, fixed-size probes) never adapts, by design: not a black hole")
-        return self.finding("info", msg, first_seen=pair.first_icmp_ns, last_seen=pair.last_icmp_ns,
+        return self.finding("info", msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns,
+                            last_seen=pair.last_icmp_ns,
                             n=pair.icmp_count, src_ip=host, dest_ip=peer,
                             evidence={"host": host, "peer": peer, "reported_mtu": pair.mtu,
                                       "icmp_count": pair.icmp_count, "routers": routers,
@@ -458,7 +473,7 @@ class PmtudBlackhole(Detector):
             "shrinking_example_bytes": ladders["example"], "affected_flows": flows,
             "evidence_frames": frames,
         }
-        return self.finding(severity, msg, first_seen=pair.first_icmp_ns, last_seen=last,
+        return self.finding(severity, msg, identifier=pair.identifier, first_seen=pair.first_icmp_ns, last_seen=last,
                             n=pair.oversized_after, src_ip=host, dest_ip=peer,
                             src_port=main.get("src_port"), dest_port=main.get("dest_port"),
                             proto=main.get("proto"), community_id=main.get("community_id"), evidence=evidence)
@@ -488,20 +503,82 @@ class PmtudBlackhole(Detector):
         out.sort(key=lambda f: -f["oversized_after_icmp"])
         return out
 
+    # ---- report -------------------------------------------------------------
+    def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
+        """A segment-size figure per finding that names one flow (its ports)."""
+        out = []
+        for f in findings:
+            src, dst = ip_halves(f.src_ip), ip_halves(f.dest_ip)
+            if f.src_port is not None and f.dest_port is not None and src and dst:
+                out.append(SegmentsFigure(f, (*src, *dst, f.src_port, f.dest_port), bins))
+        return out
 
-def match_flow(table: pd.DataFrame, src: str, sport: int, dst: str, dport: int, proto: int) -> dict | None:
-    """The flow-table row of src:sport -> dst:dport over `proto` (in either orientation), as a dict."""
-    if table is None or len(table) == 0 or "src_ip" not in table:
-        return None
-    forward = ((table["src_ip"] == src) & (table["src_port"] == sport) &
-               (table["dest_ip"] == dst) & (table["dest_port"] == dport))
-    backward = ((table["src_ip"] == dst) & (table["src_port"] == dport) &
-                (table["dest_ip"] == src) & (table["dest_port"] == sport))
-    hit = table[forward | backward]
-    if "proto" in hit and len(hit):
-        name = PROTO_NAMES.get(proto, "")
-        hit = hit[hit["proto"].isin([proto, name, name.upper()])]
-    return hit.iloc[0].to_dict() if len(hit) else None
+
+class SegmentsFigure(ReportFigure):
+    """The flow's TCP payload sizes over time against each side's MSS and the MTU the routers reported: a
+    sender that adapted drops below the MTU line, a black-holed one keeps sending full-size segments."""
+
+    title = "Segment sizes of the PMTUD flow vs MSS and MTU"
+    size = (8.0, 3.4)
+
+    def __init__(self, finding: Finding, key: tuple, bins: TimeBins):
+        self.finding = finding
+        self.key = key              # src hi, src lo, dst hi, dst lo, src port, dst port
+        self.bins = bins
+        self.kept = 0
+        self.parts = [(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))]
+
+    def add(self, batch: PacketBatch) -> None:
+        rows, forward = _flow_rows(batch, self.key)
+        room = SEGMENT_POINTS_MAX - self.kept
+        rows, forward = rows[:room], forward[:room]
+        self.kept += len(rows)
+        self.parts.append(((batch["ts_ns"][rows] - self.bins.start_ns) / 1e9,
+                           batch["payload_len"][rows].astype(np.int64), forward))
+
+    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(seconds after the axis start, TCP payload bytes, True when sent by the finding's src_ip) per packet."""
+        return tuple(np.concatenate(column) for column in zip(*self.parts))
+
+    def draw(self, ax, flows) -> None:
+        f = self.finding
+        t, size, forward = self.points()
+        mss = {}
+        if f.community_id and len(flows):
+            match = flows[flows["community_id"] == f.community_id]
+            if len(match):
+                row = match.iloc[0]
+                forward_is_src = row["src_ip"] == f.src_ip
+                mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dst_mss"]),
+                       f"{f.dest_ip} MSS": int(row["dst_mss"] if forward_is_src else row["src_mss"])}
+        mtu = f.evidence.get("reported_mtu")
+        ax.plot(t[forward], size[forward], ".", ms=4, color="#245", label=f"from {f.src_ip}")
+        ax.plot(t[~forward], size[~forward], ".", ms=4, color="#999", label=f"from {f.dest_ip}")
+        for (label, value), style in zip(mss.items(), ("--", "-.")):
+            if value:
+                ax.axhline(value, ls=style, lw=1, color="#2a2", label=f"{label} {value}")
+        if isinstance(mtu, int):
+            payload = mtu - TCP_OVERHEAD[6 if ":" in (f.src_ip or "") else 4]
+            ax.axhline(payload, ls=":", lw=1.5, color="#d33", label=f"reported MTU {mtu}: {payload} B payload")
+        ax.set_xlabel(self.bins.axis_label)
+        ax.set_ylabel("TCP payload bytes")
+        ax.legend(fontsize=7, loc="lower right")
+
+
+def _flow_rows(batch: PacketBatch, key: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of one TCP flow in the batch (either direction) and whether each goes src -> dst."""
+    shi, slo, dhi, dlo, sport, dport = key
+    c = batch.cols
+    tcp = (c["layers"] & np.uint32(L_TCP | L_PAYLOAD)) == np.uint32(L_TCP | L_PAYLOAD)
+
+    def side(a_hi, a_lo, b_hi, b_lo, a_port, b_port):
+        return ((c["src_ip_hi"] == np.uint64(a_hi)) & (c["src_ip_lo"] == np.uint64(a_lo))
+                & (c["dst_ip_hi"] == np.uint64(b_hi)) & (c["dst_ip_lo"] == np.uint64(b_lo))
+                & (c["src_port"] == a_port) & (c["dst_port"] == b_port))
+    forward = tcp & side(shi, slo, dhi, dlo, sport, dport)
+    backward = tcp & side(dhi, dlo, shi, slo, dport, sport)
+    rows = np.flatnonzero(forward | backward)
+    return rows, forward[rows]
 
 
 def _goodput_bps(rows: pd.DataFrame) -> float | None:

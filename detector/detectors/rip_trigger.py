@@ -4,8 +4,8 @@ Routers on one link speak RIP to the multicast groups (224.0.0.9, ff02::9)
 with well-formed messages; that is normal. A packet to port 520 or 521 that
 is zero-filled or malformed, sent unicast from outside the local networks,
 or one source reaching many targets, is a probe: scanners send exactly
-that. A probe whose frame is the one an echo-loop finding repeats is the
-trigger of an outage, and both findings name each other.
+that. A probe whose frame is the one an echo loop repeats (echo_loop.py)
+is the trigger of an outage, and both findings name each other.
 
 Payload rules (RFC 1058 RIPv1, RFC 2453 RIPv2, RFC 2080 RIPng): a 4-byte
 header (command 1 request / 2 response, version, two zero bytes for v1 and
@@ -43,6 +43,7 @@ from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
 from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, fold_rows, group_by,
                    ip_text, mix64, register)
+from .echo_loop import EchoLoop
 
 RIP_PORT = 520     # RFC 2453
 RIPNG_PORT = 521   # RFC 2080
@@ -263,7 +264,8 @@ def _in_networks(hi: np.ndarray, lo: np.ndarray, networks) -> np.ndarray:
 @register
 class RipTrigger(Detector):
     rule_id = "rip-trigger"
-    AFTER = ("echo-loop",)
+    AFTER = (EchoLoop.rule_id,)
+    REPRODUCES = "the probe"
     PARAMS = {
         "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
                                             "scan", COUNT),
@@ -338,7 +340,7 @@ class RipTrigger(Detector):
         rows = self.rows
         if len(rows["key"]) == 0:
             return []
-        loops = {f.evidence.get("fingerprint"): f for f in ctx.findings.get("echo-loop", [])}
+        loops = {f.evidence.get("fingerprint"): f for f in ctx.findings.get(EchoLoop.rule_id, [])}
         order, starts, counts = group_by(mix64(rows["src_ip_hi"], rows["src_ip_lo"]))
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
@@ -384,9 +386,9 @@ class RipTrigger(Detector):
         related = []
         for i in linked:
             loop = loops[fps[i]]
-            related.append({"rule": "echo-loop", "fingerprint": fps[i], "severity": loop.severity,
+            related.append({"rule": loop.rule, "fingerprint": fps[i], "severity": loop.severity,
                             "copies": loop.n, "loop": bool(loop.evidence.get("loop"))})
-            back = {"rule": "rip-trigger", "fingerprint": fps[i], "src_ip": src,
+            back = {"rule": self.rule_id, "fingerprint": fps[i], "src_ip": src,
                     "first_frame": int(rows["first_frame"][i])}
             if back not in loop.evidence.setdefault("related", []):
                 loop.evidence["related"].append(back)
@@ -417,9 +419,9 @@ class RipTrigger(Detector):
                    f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
             if looping:
                 copies = sum(loops[fps[i]].n for i in looping)
-                msg += f"; the probe's frame is the one looping ({copies:,} copies, echo-loop)"
+                msg += f"; the probe's frame is the one looping ({copies:,} copies, {EchoLoop.rule_id})"
             elif linked:
-                msg += "; the probe's frame is repeated as an identical-frame flood, not a loop (echo-loop)"
+                msg += f"; the probe's frame is repeated as an identical-frame flood, not a loop ({EchoLoop.rule_id})"
         fields = {"src_ip": src, "proto": "UDP"}
         if target_count == 1 and target_list:
             fields.update(dest_ip=target_list[0], dest_port=ports[0] if len(ports) == 1 else None,
@@ -440,5 +442,5 @@ class RipTrigger(Detector):
         }
         if related:
             evidence["related"] = related
-        return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=n, evidence=evidence,
+        return self.finding(severity, msg, identifier=src, first_seen=t0, last_seen=t1, n=n, evidence=evidence,
                             **{k: v for k, v in fields.items() if v is not None})

@@ -304,7 +304,10 @@ class RoutingLoop(Detector):
             "router_macs": routers, "ttl_first": ttl_from, "ttl_last": ttl_to,
             "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
         }
-        return self.finding(severity, msg, first_seen=t0, last_seen=t1, n=packets, evidence=evidence,
+        # one finding per destination prefix and pair of routers: what the loop is
+        identifier = " ".join((str(net), *routers))
+        return self.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1, n=packets,
+                            evidence=evidence,
                             **{k: v for k, v in fields.items() if v is not None})
 
 

@@ -17,8 +17,8 @@ the fair 1/N and that queue's packet rate matters, measured only where the
 bin's packets span real time (a capture whose packets share one timestamp
 has no rate). Consecutive firing bins of one queue form one finding, which
 names the flows the NIC put on that queue, as it hashed them (outer or
-inner header), counted from the packets themselves, and cross-links an
-echo-loop finding that fills it.
+inner header), counted from the packets themselves, and cross-links the
+echo loop finding (echo_loop.py) that fills it.
 
 State: per time bin the packet count of every queue and the bin's first and
 last packet time (sparse over bins); for the dominant queue of busy bins a
@@ -34,10 +34,12 @@ from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
-from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
+from ..schema import IP, L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
 from ..units import NS
-from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
-                   evidence_frames, group_by, ip_text, keep_ends, mix64, register)
+from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, LiveCounter, Param, Range,
+                   ReportFigure, TimeBins, check_merge, endpoint, evidence_frames, group_by, ip_text, keep_ends, mix64,
+                   register)
+from .echo_loop import EchoLoop
 
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
 # Cells (bins spanned by one batch times queues) beyond which a batch's
@@ -136,7 +138,7 @@ def _fold(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 @register
 class RssSaturation(Detector):
     rule_id = "rss-saturation"
-    AFTER = ("echo-loop",)
+    AFTER = (EchoLoop.rule_id,)
     PARAMS = {
         # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)
         "key": Param(str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
@@ -276,7 +278,7 @@ class RssSaturation(Detector):
         breaks = (np.diff(bins[hot]) > 2) | (np.diff(top[hot]) != 0)
         starts = np.flatnonzero(np.concatenate(([True], breaks)))
         ends = np.append(starts[1:], len(hot))
-        loops = ctx.findings.get("echo-loop", [])
+        loops = ctx.findings.get(EchoLoop.rule_id, [])
         return [self._finding(hot[s:e], bins, total, top, top_count, loops) for s, e in zip(starts, ends)]
 
     def _finding(self, idx, bins, total, top, top_count, loops) -> Finding:
@@ -329,11 +331,53 @@ class RssSaturation(Detector):
             "flows": named, "echo_loop": loop.msg if loop is not None else None,
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
-        return self.finding(severity, msg, first_seen=first_ns, last_seen=last_ns, n=packets,
+        return self.finding(severity, msg, identifier=f"queue {queue}", first_seen=first_ns, last_seen=last_ns,
+                            n=packets,
                             src_ip=main.get("src_ip"), dest_ip=main.get("dest_ip"), src_port=main.get("src_port"),
                             dest_port=main.get("dest_port"), proto=main.get("proto"),
                             community_id=main.get("community_id"),
                             evidence={k: v for k, v in evidence.items() if v is not None})
+
+    # ---- report and watch -----------------------------------------------------
+    def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
+        """One heat map of every queue's share over the capture, when a queue saturated."""
+        return [QueueShareFigure(self.model, bins)] if findings else []
+
+    def live_counters(self) -> list[LiveCounter]:
+        return [LiveCounter("rss_queue_packets", "Packets per receive queue of the modelled NIC", "queue",
+                            self.params["queues"], self._queue_packets)]
+
+    def _queue_packets(self, batch: PacketBatch) -> np.ndarray:
+        queues = self.params["queues"]
+        return np.bincount(self.model.queue(batch).astype(np.int64), minlength=queues)[:queues]
+
+
+class QueueShareFigure(ReportFigure):
+    """Each receive queue's share of the IP packets per time bin, as the rule's RSS model spreads them."""
+
+    title = "Share of packets per receive queue (RSS model of the rule)"
+
+    def __init__(self, model: RssModel, bins: TimeBins):
+        self.model = model
+        self.bins = bins
+        self.packets = np.zeros((bins.count, model.queues), dtype=np.int64)     # per [bin, queue]
+
+    def add(self, batch: PacketBatch) -> None:
+        ip = (batch["layers"] & np.uint32(IP)) != 0
+        idx = self.bins.index(batch["ts_ns"][ip])
+        queue = self.model.queue(batch)[ip].astype(np.int64)
+        inside = (idx >= 0) & (idx < self.bins.count)
+        queues = self.model.queues
+        self.packets += np.bincount(idx[inside] * queues + queue[inside],
+                                    minlength=self.bins.count * queues).reshape(self.bins.count, queues)
+
+    def draw(self, ax, flows) -> None:
+        share = self.packets / np.maximum(self.packets.sum(axis=1, keepdims=True), 1)
+        image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
+                          cmap="magma", extent=(0, len(share) * self.bins.width_s, -0.5, share.shape[1] - 0.5))
+        ax.figure.colorbar(image, ax=ax, label="share of packets")
+        ax.set_xlabel(self.bins.axis_label)
+        ax.set_ylabel("receive queue")
 
 
 def _per_bin(bins: np.ndarray, queues: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -366,7 +410,7 @@ def _named_flows(cells: list[_Cell]) -> list[dict]:
 
 
 def _loop_filling(named: list[dict], loops: list[Finding]) -> Finding | None:
-    """The echo-loop finding whose frame belongs to the flow that fills the queue most, if any."""
+    """The echo loop finding whose frame belongs to the flow that fills the queue most, if any."""
     if not named:
         return None
     top = named[0]

@@ -1,9 +1,10 @@
 """Live alerts: findings of the sliding window become de-duplicated events, per rule and entity.
 
 The detectors report what the current window holds, again and again as it
-slides; this module turns that into news. Each finding names an *entity*
-(what it is about: a looping frame, a probing source, a flow, a receive
-queue; see ENTITY_FIELDS), and each (rule, entity) moves through:
+slides; this module turns that into news. Each finding names an *entity*,
+its `identifier` (what it is about: a looping frame, a probing source, a
+flow, a receive queue; its detector knows which), and each (rule, entity)
+moves through:
 
     unseen --finding--> open --unseen for resolve_s--> resolved --seen again--> open
 
@@ -16,11 +17,11 @@ emitting one event per move, in the finding's own JSON plus:
   when its severity rises (an escalation is never held back).
 - `resolved`: no new activity (the finding's last_seen did not advance, or
   the finding left the window) for the rule's `resolve_s`.
-Every event carries `alert_id` (one per entity, e.g. "echo-loop-1"), the
-wall-clock `timestamp` of the event, and the `evidence_pcap` of the entity's
-latest alert. A rule whose detector failed (a bug: it stops, the watch goes
-on) is one event of its own, `error`, with the failure's record under
-"failure". Only findings at or above the alert severity open an entity;
+Every event carries `alert_id` (one per entity: its rule and a number,
+"<rule>-1"), the wall-clock `timestamp` of the event, and the
+`evidence_pcap` of the entity's latest alert. A rule whose detector failed
+(a bug: it stops, the watch goes on) is one event of its own, `error`, with
+the failure's record under "failure". Only findings at or above the alert severity open an entity;
 an open one follows its finding whatever the severity does next.
 
 The timing uses the monotonic clock of this process, not packet times, so
@@ -38,33 +39,15 @@ from dataclasses import dataclass
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_KEYS
 
-# What identifies the thing a finding is about, per rule: finding fields, or
-# "evidence.KEY" for a key of its evidence. A rule not listed (a detector
-# added later) is keyed by DEFAULT_ENTITY.
-ENTITY_FIELDS: dict[str, tuple[str, ...]] = {
-    "echo-loop": ("evidence.fingerprint",),
-    "rip-trigger": ("src_ip",),
-    "routing-loop": ("src_ip", "dest_ip", "proto"),
-    "pmtud-blackhole": ("src_ip", "dest_ip"),
-    "mss-violation": ("src_ip", "src_port", "dest_ip", "dest_port"),
-    "rss-saturation": ("evidence.queue",),
-}
-DEFAULT_ENTITY = ("src_ip", "src_port", "dest_ip", "dest_port", "proto", "evidence.fingerprint")
 # Entities remembered at most; beyond it the longest-resolved are forgotten
 # (their events are in alerts.jsonl already). Bounds memory under a flood of
 # distinct probes, each its own entity.
 MAX_ENTITIES = 10_000
 
 
-def entity_key(finding: Finding) -> tuple:
-    values = []
-    for name in ENTITY_FIELDS.get(finding.rule, DEFAULT_ENTITY):
-        if name.startswith("evidence."):
-            value = finding.evidence.get(name[len("evidence."):])
-        else:
-            value = getattr(finding, name)
-        values.append(json.dumps(value, sort_keys=True, default=str))
-    return (finding.rule, *values)
+def entity_key(finding: Finding) -> tuple[str, str | None]:
+    """The entity a finding is about: its rule and the identifier its detector gave it."""
+    return finding.rule, finding.identifier
 
 
 @dataclass

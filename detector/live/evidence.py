@@ -8,7 +8,7 @@ never waits on the disk. The file is named after the alert
 through the watch's output folder (output.OutputDir: aside, then renamed; no link followed).
 
 Alerts that fire while another alert's evidence is still being collected
-(an echo loop and its rip-trigger probe, or a storm of them) join that
+(an echo loop and the RIP probe that started it, or a storm of them) join that
 collection: their files hold the same packets, so the first is written and
 the others are hard links to it (copies where the file system has none).
 This also bounds the work: at most one evidence capture is collected at a

@@ -9,9 +9,10 @@
     detector_interface_up                     1 while the interface is up (sysfs operstate)
     detector_capture_restarts_total           captures restarted after a failure
     detector_capture_lag_seconds              wall clock minus the newest packet's time at the last batch
-    detector_rss_queue_packets_per_second     packets/s per receive queue of the modelled NIC (rss-saturation's
-                                              Toeplitz model, over the last second)
-    detector_rss_queue_packets_total          the same as a counter, for PromQL's rate() over any range
+    detector_<counter>_total                  what a rule counts in every batch, per label value
+                                              (detectors.base.LiveCounter; the RSS rule counts packets per
+                                              receive queue of its NIC model: detector_rss_queue_packets)
+    detector_<counter>_per_second             the same over the last second
     detector_open_findings                    entities with an open alert, per rule
     detector_alert_events_total               alert, update and resolved events, per rule
     detector_rule_failures_total              rules whose detector failed (a bug; the rule stops), per rule
@@ -38,7 +39,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class Metrics:
-    def __init__(self, queues: int, rules):
+    def __init__(self, counters, rules):
+        """`counters`: the rules' LiveCounters; `rules`: the rule ids, each with its open findings."""
         self.registry = registry = CollectorRegistry()
         self.packets = Counter("detector_packets", "Packets read from the capture", registry=registry)
         self.bytes = Counter("detector_bytes", "Captured bytes of the packets read", registry=registry)
@@ -52,11 +54,16 @@ class Metrics:
         self.restarts = Counter("detector_capture_restarts", "Captures restarted after a failure", registry=registry)
         self.lag = Gauge("detector_capture_lag_seconds", "Wall clock minus the newest packet time at the last batch",
                          registry=registry)
-        self.queue_packets = Counter("detector_rss_queue_packets", "Packets per receive queue of the modelled NIC",
-                                     ["queue"], registry=registry)
-        self.queue_rate = Gauge("detector_rss_queue_packets_per_second",
-                                "Packets per second per receive queue of the modelled NIC", ["queue"],
-                                registry=registry)
+        # counter name -> (its total, its rate per second), each with one child per label value
+        self.counted: dict[str, tuple[Counter, Gauge]] = {}
+        for counter in counters:
+            total = Counter(f"detector_{counter.name}", counter.help, [counter.label], registry=registry)
+            rate = Gauge(f"detector_{counter.name}_per_second", f"{counter.help}, per second", [counter.label],
+                         registry=registry)
+            for value in range(counter.values):
+                total.labels(str(value))
+                rate.labels(str(value)).set(0)
+            self.counted[counter.name] = (total, rate)
         self.open_findings = Gauge("detector_open_findings", "Entities with an open alert", ["rule"],
                                    registry=registry)
         self.events = Counter("detector_alert_events", "Alert events written", ["rule", "event_type"],
@@ -66,9 +73,6 @@ class Metrics:
         self.evaluation = Gauge("detector_evaluation_seconds", "Time the last findings evaluation of the window took",
                                 registry=registry)
         self.ring_bytes = Gauge("detector_ring_bytes", "Memory held by the packet ring", registry=registry)
-        for queue in range(queues):
-            self.queue_rate.labels(queue=str(queue)).set(0)
-            self.queue_packets.labels(queue=str(queue))
         for rule in rules:
             self.open_findings.labels(rule=rule).set(0)
         self._server = None

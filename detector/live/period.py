@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..findings import SEVERITY_RANK
+from ..findings import canonical_order
 from ..output import OutputDir
 from ..report import findings_document, write_findings, write_reports
 from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
@@ -65,7 +65,7 @@ def write_period(out: OutputDir, capture: dict, stats: dict, findings: list, rul
                  evidence_files: list[str], flows_frame, failures=()):
     """findings.json, findings.jsonl, report.md and report.html of the watched period, with the rules that
     failed while it ran; returns findings.json's path."""
-    findings = sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.first_seen or 0, f.rule))
+    findings = canonical_order(findings)
     document = findings_document([capture], stats, findings, failures)
     path = write_findings(out, document, findings, None)
     write_reports(out, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),

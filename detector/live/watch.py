@@ -123,7 +123,7 @@ def _warm_up(rules) -> None:
     from ..detectors.base import frame_summary
 
     # Ethernet, IPv4 10.0.0.1 -> 10.0.0.2, UDP 520 -> 520 with 16 zero bytes: a RIP probe, which wakes
-    # the rip-trigger and echo-loop paths too
+    # the RIP and loop detectors' paths too
     frame = (bytes.fromhex("02000000000102000000000208004500002c00004000401100000a0000010a000002")
              + bytes.fromhex("0208020800180000") + bytes(16))
     record = PCAP_RECORD.pack(1, 0, len(frame), len(frame)) + frame
@@ -132,7 +132,7 @@ def _warm_up(rules) -> None:
             batch = decode(raw)
             window = SlidingWindow(rules, 0.0)
             window.update(batch, 0.0)
-            window.findings()
+            window.analysis()
             with tempfile.TemporaryDirectory() as folder:
                 write_capture(Path(folder) / "warm.pcap", [Segment.of(batch)])
     frame_summary(frame, 1)
@@ -150,13 +150,12 @@ class Watch:
         self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
         self.book = AlertBook(rules, options.min_severity)
         self.log = AlertLog(out.path / "alerts.jsonl")
-        from ..detectors import REGISTRY
-        rss_rule = rules.get("rss-saturation")
-        self.rss_model = REGISTRY["rss-saturation"](rss_rule).model if rss_rule is not None else None
-        queues = self.rss_model.queues if self.rss_model is not None else 0
-        self.metrics = Metrics(queues, sorted(rules))
-        self.queue_packets = np.zeros(queues, dtype=np.int64)
-        self._queue_told = self.queue_packets.copy()
+        from ..detectors import active_detectors
+        # what the rules count in every batch for the metrics (their detectors' live_counters hook)
+        self.counters = [counter for det in active_detectors(rules) for counter in det.live_counters()]
+        self.metrics = Metrics(self.counters, sorted(rules))
+        self.counted = {counter.name: np.zeros(counter.values, dtype=np.int64) for counter in self.counters}
+        self._counted_told = {name: counts.copy() for name, counts in self.counted.items()}
         self.stats = CaptureStats()
         self.series = TrafficSeries()
         self.batches: queue.Queue = queue.Queue(maxsize=QUEUE_BATCHES)
@@ -166,8 +165,7 @@ class Watch:
         # the latest failures and reader warnings, for findings.json (a capture retried for days fails often)
         self.failures: deque[str] = deque(maxlen=KEPT_MESSAGES)
         self.warnings: deque[str] = deque(maxlen=KEPT_MESSAGES)
-        self.last_findings: list = []
-        self.last_flows = None
+        self.last_analysis = None       # the window's at the latest evaluation
         self._ready = threading.Event()
         self._run_packets = 0
         self._attached = False
@@ -230,18 +228,16 @@ class Watch:
         self.series.add(batch["ts_ns"])
         self.metrics.packets.inc(n)
         self.metrics.bytes.inc(int(batch["caplen"].sum(dtype=np.int64)))
-        if self.rss_model is not None:
-            self.queue_packets += np.bincount(self.rss_model.queue(batch).astype(np.int64),
-                                              minlength=len(self.queue_packets))[:len(self.queue_packets)]
+        for counter in self.counters:
+            self.counted[counter.name] += counter.count(batch)
         self.metrics.lag.set(max(0.0, time.time() - int(batch["ts_ns"].max()) / 1e9))
 
     # ---- periodic ------------------------------------------------------------
     def evaluate(self) -> None:
         now = time.monotonic()
         self.window.rotate(now)
-        findings, flows = self.window.findings()
-        self.last_findings, self.last_flows = findings, flows
-        for event in self.book.observe(findings, now, time.time_ns()):
+        self.last_analysis = self.window.analysis()
+        for event in self.book.observe(self.last_analysis.findings, now, time.time_ns()):
             tracked = event.tracked
             if event.kind == "alert":
                 seconds, ns = divmod(event.wall_ns, NS)
@@ -275,12 +271,14 @@ class Watch:
         if dropped is not None:
             self.metrics.rx_dropped.set(dropped)
         self.metrics.ring_bytes.set(self.ring.bytes)
-        fresh = self.queue_packets - self._queue_told
-        for queue_no, count in enumerate(fresh.tolist()):
-            self.metrics.queue_packets.labels(queue=str(queue_no)).inc(count)
-            if elapsed > 0:
-                self.metrics.queue_rate.labels(queue=str(queue_no)).set(round(count / elapsed, 1))
-        self._queue_told = self.queue_packets.copy()
+        for name, counts in self.counted.items():
+            total, rate = self.metrics.counted[name]
+            fresh = counts - self._counted_told[name]
+            for value, count in enumerate(fresh.tolist()):
+                total.labels(str(value)).inc(count)
+                if elapsed > 0:
+                    rate.labels(str(value)).set(round(count / elapsed, 1))
+            self._counted_told[name] = counts.copy()
 
     # ---- the loop ------------------------------------------------------------
     def run(self, announce) -> int:
@@ -371,7 +369,7 @@ class Watch:
         self.log.close()
         findings = self.book.findings()
         tracked = {entity_key(f) for f in findings}
-        findings += [f for f in self.last_findings if entity_key(f) not in tracked]
+        findings += [f for f in self.last_analysis.findings if entity_key(f) not in tracked]
         files = []
         for entity in self.book.entities.values():
             packets = self.recorder.written.get(entity.alert_id)
@@ -386,12 +384,10 @@ class Watch:
             "packets": self.stats.packets, "drops": self.capture.drops, "restarts": self.restarts,
             "failures": list(self.failures), "warnings": list(self.warnings),
         }
-        flows = self.last_flows.table() if self.last_flows is not None else None
-        stats = {**self.stats.to_json(), "flows": flows.flow_count if flows is not None else 0,
-                 "flows_window_s": self.window.span_s}
-        frame = flows.to_frame() if flows is not None else _empty_flows()
+        stats = {**self.stats.to_json(), "flows": self.last_analysis.flow_count, "flows_window_s": self.window.span_s}
         failures = list(self.window.failures.values())
-        path = write_period(self.out, capture, stats, findings, self.rules, self.series, files, frame, failures)
+        path = write_period(self.out, capture, stats, findings, self.rules, self.series, files,
+                            self.last_analysis.flows, failures)
         self.metrics.close()
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
@@ -402,11 +398,6 @@ class Watch:
                  f"a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
         return EXIT_OK
-
-
-def _empty_flows():
-    from ..flows import FlowTable
-    return FlowTable().to_frame()
 
 
 def watch(options: WatchOptions) -> int:

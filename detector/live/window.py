@@ -17,6 +17,9 @@ The flow table of the window is merged only if a detector asks for
 packets are dropped; whether it is still *going on* is the alert book's
 question (its last_seen), not the window's.
 
+The findings come from the analysis service (analysis.conclude), as those
+of `detector analyze` do: same context, same order.
+
 A detector that raises (in any slice's update, a merge, or findings) stops
 for the rest of the watch: every slice, the current and the later ones,
 leaves its rule out (detectors.DetectorSet), and the failure waits in
@@ -27,7 +30,8 @@ from __future__ import annotations
 import copy
 from collections import deque
 
-from ..detectors import AnalysisContext, DetectorFailure, DetectorSet, active_detectors
+from ..analysis import Analysis, AnalysisState, conclude
+from ..detectors import DetectorFailure, DetectorSet
 from ..flows import FlowTable
 from ..stats import CaptureStats
 
@@ -39,18 +43,10 @@ DEFAULT_SLICE_S = 10.0
 DEFAULT_SLICES = 6
 
 
-class _Slice:
+class _Slice(AnalysisState):
     def __init__(self, rules, started: float, failures: dict[str, DetectorFailure]):
+        super().__init__(rules, stopped=failures)      # a rule that failed before stays stopped
         self.started = started
-        self.detectors = DetectorSet(active_detectors(rules))
-        self.detectors.failures.update(failures)      # a rule that failed before stays stopped
-        self.flows = FlowTable()
-        self.stats = CaptureStats()
-
-    def update(self, batch) -> None:
-        self.stats.update(batch)
-        self.flows.update(batch)
-        self.detectors.update(batch)
 
 
 class _WindowFlows:
@@ -67,6 +63,10 @@ class _WindowFlows:
                 merged.merge(table)
             self._merged = merged
         return self._merged
+
+    @property
+    def flow_count(self) -> int:
+        return self.table().flow_count
 
     def to_frame(self):
         return self.table().to_frame()
@@ -125,8 +125,8 @@ class SlidingWindow:
             self._merged_closed = merged
         return self._merged_closed
 
-    def findings(self) -> tuple[list, _WindowFlows]:
-        """The findings of the whole window, most severe first, and its (lazily merged) flow table."""
+    def analysis(self) -> Analysis:
+        """The analysis of the whole window: its findings in canonical order, its (lazily merged) flows."""
         base = self._closed_detectors()
         current = copy.deepcopy(self._open.detectors)
         if base is not None:
@@ -137,6 +137,6 @@ class SlidingWindow:
         stats = CaptureStats()
         for piece in (*self._closed, self._open):
             stats.merge(piece.stats)
-        found = detectors.findings(AnalysisContext(flows=flows, stats=stats))
+        result = conclude(detectors, flows, stats)
         self._note(detectors)
-        return found, flows
+        return result

@@ -20,8 +20,8 @@ import html
 import io
 import re
 from dataclasses import dataclass
+from functools import partial
 
-import numpy as np
 import pandas as pd
 
 from ..findings import Finding, iso_time
@@ -81,41 +81,24 @@ def _seconds(ns: int | None, start_ns: int) -> float:
 
 
 def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
-    """The report's figures, from the series of the evidence pass and the flow table."""
+    """The report's figures: the traffic of the evidence pass, the rules' own figures, the flow table's
+    top talkers."""
     out = []
     series = evidence.series
     if series is not None and len(series.packets):
-        bin_s = series.bin_ns / 1e9
-        x = np.arange(len(series.packets)) * bin_s
+        bins = series.bins
 
         def timeline(ax):
-            ax.plot(x, series.packets / bin_s, drawstyle="steps-post", lw=1, color="#245")
+            ax.plot(bins.starts_s, series.packets / bins.width_s, drawstyle="steps-post", lw=1, color="#245")
             for f in findings:
-                ax.axvspan(_seconds(f.first_seen, series.start_ns), _seconds(f.last_seen, series.start_ns) + bin_s,
+                ax.axvspan(_seconds(f.first_seen, series.start_ns),
+                           _seconds(f.last_seen, series.start_ns) + bins.width_s,
                            color="#d33" if f.rank >= 3 else "#e92", alpha=0.25)
-            ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
+            ax.set_xlabel(bins.axis_label)
             ax.set_ylabel("packets/s")
         out.append(_figure(timeline, "Packets per second (finding intervals shaded)"))
-        for i, counts in series.loops.items():
-            f = findings[i]
-
-            def loop_rate(ax, counts=counts):
-                ax.plot(x, counts / bin_s, drawstyle="steps-post", lw=1, color="#d33")
-                ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
-                ax.set_ylabel("copies/s")
-            out.append(_figure(loop_rate, f"Looping frame {f.evidence.get('fingerprint', '')}: copies per second"))
-        for i, (t, size, forward) in series.segments.items():
-            out.append(_segments_figure(findings[i], t, size, forward, flows, series.start_ns))
-        if series.rss is not None:
-            share = series.rss / np.maximum(series.rss.sum(axis=1, keepdims=True), 1)
-
-            def heat(ax):
-                image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
-                                  cmap="magma", extent=(0, len(share) * bin_s, -0.5, share.shape[1] - 0.5))
-                ax.figure.colorbar(image, ax=ax, label="share of packets")
-                ax.set_xlabel(f"seconds after {iso_time(series.start_ns)}")
-                ax.set_ylabel("receive queue")
-            out.append(_figure(heat, "Share of packets per receive queue (RSS model of the rule)"))
+        for figure in evidence.figures:
+            out.append(_figure(partial(figure.draw, flows=flows), figure.title, figure.size))
     if len(flows):
         talkers = _top_talkers(flows)
 
@@ -124,38 +107,6 @@ def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFra
             ax.set_xlabel("bytes sent")
         out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
     return out
-
-
-# TCP payload a packet of a given IP MTU carries: the MTU less the IPv4 or IPv6
-# header and the TCP header, options not counted (RFC 879, RFC 8200 section 5).
-TCP_OVERHEAD = {4: 20 + 20, 6: 40 + 20}
-
-
-def _segments_figure(f: Finding, t, size, forward, flows: pd.DataFrame, start_ns: int) -> Figure:
-    """PMTUD: the flow's segment sizes over time against each side's MSS and the MTU the ICMP message reported."""
-    mss = {}
-    if f.community_id and len(flows):
-        match = flows[flows["community_id"] == f.community_id]
-        if len(match):
-            row = match.iloc[0]
-            forward_is_src = row["src_ip"] == f.src_ip
-            mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dst_mss"]),
-                   f"{f.dest_ip} MSS": int(row["dst_mss"] if forward_is_src else row["src_mss"])}
-    mtu = f.evidence.get("reported_mtu")
-
-    def draw(ax):
-        ax.plot(t[forward], size[forward], ".", ms=4, color="#245", label=f"from {f.src_ip}")
-        ax.plot(t[~forward], size[~forward], ".", ms=4, color="#999", label=f"from {f.dest_ip}")
-        for (label, value), style in zip(mss.items(), ("--", "-.")):
-            if value:
-                ax.axhline(value, ls=style, lw=1, color="#2a2", label=f"{label} {value}")
-        if isinstance(mtu, int):
-            payload = mtu - TCP_OVERHEAD[6 if ":" in (f.src_ip or "") else 4]
-            ax.axhline(payload, ls=":", lw=1.5, color="#d33", label=f"reported MTU {mtu}: {payload} B payload")
-        ax.set_xlabel(f"seconds after {iso_time(start_ns)}")
-        ax.set_ylabel("TCP payload bytes")
-        ax.legend(fontsize=7, loc="lower right")
-    return _figure(draw, "Segment sizes of the PMTUD flow vs MSS and MTU", size=(8.0, 3.4))
 
 
 def _top_talkers(flows: pd.DataFrame) -> pd.Series:
@@ -278,7 +229,8 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
             lines.append(f"- {markdown_text(f.evidence_pcap)}: {f.evidence.get('evidence_packets', 0):,} packets "
                          "(original bytes and timestamps)")
         if i - 1 in evidence.reproducers:
-            lines.append(f"- {markdown_text(evidence.reproducers[i - 1])}: rebuilds the probe; sends only with --send")
+            script, what = evidence.reproducers[i - 1]
+            lines.append(f"- {markdown_text(script)}: rebuilds {markdown_text(what)}; sends only with --send")
         lines += [f"- {markdown_text(ref)}" for ref in f.references]
     return "\n".join(lines) + "\n"
 
@@ -345,8 +297,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
             out.append(f"<li><code>{_e(f.evidence_pcap)}</code>: {f.evidence.get('evidence_packets', 0):,} "
                        "packets (original bytes and timestamps)</li>")
         if i - 1 in evidence.reproducers:
-            out.append(f"<li><code>{_e(evidence.reproducers[i - 1])}</code>: rebuilds the probe; "
-                       "sends only with --send</li>")
+            script, what = evidence.reproducers[i - 1]
+            out.append(f"<li><code>{_e(script)}</code>: rebuilds {_e(what)}; sends only with --send</li>")
         # references are printed, not linked: the page makes no request, and a rule file may be the user's
         out += [f"<li>{_e(ref)}</li>" for ref in f.references]
         out.append("</ul>")

@@ -1,4 +1,6 @@
-"""Writes a short scapy script that rebuilds a rip-trigger probe from its frame bytes, to test a fix in a lab.
+"""Writes a short scapy script that rebuilds a finding's frame (a probe) from its bytes, to test a fix in a lab.
+
+A rule asks for it through its detector's REPRODUCES (detectors.base).
 
 The script never sends unless --send is given: by default it prints what it
 would send. The frame travels as hex, so no packet byte lands in Python
@@ -14,7 +16,7 @@ from ..detectors.base import ip_text, load_dissectors
 from ..output import OutputDir
 
 SCRIPT = '''#!/usr/bin/env python3
-"""Rebuild the probe that triggered a rip-trigger finding (frame {frame} of {source}).
+"""Rebuild {what} that triggered a {rule} finding (frame {frame} of {source}).
 
 Prints the packet; sends it only with --send (needs root). Point --src/--dst at
 a lab router to check that a filter now drops it and nothing echoes it back.
@@ -77,13 +79,14 @@ def _addresses(frame: bytes, linktype: int) -> tuple[str, str]:
         return ip_text(0, 0xFFFFC0000201), ip_text(0, 0xFFFFC0000202)
 
 
-def write_reproducer(out: OutputDir, name: str, frame_number: int, record) -> str:
-    """Write the script for one evidence record (ts_ns, wirelen, linktype, bytes, source) as output `name`
-    (executable as far as the umask lets it be) and return `name`."""
+def write_reproducer(out: OutputDir, name: str, frame_number: int, record, what: str, rule: str) -> str:
+    """Write the script that replays `what` (our own words, "the probe") of a `rule` finding from one evidence
+    record (ts_ns, wirelen, linktype, bytes, source) as output `name` (executable as far as the umask lets it
+    be) and return `name`."""
     _ts, _wire, linktype, frame, source = record
     src, dst = _addresses(frame, linktype)
     # the file name goes into a docstring: only characters that cannot end or escape it
     shown = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).name)
-    text = SCRIPT.format(frame=int(frame_number), source=shown,
+    text = SCRIPT.format(what=what, rule=rule, frame=int(frame_number), source=shown,
                          hex=frame.hex(), linktype=int(linktype), src=src, dst=dst)
     return out.write(name, text, executable=True)
