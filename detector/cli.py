@@ -20,12 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import DetectorError, UsageError
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_FINDINGS = 3
-EXIT_RULE_FAILED = 4
+from .errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_RULE_FAILED, DetectorError, UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,7 +132,7 @@ def _inputs(paths, keep: bool = False) -> list:
 
 
 def _announce_first_compile() -> None:
-    from .cpu import announce_first_compile     # numba: not for `rules`, `explain` or --help
+    from .decode import announce_first_compile  # numba: not for `rules`, `explain` or --help
     announce_first_compile(sys.stderr)
 
 

@@ -78,15 +78,3 @@ def cold_kernels(*dispatchers) -> list[str]:
         if not index:
             cold.append(kernel.__name__)
     return cold
-
-
-def announce_first_compile(stream) -> bool:
-    """Say once, before the wait, that the packet kernels are being compiled for this machine."""
-    from .decode.kernel import decode_batch
-
-    # the decoder, which every command runs, is most of the wait: the other kernels compile in seconds
-    if not cold_kernels(decode_batch):
-        return False
-    print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
-          f"later runs start at once)", file=stream, flush=True)
-    return True

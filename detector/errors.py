@@ -6,10 +6,18 @@
      └── UsageError             a bad command line or option value
 
 Anything else that escapes is a bug in the project, not the user's mistake.
+The exit statuses the commands end with are here too (detector.cli says
+when each is used), for `watch` to end with them without importing the CLI.
 """
 from __future__ import annotations
 
-__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError"]
+__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS",
+           "EXIT_RULE_FAILED"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_FINDINGS = 3
+EXIT_RULE_FAILED = 4
 
 
 class DetectorError(Exception):

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cpu import FIRST_COMPILE_S, cold_kernels
 from ..errors import UsageError
 from ..schema import RAW_COLUMNS, PacketBatch, RawBatch
 from . import columns
 from .kernel import decode_batch, fingerprint_rows
 
-__all__ = ["decode", "expand_msdus", "fingerprint", "fingerprints"]
+__all__ = ["decode", "expand_msdus", "fingerprint", "fingerprints", "announce_first_compile"]
 
 
 def _records(raw: RawBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,3 +104,13 @@ def fingerprint(frame: bytes) -> int:
     out = np.empty(1, dtype=np.uint64)
     fingerprint_rows(data, np.zeros(1, np.int64), np.array([len(data)], np.uint32), out)
     return int(out[0])
+
+
+def announce_first_compile(stream) -> bool:
+    """Say once, before the wait, that the packet kernels are being compiled for this machine."""
+    # the decoder, which every command runs, is most of the wait: the other kernels compile in seconds
+    if not cold_kernels(decode_batch):
+        return False
+    print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
+          f"later runs start at once)", file=stream, flush=True)
+    return True

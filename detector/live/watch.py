@@ -48,9 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cpu import announce_first_compile
-from ..decode import decode
-from ..errors import CaptureError, DetectorError, UsageError
+from ..decode import announce_first_compile, decode
+from ..errors import EXIT_RULE_FAILED, CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
 from ..ingest import open_capture
 from ..output import EVIDENCE, OutputDir
@@ -399,7 +398,6 @@ class Watch:
         _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
              f"{alerts} alert(s){f' (worst: {worst})' if worst else ''}; findings written to {path}")
         if failures:
-            from ..cli import EXIT_RULE_FAILED
             _say(f"error: {len(failures)} rule(s) failed while watching ({', '.join(f.rule for f in failures)}): "
                  f"a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
