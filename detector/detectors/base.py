@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..findings import Finding
+# the shared ranges and Param, Range: what the detectors' declarations are built of, imported from here
 from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule
 from ..schema import PacketBatch
 from ..stats import CaptureStats
@@ -57,7 +58,8 @@ class AnalysisContext:
 class Detector(ABC):
     rule_id: ClassVar[str]
     # Tunables, each a Param (type, default, meaning, range, trade-off) and data only: detector.rules reads
-    # them from this source without importing it (rules.DECLARATION_NAMES says what they may be built of).
+    # them from the detector module's source without importing it (rules.DECLARATION_NAMES: what they may
+    # be built of).
     PARAMS: ClassVar[dict[str, Param]] = {}                   # thresholds and model settings
     ALERTS: ClassVar[dict[str, Param]] = {}                   # live alerts: suppress_s, resolve_s
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
