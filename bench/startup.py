@@ -6,7 +6,8 @@ Cold: a fresh, empty numba cache folder (NUMBA_CACHE_DIR), as after a new
 install without `make venv`'s warm-up: `info` (which compiles every kernel),
 then `analyze` with the report, each timed as a whole process; and
 `analyze` alone in another empty cache. Warm: the same commands on the cache
-`make venv` filled, the best of RUNS runs each, beside `cat FILE` and
+`make venv` filled, and `rules` and `explain RULE`, which load no compiled
+code (target: under 0.3 s), the best of RUNS runs each, beside `cat FILE` and
 `capinfos FILE` in the same run (this host's speed drifts, so the ratio to
 capinfos says more than seconds). Prints a Markdown table; the README quotes it.
 """
@@ -56,6 +57,8 @@ def main() -> int:
         _seconds(analyze)   # the warm cache may lack a signature the file's format needs
         rows.append(("warm `info`", _best(info)))
         rows.append(("warm `analyze` with report", _best(analyze)))
+    rows.append(("warm `rules`", _best([str(DETECTOR), "rules"])))
+    rows.append(("warm `explain echo-loop`", _best([str(DETECTOR), "explain", "echo-loop"])))
     rows.append(("`cat` (reference)", _best(["cat", capture])))
     reference = "capinfos" if shutil.which("capinfos") else "cat"
     if reference == "capinfos":

@@ -132,7 +132,7 @@ def _inputs(paths, keep: bool = False) -> list:
 
 
 def _prepare_kernels() -> None:
-    from .cpu import prepare_kernels     # numba: not for `rules`, `explain` or --help
+    from .warmup import prepare_kernels  # numba: not for `rules`, `explain` or --help
     prepare_kernels(sys.stderr)
 
 

@@ -26,8 +26,6 @@ import functools
 import hashlib
 import importlib
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from llvmlite import binding as llvm
@@ -67,23 +65,6 @@ if config.DISABLE_JIT:
     def prefetch(array, index) -> None:    # noqa: F811 - a hint has no Python equivalent
         """Nothing: interpreted kernels have no cache line to ask for."""
 
-
-# What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
-# compiled once for this processor and kept in the __pycache__ folders (numba's cache).
-FIRST_COMPILE_S = 30
-
-# Every module that declares kernels, in two halves of about equal compile time (some 20 s each on
-# this machine). A first run compiles the first half (the record walks and the decoder, which every
-# command needs first, and the writers) in its own process while a second process compiles the other
-# (flows, hashes, detectors): numba compiles one function at a time per process.
-KERNEL_MODULES = (
-    ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
-     "detector.capfile", "detector.detectors.base"),
-    ("detector.flows.kernel", "detector.flows.keys", "detector.flows.community_id", "detector.rss",
-     "detector.detectors.mss_violation", "detector.detectors.rip_trigger", "detector.detectors.routing_loop"),
-)
-
-SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"
 
 # (dispatcher, signatures) of every kernel declared so far, in declaration order
 KERNELS: list = []
@@ -127,34 +108,6 @@ def cold_kernels(*dispatchers) -> list[str]:
         if not index:
             cold.append(dispatcher.__name__)
     return cold
-
-
-def prepare_kernels(stream) -> bool:
-    """On a first run, say so once and compile every kernel before the work starts, in two processes.
-
-    The decoder, which every command runs, stands for all: when it is
-    compiled, the other kernels are too (or load or compile in seconds, as
-    needed). A second process that fails leaves its kernels to be compiled
-    here when they are first called, as they would be without it.
-    """
-    from .decode.kernel import decode_batch
-
-    if config.DISABLE_JIT or not cold_kernels(decode_batch):
-        return False
-    print(f"detector: compiling the packet kernels for this machine, once (up to {FIRST_COMPILE_S} s on two cores; "
-          f"later runs start at once)", file=stream, flush=True)
-    first, second = KERNEL_MODULES
-    # run from the folder that holds this package, so `-c` imports this very package, whatever the user's folder
-    helper = subprocess.Popen([sys.executable, "-c", SECOND_PROCESS, *second], cwd=PACKAGE.parent,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        compile_kernels(first)
-        helper.wait()
-    finally:
-        if helper.poll() is None:     # interrupted: the helper's half is not wanted any more
-            helper.kill()
-            helper.wait()
-    return True
 
 
 # ---- a cache that cannot go stale --------------------------------------------

@@ -1,17 +1,35 @@
-"""Rule files: one YAML document per detector in rules/, validated against the detector's parameters.
+"""Rules: the text of each rule in a YAML file, its tunables declared by its detector, and the files that change them.
 
-A rule holds the text a user reads (`detector rules`, `detector explain RULE`)
-and the thresholds the detector runs with. The default rules live in the
-repository's `rules/` folder; `load_rules(DIR)` lays the files of DIR over
-them, so a user copies one file, edits a threshold and passes `--rules DIR`.
-Anything wrong in a file is a `RuleError` naming the file, the key and why.
+A rule is a detector's documentation and configuration. Its text (title,
+severity, what it detects, why it matters, remediation, references, false
+positives) is the YAML file of the repository's `rules/` folder, shipped
+inside the package as `detector.default_rules` (setup.cfg maps the folder)
+and read through importlib.resources, wherever pip put it. Its tunables are
+declared once, by the detector: `PARAMS` (thresholds and model settings) and
+`ALERTS` (how `detector watch` de-duplicates its alerts), each a `Param` with
+type, default, meaning, allowed range and trade-off. `detector explain RULE`
+prints all of it.
+
+`load_rules(DIR)` lays the files of DIR over the defaults: a user writes a
+file with `id` and the keys to change (`params`, `alerts`, `severity`,
+`enabled`...) and passes `--rules DIR`. Anything wrong in a file is a
+`RuleError` naming the file, the key and why.
+
+This module never imports a detector: a detector module loads numba and its
+compiled kernels, and `detector rules` and `detector explain` need none of
+that. The declarations are read from the detector's source (`declarations`),
+and only when they are needed: a rule file changes a tunable, `explain`
+prints them, `watch` asks for a rule's alert intervals.
 """
 from __future__ import annotations
 
+import ast
+import functools
+import operator
 import re
-import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,17 +38,12 @@ import yaml
 from .errors import RuleError
 from .findings import SEVERITIES
 
-
-
-def _default_rules_dir() -> Path:
-    """The repository's rules/ (a checkout or editable install), else the copy a wheel installs."""
-    checkout = Path(__file__).resolve().parents[1] / "rules"
-    if checkout.is_dir():
-        return checkout
-    return Path(sys.prefix) / "share" / "detector" / "rules"
-
-
-RULES_DIR = _default_rules_dir()
+# The default rule files (the repository's rules/, installed as package data) and the detectors' sources.
+RULES_DIR = resources.files("detector.default_rules")
+DETECTORS_DIR = resources.files(__package__) / "detectors"
+# libyaml's parser where PyYAML was built with it (its wheels are): a tenth of the pure-Python one's time,
+# the same YAML 1.1 safe constructor
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # A rule file is a page of text; anything larger is not a rule file and is
 # refused before the YAML parser spends time and memory on it.
@@ -38,15 +51,11 @@ MAX_RULE_FILE_BYTES = 256 * 1024
 
 TEXT_KEYS = ("id", "title", "severity", "description", "why", "remediation")
 LIST_KEYS = ("references", "false_positives")
-REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS, "params", "alerts")
-# `enabled: false` in an override file switches a rule off without deleting it.
-OPTIONAL_KEYS = ("enabled",)
-# `alerts:` tunes how `detector watch` de-duplicates the rule's live alerts (detector.live.alerts):
-# suppress_s is the least time between two events about one entity (an `alert`, then `update`s),
-# resolve_s how long an entity must go unseen before it is `resolved`. Seconds: from a millisecond (the
-# live window's resolution is coarser) to a week (an incident unseen for longer is over).
-ALERT_KEYS = {"suppress_s": 300.0, "resolve_s": 10.0}
-ALERT_RANGE_S = (0.001, 7 * 86400.0)
+# what every default rule file states
+REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS)
+# what a file may change besides: the detector's tunables (`params`, `alerts`), and `enabled: false`,
+# which switches a rule off without deleting it
+OPTIONAL_KEYS = ("params", "alerts", "enabled")
 
 
 @dataclass(frozen=True)
@@ -59,11 +68,31 @@ class Rule:
     remediation: str
     references: list[str]
     false_positives: list[str]
-    params: dict[str, Any]  # every parameter of the detector: the file's values over the defaults
     path: str               # the file the rule came from (the last one, for an override)
     enabled: bool = True
-    suppress_s: float = ALERT_KEYS["suppress_s"]   # live alerts: see ALERT_KEYS
-    resolve_s: float = ALERT_KEYS["resolve_s"]
+    # the tunables rule files set, checked against the detector's declarations; its defaults fill the rest
+    param_values: dict[str, Any] = field(default_factory=dict)
+    alert_values: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Every parameter of the detector: the rule files' values over the defaults it declares."""
+        return {name: param.default for name, param in declarations(self.id).params.items()} | self.param_values
+
+    @property
+    def suppress_s(self) -> float:
+        """Live alerts: the least seconds between two events about one entity (see ALERT_PARAMS)."""
+        return self._alert("suppress_s")
+
+    @property
+    def resolve_s(self) -> float:
+        """Live alerts: the seconds an entity must go unseen before it is resolved."""
+        return self._alert("resolve_s")
+
+    def _alert(self, name: str) -> float:
+        if name in self.alert_values:
+            return self.alert_values[name]
+        return declarations(self.id).alerts[name].default
 
 
 @dataclass(frozen=True)
@@ -93,17 +122,108 @@ def _number(value: float) -> str:
 
 
 class Param(NamedTuple):
-    """A detector parameter as declared in its PARAMS: type, default, what it means, the values allowed
-    (None for a bool, which has only two)."""
+    """A tunable as a detector declares it (PARAMS, ALERTS): type, default, what it means, the values
+    allowed (None for a bool, which has only two), and what raising or lowering it costs."""
     kind: type
     default: Any
     doc: str
     range: Range | None
+    tradeoff: str
 
     def allowed(self) -> str:
         """The range in words: of the value, or of a list's items or a string's characters."""
         unit = {list: " items", str: " characters"}.get(self.kind, "")
         return f"{self.range}{unit}"
+
+
+# Ranges shared by the detectors' declarations (a value outside is a RuleError naming it).
+# A count of packets, messages or hosts: one to a billion, more than a day of a 10,000/s flood; a
+# threshold above it would never fire and only hides a typo.
+COUNT = Range(1, 10**9)
+# A packet rate: one per second to ten billion, above the minimum-frame rate of 800 Gb/s Ethernet
+# (84 bytes a frame on the wire with preamble and inter-frame gap: 1.19 billion per second).
+RATE_PPS = Range(1, 1e10)
+RATIO = Range(0, 1)
+# An alert interval: from a millisecond (the live window's resolution is coarser) to a week (an incident
+# unseen for longer is over).
+ALERT_SECONDS = Range(0.001, 7 * 86400)
+
+# `alerts:` tunes how `detector watch` de-duplicates a rule's live alerts (detector.live.alerts). A detector's
+# ALERTS declares its own values and trade-offs; these serve a rule whose detector declares none.
+ALERT_PARAMS = {
+    "suppress_s": Param(float, 300.0, "least seconds between two events about one entity (its alert, then "
+                                      "updates while it goes on)", ALERT_SECONDS,
+                        "Shorter shows an incident's course sooner but repeats itself during a long one."),
+    "resolve_s": Param(float, 10.0, "seconds an entity must go unseen before it is resolved", ALERT_SECONDS,
+                       "Shorter gives the all-clear sooner but resolves, then raises again, an incident that "
+                       "pauses."),
+}
+ALERT_KEYS = {name: param.default for name, param in ALERT_PARAMS.items()}
+
+
+class Declarations(NamedTuple):
+    """A detector's tunables: its PARAMS, and its ALERTS over ALERT_PARAMS."""
+    params: dict[str, Param]
+    alerts: dict[str, Param]
+
+
+def detector_source(rule_id: str):
+    """The source file of the detector serving `rule_id` (detectors.register holds each to this name)."""
+    return DETECTORS_DIR / f"{rule_id.replace('-', '_')}.py"
+
+
+# What a declaration is built of: literals, the arithmetic of bounds (10**9, 7 * 86400), Param and Range,
+# the value types and the shared ranges above. Nothing else resolves: a declaration is data.
+DECLARATION_NAMES = {"Param": Param, "Range": Range, "COUNT": COUNT, "RATE_PPS": RATE_PPS, "RATIO": RATIO,
+                     "ALERT_SECONDS": ALERT_SECONDS, "int": int, "float": float, "bool": bool, "str": str,
+                     "list": list}
+DECLARATION_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+                         ast.Pow: operator.pow, ast.USub: operator.neg}
+
+
+def _declared_value(node: ast.AST, source) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in DECLARATION_NAMES:
+        return DECLARATION_NAMES[node.id]
+    if isinstance(node, ast.List):
+        return [_declared_value(item, source) for item in node.elts]
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {_declared_value(key, source): _declared_value(value, source)
+                for key, value in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and type(node.op) in DECLARATION_OPERATORS:
+        return DECLARATION_OPERATORS[type(node.op)](_declared_value(node.operand, source))
+    if isinstance(node, ast.BinOp) and type(node.op) in DECLARATION_OPERATORS:
+        return DECLARATION_OPERATORS[type(node.op)](_declared_value(node.left, source),
+                                                    _declared_value(node.right, source))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Param", "Range"):
+        return DECLARATION_NAMES[node.func.id](*(_declared_value(arg, source) for arg in node.args),
+                                               **{kw.arg: _declared_value(kw.value, source) for kw in node.keywords})
+    raise ValueError(f"{source}, line {node.lineno}: a declaration is built of literals, Param, Range and the "
+                     f"shared ranges of detector.rules, not `{ast.unparse(node)}`")
+
+
+@functools.cache
+def declarations(rule_id: str) -> Declarations:
+    """The PARAMS and ALERTS of the detector serving `rule_id`, read from its source without importing it.
+
+    Importing a detector module loads numba and its kernels; its declarations
+    are data (see DECLARATION_NAMES), read here as setuptools reads a version
+    attribute. tests/test_rules.py holds them equal to the imported class's.
+    """
+    source = detector_source(rule_id)
+    tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        assigned = {target.id: statement.value for statement in node.body if isinstance(statement, ast.Assign)
+                    for target in statement.targets if isinstance(target, ast.Name)}
+        serves = assigned.get("rule_id")
+        if isinstance(serves, ast.Constant) and serves.value == rule_id:
+            params = _declared_value(assigned["PARAMS"], source) if "PARAMS" in assigned else {}
+            alerts = _declared_value(assigned["ALERTS"], source) if "ALERTS" in assigned else {}
+            return Declarations(params, ALERT_PARAMS | alerts)
+    raise LookupError(f"{source} declares no detector with rule_id '{rule_id}'")
 
 
 # PyYAML reads YAML 1.1, where a float needs a dot: `1e-3` is a string there and a float in YAML 1.2
@@ -141,18 +261,20 @@ def _param_value(path, key: str, param: Param, value):
     return float(value) if expected is float else value
 
 
-def _read_document(path: Path) -> dict:
+def _read_document(path) -> dict:
+    """A rule file's mapping; `path` is a Path or an importlib.resources Traversable (the defaults)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_RULE_FILE_BYTES:
-            raise RuleError(path, None, f"{size} bytes: larger than a rule file can be ({MAX_RULE_FILE_BYTES})")
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_RULE_FILE_BYTES + 1)
+        if len(data) > MAX_RULE_FILE_BYTES:
+            raise RuleError(path, None, f"larger than a rule file can be ({MAX_RULE_FILE_BYTES} bytes)")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RuleError(path, None, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise RuleError(path, None, exc.strerror or str(exc)) from None
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -163,18 +285,27 @@ def _read_document(path: Path) -> dict:
     return document
 
 
-def _parse(path: Path, document: dict, registry: dict, base: Rule | None) -> Rule:
-    """One validated rule from a file's mapping; keys the file lacks come from `base`, if any."""
+def _parse(path, document: dict, known: list[str] | None, base: Rule | None) -> Rule:
+    """One validated rule from a file's mapping; keys the file lacks come from `base`, if any.
+
+    `known` are the rule ids a file may change, None for a default rule file,
+    which needs a detector module of its name. The detector's declarations
+    are read only if the file sets one of its tunables.
+    """
     for key in document:
         if key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
             raise RuleError(path, str(key), f"unknown key (allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
     rule_id = document.get("id")
     if not isinstance(rule_id, str) or not rule_id:
         raise RuleError(path, "id", "missing or not a string")
-    if rule_id not in registry:
-        raise RuleError(path, "id", f"no detector implements '{rule_id}' (known: {', '.join(sorted(registry))})")
-    if base is None and path.stem != rule_id:
-        raise RuleError(path, "id", f"'{rule_id}' differs from the file name '{path.stem}'")
+    if known is None:
+        if not detector_source(rule_id).is_file():
+            raise RuleError(path, "id", f"no detector implements '{rule_id}' (no module "
+                                        f"detector/detectors/{detector_source(rule_id).name})")
+        if Path(path.name).stem != rule_id:
+            raise RuleError(path, "id", f"'{rule_id}' differs from the file name '{Path(path.name).stem}'")
+    elif rule_id not in known:
+        raise RuleError(path, "id", f"no detector implements '{rule_id}' (known: {', '.join(sorted(known))})")
     values: dict[str, Any] = {}
     for key in REQUIRED_KEYS:
         if key in document:
@@ -196,59 +327,54 @@ def _parse(path: Path, document: dict, registry: dict, base: Rule | None) -> Rul
     enabled = document.get("enabled", getattr(base, "enabled", True))
     if not isinstance(enabled, bool):
         raise RuleError(path, "enabled", "must be true or false")
-    declared = registry[rule_id].PARAMS
-    params = {name: spec[1] for name, spec in declared.items()}
-    if base is not None:
-        params.update(base.params)
+    param_values = dict(base.param_values) if base is not None else {}
     given = document.get("params", {})
     if given is None:
         given = {}
     if not isinstance(given, dict):
         raise RuleError(path, "params", "must be a mapping of parameter name to value")
-    for name, value in given.items():
-        key = f"params.{name}"
-        if name not in declared:
-            raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
-        params[name] = _param_value(path, key, declared[name], value)
-    alerts = _alert_settings(path, document.get("alerts"), base)
-    return Rule(params=params, path=str(path), enabled=enabled, **alerts, **values)
+    if given:
+        declared = declarations(rule_id).params
+        for name, value in given.items():
+            key = f"params.{name}"
+            if name not in declared:
+                raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
+            param_values[name] = _param_value(path, key, declared[name], value)
+    alert_values = _alert_settings(path, document.get("alerts"), base)
+    return Rule(path=str(path), enabled=enabled, param_values=param_values, alert_values=alert_values, **values)
 
 
 def _alert_settings(path, given, base: Rule | None) -> dict[str, float]:
     """The `alerts:` mapping checked, over the base rule's values (an override may give one key)."""
-    values = {key: getattr(base, key) if base is not None else default for key, default in ALERT_KEYS.items()}
+    values = dict(base.alert_values) if base is not None else {}
     if given is None:
         return values
     if not isinstance(given, dict):
-        raise RuleError(path, "alerts", f"must be a mapping of {' and '.join(ALERT_KEYS)} to seconds")
+        raise RuleError(path, "alerts", f"must be a mapping of {' and '.join(ALERT_PARAMS)} to seconds")
     for name, value in given.items():
         key = f"alerts.{name}"
-        if name not in ALERT_KEYS:
-            raise RuleError(path, key, f"unknown setting (known: {', '.join(ALERT_KEYS)})")
-        values[name] = _param_value(path, key, ALERT_PARAM, value)
+        if name not in ALERT_PARAMS:
+            raise RuleError(path, key, f"unknown setting (known: {', '.join(ALERT_PARAMS)})")
+        values[name] = _param_value(path, key, ALERT_PARAMS[name], value)
     return values
 
 
-ALERT_PARAM = Param(float, None, "seconds", Range(*ALERT_RANGE_S))
-
-
-def _rule_files(directory: Path) -> list[Path]:
+def _rule_files(directory) -> list:
     if not directory.is_dir():
         raise RuleError(directory, None, "not a folder of rule files")
-    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted((p for p in directory.iterdir() if p.name.endswith((".yaml", ".yml")) and p.is_file()),
+                  key=lambda p: p.name)
 
 
 def load_rules(directory=None) -> dict[str, Rule]:
     """The default rules, with the files of `directory` (if given) laid over them, by rule id.
 
     A file in `directory` may hold only `id` and the keys it changes; its
-    `params` are merged over the default ones.
+    `params` and `alerts` are merged over the default ones.
     """
-    from .detectors import REGISTRY   # the detectors import this module for `Rule`
-
     rules: dict[str, Rule] = {}
     for path in _rule_files(RULES_DIR):
-        rule = _parse(path, _read_document(path), REGISTRY, None)
+        rule = _parse(path, _read_document(path), None, None)
         rules[rule.id] = rule
     if directory is not None:
         seen: dict[str, Path] = {}
@@ -258,7 +384,7 @@ def load_rules(directory=None) -> dict[str, Rule]:
             if isinstance(rule_id, str) and rule_id in seen:
                 raise RuleError(path, "id", f"'{rule_id}' is defined in {seen[rule_id].name} too")
             base = rules.get(rule_id) if isinstance(rule_id, str) else None
-            rule = _parse(path, document, REGISTRY, base)
+            rule = _parse(path, document, list(rules), base)
             seen[rule.id] = path
             rules[rule.id] = rule
     return rules
@@ -275,39 +401,48 @@ def rules_table(rules: dict[str, Rule]) -> str:
 
 def explain_text(rule: Rule) -> str:
     """A rule's full documentation, in fixed sections (what `detector explain RULE` prints)."""
-    from .detectors import REGISTRY
-
-    declared = REGISTRY[rule.id].PARAMS
+    declared = declarations(rule.id)
     out = [f"{rule.id}: {rule.title}", f"severity: {rule.severity}" + ("" if rule.enabled else " (disabled)"),
            f"file: {rule.path}", "", "What it detects", _indent(rule.description), "",
            "Why it matters", _indent(rule.why), "", "Parameters"]
-    for name in sorted(rule.params):
-        param = declared[name]
-        changed = "" if rule.params[name] == param.default else f" (default {param.default!r})"
-        allowed = "" if param.range is None else f", {param.allowed()}"
-        out.append(_wrap(f"{name} = {rule.params[name]!r}{changed}  [{param.kind.__name__}{allowed}]", "  ", "      "))
-        out.append(_indent(param.doc, 6))
-    out += ["", "Live alerts (detector watch)",
-            f"  suppress_s = {rule.suppress_s:g}: least seconds between two events about one entity "
-            f"[{ALERT_PARAM.allowed()}]",
-            f"  resolve_s = {rule.resolve_s:g}: seconds unseen before the entity is resolved [{ALERT_PARAM.allowed()}]"]
+    params = rule.params
+    out += [_setting(name, params[name], declared.params[name]) for name in sorted(params)]
+    example = next((name for name, param in declared.params.items() if param.kind is not list), None)
+    if example is not None:
+        snippet = yaml.safe_dump({"id": rule.id, "params": {example: declared.params[example].default}},
+                                 sort_keys=False)
+        out += ["  To change one, pass --rules DIR with a file in DIR such as:",
+                textwrap.indent(snippet.rstrip("\n"), " " * 6)]
+    out += ["", "Live alerts (detector watch)"]
+    out += [_setting(name, getattr(rule, name), declared.alerts[name]) for name in ALERT_PARAMS]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]
     out += ["", "Remediation", _indent(rule.remediation), "", "References"]
     out += [f"  - {item}" for item in rule.references]
     return "\n".join(out) + "\n"
 
 
+def _setting(name: str, value, param: Param) -> str:
+    """One tunable: its value (and default, if changed), type and range, then its meaning and trade-off."""
+    changed = "" if value == param.default else f" (default {param.default!r})"
+    allowed = "" if param.range is None else f", {param.allowed()}"
+    meaning = param.doc[:1].upper() + param.doc[1:]
+    return "\n".join([_wrap(f"{name} = {value!r}{changed}  [{param.kind.__name__}{allowed}]", "  ", "      "),
+                      _indent(f"{meaning}. {param.tradeoff}", 6)])
+
+
 def _wrap(text: str, first: str, rest: str) -> str:
-    return textwrap.fill(text, 80, initial_indent=first, subsequent_indent=rest, break_long_words=False)
+    return textwrap.fill(text, 80, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def _indent(text: str, width: int = 2) -> str:
     """Paragraphs of `text` wrapped to the terminal's customary 80 columns, indented."""
     pad = " " * width
     paragraphs = [p for p in text.split("\n\n") if p.strip()]
-    return "\n\n".join(textwrap.fill(" ".join(p.split()), 80, initial_indent=pad, subsequent_indent=pad)
-                       for p in paragraphs)
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), 80, initial_indent=pad, subsequent_indent=pad,
+                                     break_on_hyphens=False) for p in paragraphs)
 
 
-__all__ = ["Rule", "Param", "Range", "RULES_DIR", "ALERT_KEYS", "load_rules", "rules_table", "explain_text",
+__all__ = ["Rule", "Param", "Range", "Declarations", "RULES_DIR", "ALERT_KEYS", "ALERT_PARAMS", "COUNT", "RATE_PPS",
+           "RATIO", "ALERT_SECONDS", "declarations", "load_rules", "rules_table", "explain_text",
            "MAX_RULE_FILE_BYTES"]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from detector import cpu
+from detector import warmup
 from detector.cpu import cold_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def _kernel_modules() -> set[str]:
 
 
 def test_every_cached_kernel_is_declared_and_compiled_on_a_first_run():
-    first, second = cpu.KERNEL_MODULES
+    first, second = warmup.KERNEL_MODULES
     assert _kernel_modules() == set(first) | set(second) and not set(first) & set(second)
     # numba's own cache=True would miss both the first-run compile and the key over imported modules
     bare = [str(p.relative_to(ROOT)) for p in (ROOT / "detector").rglob("*.py")

@@ -1,4 +1,4 @@
-"""Rule files: the defaults agree with the detectors, overrides merge, and every mistake names file and key."""
+"""Rules: each detector's rule file and declarations, overrides that merge, and mistakes that name file and key."""
 from __future__ import annotations
 
 import subprocess
@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+import detector.rules as rules_module
 from detector.detectors import REGISTRY, active_detectors
 from detector.errors import RuleError
 from detector.findings import SEVERITIES
-from detector.rules import RULES_DIR, Range, explain_text, load_rules
+from detector.rules import (ALERT_PARAMS, OPTIONAL_KEYS, REQUIRED_KEYS, RULES_DIR, Declarations, Range, declarations,
+                            explain_text, load_rules)
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 ECHO_CAPTURE = CAPTURES / "echo-loop-rip-ipv4.pcapng"
@@ -29,20 +31,71 @@ def write_rule(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_every_detector_has_a_rule_whose_defaults_match_the_code():
+def test_every_detector_has_a_rule_file_holding_its_text_only():
     rules = load_rules()
     assert set(rules) == set(REGISTRY)
     for rule_id, rule in rules.items():
         assert Path(rule.path).name == f"{rule_id}.yaml"
         assert rule.severity in SEVERITIES
         assert rule.references and rule.false_positives
-        declared = REGISTRY[rule_id].PARAMS
-        # the YAML states every default, so the file a user copies documents them all
-        document = yaml.safe_load(Path(rule.path).read_text())
-        assert set(document["params"]) == set(declared), rule_id
-        for name, param in declared.items():
-            assert rule.params[name] == param.default, (rule_id, name)
-            assert param.doc, (rule_id, name)
+        # the tunables have one home, the detector: a default file that set one would be a second
+        document = yaml.safe_load((RULES_DIR / f"{rule_id}.yaml").read_text(encoding="utf-8"))
+        assert set(document) == set(REQUIRED_KEYS), rule_id
+        assert rule.param_values == {} and rule.alert_values == {}
+
+
+@pytest.mark.parametrize("rule_id", sorted(REGISTRY))
+def test_declarations_read_from_the_source_are_the_detectors_own(rule_id):
+    cls = REGISTRY[rule_id]
+    assert declarations(rule_id) == Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS)
+    # every detector states its own alert intervals, and every tunable its meaning and trade-off
+    assert set(cls.ALERTS) == set(ALERT_PARAMS)
+    for name, param in {**cls.PARAMS, **cls.ALERTS}.items():
+        assert param.doc.strip() and param.tradeoff.strip(), (rule_id, name)
+    rule = load_rules()[rule_id]
+    assert rule.params == {name: param.default for name, param in cls.PARAMS.items()}
+    assert (rule.suppress_s, rule.resolve_s) == (cls.ALERTS["suppress_s"].default, cls.ALERTS["resolve_s"].default)
+
+
+def test_a_declaration_that_is_not_data_is_refused_with_file_and_line(tmp_path, monkeypatch):
+    (tmp_path / "made_up.py").write_text(
+        "import os\n\n\nclass MadeUp(Detector):\n    rule_id = 'made-up'\n    PARAMS = {\n"
+        "        'size': Param(int, 2**10, 'bytes', Range(1, 10**6), 'more costs memory'),\n"
+        "        'path': Param(str, os.getcwd(), 'where', Range(1, 99), 'anywhere'),\n    }\n")
+    monkeypatch.setattr(rules_module, "DETECTORS_DIR", tmp_path)
+    declarations.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"made_up.py, line 8: .* not `os.getcwd\(\)`"):
+            declarations("made-up")
+        with pytest.raises(LookupError, match="no detector with rule_id 'other-rule'"):
+            (tmp_path / "other_rule.py").write_text("class Other:\n    rule_id = 'something-else'\n")
+            declarations("other-rule")
+    finally:
+        declarations.cache_clear()
+
+
+def test_rules_and_explain_load_no_detector():
+    # the budget of `detector rules` (bench/startup.py): no detector module, hence no numba, numpy or pandas
+    probe = ("import sys\nfrom detector.cli import main\nmain(['rules'])\nmain(['explain', 'rss-saturation'])\n"
+             "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'numpy', 'pandas')\n"
+             "                       or m.startswith('detector.detectors')))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "LOADED []"
+
+
+def test_a_users_copy_of_a_whole_rule_file_of_before_still_loads(tmp_path):
+    # rule files used to state every parameter and alert interval; a user's edited copy keeps working
+    default = load_rules()["echo-loop"]
+    document = {key: getattr(default, key) for key in REQUIRED_KEYS}
+    document["params"] = dict(default.params, min_copies=500)
+    document["alerts"] = {"suppress_s": 60, "resolve_s": 5}
+    write_rule(tmp_path, "echo-loop.yaml", yaml.safe_dump(document, sort_keys=False))
+    echo = load_rules(tmp_path)["echo-loop"]
+    assert echo.params == dict(default.params, min_copies=500)
+    assert (echo.suppress_s, echo.resolve_s) == (60.0, 5.0)
+    assert {key: getattr(echo, key) for key in REQUIRED_KEYS} == {key: getattr(default, key) for key in REQUIRED_KEYS}
+    assert set(OPTIONAL_KEYS) == {"params", "alerts", "enabled"}
 
 
 def test_findings_order_puts_rip_trigger_after_echo_loop():
@@ -65,16 +118,13 @@ def test_override_merges_params_and_keeps_other_keys(tmp_path):
 def test_alert_settings_default_per_rule_and_override_one_key(tmp_path):
     defaults = load_rules()
     for rule_id, rule in defaults.items():
-        # every default file states its alert settings, so a user copying it sees them
-        document = yaml.safe_load(Path(rule.path).read_text())
-        assert set(document["alerts"]) == {"suppress_s", "resolve_s"}, rule_id
-        assert rule.suppress_s == document["alerts"]["suppress_s"] > 0
-        assert rule.resolve_s == document["alerts"]["resolve_s"] > 0
+        assert rule.suppress_s == REGISTRY[rule_id].ALERTS["suppress_s"].default > 0
+        assert rule.resolve_s == REGISTRY[rule_id].ALERTS["resolve_s"].default > 0
     write_rule(tmp_path, "quiet.yaml", "id: echo-loop\nalerts:\n  suppress_s: 3600\n")
     echo = load_rules(tmp_path)["echo-loop"]
     assert echo.suppress_s == 3600.0
     assert echo.resolve_s == defaults["echo-loop"].resolve_s
-    assert "suppress_s = 3600" in explain_text(echo)
+    assert "suppress_s = 3600.0 (default 60.0)" in explain_text(echo)
 
 
 def test_disabled_rule_is_not_run(tmp_path):
@@ -142,22 +192,29 @@ def test_rule_file_limits(tmp_path):
         load_rules(tmp_path / "missing")
 
 
-def test_default_rule_file_must_match_its_name(tmp_path, monkeypatch):
-    import detector.rules as rules_module
-    write_rule(tmp_path, "echo-loop.yaml", (RULES_DIR / "routing-loop.yaml").read_text())
-    monkeypatch.setattr(rules_module, "RULES_DIR", tmp_path)
+def test_default_rule_file_must_match_its_name_and_a_detector(tmp_path, monkeypatch):
+    write_rule(tmp_path / "a", "echo-loop.yaml", (RULES_DIR / "routing-loop.yaml").read_text())
+    monkeypatch.setattr(rules_module, "RULES_DIR", tmp_path / "a")
     with pytest.raises(RuleError, match="differs from the file name"):
+        rules_module.load_rules()
+    text = (RULES_DIR / "routing-loop.yaml").read_text().replace("id: routing-loop", "id: bgp-flap")
+    write_rule(tmp_path / "b", "bgp-flap.yaml", text)
+    monkeypatch.setattr(rules_module, "RULES_DIR", tmp_path / "b")
+    with pytest.raises(RuleError, match=r"no detector implements 'bgp-flap' \(no module .*/bgp_flap.py"):
         rules_module.load_rules()
 
 
-def test_explain_text_has_every_section():
+def test_explain_text_has_every_section_and_each_tunables_trade_off():
     for rule in load_rules().values():
         text = explain_text(rule)
-        for section in ("What it detects", "Why it matters", "Parameters", "False positives",
-                        "Remediation", "References"):
+        for section in ("What it detects", "Why it matters", "Parameters", "Live alerts (detector watch)",
+                        "False positives", "Remediation", "References"):
             assert f"\n{section}\n" in text, (rule.id, section)
-        for name in rule.params:
-            assert f"  {name} = " in text
+        flowing = " ".join(text.split())
+        declared = declarations(rule.id)
+        for name, param in [*declared.params.items(), *declared.alerts.items()]:
+            assert f"\n  {name} = " in text
+            assert " ".join(param.tradeoff.split()) in flowing, (rule.id, name)
         assert max(len(line) for line in text.splitlines() if "://" not in line) <= 100
 
 

@@ -23,6 +23,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
+from ..rules import load_rules
 from .base import REGISTRY, AnalysisContext, Detector, register
 
 __all__ = ["REGISTRY", "AnalysisContext", "Detector", "register", "active_detectors", "run_findings",
@@ -70,7 +71,6 @@ def active_detectors(rules=None) -> list[Detector]:
     `rules` is the mapping of `detector.rules.load_rules`; None loads the defaults.
     """
     if rules is None:
-        from ..rules import load_rules
         rules = load_rules()
     chosen = [rule_id for rule_id, rule in rules.items() if rule.enabled and rule_id in REGISTRY]
     return [REGISTRY[rule_id](rules[rule_id]) for rule_id in _finding_order(chosen)]

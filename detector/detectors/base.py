@@ -26,7 +26,8 @@ import numpy as np
 
 from ..cpu import kernel
 from ..findings import Finding, iso_time
-from ..rules import Param, Range, Rule
+# the shared ranges and Param, Range: what the detectors' declarations are built of, imported from here
+from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule
 from ..schema import PROTO_NAMES, PacketBatch
 from ..stats import CaptureStats
 
@@ -39,15 +40,6 @@ EVIDENCE_FRAMES_MAX = 64
 # same clock tick (second-resolution pcaps, synthetic captures with one
 # timestamp) would give an infinite or arbitrary one.
 MIN_RATE_WINDOW_S = 0.001
-
-# Ranges shared by the detectors' parameters (rules.Range; a value outside is a RuleError naming it).
-# A count of packets, messages or hosts: one to a billion, more than a day of a 10,000/s flood; a
-# threshold above it would never fire and only hides a typo.
-COUNT = Range(1, 10**9)
-# A packet rate: one per second to ten billion, above the minimum-frame rate of 800 Gb/s Ethernet
-# (84 bytes a frame on the wire with preamble and inter-frame gap: 1.19 billion per second).
-RATE_PPS = Range(1, 1e10)
-RATIO = Range(0, 1)
 
 
 class AnalysisContext:
@@ -139,7 +131,11 @@ class LiveCounter:
 
 class Detector(ABC):
     rule_id: ClassVar[str]
-    PARAMS: ClassVar[dict[str, Param]] = {}                   # name -> (type, default, meaning, range)
+    # Tunables, each a Param (type, default, meaning, range, trade-off) and data only: detector.rules reads
+    # them from the detector module's source without importing it (rules.DECLARATION_NAMES: what they may
+    # be built of).
+    PARAMS: ClassVar[dict[str, Param]] = {}                   # thresholds and model settings
+    ALERTS: ClassVar[dict[str, Param]] = {}                   # live alerts: suppress_s, resolve_s
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
     # What a scapy script rebuilt from a finding's first evidence frame replays ("the probe"), for a rule
     # whose findings turn on one frame worth sending again in a lab; None: no script.
@@ -150,7 +146,7 @@ class Detector(ABC):
             raise ValueError(f"{type(self).__name__} serves rule '{self.rule_id}', not '{rule.id}'")
         self.rule = rule
         self.params = {name: spec.default for name, spec in self.PARAMS.items()}
-        self.params.update(rule.params)
+        self.params.update(rule.param_values)
 
     @abstractmethod
     def update(self, batch: PacketBatch) -> None:

@@ -37,9 +37,9 @@ from ..flows.community_id import community_id
 from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
                       PacketBatch)
 from ..units import NS
-from .base import (CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param, Range,
-                   ReportFigure, TimeBins, batch_tail, check_merge, endpoint, flow_time_ns, fold_rows, frame_summary,
-                   group_by, ip_text, keep_ends, member, register, repeated_keys)
+from .base import (ALERT_SECONDS, CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param,
+                   Range, ReportFigure, TimeBins, batch_tail, check_merge, endpoint, flow_time_ns, fold_rows,
+                   frame_summary, group_by, ip_text, keep_ends, member, register, repeated_keys)
 
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
@@ -82,15 +82,39 @@ class EchoLoop(Detector):
     rule_id = "echo-loop"
     PARAMS = {
         # two copies are the least a repeat can be
-        "min_copies": Param(int, 1000, "identical copies of one frame before it counts as a loop", Range(2, 10**9)),
+        "min_copies": Param(int, 1000, "identical copies of one frame before it counts as a loop", Range(2, 10**9),
+                            "Fewer copies catch a short loop sooner, but let bursts of byte-identical "
+                            "retransmissions or replayed frames through; a real echo loop reaches thousands "
+                            "within a second."),
         "min_rate_pps": Param(float, 200.0, "copies per second (count over first-to-last time) a loop reaches",
-                              RATE_PPS),
-        "high_rate_pps": Param(float, 5000.0, "rate from which the finding is high", RATE_PPS),
-        "critical_rate_pps": Param(float, 50000.0, "rate from which the finding is critical", RATE_PPS),
+                              RATE_PPS,
+                              "Lower finds slow loops but also long-lived periodic identical frames (keepalives at "
+                              "1/s never get near it); the incident ran at tens of thousands per second."),
+        "high_rate_pps": Param(float, 5000.0, "rate from which the finding is high", RATE_PPS,
+                               "A link of 1 Gbit/s carries about 80,000 frames/s of 1500 bytes: lower values call a "
+                               "loop high that takes a small part of it, higher ones wait until it takes a large "
+                               "part."),
+        "critical_rate_pps": Param(float, 50000.0, "rate from which the finding is critical", RATE_PPS,
+                                   "50,000 copies/s of a small frame already take a large part of a router's "
+                                   "forwarding budget; lower values call a loop critical before it threatens the "
+                                   "router."),
         "high_share_ratio": Param(float, 0.2, "share of all packets from first to last copy from which it is high",
-                                  RATIO),
+                                  RATIO,
+                                  "From 0.2 the loop is a large part of the traffic; lower values call a loop high "
+                                  "on a busy link where it is a small part of it."),
         "critical_share_ratio": Param(float, 0.5, "share of all packets from which it is critical (with "
-                                                  "high_rate_pps reached)", RATIO),
+                                                  "high_rate_pps reached)", RATIO,
+                                      "From 0.5 the loop dominates the link; lower values call a loop critical that "
+                                      "still leaves most of the link to other traffic."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 60.0, "least seconds between two events about one looping frame (its alert, "
+                                         "then updates while it goes on)", ALERT_SECONDS,
+                            "Shorter shows the loop's growth sooner but floods alerts.jsonl during a long outage; a "
+                            "loop is an emergency, so a minute keeps responders informed without drowning them."),
+        "resolve_s": Param(float, 5.0, "seconds without a new copy before the loop is resolved", ALERT_SECONDS,
+                           "A loop copies thousands of times a second, so a few seconds of silence mean it broke; "
+                           "longer only delays the all-clear."),
     }
 
     def __init__(self, rule):

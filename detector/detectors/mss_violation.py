@@ -26,8 +26,8 @@ from ..cpu import kernel
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from ..units import NS
-from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint, evidence_frames, find_sorted,
-                   group_by, ip_text, keep_ends, match_flow, member, mix64, register)
+from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
+                   evidence_frames, find_sorted, group_by, ip_text, keep_ends, match_flow, member, mix64, register)
 from .pmtud_blackhole import PmtudBlackhole
 
 # Announcements kept: a SYN flood with MSS options must not grow the state
@@ -86,11 +86,26 @@ class MssViolation(Detector):
     AFTER = (PmtudBlackhole.rule_id,)
     PARAMS = {
         "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "
-                                      "severity (fewer: low)", COUNT),
+                                      "severity (fewer: low)", COUNT,
+                              "One or two can be a stack's corner case (a retransmission that coalesced segments), "
+                              "which lower values report at the rule's severity; a broken offload produces them for "
+                              "every full-size segment."),
         # 68: the least MTU of an IPv4 link (RFC 791); 65,536: Linux's loopback, the largest a
         # captured interface commonly has (IPv6 jumbograms, RFC 2675, need links that no NIC offers)
         "link_mtu_bytes": Param(int, 1500, "largest IP packet the captured link carries; a segment in a larger "
-                                           "packet never was on the wire (TSO/GSO/GRO capture)", Range(68, 65536)),
+                                           "packet never was on the wire (TSO/GSO/GRO capture)", Range(68, 65536),
+                                "Set it to the link's real MTU (9000 on jumbo-frame links): below it, violations in "
+                                "larger packets read as offload; above it, the super-segments of a host-side "
+                                "capture read as violations."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 600.0, "least seconds between two events about one TCP flow", ALERT_SECONDS,
+                            "Oversized segments repeat for the flow's whole life; longer keeps a bulk transfer "
+                            "from raising an update every few seconds."),
+        "resolve_s": Param(float, 60.0, "seconds without a new violating segment before the flow is resolved",
+                           ALERT_SECONDS,
+                           "Retransmissions back off for seconds to minutes, so a short hold would resolve a flow "
+                           "that is still stuck."),
     }
 
     def __init__(self, rule):

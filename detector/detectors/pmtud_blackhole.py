@@ -45,8 +45,8 @@ from ..findings import Finding, iso_time
 from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
                       PROTO_NAMES, PROTO_TCP, PacketBatch)
 from ..units import NS
-from .base import (COUNT, AnalysisContext, Detector, Param, Range, ReportFigure, TimeBins, check_merge, evidence_frames,
-                   group_by, ip_halves, ip_text, keep_ends, match_flow, member, mix64, register)
+from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, ReportFigure, TimeBins, check_merge,
+                   evidence_frames, group_by, ip_halves, ip_text, keep_ends, match_flow, member, mix64, register)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -205,13 +205,31 @@ def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
 class PmtudBlackhole(Detector):
     rule_id = "pmtud-blackhole"
     PARAMS = {
-        "min_icmp_count": Param(int, 2, "ICMP too-big messages for one host/peer pair before it is judged", COUNT),
+        "min_icmp_count": Param(int, 2, "ICMP too-big messages for one host/peer pair before it is judged", COUNT,
+                                "One message is the normal start of PMTUD; a second one means the first changed "
+                                "nothing. Higher values wait for more proof but miss short transfers."),
         "min_oversized_packets": Param(int, 2, "packets above the reported MTU the host sends after the grace time",
-                                       COUNT),
+                                       COUNT,
+                                       "One could be a late retransmission of data queued before the message; a "
+                                       "black-holed transfer sends them for every segment."),
         # up to an hour: far beyond any round trip; a sender still in flight after it never adapted
         "grace_ms": Param(float, 200.0, "time after the first message during which large packets still count "
-                                        "as already in flight", Range(0, 3_600_000)),
-        "high_icmp_count": Param(int, 10, "messages from which the finding is high", COUNT),
+                                        "as already in flight", Range(0, 3_600_000),
+                          "Longer suits capture points far from the host (large RTT) but hides hosts that adapt "
+                          "slowly."),
+        "high_icmp_count": Param(int, 10, "messages from which the finding is high", COUNT,
+                                 "A router complaining this often means the transfer is stuck, even without "
+                                 "shrinking retransmissions; lower values call a short episode high."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 600.0, "least seconds between two events about one host/peer pair",
+                            ALERT_SECONDS,
+                            "A black hole lasts as long as the misconfiguration; updates every ten minutes say it "
+                            "persists without repeating the same news. Shorter suits a fix being tested."),
+        "resolve_s": Param(float, 60.0, "seconds without a new ICMP message or oversized packet for the pair "
+                                        "before it is resolved", ALERT_SECONDS,
+                           "Stalled downloads retry slowly (exponential backoff), so a short hold would resolve "
+                           "between retries."),
     }
 
     def __init__(self, rule):

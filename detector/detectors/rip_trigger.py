@@ -41,8 +41,8 @@ from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
-from .base import (COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames, fold_rows, group_by,
-                   ip_text, mix64, register)
+from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames,
+                   fold_rows, group_by, ip_text, mix64, register)
 from .echo_loop import EchoLoop
 
 RIP_PORT = 520     # RFC 2453
@@ -268,12 +268,27 @@ class RipTrigger(Detector):
     REPRODUCES = "the probe"
     PARAMS = {
         "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
-                                            "scan", COUNT),
+                                            "scan", COUNT,
+                                    "A router speaks to one group address or a few neighbours; lower values flag "
+                                    "routers with several unicast neighbours, higher ones let small sweeps "
+                                    "through."),
         # a list of prefixes, not a routing table: up to 4,096 of them
         "local_networks": Param(list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
                                        "100.64.0.0/10", "fe80::/10", "fc00::/7"],
-                                "source networks counted as local: unicast RIP from elsewhere is a probe",
-                                Range(0, 4096)),
+                                "source networks counted as local (CIDR, IPv4 or IPv6): unicast RIP from elsewhere "
+                                "is a probe", Range(0, 4096),
+                                "The defaults are the private, shared and link-local ranges; add your routers' "
+                                "public networks if they speak RIP by unicast, or their updates read as probes."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 300.0, "least seconds between two events about one probing source",
+                            ALERT_SECONDS,
+                            "Scanners come back in waves; a longer interval keeps a slow sweep from raising an "
+                            "event per probe, a shorter one shows each wave."),
+        "resolve_s": Param(float, 30.0, "seconds without a new probe from the source before it is resolved",
+                           ALERT_SECONDS,
+                           "Probes are single packets seconds apart; shorter would resolve and re-raise one sweep "
+                           "many times."),
     }
 
     def __init__(self, rule):

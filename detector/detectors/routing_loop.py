@@ -28,8 +28,8 @@ from ..decode.addr import mac_to_str
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from ..units import NS
-from .base import (CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail, check_merge,
-                   evidence_frames, fold_rows, group_by, ip_text, member, mix64, register, repeated_keys)
+from .base import (ALERT_SECONDS, CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail,
+                   check_merge, evidence_frames, fold_rows, group_by, ip_text, member, mix64, register, repeated_keys)
 
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.
@@ -152,10 +152,27 @@ class RoutingLoop(Detector):
     rule_id = "routing-loop"
     PARAMS = {
         # a TTL or hop limit is one byte (RFC 791, RFC 8200): it cannot fall more than 255 times or by more
-        "min_ttl_drops": Param(int, 3, "times one packet's TTL must fall while it is seen again", Range(1, 255)),
+        "min_ttl_drops": Param(int, 3, "times one packet's TTL must fall while it is seen again", Range(1, 255),
+                               "A mirror of a router's ingress and egress sees one fall; a path of mirrored routers "
+                               "one per hop. Higher values need longer loops (a loop usually runs until the TTL "
+                               "expires, tens of times); lower ones confuse mirrored paths with loops."),
         "max_ttl_step": Param(int, 4, "largest TTL fall between two sightings (the routers in the loop)",
-                              Range(1, 255)),
-        "high_packets": Param(int, 100, "looping packets toward one prefix from which the finding is high", COUNT),
+                              Range(1, 255),
+                              "1 on the link between two routers seeing both directions, 2 when only one direction "
+                              "is captured, more for a loop through more routers. Larger values accept bigger loops "
+                              "but also unrelated packets that happen to share an identity."),
+        "high_packets": Param(int, 100, "looping packets toward one prefix from which the finding is high", COUNT,
+                              "One stray packet is a symptom, hundreds are an outage for that prefix; lower values "
+                              "call a brief loop while routing converges high."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 60.0, "least seconds between two events about one looping destination",
+                            ALERT_SECONDS,
+                            "Shorter follows the loop closely but floods alerts.jsonl while routing converges."),
+        "resolve_s": Param(float, 10.0, "seconds without a looping packet before the loop is resolved",
+                           ALERT_SECONDS,
+                           "Routing loops come and go as routes flap, so a short hold may resolve too early; a "
+                           "longer one delays the all-clear."),
     }
 
     def __init__(self, rule):

@@ -36,9 +36,9 @@ from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import IP, L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
 from ..units import NS
-from .base import (MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, LiveCounter, Param, Range,
-                   ReportFigure, TimeBins, check_merge, endpoint, evidence_frames, group_by, ip_text, keep_ends, mix64,
-                   register)
+from .base import (ALERT_SECONDS, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, LiveCounter, Param,
+                   Range, ReportFigure, TimeBins, check_merge, endpoint, evidence_frames, group_by, ip_text, keep_ends,
+                   mix64, register)
 from .echo_loop import EchoLoop
 
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
@@ -142,29 +142,57 @@ class RssSaturation(Detector):
     PARAMS = {
         # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)
         "key": Param(str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
-                                      "'symmetric' (0x6d5a repeated) or the NIC's key in hex (ethtool -x)",
-                     Range(1, 256)),
+                                      "'symmetric' (0x6d5a repeated: both directions on one queue) or the NIC's "
+                                      "key in hex (ethtool -x)", Range(1, 256),
+                     "A key other than the NIC's puts flows on other queues than the NIC does, and the shares "
+                     "are those of another NIC."),
         # Current NICs spread over at most a few hundred RSS queues (ice/E810: 256 per function,
         # ICE_MAX_LG_RSS_QS); 1,024 leaves room for the largest hosts. Each queue is a column of the
         # per-bin histogram: a count beyond any NIC's would only cost memory.
-        "queues": Param(int, 8, "receive queues the NIC spreads packets over", Range(1, 1024)),
+        "queues": Param(int, 8, "receive queues the NIC spreads packets over (usually one per core)",
+                        Range(1, 1024),
+                        "Set it to the NIC's (ethtool -l): fewer queues than the NIC's make flows collide that the "
+                        "NIC spreads, more spread flows that share a queue on the NIC."),
         # Hardware tables are powers of two: 128 (ixgbe), 512 (i40e), 2,048 (the ice PF table,
         # devlink resource rss/lut_2048); the kernel's RSS selftest expects at least 4 entries per
         # queue, so 4,096 serves 1,024 queues.
         "indirection_table_size": Param(int, 128, "entries of the NIC's indirection table (filled round robin)",
-                                        Range(1, 4096, power_of_two=True)),
-        "hash_tcp_ports": Param(bool, True, "TCP packets hash ports as well as addresses", None),
+                                        Range(1, 4096, power_of_two=True),
+                                        "128 on ixgbe and most Linux drivers (ethtool -x lists the table); another "
+                                        "size sends hashes to other queues than the NIC does."),
+        "hash_tcp_ports": Param(bool, True, "TCP packets hash ports as well as addresses", None,
+                                "The TCP 4-tuple is what NICs hash; false models one that hashes addresses only, "
+                                "which puts every connection between two hosts on one queue."),
         "hash_udp_ports": Param(bool, False, "UDP packets hash ports (ixgbe and many drivers hash UDP addresses "
-                                             "only)", None),
+                                             "only)", None,
+                                "Match the NIC (ethtool -n IFACE rx-flow-hash udp4): true spreads the UDP flows "
+                                "between two hosts over the queues, as a NIC set to sdfn does."),
         "hash_inner_headers": Param(bool, False, "tunnelled packets (VXLAN, Geneve, GRE, IP-in-IP) hash their inner "
                                                  "header: NICs set up for inner-header RSS; others hash the outer one",
-                                    None),
+                                    None,
+                                    "Match the NIC: hashing the outer header, it puts every flow between two "
+                                    "tunnel endpoints on one queue, which false models."),
         # from a microsecond (pcap's finest common resolution) to an hour
-        "bin_ms": Param(float, 100.0, "time bin over which queue shares are measured", Range(0.001, 3_600_000)),
-        "min_share_ratio": Param(float, 0.5, "share of a bin's packets one queue must reach", RATIO),
+        "bin_ms": Param(float, 100.0, "time bin over which queue shares are measured", Range(0.001, 3_600_000),
+                        "Shorter bins catch short floods but also TCP bursts; longer ones average a burst away but "
+                        "dilute a short flood."),
+        "min_share_ratio": Param(float, 0.5, "share of a bin's packets one queue must reach", RATIO,
+                                 "0.5 is four times the fair share of 8 queues. Lower catches milder imbalance, and "
+                                 "with few flows on the link ordinary hash collisions."),
         "min_queue_rate_pps": Param(float, 50000.0, "packet rate of that queue in the bin for it to matter",
-                                    RATE_PPS),
-        "high_queue_rate_pps": Param(float, 500000.0, "queue packet rate from which the finding is high", RATE_PPS),
+                                    RATE_PPS,
+                                    "A core handles some hundreds of thousands of packets per second through "
+                                    "conntrack and firewall rules; below 50,000 an imbalance is harmless, and lower "
+                                    "values report it all the same."),
+        "high_queue_rate_pps": Param(float, 500000.0, "queue packet rate from which the finding is high", RATE_PPS,
+                                     "Near what one core can forward with a firewall and NAT in the path; lower "
+                                     "values call a queue high that still keeps up."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 60.0, "least seconds between two events about one saturated receive queue",
+                            ALERT_SECONDS, "Shorter tracks the load closely but repeats itself during a long flood."),
+        "resolve_s": Param(float, 10.0, "seconds without a saturated time bin before the queue is resolved",
+                           ALERT_SECONDS, "Bursty elephant flows pause between bursts; a short hold flaps."),
     }
 
     def __init__(self, rule):

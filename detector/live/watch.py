@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..capfile import PCAP_RECORD, Segment, pcap_file_header, write_capture
-from ..cpu import prepare_kernels
+from ..warmup import prepare_kernels
 from ..decode import decode
 from ..errors import EXIT_OK, EXIT_RULE_FAILED, CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
