@@ -37,7 +37,7 @@ _MASKED = {
     "vlan_outer": ("vlan", L_VLAN, "UInt16"),
     "ttl": ("ttl", IP, "UInt8"),
     "src_port": ("src_port", L_PORTS, "UInt16"),
-    "dst_port": ("dst_port", L_PORTS, "UInt16"),
+    "dest_port": ("dest_port", L_PORTS, "UInt16"),
     "tcp_flags": ("tcp_flags", L_TCP, "UInt16"),
     "tcp_mss": ("tcp_mss", L_MSS, "UInt16"),
     "payload_len": ("payload_len", L_PAYLOAD, "UInt32"),
@@ -60,7 +60,7 @@ class _PacketColumns:
         part = {name: batch[name].copy() for name in _RAW}
         part["ts_ns"] = batch["ts_ns"].copy()
         part["layers"] = layers.copy()
-        for name in ("src_mac", "dst_mac", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto",
+        for name in ("src_mac", "dest_mac", "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto",
                      *_MASKED):
             part[name] = batch[name].copy()
         part["rss_queue"] = self.rss.queue(batch)
@@ -68,16 +68,16 @@ class _PacketColumns:
 
     def frame(self) -> pd.DataFrame:
         cols = {k: np.concatenate([p[k] for p in self.parts]) if self.parts else np.zeros(0)
-                for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype", "layers", "src_mac", "dst_mac",
-                          "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "rss_queue", *_MASKED)}
+                for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype", "layers", "src_mac", "dest_mac",
+                          "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto", "rss_queue", *_MASKED)}
         layers = cols["layers"].astype(np.uint32)
         has_ip = (layers & np.uint32(IP)) != 0
         out = {name: pd.array(cols[name].astype(dtype), dtype=dtype) for name, dtype in _RAW.items()}
         out["time"] = pd.to_datetime(cols["ts_ns"].astype(np.int64), unit="ns", utc=True)
-        for name, bit in (("src_mac", L_SRC_MAC), ("dst_mac", L_DST_MAC)):
+        for name, bit in (("src_mac", L_SRC_MAC), ("dest_mac", L_DST_MAC)):
             valid = (layers & np.uint32(bit)) != 0
             out[name] = pd.array(np.where(valid, mac_to_str(cols[name]), None), dtype="string")
-        for side in ("src", "dst"):
+        for side in ("src", "dest"):
             texts = ip_to_str(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
             out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
         proto = cols["proto"].astype(np.uint8)
@@ -243,16 +243,16 @@ class _Plots:
             flow = match[0]
         row = flows.loc[flow]
         packets = self._capture.packets
-        forward = ((packets["src_ip"] == row["src_ip"]) & (packets["dst_ip"] == row["dest_ip"])
-                   & (packets["src_port"] == row["src_port"]) & (packets["dst_port"] == row["dest_port"]))
-        backward = ((packets["src_ip"] == row["dest_ip"]) & (packets["dst_ip"] == row["src_ip"])
-                    & (packets["src_port"] == row["dest_port"]) & (packets["dst_port"] == row["src_port"]))
+        forward = ((packets["src_ip"] == row["src_ip"]) & (packets["dest_ip"] == row["dest_ip"])
+                   & (packets["src_port"] == row["src_port"]) & (packets["dest_port"] == row["dest_port"]))
+        backward = ((packets["src_ip"] == row["dest_ip"]) & (packets["dest_ip"] == row["src_ip"])
+                    & (packets["src_port"] == row["dest_port"]) & (packets["dest_port"] == row["src_port"]))
         start = row["first_seen"]
-        for mask, label in ((forward.fillna(False), "src -> dst"), (backward.fillna(False), "dst -> src")):
+        for mask, label in ((forward.fillna(False), "src -> dest"), (backward.fillna(False), "dest -> src")):
             part = packets[mask.to_numpy(dtype=bool)]
             ax.plot((part["time"] - start).dt.total_seconds(), part["payload_len"].astype("float"), ".",
                     label=label)
-        for name in ("src_mss", "dst_mss"):
+        for name in ("src_mss", "dest_mss"):
             if int(row[name]):
                 ax.axhline(int(row[name]), ls="--", lw=1, color="grey")
                 ax.annotate(f"{name} {int(row[name])}", (0, int(row[name])), fontsize=8)

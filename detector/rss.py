@@ -160,9 +160,9 @@ def _hashed_headers(rows, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, 
 
 
 # the batch columns the hash reads, in the kernels' argument order
-HASH_COLUMNS = ("layers", "proto", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "src_port", "dst_port",
-                "outer_src_ip_hi", "outer_src_ip_lo", "outer_dst_ip_hi", "outer_dst_ip_lo", "outer_src_port",
-                "outer_dst_port", "outer_proto")
+HASH_COLUMNS = ("layers", "proto", "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "src_port", "dest_port",
+                "outer_src_ip_hi", "outer_src_ip_lo", "outer_dest_ip_hi", "outer_dest_ip_lo", "outer_src_port",
+                "outer_dest_port", "outer_proto")
 
 
 class RssModel:
@@ -193,14 +193,14 @@ class RssModel:
         self.indirection = (np.arange(table_size, dtype=np.int64) % queues).astype(np.uint16)
         self.tables = toeplitz_tables(self.key, IPV6_INPUT_BYTES)
 
-    def hash_tuples(self, src_hi, src_lo, dst_hi, dst_lo, src_port, dst_port, is_v6, hash_ports) -> np.ndarray:
+    def hash_tuples(self, src_hi, src_lo, dst_hi, dst_lo, src_port, dest_port, is_v6, hash_ports) -> np.ndarray:
         """Hashes of address/port columns (addresses as the schema's 128-bit halves; IPv4 mapped).
 
         Rows with `hash_ports` False hash addresses only; IPv4 rows hash the
         low 32 bits of each address.
         """
         out = np.empty(len(src_lo), dtype=np.uint32)
-        ports = np.where(hash_ports, (src_port.astype(np.uint64) << np.uint64(16)) | dst_port.astype(np.uint64),
+        ports = np.where(hash_ports, (src_port.astype(np.uint64) << np.uint64(16)) | dest_port.astype(np.uint64),
                          np.uint64(0))
         _hash_rows(self.tables, np.ascontiguousarray(src_hi, dtype=np.uint64),
                    np.ascontiguousarray(src_lo, dtype=np.uint64), np.ascontiguousarray(dst_hi, dtype=np.uint64),
@@ -221,8 +221,8 @@ class RssModel:
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         n = len(rows)
         out = {"src_ip_hi": np.empty(n, np.uint64), "src_ip_lo": np.empty(n, np.uint64),
-               "dst_ip_hi": np.empty(n, np.uint64), "dst_ip_lo": np.empty(n, np.uint64),
-               "src_port": np.empty(n, np.uint16), "dst_port": np.empty(n, np.uint16), "proto": np.empty(n, np.uint8)}
+               "dest_ip_hi": np.empty(n, np.uint64), "dest_ip_lo": np.empty(n, np.uint64),
+               "src_port": np.empty(n, np.uint16), "dest_port": np.empty(n, np.uint16), "proto": np.empty(n, np.uint8)}
         columns = [np.ascontiguousarray(batch[name]) for name in HASH_COLUMNS]
         _hashed_headers(rows, *columns, self.tcp_ports, self.udp_ports, self.inner_headers, *out.values())
         return out

@@ -31,7 +31,7 @@ MAX_CAPLEN = 262144
 
 # ---- layer bits (the `layers` column) -----------------------------------
 L_SRC_MAC = 1 << 0      # src_mac valid (Ethernet, SLL with a 6-byte address)
-L_DST_MAC = 1 << 1      # dst_mac valid (Ethernet)
+L_DST_MAC = 1 << 1      # dest_mac valid (Ethernet)
 L_VLAN = 1 << 2         # vlan_outer valid (one or more 802.1Q/802.1ad tags)
 L_QINQ = 1 << 3         # vlan_inner valid (two or more tags)
 L_ETHERTYPE = 1 << 4    # ethertype valid (of the innermost link header)
@@ -42,7 +42,7 @@ L_UDP = 1 << 8          # UDP header decoded
 L_ICMP = 1 << 9         # ICMPv4: icmp_type/icmp_code valid
 L_ICMP6 = 1 << 10       # ICMPv6: icmp_type/icmp_code valid
 L_ARP = 1 << 11         # ARP: arp_* columns valid
-L_PORTS = 1 << 12       # src_port/dst_port valid (TCP, UDP, SCTP, DCCP, UDP-Lite)
+L_PORTS = 1 << 12       # src_port/dest_port valid (TCP, UDP, SCTP, DCCP, UDP-Lite)
 L_FRAG = 1 << 13        # IP fragment (MF set or offset > 0); non-first ones carry no ports
 L_MSS = 1 << 14         # tcp_mss valid (MSS option present)
 L_WSCALE = 1 << 15      # tcp_wscale valid
@@ -50,7 +50,7 @@ L_SACK_PERM = 1 << 16   # SACK-permitted option present (no column: the bit is t
 L_TCP_TS = 1 << 17      # tcp_tsval/tcp_tsecr valid
 L_MTU = 1 << 18         # icmp_mtu valid (ICMP 3/4 next-hop MTU, ICMPv6 Packet Too Big MTU)
 L_QUOTE = 1 << 19       # quote_* address/proto columns valid (ICMP error quoting an IP header)
-L_QUOTE_PORTS = 1 << 20 # quote_src_port/quote_dst_port valid
+L_QUOTE_PORTS = 1 << 20 # quote_src_port/quote_dest_port valid
 L_TUNNEL = 1 << 21      # network fields are those of the innermost packet; `tunnel` says which
 L_TRUNCATED = 1 << 22   # headers cut short by the snapshot length or malformed
 L_SCTP = 1 << 23        # SCTP common header decoded (ports valid)
@@ -92,15 +92,15 @@ RAW_COLUMNS = {
 PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "layers": (np.uint32, 0),
     "src_mac": (np.uint64, L_SRC_MAC),
-    "dst_mac": (np.uint64, L_DST_MAC),
+    "dest_mac": (np.uint64, L_DST_MAC),
     "vlan_outer": (np.uint16, L_VLAN),
     "vlan_inner": (np.uint16, L_QINQ),
     "ethertype": (np.uint16, L_ETHERTYPE),
     "ip_version": (np.uint8, IP),
     "src_ip_hi": (np.uint64, IP),
     "src_ip_lo": (np.uint64, IP),
-    "dst_ip_hi": (np.uint64, IP),
-    "dst_ip_lo": (np.uint64, IP),
+    "dest_ip_hi": (np.uint64, IP),
+    "dest_ip_lo": (np.uint64, IP),
     "proto": (np.uint8, IP),          # after walking IPv6 extension headers
     "ttl": (np.uint8, IP),            # TTL or hop limit
     "ip_id": (np.uint32, IP),         # IPv4 identification; IPv6 fragment identification (0 if none)
@@ -108,7 +108,7 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "ip_flags": (np.uint8, IP),       # IP_DF | IP_MF
     "frag_offset": (np.uint32, IP),   # fragment offset in bytes
     "src_port": (np.uint16, L_PORTS),
-    "dst_port": (np.uint16, L_PORTS),
+    "dest_port": (np.uint16, L_PORTS),
     "tcp_flags": (np.uint16, L_TCP),  # 9 bits: NS CWR ECE URG ACK PSH RST SYN FIN
     "tcp_seq": (np.uint32, L_TCP),
     "tcp_ack": (np.uint32, L_TCP),
@@ -126,11 +126,11 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "icmp_mtu": (np.uint32, L_MTU),
     "quote_src_ip_hi": (np.uint64, L_QUOTE),
     "quote_src_ip_lo": (np.uint64, L_QUOTE),
-    "quote_dst_ip_hi": (np.uint64, L_QUOTE),
-    "quote_dst_ip_lo": (np.uint64, L_QUOTE),
+    "quote_dest_ip_hi": (np.uint64, L_QUOTE),
+    "quote_dest_ip_lo": (np.uint64, L_QUOTE),
     "quote_proto": (np.uint8, L_QUOTE),
     "quote_src_port": (np.uint16, L_QUOTE_PORTS),
-    "quote_dst_port": (np.uint16, L_QUOTE_PORTS),
+    "quote_dest_port": (np.uint16, L_QUOTE_PORTS),
     "arp_op": (np.uint16, L_ARP),
     "arp_sha": (np.uint64, L_ARP),
     "arp_tha": (np.uint64, L_ARP),
@@ -144,11 +144,11 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     # logs a UDP tunnel such as VXLAN as a connection of its own)
     "outer_src_ip_hi": (np.uint64, L_TUNNEL),
     "outer_src_ip_lo": (np.uint64, L_TUNNEL),
-    "outer_dst_ip_hi": (np.uint64, L_TUNNEL),
-    "outer_dst_ip_lo": (np.uint64, L_TUNNEL),
+    "outer_dest_ip_hi": (np.uint64, L_TUNNEL),
+    "outer_dest_ip_lo": (np.uint64, L_TUNNEL),
     "outer_proto": (np.uint8, L_TUNNEL),
     "outer_src_port": (np.uint16, L_TUNNEL),  # 0 unless the tunnel rides on UDP
-    "outer_dst_port": (np.uint16, L_TUNNEL),
+    "outer_dest_port": (np.uint16, L_TUNNEL),
     "fingerprint": (np.uint64, 0),    # 64-bit hash of the frame's captured bytes
 }
 

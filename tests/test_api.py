@@ -46,9 +46,9 @@ def test_packets_agree_with_tshark(tshark):
     assert packets["src_ip"].fillna("").tolist() == [r[1] or r[2] for r in rows]
     assert packets["vlan"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
         [r[3].split(",")[0] for r in rows]
-    assert packets["dst_port"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
+    assert packets["dest_port"].astype("Int64").astype(str).replace("<NA>", "").tolist() == \
         [r[4] or r[5] for r in rows]
-    assert packets["src_mac"].tolist() == [r[6] for r in rows] and packets["dst_mac"].tolist() == [r[7] for r in rows]
+    assert packets["src_mac"].tolist() == [r[6] for r in rows] and packets["dest_mac"].tolist() == [r[7] for r in rows]
     assert str(packets["time"].dtype) == "datetime64[ns, UTC]"
     assert packets["src_ip"].dtype == "string" and packets["ttl"].dtype == "UInt8"
 

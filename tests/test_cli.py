@@ -138,7 +138,7 @@ def test_flows_csv_and_parquet(small_pcap, tmp_path):
     tcp = flows[flows.proto == "tcp"].iloc[0]
     assert (tcp.src_ip, tcp.src_port, tcp.dest_ip, tcp.dest_port) == ("10.0.0.1", 40000, "192.0.2.80", 80)
     assert (tcp.src2dst_packets, tcp.dst2src_packets) == (4, 3)
-    assert (tcp.src_mss, tcp.dst_mss) == (1460, 1400)
+    assert (tcp.src_mss, tcp.dest_mss) == (1460, 1400)
     assert tcp.state == "SF"
     assert set(flows.proto) == {"tcp", "udp", "icmp"}
 

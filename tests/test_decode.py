@@ -79,7 +79,7 @@ def ip(text: str) -> tuple[int, int]:
 
 def addrs(row: dict, prefix: str = "") -> tuple[str, str]:
     return (ip_to_str(row[f"{prefix}src_ip_hi"], row[f"{prefix}src_ip_lo"]),
-            ip_to_str(row[f"{prefix}dst_ip_hi"], row[f"{prefix}dst_ip_lo"]))
+            ip_to_str(row[f"{prefix}dest_ip_hi"], row[f"{prefix}dest_ip_lo"]))
 
 
 # ---- Ethernet, IPv4, TCP ------------------------------------------------------------------
@@ -87,11 +87,11 @@ def test_ethernet_ipv4_tcp_syn_with_options():
     frame = Ether(src=MAC_A, dst=MAC_B) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=61, id=777, flags="DF") / TCP_SYN
     row = one(frame)
     assert row["layers"] == ETH | L_IP4 | TCP_LAYERS | L_MSS | L_WSCALE | L_SACK_PERM | L_TCP_TS
-    assert mac_to_str(row["src_mac"]) == MAC_A and mac_to_str(row["dst_mac"]) == MAC_B
+    assert mac_to_str(row["src_mac"]) == MAC_A and mac_to_str(row["dest_mac"]) == MAC_B
     assert row["ethertype"] == 0x0800 and row["ip_version"] == 4
     assert addrs(row) == ("10.0.0.1", "10.0.0.2")
     assert (row["ttl"], row["ip_id"], row["ip_flags"], row["proto"]) == (61, 777, IP_DF, 6)
-    assert (row["src_port"], row["dst_port"], row["tcp_flags"], row["tcp_seq"]) == (40000, 443, TH_SYN, 1000)
+    assert (row["src_port"], row["dest_port"], row["tcp_flags"], row["tcp_seq"]) == (40000, 443, TH_SYN, 1000)
     assert (row["tcp_window"], row["tcp_mss"], row["tcp_wscale"]) == (64240, 1460, 7)
     assert (row["tcp_tsval"], row["tcp_tsecr"]) == (11, 22)
     assert (row["l3_off"], row["l4_off"], row["payload_off"], row["payload_len"]) == (14, 34, 34 + 40, 0)
@@ -115,7 +115,7 @@ def test_bad_tcp_data_offset_keeps_ports_only():
     frame[14 + 20 + 12] = 0x40                      # data offset 4 words < 5
     row = one(bytes(frame))
     assert row["layers"] == ETH | L_IP4 | L_PORTS | L_TRUNCATED
-    assert (row["src_port"], row["dst_port"]) == (5, 6)
+    assert (row["src_port"], row["dest_port"]) == (5, 6)
 
 
 def test_bad_ihl_and_bad_total_length_stop_before_addresses():
@@ -140,7 +140,7 @@ def test_udp_sctp_and_payload_length_from_ip_header():
     assert row["layers"] == UDP4 and row["payload_len"] == 4 and row["payload_off"] == 42
     row = one(Ether() / IP() / SCTP(sport=2905, dport=2906))
     assert row["layers"] == ETH | L_IP4 | L_SCTP | L_PORTS | L_PAYLOAD
-    assert (row["src_port"], row["dst_port"]) == (2905, 2906)
+    assert (row["src_port"], row["dest_port"]) == (2905, 2906)
 
 
 # ---- link layers --------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_ipv6_extension_chain_and_first_fragment():
     row = one(pkt)
     assert row["layers"] == ETH | L_IP6 | L_FRAG | UDP_LAYERS and row["proto"] == 17 and row["ttl"] == 9
     assert (row["ip_id"], row["ip_flags"], row["frag_offset"]) == (0xABCDEF, IP_MF, 0)
-    assert (row["src_port"], row["dst_port"]) == (7, 8)
+    assert (row["src_port"], row["dest_port"]) == (7, 8)
     assert row["l4_off"] == 14 + 40 + 8 + 8 + 8 + 8 and row["payload_len"] == 16
 
 
@@ -253,7 +253,7 @@ def test_icmp_frag_needed_quotes_the_original_packet():
     assert row["layers"] == ETH | L_IP4 | L_ICMP | L_PAYLOAD | L_MTU | L_QUOTE | L_QUOTE_PORTS
     assert (row["icmp_type"], row["icmp_code"], row["icmp_mtu"]) == (3, 4, 1400)
     assert addrs(row, "quote_") == ("10.1.1.1", "192.0.2.9") and row["quote_proto"] == 6
-    assert (row["quote_src_port"], row["quote_dst_port"]) == (51000, 443)
+    assert (row["quote_src_port"], row["quote_dest_port"]) == (51000, 443)
 
 
 def test_icmp_quote_without_transport_bytes_has_no_ports():
@@ -268,7 +268,7 @@ def test_icmpv6_packet_too_big_quotes_through_extension_headers():
     assert row["layers"] == ETH | L_IP6 | L_ICMP6 | L_PAYLOAD | L_MTU | L_QUOTE | L_QUOTE_PORTS
     assert (row["icmp_type"], row["icmp_mtu"], row["quote_proto"]) == (2, 1280, 17)
     assert addrs(row, "quote_") == ("2001:db8::a", "2001:db8::b")
-    assert (row["quote_src_port"], row["quote_dst_port"]) == (9, 10)
+    assert (row["quote_src_port"], row["quote_dest_port"]) == (9, 10)
 
 
 def test_icmp_echo_has_no_quote_or_mtu():
@@ -334,13 +334,13 @@ TUNNELS = [
 def test_tunnels_describe_the_inner_packet(name, frame, kind, outer_proto, outer_dport):
     row = one(frame)
     assert row["tunnel"] == kind and row["outer_proto"] == outer_proto
-    assert row["outer_dst_port"] == outer_dport
+    assert row["outer_dest_port"] == outer_dport
     inner6 = name in ("6in4", "gre-key-seq-csum", "teredo", "ayiya")
     assert row["layers"] == ETH | L_TUNNEL | (L_IP6 if inner6 else L_IP4) | TCP_LAYERS
     if inner6:
-        assert addrs(row) == ("2001:db8:1::1", "2001:db8:1::2") and (row["src_port"], row["dst_port"]) == (3333, 4444)
+        assert addrs(row) == ("2001:db8:1::1", "2001:db8:1::2") and (row["src_port"], row["dest_port"]) == (3333, 4444)
     else:
-        assert addrs(row) == ("172.16.0.1", "172.16.0.2") and (row["src_port"], row["dst_port"]) == (1111, 2222)
+        assert addrs(row) == ("172.16.0.1", "172.16.0.2") and (row["src_port"], row["dest_port"]) == (1111, 2222)
         assert row["ttl"] == 33
     if name != "4in6":
         assert addrs(row, "outer_") == ("198.51.100.1", "198.51.100.2")

@@ -89,10 +89,10 @@ def test_segments_over_64k(name, snapped):
     frame, tunnel, version, ip_len, l4_off = CASES[name]
     batch = decode(make_batch([(1, frame)], caplens=[SNAPLEN] if snapped else None))
     row = {column: int(batch[column][0]) for column in ("layers", "tunnel", "ip_len", "payload_len", "l4_off",
-                                                        "payload_off", "src_port", "dst_port", "tcp_flags")}
+                                                        "payload_off", "src_port", "dest_port", "tcp_flags")}
     assert row == {"layers": LAYERS | (L_IP4 if version == 4 else L_IP6) | (L_TUNNEL if tunnel else 0),
                    "tunnel": tunnel, "ip_len": ip_len, "payload_len": 70160, "l4_off": l4_off,
-                   "payload_off": l4_off + 20, "src_port": 40000, "dst_port": 443, "tcp_flags": TH_PSH | TH_ACK}
+                   "payload_off": l4_off + 20, "src_port": 40000, "dest_port": 443, "tcp_flags": TH_PSH | TH_ACK}
 
 
 def test_a_jumbo_option_below_64k_is_not_a_length():

@@ -134,14 +134,14 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_link_layers(name):
-    linktype, frame, layers, src_mac, dst_mac, src, sport, msdus = CASES[name]
+    linktype, frame, layers, src_mac, dest_mac, src, sport, msdus = CASES[name]
     batch = decode(make_batch([(linktype, frame)]))
-    row = {column: int(batch[column][0]) for column in batch.cols if column in ("layers", "src_mac", "dst_mac",
+    row = {column: int(batch[column][0]) for column in batch.cols if column in ("layers", "src_mac", "dest_mac",
                                                                                  "src_ip_hi", "src_ip_lo",
                                                                                  "src_port", "msdu_count")}
     assert row["layers"] == layers, (name, hex(row["layers"]), hex(layers))
     if src_mac:
-        assert (mac_to_str(row["src_mac"]), mac_to_str(row["dst_mac"])) == (src_mac, dst_mac)
+        assert (mac_to_str(row["src_mac"]), mac_to_str(row["dest_mac"])) == (src_mac, dest_mac)
     if src:
         assert (ip_to_str(row["src_ip_hi"], row["src_ip_lo"]), row["src_port"]) == (src, sport)
     assert row["msdu_count"] == msdus

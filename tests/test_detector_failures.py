@@ -202,7 +202,7 @@ cls = REGISTRY["rip-trigger"]
 original = cls.update
 
 def update(self, batch):
-    if (batch["dst_port"] == 520).any():
+    if (batch["dest_port"] == 520).any():
         raise IndexError("index 70000 is out of bounds for axis 0 with size 1500")
     original(self, batch)
 

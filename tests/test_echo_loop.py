@@ -96,7 +96,7 @@ def test_the_floods_are_tsharks(tshark):
     assert tshark.count(FLOODS, "ip.src == 192.0.2.80 && ip.dst == 198.51.100.99 && tcp.flags.reset == 1") == 4000
 
 
-@pytest.mark.parametrize("src_mac, dst_mac, src, dst, loop", [
+@pytest.mark.parametrize("src_mac, dest_mac, src, dst, loop", [
     ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "192.0.2.1", True),
     ("00:00:5e:00:01:01", "ff:ff:ff:ff:ff:ff", "203.0.113.9", "192.0.2.1", False),   # broadcast destination
     ("01:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "192.0.2.1", False),   # group bit in the source
@@ -107,8 +107,8 @@ def test_the_floods_are_tsharks(tshark):
     ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "255.255.255.255", False),
     ("00:00:5e:00:01:01", "00:00:5e:00:01:02", "203.0.113.9", "224.0.0.9", False),
 ])
-def test_each_piece_of_loop_evidence(tmp_path, src_mac, dst_mac, src, dst, loop):
-    frame = Ether(src=src_mac, dst=dst_mac) / IP(src=src, dst=dst, ttl=50, id=7) / UDP(sport=1234, dport=521) / \
+def test_each_piece_of_loop_evidence(tmp_path, src_mac, dest_mac, src, dst, loop):
+    frame = Ether(src=src_mac, dst=dest_mac) / IP(src=src, dst=dst, ttl=50, id=7) / UDP(sport=1234, dport=521) / \
         Raw(bytes(24))
     path = write_frames(tmp_path / "loop.pcap", frame, 1200, 60_000.0)
     (f,) = rule_findings(analyze([path], tmp_path / "out")[0])

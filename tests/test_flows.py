@@ -40,7 +40,7 @@ def make_batch(packets: list[dict], first_frame: int = 1) -> PacketBatch:
         layers = L_IP6 if v6 else L_IP4
         cols["ip_version"][i] = 6 if v6 else 4
         cols["src_ip_hi"][i], cols["src_ip_lo"][i] = addr128(p["src"])
-        cols["dst_ip_hi"][i], cols["dst_ip_lo"][i] = addr128(p["dst"])
+        cols["dest_ip_hi"][i], cols["dest_ip_lo"][i] = addr128(p["dst"])
         proto = p.get("proto", 6)
         cols["proto"][i] = proto
         payload = p.get("payload", 0)
@@ -55,7 +55,7 @@ def make_batch(packets: list[dict], first_frame: int = 1) -> PacketBatch:
         later_fragment = p.get("frag_offset", 0) > 0
         if proto in (6, 17) and not later_fragment:
             layers |= L_PORTS | L_PAYLOAD
-            cols["src_port"][i], cols["dst_port"][i] = p["sport"], p["dport"]
+            cols["src_port"][i], cols["dest_port"][i] = p["sport"], p["dport"]
             cols["payload_len"][i] = payload
             if proto == 6:
                 layers |= L_TCP
@@ -79,9 +79,9 @@ def make_batch(packets: list[dict], first_frame: int = 1) -> PacketBatch:
             layers |= L_TUNNEL
             cols["tunnel"][i] = TUNNEL_VXLAN
             cols["outer_src_ip_hi"][i], cols["outer_src_ip_lo"][i] = addr128(osrc)
-            cols["outer_dst_ip_hi"][i], cols["outer_dst_ip_lo"][i] = addr128(odst)
+            cols["outer_dest_ip_hi"][i], cols["outer_dest_ip_lo"][i] = addr128(odst)
             cols["outer_proto"][i] = 17
-            cols["outer_src_port"][i], cols["outer_dst_port"][i] = osport, odport
+            cols["outer_src_port"][i], cols["outer_dest_port"][i] = osport, odport
             cols["l3_off"][i] = 14 + 20 + 8 + 8 + 14
         else:
             cols["l3_off"][i] = 14
@@ -131,7 +131,7 @@ def test_full_connection_counters_state_and_direction():
     assert (f.src2dst_packets, f.dst2src_packets) == (4, 3)
     assert (f.src2dst_payload_bytes, f.dst2src_payload_bytes) == (100, 0)
     assert (f.src2dst_bytes, f.dst2src_bytes) == (4 * 40 + 100, 3 * 40)
-    assert (f.src_mss, f.dst_mss) == (1460, 1400)
+    assert (f.src_mss, f.dest_mss) == (1460, 1400)
     assert f.state == "SF"
     assert f.history == "ShADfFa"
     assert f.src2dst_tcp_flags_str == "SAFP" and f.dst2src_tcp_flags_str == "SAF"

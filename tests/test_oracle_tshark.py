@@ -179,18 +179,18 @@ def ours(batch, i: int) -> dict:
         got["arp"] = (str(int(batch["arp_op"][i])), ip4(int(batch["arp_spa"][i])), ip4(int(batch["arp_tpa"][i])))
     if layers & (L_IP4 | L_IP6):
         got["addrs"] = ((int(batch["src_ip_hi"][i]), int(batch["src_ip_lo"][i])),
-                        (int(batch["dst_ip_hi"][i]), int(batch["dst_ip_lo"][i])))
+                        (int(batch["dest_ip_hi"][i]), int(batch["dest_ip_lo"][i])))
         got["ttl"] = str(int(batch["ttl"][i]))
     elif layers & L_TUNNEL:
         # a tunnel whose payload is not IP (ARP in GRE, Geneve, ERSPAN): tshark's last IP layer is the outer one
         got["addrs"] = ((int(batch["outer_src_ip_hi"][i]), int(batch["outer_src_ip_lo"][i])),
-                        (int(batch["outer_dst_ip_hi"][i]), int(batch["outer_dst_ip_lo"][i])))
+                        (int(batch["outer_dest_ip_hi"][i]), int(batch["outer_dest_ip_lo"][i])))
         if int(batch["outer_proto"][i]) == PROTO_UDP:
-            got["ports"] = ("udp", str(int(batch["outer_src_port"][i])), str(int(batch["outer_dst_port"][i])))
+            got["ports"] = ("udp", str(int(batch["outer_src_port"][i])), str(int(batch["outer_dest_port"][i])))
     proto = int(batch["proto"][i])
     if layers & L_PORTS and proto in (PROTO_TCP, PROTO_UDP, PROTO_SCTP):
         name = {PROTO_TCP: "tcp", PROTO_UDP: "udp", PROTO_SCTP: "sctp"}[proto]
-        got["ports"] = (name, str(int(batch["src_port"][i])), str(int(batch["dst_port"][i])))
+        got["ports"] = (name, str(int(batch["src_port"][i])), str(int(batch["dest_port"][i])))
     if layers & L_TCP:
         got["tcp_flags"] = int(batch["tcp_flags"][i])
     if layers & L_MSS:
@@ -202,9 +202,9 @@ def ours(batch, i: int) -> dict:
         got["mtu"] = str(int(batch["icmp_mtu"][i]))
     if layers & L_QUOTE:
         got["quote_addrs"] = ((int(batch["quote_src_ip_hi"][i]), int(batch["quote_src_ip_lo"][i])),
-                              (int(batch["quote_dst_ip_hi"][i]), int(batch["quote_dst_ip_lo"][i])))
+                              (int(batch["quote_dest_ip_hi"][i]), int(batch["quote_dest_ip_lo"][i])))
     if layers & L_QUOTE_PORTS:
-        got["quote_ports"] = (str(int(batch["quote_src_port"][i])), str(int(batch["quote_dst_port"][i])))
+        got["quote_ports"] = (str(int(batch["quote_src_port"][i])), str(int(batch["quote_dest_port"][i])))
     return got
 
 

@@ -151,8 +151,8 @@ def test_judge_reads_only_the_captured_part_of_an_authenticated_message():
     assert judge([message[:60]], [KIND_RIP], lengths=[len(message) + 4], caplens=[60]) == [BAD_AUTH]
 
 
-def _rip_packet(src, dst, payload, dst_mac="01:00:5e:00:00:09"):
-    return (Ether(src="02:00:00:00:00:01", dst=dst_mac) / IP(src=src, dst=dst, ttl=1) /
+def _rip_packet(src, dst, payload, dest_mac="01:00:5e:00:00:09"):
+    return (Ether(src="02:00:00:00:00:01", dst=dest_mac) / IP(src=src, dst=dst, ttl=1) /
             UDP(sport=520, dport=520) / Raw(payload))
 
 
@@ -160,7 +160,7 @@ def test_a_local_router_with_broken_entries_is_a_faulty_speaker_not_a_probe(tmp_
     broken = b"\x02\x02\x00\x00" + rip_entry() + rip_entry(metric=17)
     packets = [_rip_packet("10.7.0.1", "224.0.0.9", broken), _rip_packet("10.7.0.1", "224.0.0.9", crypto(2, rip_entry())),
                # the same bytes unicast from the Internet, and a zero-filled payload to the group: probes
-               _rip_packet("198.51.100.7", "10.7.0.1", broken, dst_mac="02:00:00:00:00:02"),
+               _rip_packet("198.51.100.7", "10.7.0.1", broken, dest_mac="02:00:00:00:00:02"),
                _rip_packet("10.7.0.2", "224.0.0.9", bytes(24))]
     for i, pkt in enumerate(packets):
         pkt.time = T0 + i

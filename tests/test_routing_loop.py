@@ -61,8 +61,8 @@ def sightings(ttls, macs, dst="198.51.100.7", ident=31):
     """One packet seen once per entry of `ttls`, with source MACs cycling through `macs`."""
     out = []
     for i, ttl in enumerate(ttls):
-        src, dst_mac = macs[i % len(macs)], macs[(i + 1) % len(macs)]
-        pkt = Ether(src=src, dst=dst_mac) / IP(src="10.9.9.9", dst=dst, id=ident, ttl=ttl) / ICMP(id=1, seq=ident)
+        src, dest_mac = macs[i % len(macs)], macs[(i + 1) % len(macs)]
+        pkt = Ether(src=src, dst=dest_mac) / IP(src="10.9.9.9", dst=dst, id=ident, ttl=ttl) / ICMP(id=1, seq=ident)
         pkt.time = T0 + i * 0.001
         out.append(pkt)
     return out

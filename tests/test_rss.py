@@ -158,7 +158,7 @@ def test_a_tunnelled_packet_hashes_its_outer_header_unless_the_nic_hashes_inner_
     rows = np.arange(2)
     outer = RssModel().hashed_headers(batch, rows)
     assert outer["src_port"].tolist() == [outer_sport, 0] and outer["proto"].tolist() == [17, 47]
-    assert outer["dst_ip_lo"].tolist() == [halves(vtep_b)[1]] * 2
+    assert outer["dest_ip_lo"].tolist() == [halves(vtep_b)[1]] * 2
     inner_headers = RssModel(inner_headers=True).hashed_headers(batch, rows)
     assert inner_headers["src_port"].tolist() == [sport, sport] and inner_headers["proto"].tolist() == [6, 6]
     assert inner_headers["src_ip_lo"].tolist() == [halves(src)[1]] * 2

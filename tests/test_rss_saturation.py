@@ -133,12 +133,12 @@ def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
     assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]
 
 
-def _one_frame_6000_times(path, dst_mac: str):
+def _one_frame_6000_times(path, dest_mac: str):
     """One UDP frame to port 520, 6,000 times in 100 ms: a loop (unicast MAC) or a flood (multicast)."""
     from scapy.all import IP, UDP, Ether, Raw
     from scapy.utils import PcapWriter
 
-    frame = bytes(Ether(src="02:00:00:00:0a:01", dst=dst_mac) /
+    frame = bytes(Ether(src="02:00:00:00:0a:01", dst=dest_mac) /
                   IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
                   UDP(sport=44123, dport=520) / Raw(bytes(24)))
     writer = PcapWriter(str(path), linktype=1, sync=False)

@@ -272,7 +272,7 @@ def test_fallback_packet_socket_applies_the_bpf_filter(netns, watchers, tmp_path
     capture = CAPTURES / "echo-loop-rip-ipv4.pcapng"
     trigger, offset_s, _sent = loop_trigger(capture)
     with open_capture(capture) as reader:
-        ports = np.concatenate([decode(raw)["dst_port"] for raw in reader])
+        ports = np.concatenate([decode(raw)["dest_port"] for raw in reader])
     rip_frames = int(np.count_nonzero(ports == 520))
     out = tmp_path / "fallback"
     env = {**os.environ, "PATH": str(tmp_path / "no-tools")}

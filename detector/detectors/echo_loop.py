@@ -57,11 +57,11 @@ MAC_GROUP_BIT = 1 << 40
 
 # the header fields of the first copy, kept per candidate (name -> dtype)
 DESCRIPTOR_COLUMNS = {
-    "layers": np.uint32, "linktype": np.uint16, "src_mac": np.uint64, "dst_mac": np.uint64,
+    "layers": np.uint32, "linktype": np.uint16, "src_mac": np.uint64, "dest_mac": np.uint64,
     "vlan_outer": np.uint16, "ethertype": np.uint16, "ip_version": np.uint8,
-    "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dst_ip_hi": np.uint64, "dst_ip_lo": np.uint64,
+    "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dest_ip_hi": np.uint64, "dest_ip_lo": np.uint64,
     "proto": np.uint8, "ttl": np.uint8, "ip_id": np.uint32, "src_port": np.uint16,
-    "dst_port": np.uint16, "caplen": np.uint32,
+    "dest_port": np.uint16, "caplen": np.uint32,
 }
 STATE_COLUMNS = {"fp": np.uint64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
                  "first_frame": np.int64, "last_frame": np.int64, **DESCRIPTOR_COLUMNS}
@@ -207,16 +207,16 @@ class EchoLoop(Detector):
         if layers & L_SRC_MAC:
             fields["src_mac"] = mac_to_str(row["src_mac"])
         if layers & L_DST_MAC:
-            fields["dest_mac"] = mac_to_str(row["dst_mac"])
+            fields["dest_mac"] = mac_to_str(row["dest_mac"])
         what = f"ethertype 0x{int(row['ethertype']):04x}" if layers & L_ETHERTYPE else "non-IP frame"
         ttl_text = ""
         if layers & IP:
             proto = PROTO_NAMES.get(int(row["proto"]), str(int(row["proto"])))
             fields.update(src_ip=ip_text(row["src_ip_hi"], row["src_ip_lo"]),
-                          dest_ip=ip_text(row["dst_ip_hi"], row["dst_ip_lo"]), proto=proto.upper())
+                          dest_ip=ip_text(row["dest_ip_hi"], row["dest_ip_lo"]), proto=proto.upper())
             src, dst = fields["src_ip"], fields["dest_ip"]
             if layers & L_PORTS:
-                fields.update(src_port=int(row["src_port"]), dest_port=int(row["dst_port"]))
+                fields.update(src_port=int(row["src_port"]), dest_port=int(row["dest_port"]))
                 src, dst = endpoint(src, fields["src_port"]), endpoint(dst, fields["dest_port"])
             fields["community_id"] = community_id(fields["src_ip"], fields["dest_ip"], int(row["proto"]),
                                                   fields.get("src_port"), fields.get("dest_port"))
@@ -313,7 +313,7 @@ def _loop_evidence(row: dict, fields: dict, ctx: AnalysisContext) -> dict:
     layers = int(row["layers"])
     destination = source = None
     if layers & L_DST_MAC:
-        destination = not int(row["dst_mac"]) & MAC_GROUP_BIT
+        destination = not int(row["dest_mac"]) & MAC_GROUP_BIT
     if layers & L_SRC_MAC:
         source = not int(row["src_mac"]) & MAC_GROUP_BIT
     replies = None

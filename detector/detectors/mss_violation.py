@@ -126,8 +126,8 @@ class MssViolation(Detector):
                               self.min_mss_v4, self.min_mss_v6)
         if len(syn):
             # the SYN's sender limits what its peer may send: key the reverse direction
-            keys = _direction_key(batch["dst_ip_hi"][syn], batch["dst_ip_lo"][syn], batch["src_ip_hi"][syn],
-                                  batch["src_ip_lo"][syn], batch["dst_port"][syn], batch["src_port"][syn])
+            keys = _direction_key(batch["dest_ip_hi"][syn], batch["dest_ip_lo"][syn], batch["src_ip_hi"][syn],
+                                  batch["src_ip_lo"][syn], batch["dest_port"][syn], batch["src_port"][syn])
             v6 = (layers[syn] & np.uint32(L_IP6)) != 0
             self._announce(keys, batch["tcp_mss"][syn].astype(np.uint32), v6)
         if len(segments):
@@ -161,8 +161,8 @@ class MssViolation(Detector):
     def _check_segments(self, batch: PacketBatch, rows: np.ndarray) -> None:
         payload = batch["payload_len"]
         cols = {"src_hi": batch["src_ip_hi"][rows], "src_lo": batch["src_ip_lo"][rows],
-                "dst_hi": batch["dst_ip_hi"][rows], "dst_lo": batch["dst_ip_lo"][rows],
-                "sport": batch["src_port"][rows], "dport": batch["dst_port"][rows]}
+                "dst_hi": batch["dest_ip_hi"][rows], "dst_lo": batch["dest_ip_lo"][rows],
+                "sport": batch["src_port"][rows], "dport": batch["dest_port"][rows]}
         keys = _direction_key(*(cols[name] for name in FLOW_FIELDS))
         at, announced = find_sorted(self.limit_keys, keys)
         sel = np.flatnonzero(announced)

@@ -262,13 +262,13 @@ class PmtudBlackhole(Detector):
         if len(rows) == 0:
             return
         cols = {name: batch[name][rows] for name in (
-            "quote_src_ip_hi", "quote_src_ip_lo", "quote_dst_ip_hi", "quote_dst_ip_lo", "quote_proto",
-            "quote_src_port", "quote_dst_port", "src_ip_hi", "src_ip_lo", "icmp_mtu", "ts_ns", "frame")}
+            "quote_src_ip_hi", "quote_src_ip_lo", "quote_dest_ip_hi", "quote_dest_ip_lo", "quote_proto",
+            "quote_src_port", "quote_dest_port", "src_ip_hi", "src_ip_lo", "icmp_mtu", "ts_ns", "frame")}
         has_ports = (batch["layers"][rows] & np.uint32(L_QUOTE_PORTS)) != 0
         cols["quote_src_port"] = np.where(has_ports, cols["quote_src_port"], 0)
-        cols["quote_dst_port"] = np.where(has_ports, cols["quote_dst_port"], 0)
-        keys = _pair_key(cols["quote_src_ip_hi"], cols["quote_src_ip_lo"], cols["quote_dst_ip_hi"],
-                         cols["quote_dst_ip_lo"])
+        cols["quote_dest_port"] = np.where(has_ports, cols["quote_dest_port"], 0)
+        keys = _pair_key(cols["quote_src_ip_hi"], cols["quote_src_ip_lo"], cols["quote_dest_ip_hi"],
+                         cols["quote_dest_ip_lo"])
         # pairs beyond MAX_PAIRS are counted and dropped before any per-pair work
         watched = np.array(sorted(self.pairs), dtype=np.uint64)
         fresh = np.unique(keys[~member(keys, watched)])[:max(MAX_PAIRS - len(self.pairs), 0)]
@@ -280,7 +280,7 @@ class PmtudBlackhole(Detector):
         per_pair = frame.groupby("key", sort=False).agg(
             mtu=("icmp_mtu", "min"), first_ns=("ts_ns", "min"), last_ns=("ts_ns", "max"), count=("ts_ns", "size"),
             host_hi=("quote_src_ip_hi", "first"), host_lo=("quote_src_ip_lo", "first"),
-            peer_hi=("quote_dst_ip_hi", "first"), peer_lo=("quote_dst_ip_lo", "first"))
+            peer_hi=("quote_dest_ip_hi", "first"), peer_lo=("quote_dest_ip_lo", "first"))
         parts: dict[int, _Pair] = {}
         for key, row in zip(per_pair.index.tolist(), per_pair.itertuples(index=False)):
             host, peer = (int(row.host_hi), int(row.host_lo)), (int(row.peer_hi), int(row.peer_lo))
@@ -291,7 +291,7 @@ class PmtudBlackhole(Detector):
             routers = parts[key].routers
             if len(routers) < MAX_LISTED:
                 routers[(int(hi), int(lo))] = int(count)
-        quoted = frame.groupby(["key", "quote_proto", "quote_src_port", "quote_dst_port"]).size()
+        quoted = frame.groupby(["key", "quote_proto", "quote_src_port", "quote_dest_port"]).size()
         for (key, proto, sport, dport), count in quoted.items():
             if len(parts[key].quoted) < MAX_LISTED:
                 parts[key].quoted[(int(proto), int(sport), int(dport))] = int(count)
@@ -317,7 +317,7 @@ class PmtudBlackhole(Detector):
         if len(rows) == 0:
             return
         keys = _pair_key(batch["src_ip_hi"][rows], batch["src_ip_lo"][rows],
-                         batch["dst_ip_hi"][rows], batch["dst_ip_lo"][rows])
+                         batch["dest_ip_hi"][rows], batch["dest_ip_lo"][rows])
         watched = np.array(sorted(self.pairs), dtype=np.uint64)
         hit = member(keys, watched)
         rows, keys = rows[hit], keys[hit]
@@ -330,7 +330,7 @@ class PmtudBlackhole(Detector):
         payload = np.where((batch["layers"][rows] & np.uint32(L_PAYLOAD)) != 0, batch["payload_len"][rows], 0)
         proto = batch["proto"][rows]
         sport = np.where(ports, batch["src_port"][rows], 0).astype(np.uint16)
-        dport = np.where(ports, batch["dst_port"][rows], 0).astype(np.uint16)
+        dport = np.where(ports, batch["dest_port"][rows], 0).astype(np.uint16)
         echo = echo[rows]
         order, starts, counts = group_by(keys)
         for start, count in zip(starts.tolist(), counts.tolist()):
@@ -567,8 +567,8 @@ class SegmentsFigure(ReportFigure):
             if len(match):
                 row = match.iloc[0]
                 forward_is_src = row["src_ip"] == f.src_ip
-                mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dst_mss"]),
-                       f"{f.dest_ip} MSS": int(row["dst_mss"] if forward_is_src else row["src_mss"])}
+                mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dest_mss"]),
+                       f"{f.dest_ip} MSS": int(row["dest_mss"] if forward_is_src else row["src_mss"])}
         mtu = f.evidence.get("reported_mtu")
         ax.plot(t[forward], size[forward], ".", ms=4, color="#245", label=f"from {f.src_ip}")
         ax.plot(t[~forward], size[~forward], ".", ms=4, color="#999", label=f"from {f.dest_ip}")
@@ -591,8 +591,8 @@ def _flow_rows(batch: PacketBatch, key: tuple) -> tuple[np.ndarray, np.ndarray]:
 
     def side(a_hi, a_lo, b_hi, b_lo, a_port, b_port):
         return ((c["src_ip_hi"] == np.uint64(a_hi)) & (c["src_ip_lo"] == np.uint64(a_lo))
-                & (c["dst_ip_hi"] == np.uint64(b_hi)) & (c["dst_ip_lo"] == np.uint64(b_lo))
-                & (c["src_port"] == a_port) & (c["dst_port"] == b_port))
+                & (c["dest_ip_hi"] == np.uint64(b_hi)) & (c["dest_ip_lo"] == np.uint64(b_lo))
+                & (c["src_port"] == a_port) & (c["dest_port"] == b_port))
     forward = tcp & side(shi, slo, dhi, dlo, sport, dport)
     backward = tcp & side(dhi, dlo, shi, slo, dport, sport)
     rows = np.flatnonzero(forward | backward)

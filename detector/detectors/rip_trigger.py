@@ -214,11 +214,11 @@ def judge_payloads(data, offsets, caplen, payload_off, payload_len, kind):
 
 
 ROW_COLUMNS = {
-    "key": np.uint64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dst_ip_hi": np.uint64,
-    "dst_ip_lo": np.uint64, "dst_port": np.uint16, "src_port": np.uint16, "verdict": np.uint8,
+    "key": np.uint64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dest_ip_hi": np.uint64,
+    "dest_ip_lo": np.uint64, "dest_port": np.uint16, "src_port": np.uint16, "verdict": np.uint8,
     "group": np.bool_, "local": np.bool_, "fp": np.uint64, "count": np.int64, "first_ns": np.int64,
     "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64, "ttl": np.uint8,
-    "layers": np.uint32, "src_mac": np.uint64, "dst_mac": np.uint64, "payload_len": np.uint32,
+    "layers": np.uint32, "src_mac": np.uint64, "dest_mac": np.uint64, "payload_len": np.uint32,
     # a folded row stands for `targets` rows whose target address was dropped to bound the state
     "folded": np.bool_, "targets": np.int64,
 }
@@ -230,8 +230,8 @@ def _combine(a: dict, b: dict) -> dict:
 
 
 def _row_key(rows: dict) -> np.ndarray:
-    return mix64(rows["src_ip_hi"], rows["src_ip_lo"], rows["dst_ip_hi"], rows["dst_ip_lo"],
-                 rows["dst_port"], rows["verdict"], rows["fp"], rows["folded"])
+    return mix64(rows["src_ip_hi"], rows["src_ip_lo"], rows["dest_ip_hi"], rows["dest_ip_lo"],
+                 rows["dest_port"], rows["verdict"], rows["fp"], rows["folded"])
 
 
 def _networks(rule, values) -> list[tuple[int, int, int]]:
@@ -297,7 +297,7 @@ class RipTrigger(Detector):
         self.rows = {name: np.zeros(0, dtype=dtype) for name, dtype in ROW_COLUMNS.items()}
 
     def update(self, batch: PacketBatch) -> None:
-        layers, dport = batch["layers"], batch["dst_port"]
+        layers, dport = batch["layers"], batch["dest_port"]
         udp = (layers & np.uint32(L_UDP | L_PORTS)) == np.uint32(L_UDP | L_PORTS)
         sel = np.flatnonzero(udp & ((dport == RIP_PORT) | (dport == RIPNG_PORT)))
         if len(sel) == 0:
@@ -309,10 +309,10 @@ class RipTrigger(Detector):
         verdict = judge_payloads(batch.data, batch["offset"][sel], batch["caplen"][sel],
                                  batch["payload_off"][sel], batch["payload_len"][sel], kind)
         rows = {name: batch[name][sel].astype(dtype) for name, dtype in ROW_COLUMNS.items() if name in batch.cols}
-        dhi, dlo = rows["dst_ip_hi"], rows["dst_ip_lo"]
+        dhi, dlo = rows["dest_ip_hi"], rows["dest_ip_lo"]
         group = ((dhi == RIP2_GROUP[0]) & (dlo == RIP2_GROUP[1])) | ((dhi == RIPNG_GROUP[0]) & (dlo == RIPNG_GROUP[1]))
         group |= (dhi == IPV4_BROADCAST[0]) & (dlo == IPV4_BROADCAST[1])
-        group |= ((rows["layers"] & np.uint32(L_DST_MAC)) != 0) & (rows["dst_mac"] == ETHER_BROADCAST)
+        group |= ((rows["layers"] & np.uint32(L_DST_MAC)) != 0) & (rows["dest_mac"] == ETHER_BROADCAST)
         local = _in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks)
         rows.update(verdict=verdict, group=group, local=local,
                     fp=batch["fingerprint"][sel], count=np.ones(len(sel), dtype=np.int64),
@@ -335,7 +335,7 @@ class RipTrigger(Detector):
         fold = (rows["fp"] == 0) & ~rows["folded"]
         rows["targets"] = np.where(fold, 1, rows["targets"])
         rows["folded"] = rows["folded"] | fold
-        for name in ("dst_ip_hi", "dst_ip_lo", "dst_mac"):
+        for name in ("dest_ip_hi", "dest_ip_lo", "dest_mac"):
             rows[name] = np.where(fold, np.uint64(0), rows[name])
         self.rows = self._rekey(rows)
 
@@ -379,10 +379,10 @@ class RipTrigger(Detector):
         # targets in the order the source reached them; folded rows only count theirs
         by_time = np.argsort(rows["first_ns"], kind="stable")
         by_time = by_time[~rows["folded"][by_time]]
-        targets = np.unique(mix64(rows["dst_ip_hi"], rows["dst_ip_lo"])[by_time], return_index=True)[1]
-        target_list = [ip_text(rows["dst_ip_hi"][t], rows["dst_ip_lo"][t]) for t in by_time[np.sort(targets)]]
+        targets = np.unique(mix64(rows["dest_ip_hi"], rows["dest_ip_lo"])[by_time], return_index=True)[1]
+        target_list = [ip_text(rows["dest_ip_hi"][t], rows["dest_ip_lo"][t]) for t in by_time[np.sort(targets)]]
         target_count = len(target_list) + int(rows["targets"].sum())
-        ports = sorted(set(rows["dst_port"].tolist()))
+        ports = sorted(set(rows["dest_port"].tolist()))
         verdicts: dict[str, int] = {}
         for code, c in zip(rows["verdict"].tolist(), probes.tolist()):
             verdicts[VERDICTS[code]] = verdicts.get(VERDICTS[code], 0) + c
@@ -446,7 +446,7 @@ class RipTrigger(Detector):
         if rows["layers"][first] & L_SRC_MAC:
             fields["src_mac"] = mac_to_str(rows["src_mac"][first])
         if target_count == 1 and target_list and rows["layers"][first] & L_DST_MAC:
-            fields["dest_mac"] = mac_to_str(rows["dst_mac"][first])
+            fields["dest_mac"] = mac_to_str(rows["dest_mac"][first])
         frames = np.unique(np.concatenate([rows["first_frame"], rows["last_frame"]]))
         evidence = {
             "probes": n, "targets": target_count, "target_ips": target_list[:TARGETS_LISTED],

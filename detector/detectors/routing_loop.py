@@ -39,8 +39,8 @@ FINISHED_AFTER_S = 1.0
 L4_SAMPLE = (0, 1, 2, 3, 4, 5, 6, 7, 16, 17)
 # The columns a router leaves alone; those of absent layers hold 0, so one
 # list serves every protocol.
-IDENTITY_COLUMNS = ("src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto", "ip_id", "ip_len",
-                    "frag_offset", "src_port", "dst_port", "tcp_seq", "tcp_ack", "icmp_type", "icmp_code")
+IDENTITY_COLUMNS = ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto", "ip_id", "ip_len",
+                    "frag_offset", "src_port", "dest_port", "tcp_seq", "tcp_ack", "icmp_type", "icmp_code")
 # Looping packets whose frames are kept for evidence, per destination.
 EVIDENCE_PACKETS = 16
 # The prefix a finding names: the routes that loop are usually for a prefix.
@@ -50,11 +50,11 @@ CANDIDATE_COLUMNS = {
     "key": np.uint64, "coarse": np.uint64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
     "first_frame": np.int64, "last_frame": np.int64, "ttl_first": np.int64, "ttl_last": np.int64,
     "drops": np.int64, "rises": np.int64, "max_step": np.int64, "mac_a": np.uint64, "mac_b": np.uint64,
-    "layers": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dst_ip_hi": np.uint64,
-    "dst_ip_lo": np.uint64, "proto": np.uint8,
+    "layers": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "dest_ip_hi": np.uint64,
+    "dest_ip_lo": np.uint64, "proto": np.uint8,
 }
 DEST_COLUMNS = {
-    "dst_ip_hi": np.uint64, "dst_ip_lo": np.uint64, "mac_a": np.uint64, "mac_b": np.uint64,
+    "dest_ip_hi": np.uint64, "dest_ip_lo": np.uint64, "mac_a": np.uint64, "mac_b": np.uint64,
     "packets": np.int64, "copies": np.int64, "first_ns": np.int64, "last_ns": np.int64,
     "ttl_first": np.int64, "ttl_last": np.int64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64,
     "proto": np.uint8, "layers": np.uint32,
@@ -92,7 +92,7 @@ def _mix(acc, value):
 
 @kernel("(u8[::1], u8[::1], u8[::1], u8[::1], u1[::1], u4[::1], u4[::1], u4[::1], u2[::1], u2[::1], "
         "u4[::1], u4[::1], u1[::1], u1[::1])")
-def _identity_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id, ip_len, frag_offset, src_port, dst_port,
+def _identity_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id, ip_len, frag_offset, src_port, dest_port,
                      tcp_seq, tcp_ack, icmp_type, icmp_code):
     # one pass over the columns instead of a numpy temporary per column and step
     out = np.empty(len(src_hi), dtype=np.uint64)
@@ -102,7 +102,7 @@ def _identity_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id, ip_len, frag_
         acc = _mix(acc, dst_hi[i])
         acc = _mix(acc, dst_lo[i])
         acc = _mix(acc, np.uint64(ip_id[i]) | (np.uint64(ip_len[i]) << np.uint64(32)))
-        acc = _mix(acc, np.uint64(src_port[i]) | (np.uint64(dst_port[i]) << np.uint64(16))
+        acc = _mix(acc, np.uint64(src_port[i]) | (np.uint64(dest_port[i]) << np.uint64(16))
                    | (np.uint64(proto[i]) << np.uint64(32)) | (np.uint64(icmp_type[i]) << np.uint64(40))
                    | (np.uint64(icmp_code[i]) << np.uint64(48)))
         acc = _mix(acc, np.uint64(tcp_seq[i]) | (np.uint64(tcp_ack[i]) << np.uint64(32)))
@@ -231,7 +231,7 @@ class RoutingLoop(Detector):
             "mac_a": mac[starts],
             "mac_b": np.maximum.reduceat(np.where(mac != first_mac, mac, np.uint64(0)), starts),
         }
-        for name in ("layers", "src_ip_hi", "src_ip_lo", "dst_ip_hi", "dst_ip_lo", "proto"):
+        for name in ("layers", "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto"):
             part[name] = batch[name][rows[starts]].astype(CANDIDATE_COLUMNS[name])
         self.cand = _combine(self.cand, part)
 
@@ -282,9 +282,9 @@ class RoutingLoop(Detector):
         if len(dest["packets"]) == 0:
             return []
         v4 = (dest["layers"] & np.uint32(L_IP4)) != 0
-        prefix_lo = np.where(v4, dest["dst_ip_lo"] & np.uint64(~((1 << (32 - PREFIX_V4)) - 1) & (2**64 - 1)),
+        prefix_lo = np.where(v4, dest["dest_ip_lo"] & np.uint64(~((1 << (32 - PREFIX_V4)) - 1) & (2**64 - 1)),
                              np.uint64(0))
-        prefix_hi = dest["dst_ip_hi"]
+        prefix_hi = dest["dest_ip_hi"]
         order, starts, counts = group_by(mix64(prefix_hi, prefix_lo, dest["mac_a"], dest["mac_b"]))
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
@@ -299,11 +299,11 @@ class RoutingLoop(Detector):
         t0, t1 = int(d["first_ns"].min()), int(d["last_ns"].max())
         first = int(np.argmin(d["first_ns"]))
         net = ipaddress.ip_network(f"{ip_text(prefix_hi, prefix_lo)}/{PREFIX_V4 if v4 else PREFIX_V6}")
-        destinations = sorted({ip_text(h, l) for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist())})
+        destinations = sorted({ip_text(h, l) for h, l in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist())})
         sources = {(h, l) for h, l in zip(d["src_ip_hi"].tolist(), d["src_ip_lo"].tolist())}
         routers = [mac_to_str(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
         frames = []
-        for h, l in zip(d["dst_ip_hi"].tolist(), d["dst_ip_lo"].tolist()):
+        for h, l in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist()):
             frames += evidence_by_dst.get((h, l), [])
         ttl_from, ttl_to = int(d["ttl_first"][first]), int(d["ttl_last"][first])
         severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
@@ -330,14 +330,14 @@ class RoutingLoop(Detector):
 
 def _add_destinations(c: dict, dest: dict, evidence: dict) -> dict:
     """`dest` with the looping identities `c` added; frames of their first packets go into `evidence`."""
-    part = {name: c[name] for name in ("dst_ip_hi", "dst_ip_lo", "mac_a", "mac_b", "first_ns", "last_ns",
+    part = {name: c[name] for name in ("dest_ip_hi", "dest_ip_lo", "mac_a", "mac_b", "first_ns", "last_ns",
                                        "ttl_first", "ttl_last", "src_ip_hi", "src_ip_lo", "proto", "layers")}
     part["packets"] = np.ones(len(c["key"]), dtype=np.int64)
     part["copies"] = c["count"]
     # one pair of routers, whichever of the two was seen first
     part["mac_a"], part["mac_b"] = np.minimum(c["mac_a"], c["mac_b"]), np.maximum(c["mac_a"], c["mac_b"])
     for i in np.argsort(c["first_ns"], kind="stable")[:EVIDENCE_PACKETS]:
-        kept = evidence.setdefault((int(c["dst_ip_hi"][i]), int(c["dst_ip_lo"][i])), [])
+        kept = evidence.setdefault((int(c["dest_ip_hi"][i]), int(c["dest_ip_lo"][i])), [])
         if len(kept) < 2 * EVIDENCE_PACKETS:
             kept += [int(c["first_frame"][i]), int(c["last_frame"][i])]
     return _combine_dest(dest, part)
@@ -345,5 +345,5 @@ def _add_destinations(c: dict, dest: dict, evidence: dict) -> dict:
 
 def _combine_dest(a: dict, b: dict) -> dict:
     def destination(rows):
-        return mix64(rows["dst_ip_hi"], rows["dst_ip_lo"], rows["mac_a"], rows["mac_b"])
+        return mix64(rows["dest_ip_hi"], rows["dest_ip_lo"], rows["mac_a"], rows["mac_b"])
     return fold_rows(a, b, destination, {"packets": np.add, "copies": np.add, "last_ns": np.maximum})

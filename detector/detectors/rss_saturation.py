@@ -68,8 +68,8 @@ MSG_TUNNEL_SHARE_RATIO = 0.5
 
 # one counted flow of a busy bin's queue: the header the NIC hashed
 FLOW_DTYPE = np.dtype([("key", np.uint64), ("packets", np.int64), ("src_ip_hi", np.uint64),
-                       ("src_ip_lo", np.uint64), ("dst_ip_hi", np.uint64), ("dst_ip_lo", np.uint64),
-                       ("src_port", np.uint16), ("dst_port", np.uint16), ("proto", np.uint8), ("tunnel", np.uint8)])
+                       ("src_ip_lo", np.uint64), ("dest_ip_hi", np.uint64), ("dest_ip_lo", np.uint64),
+                       ("src_port", np.uint16), ("dest_port", np.uint16), ("proto", np.uint8), ("tunnel", np.uint8)])
 
 
 @dataclass
@@ -246,8 +246,8 @@ class RssSaturation(Detector):
         # the flow of each row as the NIC hashed it; its key counts it per bin
         hashed = self.model.hashed_headers(batch, rows)
         tunnel = np.where((batch["layers"][rows] & np.uint32(L_TUNNEL)) != 0, batch["tunnel"][rows], 0)
-        flow_key = mix64(hashed["src_ip_hi"], hashed["src_ip_lo"], hashed["dst_ip_hi"], hashed["dst_ip_lo"],
-                         (hashed["src_port"].astype(np.uint64) << np.uint64(16)) | hashed["dst_port"],
+        flow_key = mix64(hashed["src_ip_hi"], hashed["src_ip_lo"], hashed["dest_ip_hi"], hashed["dest_ip_lo"],
+                         (hashed["src_port"].astype(np.uint64) << np.uint64(16)) | hashed["dest_port"],
                          hashed["proto"], tunnel)
         order, starts, sizes = group_by(at[rows])
         frames = batch["frame"]
@@ -426,8 +426,8 @@ def _named_flows(cells: list[_Cell]) -> list[dict]:
     flows, _ = _largest_flows(np.concatenate([cell.flows for cell in cells]), FLOWS_NAMED)
     out = []
     for row in flows:
-        src, dst = ip_text(row["src_ip_hi"], row["src_ip_lo"]), ip_text(row["dst_ip_hi"], row["dst_ip_lo"])
-        proto, sport, dport = int(row["proto"]), int(row["src_port"]), int(row["dst_port"])
+        src, dst = ip_text(row["src_ip_hi"], row["src_ip_lo"]), ip_text(row["dest_ip_hi"], row["dest_ip_lo"])
+        proto, sport, dport = int(row["proto"]), int(row["src_port"]), int(row["dest_port"])
         item = {"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_ip": src, "src_port": sport,
                 "dest_ip": dst, "dest_port": dport, "packets_in_window": int(row["packets"]),
                 "community_id": community_id(src, dst, proto, sport, dport) if sport or dport else None}

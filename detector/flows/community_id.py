@@ -63,23 +63,23 @@ def _addr_bytes(addr) -> bytes:
     return ipaddress.ip_address(addr).packed
 
 
-def community_id(src_ip, dst_ip, proto: int, src_port: int | None = None, dst_port: int | None = None,
+def community_id(src_ip, dest_ip, proto: int, src_port: int | None = None, dest_port: int | None = None,
                  seed: int = 0, base64: bool = True) -> str:
     """Community ID v1 of one flow, e.g. "1:LQU9qZlK+B5F3KDmev6m5PMibrg=".
 
     Addresses are strings or packed bytes (4 bytes IPv4, 16 bytes IPv6). For
-    ICMP and ICMPv6 pass the type as `src_port` and the code as `dst_port`;
+    ICMP and ICMPv6 pass the type as `src_port` and the code as `dest_port`;
     they are mapped to port equivalents as the specification says.
     """
-    src, dst = _addr_bytes(src_ip), _addr_bytes(dst_ip)
+    src, dst = _addr_bytes(src_ip), _addr_bytes(dest_ip)
     if len(src) != len(dst):
         raise ValueError("source and destination addresses are of different families")
     proto = int(proto)
-    with_ports = proto in PORT_PROTOCOLS and src_port is not None and dst_port is not None
+    with_ports = proto in PORT_PROTOCOLS and src_port is not None and dest_port is not None
     sport = dport = 0
     one_way = False
     if with_ports:
-        sport, dport = int(src_port), int(dst_port)
+        sport, dport = int(src_port), int(dest_port)
         if proto in (PROTO_ICMP, PROTO_ICMP6):
             other = (ICMP6_COUNTERPART if proto == PROTO_ICMP6 else ICMP4_COUNTERPART).get(sport)
             one_way = other is None
@@ -203,7 +203,7 @@ def _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, proto, sport, dport, v4
     return out
 
 
-def community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed: int = 0) -> TextCodes:
+def community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dest_port, seed: int = 0) -> TextCodes:
     """Community ID v1 (base64) of every flow given as columns, as TextCodes over the ASCII rows.
 
     Addresses are the schema's 128-bit halves; a flow whose both addresses are
@@ -214,14 +214,14 @@ def community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port
     dst_hi, dst_lo = np.asarray(dst_hi, np.uint64), np.asarray(dst_lo, np.uint64)
     v4 = _v4_mapped(src_hi, src_lo) & _v4_mapped(dst_hi, dst_lo)
     raw = _community_id_kernel(src_hi, src_lo, dst_hi, dst_lo, np.asarray(proto, np.uint8),
-                               np.asarray(src_port, np.uint16), np.asarray(dst_port, np.uint16), v4,
+                               np.asarray(src_port, np.uint16), np.asarray(dest_port, np.uint16), v4,
                                int(seed) & 0xFFFF, COUNTERPART_TABLE, _PORT_PROTOCOL, _SHA1_INIT, _SHA1_K, _B64)
     return TextCodes(np.arange(len(raw)), raw)
 
 
-def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed: int = 0) -> np.ndarray:
+def community_ids(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dest_port, seed: int = 0) -> np.ndarray:
     """Community ID v1 (base64) of every flow given as columns: an object array of str."""
-    return community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dst_port, seed).value_texts()
+    return community_id_codes(src_hi, src_lo, dst_hi, dst_lo, proto, src_port, dest_port, seed).value_texts()
 
 
 def _v4_mapped(hi, lo) -> np.ndarray:

@@ -106,14 +106,14 @@ def is_v4_mapped(hi, lo) -> np.ndarray:
 
 
 @kernel("(u4[::1], u2[::1], u2[::1], u1[::1], u1[::1], i2[:, ::1])", nogil=True)
-def _ports(layers, src_port, dst_port, icmp_type, icmp_code, counterpart):
+def _ports(layers, src_port, dest_port, icmp_type, icmp_code, counterpart):
     n = len(layers)
     sport = np.zeros(n, dtype=np.uint16)
     dport = np.zeros(n, dtype=np.uint16)
     for i in range(n):
         lay = layers[i]
         if lay & L_PORTS:
-            sport[i], dport[i] = src_port[i], dst_port[i]
+            sport[i], dport[i] = src_port[i], dest_port[i]
         if lay & ICMP_ANY:
             kind = icmp_type[i]
             other = counterpart[1 if lay & L_ICMP6 else 0, kind]
@@ -122,10 +122,10 @@ def _ports(layers, src_port, dst_port, icmp_type, icmp_code, counterpart):
     return sport, dport
 
 
-def transport_ports(layers, proto, src_port, dst_port, icmp_type, icmp_code):
+def transport_ports(layers, proto, src_port, dest_port, icmp_type, icmp_code):
     """Ports per packet: transport ports; for ICMP the Community ID port equivalents (type, and the
     counterpart type of a two-way message or the code of a one-way one); else 0."""
-    return _ports(layers, src_port, dst_port, icmp_type, icmp_code, ICMP_COUNTERPART)
+    return _ports(layers, src_port, dest_port, icmp_type, icmp_code, ICMP_COUNTERPART)
 
 
 def fragment_ids(src_hi, src_lo, dst_hi, dst_lo, proto, ip_id):

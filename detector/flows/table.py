@@ -85,7 +85,7 @@ FLOW_COLUMNS: dict[str, type] = {
     "src2dst_bytes": np.int64, "dst2src_bytes": np.int64,
     "src2dst_payload_bytes": np.int64, "dst2src_payload_bytes": np.int64,
     "src2dst_tcp_flags": np.uint16, "dst2src_tcp_flags": np.uint16,
-    "src_mss": np.uint16, "dst_mss": np.uint16,
+    "src_mss": np.uint16, "dest_mss": np.uint16,
     "src2dst_max_payload_bytes": np.int64, "dst2src_max_payload_bytes": np.int64,
     "src2dst_retransmits": np.int64, "dst2src_retransmits": np.int64,
     "handshake_rtt_ms": np.float64, "state": object, "history": object,
@@ -171,10 +171,10 @@ class FlowTable:
         self._reserve(n_flow)
         self._counts[k.C_NEWEST] = k.NO_TIME
         if n_ip:
-            sport, dport = K_.transport_ports(layers, batch["proto"], batch["src_port"], batch["dst_port"],
+            sport, dport = K_.transport_ports(layers, batch["proto"], batch["src_port"], batch["dest_port"],
                                               batch["icmp_type"], batch["icmp_code"])
             self._attach_fragments(batch, sport, dport)
-            self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dst_ip_hi"], batch["dst_ip_lo"], sport, dport,
+            self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dest_ip_hi"], batch["dest_ip_lo"], sport, dport,
                       batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
                       batch["tcp_mss"], batch["payload_len"], batch["ip_len"], batch["vlan_outer"],
                       batch["ip_version"])
@@ -265,7 +265,7 @@ class FlowTable:
             return
         first = K_.first_fragment_mask(lay, c["frag_offset"], c["ip_flags"])
         later = K_.later_fragment_mask(lay, c["frag_offset"])
-        fid = K_.fragment_ids(c["src_ip_hi"], c["src_ip_lo"], c["dst_ip_hi"], c["dst_ip_lo"],
+        fid = K_.fragment_ids(c["src_ip_hi"], c["src_ip_lo"], c["dest_ip_hi"], c["dest_ip_lo"],
                               c["proto"], c["ip_id"])
         old_id, old_sp, old_dp, old_ts = self._frag
         ids = np.concatenate([old_id, fid[first]])
@@ -298,7 +298,7 @@ class FlowTable:
         """The outer UDP packets of UDP tunnels (any inner frame, IP or not), as the arguments of _run."""
         layers = batch["layers"]
         rows = np.flatnonzero(((layers & np.uint32(L_TUNNEL)) != 0) & (batch["outer_proto"] == PROTO_UDP)
-                              & ((batch["outer_src_port"] | batch["outer_dst_port"]) != 0))
+                              & ((batch["outer_src_port"] | batch["outer_dest_port"]) != 0))
         if not len(rows):
             return None
         lay = layers[rows]
@@ -311,8 +311,8 @@ class FlowTable:
         zero = np.zeros(len(rows), np.uint32)
         # layer bits as the pass reads them: an IP packet with a payload length and no TCP header
         carrier_layers = np.uint32(L_IP4 | L_PAYLOAD) | (lay & np.uint32(L_VLAN))
-        return (shi, slo, batch["outer_dst_ip_hi"][rows], batch["outer_dst_ip_lo"][rows],
-                batch["outer_src_port"][rows], batch["outer_dst_port"][rows], np.full(len(rows), PROTO_UDP, np.uint8),
+        return (shi, slo, batch["outer_dest_ip_hi"][rows], batch["outer_dest_ip_lo"][rows],
+                batch["outer_src_port"][rows], batch["outer_dest_port"][rows], np.full(len(rows), PROTO_UDP, np.uint8),
                 carrier_layers, batch["ts_ns"][rows], batch["frame"][rows], zero.astype(np.uint16), zero, zero.astype(np.uint16),
                 pay, ip_len, batch["vlan_outer"][rows], np.where(v4, 4, 6).astype(np.uint8))
 
@@ -353,7 +353,7 @@ class FlowTable:
             out[f"{prefix}_tcp_flags"] = F[:, k.F_FLAGS + side]
             out[f"{prefix}_max_payload_bytes"] = F[:, k.F_MAXPAY + side]
             out[f"{prefix}_retransmits"] = F[:, k.F_RETX + side]
-        out["src_mss"], out["dst_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
+        out["src_mss"], out["dest_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
         rtt = F[:, k.F_RTT_NS]
         out["handshake_rtt_ms"] = np.where(rtt >= 0, rtt / 1e6, np.nan)
         out["history"] = _history_codes(H, F[:, k.F_HLEN])
