@@ -583,7 +583,7 @@ def build(packets: int, out: Path) -> dict:
         "capture_version": CAPTURE_VERSION,
         "packets": packets,
         "bytes": size,
-        "flows": int(len(kind)),
+        "flows": len(kind),
         "flows_tcp": int(tcp.sum()),
         "flows_udp": int((kind == KIND_UDP).sum()),
         "flows_icmp": int((kind == KIND_ICMP).sum()),

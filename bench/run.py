@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_capture  # noqa: E402  (bench/ is a folder of scripts, not a package)
+import make_capture
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -270,7 +270,7 @@ def _peer(tool: str, capture: Path, packets: int, runs: int, limit: int | None =
 
 def bench_scapy(capture: Path, packets: int, runs: int) -> Result:
     if packets > SCAPY_SAMPLE:
-        sample, report = _peer("scapy", capture, packets, 1, SCAPY_SAMPLE)
+        sample, _report = _peer("scapy", capture, packets, 1, SCAPY_SAMPLE)
         if sample.failed:
             return sample
         projected = sample.seconds * packets / SCAPY_SAMPLE

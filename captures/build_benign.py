@@ -4,10 +4,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from scapy.all import (ARP, DNS, DNSQR, ICMP, IP, UDP, Dot1Q, Ether, ICMPv6EchoReply,
-                       ICMPv6EchoRequest, IPv6, Raw)
-
 from common import tcp_session, write_capture
+from scapy.all import ARP, DNS, DNSQR, ICMP, IP, UDP, Dot1Q, Ether, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, Raw
 
 
 def benign_office(out_dir: Path) -> dict:

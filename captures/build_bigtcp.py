@@ -24,9 +24,8 @@ import ipaddress
 import struct
 from pathlib import Path
 
-from scapy.utils import PcapWriter
-
 from common import T0
+from scapy.utils import PcapWriter
 
 ETH_IP4, ETH_IP6, ETH_TEB = 0x0800, 0x86DD, 0x6558     # IEEE ethertypes; TEB: transparent Ethernet bridging
 PROTO_HOPOPT, PROTO_TCP, PROTO_UDP = 0, 6, 17

@@ -10,10 +10,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from scapy.all import DNS, DNSQR, IP, UDP, Ether
-
 from build_loops import _benign, _loop_copies
 from common import write_capture
+from scapy.all import DNS, DNSQR, IP, UDP, Ether
 
 HOSTILE_NAME = '<script>alert(1)</script>"><img src=x onerror=alert(2)>.example'
 LOOP_MACS = ("02:00:5e:66:00:01", "02:00:5e:66:00:02")

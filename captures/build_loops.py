@@ -19,11 +19,10 @@ import random
 import struct
 from pathlib import Path
 
-from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, IPv6, Raw)
+from common import tcp_session, write_capture
+from scapy.all import DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, IPv6, Raw
 from scapy.contrib.ripng import RIPng, RIPngEntry
 from scapy.layers.rip import RIP, RIPAuth, RIPEntry
-
-from common import tcp_session, write_capture
 
 CORE_MAC, NAT_MAC = "00:1b:54:c2:00:01", "00:1b:54:c2:00:02"   # the looping pair
 R1_MAC, R2_MAC = "02:00:5e:20:00:01", "02:00:5e:20:00:02"     # two routers in a routing loop
@@ -290,8 +289,8 @@ def rip_scan(out_dir: Path) -> dict:
     return {"file": path.name, "packets": count,
             "what": "UDP/520 scan of 20 hosts with zero-filled payloads and a RIPng request from outside",
             "must_yield": [{"rule": "rip-trigger", "severity_at_least": "medium"}],
-            "must_not_yield": _quiet(["echo-loop", "routing-loop"]) +
-            [{"rule": "rip-trigger", "severity_above": "medium"}]}
+            "must_not_yield": [*_quiet(["echo-loop", "routing-loop"]),
+                               {"rule": "rip-trigger", "severity_above": "medium"}]}
 
 
 def _looping(packet, t0: float, vlan: int | None = None, hop_s: float = 0.0004):
@@ -377,4 +376,5 @@ def traceroute_and_paths(out_dir: Path) -> dict:
 
 
 CAPTURES = [echo_loop_ipv4, echo_loop_ipv6_vlan, echo_loop_buried, identical_frame_floods, repeats_not_loops,
-            rip_authenticated, rip_between_routers, rip_scan, routing_loop_ipv4, routing_loop_ipv6_vlan, traceroute_and_paths]
+            rip_authenticated, rip_between_routers, rip_scan, routing_loop_ipv4, routing_loop_ipv6_vlan,
+            traceroute_and_paths]

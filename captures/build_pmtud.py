@@ -14,11 +14,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from scapy.all import (DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6PacketTooBig, IPOption_Router_Alert, IPv6,
-                       Raw)
-from scapy.contrib.mpls import MPLS
-
 from common import tcp_session, write_capture
+from scapy.all import DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6PacketTooBig, IPOption_Router_Alert, IPv6, Raw
+from scapy.contrib.mpls import MPLS
 
 SERVER_MAC, ROUTER_MAC = "02:00:5e:10:00:80", "02:00:5e:10:00:01"
 TUNNEL_MTU = 1420          # WireGuard-style tunnel on the client's path (the incident's figure)
@@ -149,7 +147,7 @@ def pmtud_blackhole_busy(out_dir: Path) -> dict:
     path = out_dir / "pmtud-blackhole-busy.pcapng"
     rng = random.Random(3003)
     eth, eth_r = Ether(src=ROUTER_MAC, dst=SERVER_MAC), Ether(src=SERVER_MAC, dst=ROUTER_MAC)
-    packets, end = _blackhole_transfer(eth, eth_r, IP(src="198.51.100.23", dst="203.0.113.80"),
+    packets, _end = _blackhole_transfer(eth, eth_r, IP(src="198.51.100.23", dst="203.0.113.80"),
                                        IP(src="203.0.113.80", dst="198.51.100.23", flags="DF"),
                                        "192.0.2.254", 51600, 0.5, 4, rng)
     for i in range(24):

@@ -14,12 +14,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw
-from scapy.layers.vxlan import VXLAN
-from scapy.data import DLT_EN10MB
-from scapy.utils import PcapWriter
-
 from common import T0
+from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw
+from scapy.data import DLT_EN10MB
+from scapy.layers.vxlan import VXLAN
+from scapy.utils import PcapWriter
 
 SNAPLEN = 96                # bytes kept per frame: every header, no payload
 TUNNEL_SNAPLEN = 128        # the same for VXLAN: outer and inner headers

@@ -28,9 +28,9 @@ from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
-from .schema import IP, L_SRC_MAC, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
+from .schema import IP, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
 
-__all__ = ["open", "Capture"]
+__all__ = ["Capture", "open"]
 
 # decoded column -> (packet table column, layer bits that make it valid, pandas dtype)
 _MASKED = {
@@ -264,7 +264,7 @@ class _Plots:
         return ax
 
 
-def open(path, *more) -> Capture:  # noqa: A001  (the name a notebook user expects: detector.open)
+def open(path, *more) -> Capture:
     """Open one capture, or several read as one continuous capture. Reads nothing until a table is used."""
     paths = [path, *more]
     for p in paths:

@@ -124,14 +124,14 @@ class Segment:
     frame: np.ndarray       # int64
 
     @classmethod
-    def of(cls, batch: PacketBatch) -> "Segment":
+    def of(cls, batch: PacketBatch) -> Segment:
         return cls(data=np.array(batch.data, dtype=np.uint8, copy=True),
                    offset=batch["offset"].astype(np.int64), caplen=batch["caplen"].astype(np.uint32),
                    wirelen=batch["wirelen"].astype(np.uint32), ts_ns=batch["ts_ns"].astype(np.int64),
                    linktype=batch["linktype"].astype(np.uint16), frame=batch["frame"].astype(np.int64))
 
     @classmethod
-    def of_records(cls, frames: list[int], records: list[tuple]) -> "Segment":
+    def of_records(cls, frames: list[int], records: list[tuple]) -> Segment:
         """The frames numbered `frames` from their records, whose first fields are (ts_ns, wirelen, linktype,
         bytes), in that order."""
         caplen = np.array([len(r[3]) for r in records], dtype=np.uint32)

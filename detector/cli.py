@@ -122,7 +122,7 @@ def _inputs(paths, keep: bool = False) -> list:
         if keep and not os.path.isfile(path):
             from .ingest import StreamCapture
             try:
-                stream = open(path, "rb", buffering=0)  # noqa: SIM115 - read to the end by the first pass
+                stream = open(path, "rb", buffering=0)
             except OSError as exc:
                 raise UsageError(f"{path}: {exc.strerror or exc}") from None
             captures.append(StreamCapture(stream, name=path, keep=True))

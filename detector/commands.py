@@ -11,6 +11,7 @@ from .flows.export import write_csv, write_parquet
 from .output import OutputDir
 from .stats import CaptureStats
 
+
 def info_one(source) -> tuple[dict, str]:
     """Summarise one capture, a path or an ingest.StreamCapture: (JSON record, human-readable text).
 

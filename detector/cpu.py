@@ -62,7 +62,7 @@ def prefetch(typingctx, array, index):
 
 
 if config.DISABLE_JIT:
-    def prefetch(array, index) -> None:    # noqa: F811 - a hint has no Python equivalent
+    def prefetch(array, index) -> None:
         """Nothing: interpreted kernels have no cache line to ask for."""
 
 
@@ -127,7 +127,7 @@ def _module_file(package_dir: Path, dotted: str) -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(path: Path) -> frozenset:
     """The package's own modules that `path` imports with a relative import, as files."""
     found = set()
@@ -145,7 +145,7 @@ def _imports(path: Path) -> frozenset:
     return frozenset(found)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imports_digest(path: Path) -> str:
     """SHA-256 over the content of every package module `path` imports, directly or not."""
     seen, pending = set(), [path]

@@ -354,7 +354,7 @@ class OutputDir:
                 os.close(fd)
         self._evidence_fd = None
 
-    def __enter__(self) -> "OutputDir":
+    def __enter__(self) -> OutputDir:
         return self
 
     def __exit__(self, kind, _value, _traceback) -> None:

@@ -138,7 +138,7 @@ def _hash_packets(tables, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, 
         if layers[i] & ip_bits == 0:
             out[i] = 0        # not IP: nothing a NIC hashes
             continue
-        s_hi, s_lo, d_hi, d_lo, sp, dp, pr, is_v6, hashed = _hash_input(
+        s_hi, s_lo, d_hi, d_lo, sp, dp, _proto, is_v6, hashed = _hash_input(
             i, layers, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, outer_src_hi, outer_src_lo,
             outer_dst_hi, outer_dst_lo, outer_sport, outer_dport, outer_proto, tcp_ports, udp_ports, inner)
         ports = (np.uint64(sp) << np.uint64(16)) | np.uint64(dp) if hashed else np.uint64(0)
@@ -235,5 +235,12 @@ class RssModel:
         return self.queue_of(self.hash(batch))
 
 
-__all__ = ["RssModel", "MICROSOFT_KEY", "SYMMETRIC_KEY", "toeplitz_tables", "toeplitz_hash",
-           "DEFAULT_QUEUES", "DEFAULT_TABLE_SIZE"]
+__all__ = [
+    "DEFAULT_QUEUES",
+    "DEFAULT_TABLE_SIZE",
+    "MICROSOFT_KEY",
+    "SYMMETRIC_KEY",
+    "RssModel",
+    "toeplitz_hash",
+    "toeplitz_tables",
+]

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .findings import iso_time
-from .schema import (IP, L_ARP, L_ICMP, L_ICMP6, L_IP4, L_IP6, L_TCP, L_TUNNEL, L_UDP,
-                     L_VLAN, PacketBatch, linktype_name)
+from .schema import IP, L_ARP, L_ICMP, L_ICMP6, L_IP4, L_IP6, L_TCP, L_TUNNEL, L_UDP, L_VLAN, PacketBatch, linktype_name
 
 # Layer bits counted in the summary, by the name shown to the user.
 COUNTED_LAYERS = {
@@ -50,7 +49,7 @@ class CaptureStats:
             if hits:
                 self.layers[name] += hits
 
-    def merge(self, other: "CaptureStats") -> "CaptureStats":
+    def merge(self, other: CaptureStats) -> CaptureStats:
         self.packets += other.packets
         self.bytes += other.bytes
         self.wire_bytes += other.wire_bytes

@@ -33,7 +33,7 @@ def test_open_is_lazy_and_refuses_missing_files(tmp_path):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"this is not a capture at all, not even close")
     with pytest.raises(CaptureError):
-        detector.open(junk).packets
+        _ = detector.open(junk).packets
 
 
 def test_packets_agree_with_tshark(tshark):

@@ -7,8 +7,8 @@ import os
 import resource
 import signal
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -50,7 +50,8 @@ def small_pcap(tmp_path):
         eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="SA", seq=500, ack=101,
                                        options=[("MSS", 1400)]),
         eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="A", seq=101, ack=501),
-        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="PA", seq=101, ack=501) / Raw(b"GET / HTTP/1.0\r\n\r\n"),
+        eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="PA", seq=101, ack=501)
+        / Raw(b"GET / HTTP/1.0\r\n\r\n"),
         eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="FA", seq=501, ack=119),
         eth / IP(src=a, dst=b) / TCP(sport=40000, dport=80, flags="FA", seq=119, ack=502),
         eth_r / IP(src=b, dst=a) / TCP(sport=80, dport=40000, flags="A", seq=502, ack=120),

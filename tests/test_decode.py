@@ -14,10 +14,16 @@ from scapy.contrib.geneve import GENEVE
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.contrib.mpls import MPLS
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
-from scapy.layers.inet6 import (ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
-                                IPv6ExtHdrHopByHop, IPv6ExtHdrRouting)
+from scapy.layers.inet6 import (
+    ICMPv6PacketTooBig,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
+)
 from scapy.layers.l2 import ARP, GRE, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ether
-from scapy.layers.ppp import PPP, PPPoE, GRE_PPTP
+from scapy.layers.ppp import GRE_PPTP, PPP, PPPoE
 from scapy.layers.sctp import SCTP
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw, raw
@@ -25,12 +31,47 @@ from scapy.packet import Raw, raw
 from detector.decode import decode, fingerprint, fingerprints
 from detector.decode.addr import ip_to_str, mac_to_str, str_to_ip
 from detector.errors import UsageError
-from detector.schema import (IP_DF, IP_MF, L_ARP, L_DST_MAC, L_ETHERTYPE, L_FRAG, L_ICMP, L_ICMP6,
-                             L_IP4, L_IP6, L_MSS, L_MTU, L_PAYLOAD, L_PORTS, L_QINQ, L_QUOTE,
-                             L_QUOTE_PORTS, L_SACK_PERM, L_SCTP, L_SRC_MAC, L_TCP, L_TCP_TS,
-                             L_TRUNCATED, L_TUNNEL, L_UDP, L_VLAN, L_WSCALE, PACKET_COLUMNS, RAW_COLUMNS,
-                             TH_ACK, TH_SYN, TUNNEL_AYIYA, TUNNEL_ERSPAN, TUNNEL_GENEVE, TUNNEL_GRE,
-                             TUNNEL_GTP, TUNNEL_IPIP, TUNNEL_TEREDO, TUNNEL_VXLAN, RawBatch)
+from detector.schema import (
+    IP_DF,
+    IP_MF,
+    L_ARP,
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_FRAG,
+    L_ICMP,
+    L_ICMP6,
+    L_IP4,
+    L_IP6,
+    L_MSS,
+    L_MTU,
+    L_PAYLOAD,
+    L_PORTS,
+    L_QINQ,
+    L_QUOTE,
+    L_QUOTE_PORTS,
+    L_SACK_PERM,
+    L_SCTP,
+    L_SRC_MAC,
+    L_TCP,
+    L_TCP_TS,
+    L_TRUNCATED,
+    L_TUNNEL,
+    L_UDP,
+    L_VLAN,
+    L_WSCALE,
+    PACKET_COLUMNS,
+    RAW_COLUMNS,
+    TH_SYN,
+    TUNNEL_AYIYA,
+    TUNNEL_ERSPAN,
+    TUNNEL_GENEVE,
+    TUNNEL_GRE,
+    TUNNEL_GTP,
+    TUNNEL_IPIP,
+    TUNNEL_TEREDO,
+    TUNNEL_VXLAN,
+    RawBatch,
+)
 
 MAC_A, MAC_B = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 TCP_SYN = TCP(sport=40000, dport=443, flags="S", seq=1000, window=64240,
@@ -547,8 +588,8 @@ def test_address_columns_agree_with_ipaddress_on_every_zero_run_shape():
     hi = np.concatenate([hi, np.array([e[0] for e in edges], dtype=np.uint64)])
     lo = np.concatenate([lo, np.array([e[1] for e in edges], dtype=np.uint64)])
     want = []
-    for h, l in zip(hi.tolist(), lo.tolist()):
-        address = ipaddress.IPv6Address((h << 64) | l)
+    for high, low in zip(hi.tolist(), lo.tolist()):
+        address = ipaddress.IPv6Address((high << 64) | low)
         want.append(str(address.ipv4_mapped) if address.ipv4_mapped is not None else address.compressed)
     assert list(ip_to_str(hi, lo)) == want
     assert ip_to_str(hi.reshape(-1, 2), lo.reshape(-1, 2)).tolist() == np.array(want).reshape(-1, 2).tolist()

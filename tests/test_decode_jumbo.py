@@ -15,8 +15,21 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import raw
 
 from detector.decode import decode
-from detector.schema import (L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP6, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP,
-                             L_TUNNEL, TH_ACK, TH_PSH, TUNNEL_GENEVE, TUNNEL_VXLAN)
+from detector.schema import (
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_IP4,
+    L_IP6,
+    L_PAYLOAD,
+    L_PORTS,
+    L_SRC_MAC,
+    L_TCP,
+    L_TUNNEL,
+    TH_ACK,
+    TH_PSH,
+    TUNNEL_GENEVE,
+    TUNNEL_VXLAN,
+)
 from tests.test_decode import make_batch
 
 PAYLOAD = bytes(range(256)) * 274 + b"x" * 16        # 70,160 bytes

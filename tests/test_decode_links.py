@@ -20,10 +20,25 @@ from scapy.packet import raw
 from detector.decode import decode, expand_msdus
 from detector.decode.addr import ip_to_str, mac_to_str
 from detector.flows import FlowTable
-from detector.schema import (L_AMSDU, L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP6, L_PAYLOAD, L_PORTS,
-                             L_SRC_MAC, L_TCP, L_TRUNCATED, L_TUNNEL, L_UDP, L_VLAN,
-                             LINKTYPE_IEEE802_11 as WLAN, LINKTYPE_IEEE802_11_RADIOTAP as RADIOTAP,
-                             TUNNEL_GRE)
+from detector.schema import (
+    L_AMSDU,
+    L_ARP,
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_IP4,
+    L_IP6,
+    L_PAYLOAD,
+    L_PORTS,
+    L_SRC_MAC,
+    L_TCP,
+    L_TRUNCATED,
+    L_TUNNEL,
+    L_UDP,
+    L_VLAN,
+    TUNNEL_GRE,
+)
+from detector.schema import LINKTYPE_IEEE802_11 as WLAN
+from detector.schema import LINKTYPE_IEEE802_11_RADIOTAP as RADIOTAP
 from tests.test_decode import _truncated_cuts, assert_reads_stop_at_the_capture, cut_everywhere, make_batch
 
 A1, A2, A3, A4 = "02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03", "02:00:00:00:00:04"

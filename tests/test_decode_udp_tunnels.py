@@ -23,9 +23,25 @@ from scapy.utils import wrpcap
 from detector.decode import decode
 from detector.decode.addr import ip_to_str
 from detector.flows import FlowTable
-from detector.schema import (L_DST_MAC, L_ETHERTYPE, L_IP4, L_IP6, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP,
-                             L_TUNNEL, L_UDP, PROTO_UDP, TUNNEL_AYIYA, TUNNEL_GENEVE, TUNNEL_GRE, TUNNEL_GTP,
-                             TUNNEL_TEREDO, TUNNEL_VXLAN)
+from detector.schema import (
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_IP4,
+    L_IP6,
+    L_PAYLOAD,
+    L_PORTS,
+    L_SRC_MAC,
+    L_TCP,
+    L_TUNNEL,
+    L_UDP,
+    PROTO_UDP,
+    TUNNEL_AYIYA,
+    TUNNEL_GENEVE,
+    TUNNEL_GRE,
+    TUNNEL_GTP,
+    TUNNEL_TEREDO,
+    TUNNEL_VXLAN,
+)
 from tests.test_decode import assert_reads_stop_at_the_capture, cut_everywhere, make_batch, one
 
 OUTER = IP(src="198.51.100.1", dst="198.51.100.2")

@@ -211,7 +211,7 @@ cls.update = update
 
 
 @pytest.mark.skipif(live._why_not() is not None, reason=live._why_not() or "")
-def test_live_watch_goes_on_when_a_rule_fails(netns, watchers, tmp_path):
+def test_live_watch_goes_on_when_a_rule_fails(netns, watchers, tmp_path):  # noqa: F811 - fixtures
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(LIVE_FAILURE)

@@ -206,16 +206,16 @@ def test_merged_partitions_equal_one_pass():
     (batch,) = _batches(CAPTURES / "echo-loop-rip-ipv4.pcapng")
     head, tail = _split(batch, len(batch) // 2)        # the cut falls inside the loop
     ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = [d for d in active_detectors(rules) if d.rule_id == "echo-loop"][0]
+    whole = next(d for d in active_detectors(rules) if d.rule_id == "echo-loop")
     whole.update(batch)
-    left, right = ([d for d in active_detectors(rules) if d.rule_id == "echo-loop"][0] for _ in range(2))
+    left, right = (next(d for d in active_detectors(rules) if d.rule_id == "echo-loop") for _ in range(2))
     left.update(head)
     right.update(tail)
     merged = left.merge(right)
     (a,), (b,) = whole.findings(ctx), merged.findings(ctx)
     assert a.to_json() == b.to_json()
     # the same holds batch by batch through one state (live capture feeds small batches)
-    stream = [d for d in active_detectors(rules) if d.rule_id == "echo-loop"][0]
+    stream = next(d for d in active_detectors(rules) if d.rule_id == "echo-loop")
     for start in range(0, len(batch), 500):
         stream.update(PacketBatch(data=batch.data, cols={k: v[start:start + 500] for k, v in batch.cols.items()}))
     (c,) = stream.findings(ctx)

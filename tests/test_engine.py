@@ -62,7 +62,7 @@ def test_error_in_a_later_file_comes_after_the_earlier_batches(tmp_path):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"NOT A CAPTURE" * 3)
     rec = Recorder()
-    with pytest.raises(CaptureError, match="bad.pcap"):
+    with pytest.raises(CaptureError, match=r"bad\.pcap"):
         engine.run([good, bad], [rec])
     assert rec.frames == [1, 2, 3, 4, 5]
 

@@ -87,7 +87,8 @@ def test_frames_of_two_link_types_go_to_pcapng(tmp_path, tshark):
 
     ether = bytes(Ether() / IP(src="192.0.2.1", dst="192.0.2.2") / UDP(dport=520))
     raw = bytes(IP(src="192.0.2.3", dst="192.0.2.4") / UDP(dport=521))
-    rows = [(1_767_225_600_123_456_789, len(ether), 1, ether, "a"), (1_767_225_601_000_000_001, len(raw), 101, raw, "a")]
+    rows = [(1_767_225_600_123_456_789, len(ether), 1, ether, "a"),
+            (1_767_225_601_000_000_001, len(raw), 101, raw, "a")]
     segment = Segment.of_records([1, 2], rows)
     assert capture_format([segment]) == "pcapng"
     path = tmp_path / "mixed.pcapng"

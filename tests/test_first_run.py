@@ -46,7 +46,7 @@ def test_a_kernel_is_cold_until_compiled_and_again_once_its_source_changes(tmp_p
 
 def test_the_first_command_says_it_compiles_and_compiles_what_every_later_one_calls(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    command = DETECTOR + ["info", str(ROOT / "captures" / "rip-scan.pcap")]
+    command = [*DETECTOR, "info", str(ROOT / "captures" / "rip-scan.pcap")]
     first = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     said = [line for line in first.stderr.splitlines() if "compiling the packet kernels" in line]

@@ -10,6 +10,7 @@ and the module still needs the other one to work. Imports under
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
         on_path.add(module)
         for target in sorted(graph[module]):
             if target in on_path:
-                return path[path.index(target):] + [target]
+                return [*path[path.index(target):], target]
             if target not in done:
                 found = visit(target)
                 if found:
@@ -101,7 +102,7 @@ def test_the_package_imports_without_cycles():
     graph = import_graph()
     cycle = find_cycle(graph)
     if cycle:
-        steps = [f"{a} (line {graph[a][b]}) -> {b}" for a, b in zip(cycle, cycle[1:])]
+        steps = [f"{a} (line {graph[a][b]}) -> {b}" for a, b in itertools.pairwise(cycle)]
         raise AssertionError("import cycle: " + "; ".join(steps))
 
 

@@ -142,7 +142,7 @@ def test_pcap_byte_orders_and_resolutions(tmp_path, big, nano):
 def test_pcap_linktype_fcs_bits_masked(tmp_path):
     # bits 26..31 describe the FCS (pcap-savefile(5)); 0x30000084 is Juniper ATM1 (132)
     path = write(tmp_path, "fcs.pcap", pcap_file(2, linkfield=0x30000084))
-    reader, cols, _ = read_all(path)
+    _reader, cols, _ = read_all(path)
     assert cols["linktype"].tolist() == [132, 132]
     path = write(tmp_path, "fcs2.pcap", pcap_file(1, linkfield=0x04000001))
     assert read_all(path)[1]["linktype"].tolist() == [1]
@@ -150,7 +150,7 @@ def test_pcap_linktype_fcs_bits_masked(tmp_path):
 
 def test_pcap_record_over_snaplen_within_max_is_accepted(tmp_path):
     data = pcap_header(snaplen=64) + pcap_record(T0, 0, payload(1, 100)) + pcap_record(T0, 1, payload(2, 10))
-    reader, cols, frames = read_all(write(tmp_path, "s.pcap", data))
+    reader, cols, _frames = read_all(write(tmp_path, "s.pcap", data))
     assert cols["caplen"].tolist() == [100, 10] and reader.warnings == []
 
 
@@ -158,7 +158,7 @@ def test_pcap_caplen_above_max_stops_with_warning(tmp_path):
     good = pcap_record(T0, 0, payload(1, 60))
     bad = struct.pack("<IIII", T0, 1, MAX_CAPLEN + 1, 100) + b"\0" * 64
     path = write(tmp_path, "big.pcap", pcap_header() + good + good + bad + good)
-    reader, cols, _ = read_all(path)
+    reader, _cols, _ = read_all(path)
     assert reader.packets == 2
     assert reader.warnings == [f"{path} at byte {24 + 2 * 76}: record has a {MAX_CAPLEN + 1}-byte "
                                f"packet, bigger than maximum of {MAX_CAPLEN}"]
@@ -167,7 +167,7 @@ def test_pcap_caplen_above_max_stops_with_warning(tmp_path):
 def test_pcap_truncated_last_record(tmp_path):
     full = pcap_file(3)
     path = write(tmp_path, "cut.pcap", full[:-5])
-    reader, cols, _ = read_all(path)
+    reader, _cols, _ = read_all(path)
     assert reader.packets == 2
     assert len(reader.warnings) == 1
     assert reader.warnings[0].startswith(f"{path} at byte {24 + 56 + 57}: capture cut short")
@@ -302,7 +302,7 @@ DAMAGE_CASES = [
 @pytest.mark.parametrize("bad, reason", DAMAGE_CASES, ids=[r for _, r in DAMAGE_CASES])
 def test_pcapng_damage_keeps_packets_before_it(tmp_path, bad, reason):
     path = write(tmp_path, "d.pcapng", _damaged(PNG_HEAD, bad))
-    reader, cols, frames = read_all(path)
+    reader, _cols, frames = read_all(path)
     assert reader.packets == 2 and frames == [payload(0, 40), payload(1, 40)]
     offset = len(PNG_HEAD) + (8 if "byte-order" in reason else 0)
     assert reader.warnings == [f"{path} at byte {offset}: {reason}"]
@@ -342,7 +342,7 @@ def test_damaged_compressed_stream_keeps_earlier_packets(tmp_path):
     data = pcap_file(2000)
     packed = gzip.compress(data)
     path = write(tmp_path, "cut.pcap.gz", packed[:len(packed) // 2])
-    reader, cols, _ = read_all(path)
+    reader, _cols, _ = read_all(path)
     assert 0 < reader.packets < 2000
     assert len(reader.warnings) == 1 and reader.warnings[0].startswith(f"{path} at byte ")
     assert "gzip error" in reader.warnings[0]
@@ -408,7 +408,7 @@ def test_stream_capture_without_a_copy_reads_once():
 
 
 def test_file_object_without_name(tmp_path):
-    reader, cols, _ = read_all(io.BytesIO(pcap_file(3)))
+    reader, _cols, _ = read_all(io.BytesIO(pcap_file(3)))
     assert reader.path == "<stream>" and reader.packets == 3
 
 

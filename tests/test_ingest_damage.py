@@ -8,7 +8,6 @@ the format set once the magic is known.
 """
 from __future__ import annotations
 
-import gzip
 import lzma
 import struct
 import zlib

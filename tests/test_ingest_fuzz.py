@@ -25,8 +25,7 @@ def _crafted_seeds() -> list[bytes]:
     png, _ = multi_section_capture()
     mixed = shb() + idb(1, snaplen=64) + spb(b"s" * 40, 90) + opb(0, 5, b"o" * 9) + epb(0, 6, b"e" * 70)
     plain = [pcap_file(6), pcap_file(4, big=True, nano=True), png, mixed]
-    return plain + [gzip.compress(png), lzma.compress(pcap_file(3)),
-                    zstandard.ZstdCompressor().compress(mixed)]
+    return [*plain, gzip.compress(png), lzma.compress(pcap_file(3)), zstandard.ZstdCompressor().compress(mixed)]
 
 
 def _real_seeds(limit: int = 40, max_bytes: int = 8192) -> list[bytes]:

@@ -12,9 +12,9 @@ from detector.capfile import Segment, write_capture
 from detector.decode import decode
 from detector.ingest import open_capture
 from detector.live.evidence import EvidenceRecorder
-from detector.output import OutputDir
 from detector.live.period import TrafficSeries
 from detector.live.ring import PacketRing
+from detector.output import OutputDir
 from detector.report.evidence import SERIES_BINS_MAX
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"

@@ -24,16 +24,29 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from detector.decode import decode
 from detector.decode.addr import str_to_ip
 from detector.errors import CaptureError
 from detector.ingest import open_capture
-from detector.schema import (L_ARP, L_ICMP, L_ICMP6, L_IP4, L_IP6, L_MSS, L_MTU, L_PORTS, L_QUOTE,
-                             L_QUOTE_PORTS, L_TCP, L_TUNNEL, LINKTYPE_NAMES, PROTO_SCTP, PROTO_TCP,
-                             PROTO_UDP)
+from detector.schema import (
+    L_ARP,
+    L_ICMP,
+    L_ICMP6,
+    L_IP4,
+    L_IP6,
+    L_MSS,
+    L_MTU,
+    L_PORTS,
+    L_QUOTE,
+    L_QUOTE_PORTS,
+    L_TCP,
+    L_TUNNEL,
+    PROTO_SCTP,
+    PROTO_TCP,
+    PROTO_UDP,
+)
 from tests._real import CAPTURES_REAL as CAPTURES
 
 LABELS = {"icmp-fragneeded", "icmp6-ptb", "vlan", "sll", "sll2", "rawip", "ipv6-ext"}

@@ -130,8 +130,9 @@ def test_a_second_run_replaces_the_first_and_touches_nothing_else(tmp_path):
     # the user's own files, files of this tool an earlier run or watch left, and a killed run's leftovers
     mine = {"notes.txt": "mine", "evidence/capture-1.pcap": "mine too", "evidence/echo-loop-x.pcap": "not ours",
             "report.html.bak": "a copy"}
-    stale = {"alerts.jsonl": "{}", "evidence/echo-loop-7.pcapng": "old", "evidence/routing-loop-1-20260101T000000000Z.pcap":
-             "old watch", ".report.md.0123456789abcdef.tmp": "half", ".detector-run-0123456789abcdef/report.md": "x",
+    stale = {"alerts.jsonl": "{}", "evidence/echo-loop-7.pcapng": "old",
+             "evidence/routing-loop-1-20260101T000000000Z.pcap": "old watch", ".report.md.0123456789abcdef.tmp": "half",
+             ".detector-run-0123456789abcdef/report.md": "x",
              ".detector-run-0123456789abcdef/evidence/echo-loop-1.pcap": "x"}
     for name, text in {**mine, **stale}.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -241,11 +242,11 @@ def test_flows_on_a_full_disk_keep_the_previous_file(small_disk):
         line = one_line_error(run_cli("flows", CAPTURES / "rss-balanced-busy.pcap", "-o", path))
         assert line.startswith(f"detector: error: {path}: No space left on device"), line
     (small_disk / "filler").unlink()
-    assert tree(small_disk) == {name: digest for name, digest in kept.items()}
+    assert tree(small_disk) == dict(kept.items())
 
 
 @pytest.mark.skipif(live._why_not() is not None, reason=live._why_not() or "")
-def test_watch_starts_on_a_folder_of_its_own(netns, watchers, tmp_path):
+def test_watch_starts_on_a_folder_of_its_own(netns, watchers, tmp_path):  # noqa: F811 - fixtures
     """A watch removes an earlier run's outputs when it starts, keeps the user's files, and replaces a link
     where its log goes instead of appending through it."""
     out = tmp_path / "watch"

@@ -9,7 +9,7 @@ from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
 
 from detector import engine
 from detector.commands import analyze
-from detector.detectors import AnalysisContext, REGISTRY
+from detector.detectors import REGISTRY, AnalysisContext
 from detector.flows import FlowTable
 from detector.rules import load_rules
 from detector.schema import PacketBatch

@@ -136,6 +136,7 @@ def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
 def test_markdown_escaping_is_what_keeps_the_viewer_from_acting(tmp_path, monkeypatch):
     """Without the escaping the same report renders images, links and HTML: the test above can fail."""
     from markdown_it import MarkdownIt
+
     from detector.report import render
 
     loops = tmp_path / "loops.pcap"

@@ -1,7 +1,6 @@
 """rip-trigger on real bytes: the payload judge on RFC layouts, bundled RIP captures, and the echo-loop link."""
 from __future__ import annotations
 
-import hashlib
 import struct
 from pathlib import Path
 
@@ -11,10 +10,25 @@ from scapy.all import IP, UDP, Ether, IPv6, Raw, wrpcap
 from scapy.layers.rip import RIP, RIPEntry
 
 from detector.commands import analyze
-from detector.detectors.rip_trigger import (BAD_AFI, BAD_AUTH, BAD_COMMAND, BAD_LENGTH, BAD_METRIC,
-                                            BAD_PREFIX_LEN, BAD_VERSION, EMPTY, KIND_RIP, KIND_RIPNG,
-                                            KIND_WRONG_FAMILY, NONZERO_MBZ, VALID, VERDICTS, WRONG_FAMILY,
-                                            ZERO_FILLED, judge_payloads)
+from detector.detectors.rip_trigger import (
+    BAD_AFI,
+    BAD_AUTH,
+    BAD_COMMAND,
+    BAD_LENGTH,
+    BAD_METRIC,
+    BAD_PREFIX_LEN,
+    BAD_VERSION,
+    EMPTY,
+    KIND_RIP,
+    KIND_RIPNG,
+    KIND_WRONG_FAMILY,
+    NONZERO_MBZ,
+    VALID,
+    VERDICTS,
+    WRONG_FAMILY,
+    ZERO_FILLED,
+    judge_payloads,
+)
 from detector.findings import SEVERITY_RANK
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -158,7 +172,8 @@ def _rip_packet(src, dst, payload, dest_mac="01:00:5e:00:00:09"):
 
 def test_a_local_router_with_broken_entries_is_a_faulty_speaker_not_a_probe(tmp_path):
     broken = b"\x02\x02\x00\x00" + rip_entry() + rip_entry(metric=17)
-    packets = [_rip_packet("10.7.0.1", "224.0.0.9", broken), _rip_packet("10.7.0.1", "224.0.0.9", crypto(2, rip_entry())),
+    packets = [_rip_packet("10.7.0.1", "224.0.0.9", broken),
+               _rip_packet("10.7.0.1", "224.0.0.9", crypto(2, rip_entry())),
                # the same bytes unicast from the Internet, and a zero-filled payload to the group: probes
                _rip_packet("198.51.100.7", "10.7.0.1", broken, dest_mac="02:00:00:00:00:02"),
                _rip_packet("10.7.0.2", "224.0.0.9", bytes(24))]

@@ -99,7 +99,7 @@ def test_small_batches_and_merge_agree_with_one_pass():
     rules = load_rules()
 
     def fresh():
-        return [d for d in active_detectors(rules) if d.rule_id == "routing-loop"][0]
+        return next(d for d in active_detectors(rules) if d.rule_id == "routing-loop")
 
     (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "routing-loop-ipv6-vlan.pcap")])]
     ctx = AnalysisContext(flows=None, stats=CaptureStats())

@@ -12,8 +12,17 @@ import detector.rules as rules_module
 from detector.detectors import REGISTRY, active_detectors
 from detector.errors import RuleError
 from detector.findings import SEVERITIES
-from detector.rules import (ALERT_PARAMS, OPTIONAL_KEYS, REQUIRED_KEYS, RULES_DIR, Declarations, Range, declarations,
-                            explain_text, load_rules)
+from detector.rules import (
+    ALERT_PARAMS,
+    OPTIONAL_KEYS,
+    REQUIRED_KEYS,
+    RULES_DIR,
+    Declarations,
+    Range,
+    declarations,
+    explain_text,
+    load_rules,
+)
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 ECHO_CAPTURE = CAPTURES / "echo-loop-rip-ipv4.pcapng"
@@ -182,7 +191,7 @@ def test_rule_file_limits(tmp_path):
         load_rules(tmp_path / "a")
     write_rule(tmp_path / "b", "one.yaml", "id: echo-loop\n")
     write_rule(tmp_path / "b", "two.yaml", "id: echo-loop\n")
-    with pytest.raises(RuleError, match="defined in one.yaml too"):
+    with pytest.raises(RuleError, match=r"defined in one\.yaml too"):
         load_rules(tmp_path / "b")
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "latin1.yaml").write_bytes(b"id: echo-loop\ntitle: caf\xe9\n")

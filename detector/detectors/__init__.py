@@ -26,8 +26,17 @@ from dataclasses import asdict, dataclass
 from ..rules import load_rules
 from .base import REGISTRY, AnalysisContext, Detector, register
 
-__all__ = ["REGISTRY", "AnalysisContext", "Detector", "register", "active_detectors", "run_findings",
-           "DetectorSet", "DetectorFailure", "RAISE_ENV"]
+__all__ = [
+    "RAISE_ENV",
+    "REGISTRY",
+    "AnalysisContext",
+    "Detector",
+    "DetectorFailure",
+    "DetectorSet",
+    "active_detectors",
+    "register",
+    "run_findings",
+]
 
 # Set to 1, a detector that raises stops the run with its own exception instead of being recorded.
 RAISE_ENV = "DETECTOR_RAISE_FAILURES"
@@ -185,7 +194,7 @@ class DetectorSet:
             with self._guard(det, "update", batch):
                 det.update(batch)
 
-    def merge(self, other: "DetectorSet") -> "DetectorSet":
+    def merge(self, other: DetectorSet) -> DetectorSet:
         """Fold `other`'s states (the same rules) into these; a rule failed in either stays failed."""
         for rule_id, failure in other.failures.items():
             self.failures.setdefault(rule_id, failure)

@@ -19,19 +19,21 @@ from __future__ import annotations
 import importlib
 import ipaddress
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from ..cpu import kernel
 from ..findings import Finding, iso_time
-# the shared ranges and Param, Range: what the detectors' declarations are built of, imported from here
-from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule
+
+# the shared ranges, Param and Range: what the detectors' declarations are built of, imported from here
+from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule  # noqa: F401 - re-exported
 from ..schema import PROTO_NAMES, PacketBatch
 from ..stats import CaptureStats
 
-REGISTRY: dict[str, type["Detector"]] = {}
+REGISTRY: dict[str, type[Detector]] = {}
 
 # Frame numbers kept per finding for the evidence pcap: enough to show the
 # pattern, bounded so a loop of millions of frames does not bloat findings.json.
@@ -153,7 +155,7 @@ class Detector(ABC):
         """Fold one decoded batch into the state."""
 
     @abstractmethod
-    def merge(self, other: "Detector") -> "Detector":
+    def merge(self, other: Detector) -> Detector:
         """Combine `other`'s partial state (same rule) into this one and return self."""
 
     @abstractmethod

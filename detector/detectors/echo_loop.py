@@ -34,12 +34,33 @@ import numpy as np
 from ..decode.addr import mac_to_str
 from ..findings import Finding
 from ..flows.community_id import community_id
-from ..schema import (IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES,
-                      PacketBatch)
+from ..schema import IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from ..units import NS
-from .base import (ALERT_SECONDS, CARRY_OVER_S, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, Param,
-                   Range, ReportFigure, TimeBins, batch_tail, check_merge, endpoint, flow_time_ns, fold_rows,
-                   frame_summary, group_by, ip_text, keep_ends, member, register, repeated_keys)
+from .base import (
+    ALERT_SECONDS,
+    CARRY_OVER_S,
+    MIN_RATE_WINDOW_S,
+    RATE_PPS,
+    RATIO,
+    AnalysisContext,
+    Detector,
+    Param,
+    Range,
+    ReportFigure,
+    TimeBins,
+    batch_tail,
+    check_merge,
+    endpoint,
+    flow_time_ns,
+    fold_rows,
+    frame_summary,
+    group_by,
+    ip_text,
+    keep_ends,
+    member,
+    register,
+    repeated_keys,
+)
 
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.
@@ -169,7 +190,7 @@ class EchoLoop(Detector):
         if not keep.all():
             self.state = {name: col[keep] for name, col in state.items()}
 
-    def merge(self, other: "EchoLoop") -> "EchoLoop":
+    def merge(self, other: EchoLoop) -> EchoLoop:
         check_merge(self, other)
         self.state = _combine(self.state, other.state)
         for key, frames in other.evidence.items():
@@ -245,7 +266,8 @@ class EchoLoop(Detector):
             "first_frame": int(row["first_frame"]),
             "evidence_frames": np.unique(frames).tolist(),
         }
-        seen = f"one frame seen {count:,} times in {duration_s:.3f} s ({rate:,.0f}/s, {share:.0%} of all packets meanwhile)"
+        seen = (f"one frame seen {count:,} times in {duration_s:.3f} s ({rate:,.0f}/s, {share:.0%} of all packets "
+                f"meanwhile)")
         if missing:
             severity = FLOOD_SEVERITY
             # a frame to a group address may also circle in a switching loop, which this rule cannot see

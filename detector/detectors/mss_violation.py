@@ -26,8 +26,25 @@ from ..cpu import kernel
 from ..findings import Finding
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from ..units import NS
-from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, check_merge, endpoint,
-                   evidence_frames, find_sorted, group_by, ip_text, keep_ends, match_flow, member, mix64, register)
+from .base import (
+    ALERT_SECONDS,
+    COUNT,
+    AnalysisContext,
+    Detector,
+    Param,
+    Range,
+    check_merge,
+    endpoint,
+    evidence_frames,
+    find_sorted,
+    group_by,
+    ip_text,
+    keep_ends,
+    match_flow,
+    member,
+    mix64,
+    register,
+)
 from .pmtud_blackhole import PmtudBlackhole
 
 # Announcements kept: a SYN flood with MSS options must not grow the state
@@ -198,7 +215,7 @@ class MssViolation(Detector):
             flow["last_ns"] = max(flow["last_ns"], int(ts[mine].max()))
             flow["frames"] = keep_ends(flow["frames"], frames[mine])
 
-    def merge(self, other: "MssViolation") -> "MssViolation":
+    def merge(self, other: MssViolation) -> MssViolation:
         check_merge(self, other)
         self._insert(other.limit_keys, other.limit_mss)
         self.min_mss_v4 = min(self.min_mss_v4, other.min_mss_v4)

@@ -42,11 +42,41 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..findings import Finding, iso_time
-from ..schema import (IP, L_ICMP, L_ICMP6, L_MTU, L_PAYLOAD, L_PORTS, L_QUOTE, L_QUOTE_PORTS, L_TCP,
-                      PROTO_NAMES, PROTO_TCP, PacketBatch)
+from ..schema import (
+    IP,
+    L_ICMP,
+    L_ICMP6,
+    L_MTU,
+    L_PAYLOAD,
+    L_PORTS,
+    L_QUOTE,
+    L_QUOTE_PORTS,
+    L_TCP,
+    PROTO_NAMES,
+    PROTO_TCP,
+    PacketBatch,
+)
 from ..units import NS
-from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, ReportFigure, TimeBins, check_merge,
-                   evidence_frames, group_by, ip_halves, ip_text, keep_ends, match_flow, member, mix64, register)
+from .base import (
+    ALERT_SECONDS,
+    COUNT,
+    AnalysisContext,
+    Detector,
+    Param,
+    Range,
+    ReportFigure,
+    TimeBins,
+    check_merge,
+    evidence_frames,
+    group_by,
+    ip_halves,
+    ip_text,
+    keep_ends,
+    match_flow,
+    member,
+    mix64,
+    register,
+)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd
@@ -103,7 +133,7 @@ class _Flow:
     last_oversized_ns: int = 0
     oversized_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
-    def absorb(self, other: "_Flow") -> None:
+    def absorb(self, other: _Flow) -> None:
         self.varies = self.varies or other.varies or other.size != self.size
         self.packets += other.packets
         self.oversized += other.oversized
@@ -175,7 +205,7 @@ class _Pair:
             self.flows[key] = _Flow(echo=echo, size=size)
         return self.flows[key]
 
-    def absorb(self, other: "_Pair") -> None:
+    def absorb(self, other: _Pair) -> None:
         self.mtu = min(self.mtu, other.mtu)
         self.first_icmp_ns = min(self.first_icmp_ns, other.first_icmp_ns)
         self.last_icmp_ns = max(self.last_icmp_ns, other.last_icmp_ns)
@@ -367,7 +397,7 @@ class PmtudBlackhole(Detector):
                 flow.last_oversized_ns = max(flow.last_oversized_ns, int(ts[over].max()))
                 flow.oversized_frames = keep_ends(flow.oversized_frames, frames[over])
 
-    def merge(self, other: "PmtudBlackhole") -> "PmtudBlackhole":
+    def merge(self, other: PmtudBlackhole) -> PmtudBlackhole:
         check_merge(self, other)
         for key, theirs in other.pairs.items():
             mine = self.pairs.get(key)
@@ -632,7 +662,7 @@ def _shrinking_retransmissions(rows: pd.DataFrame) -> dict:
         return {"count": 0, "example": []}
     longest = ladders[np.argmax(lengths[ladders])]
     example = size[starts[longest]:starts[longest] + lengths[longest]][:MAX_LISTED]
-    return {"count": int(len(ladders)), "example": example.astype(int).tolist()}
+    return {"count": len(ladders), "example": example.astype(int).tolist()}
 
 
 def _rate_text(bps: float) -> str:

@@ -41,8 +41,21 @@ from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
-from .base import (ALERT_SECONDS, COUNT, AnalysisContext, Detector, Param, Range, check_merge, evidence_frames,
-                   fold_rows, group_by, ip_text, mix64, register)
+from .base import (
+    ALERT_SECONDS,
+    COUNT,
+    AnalysisContext,
+    Detector,
+    Param,
+    Range,
+    check_merge,
+    evidence_frames,
+    fold_rows,
+    group_by,
+    ip_text,
+    mix64,
+    register,
+)
 from .echo_loop import EchoLoop
 
 RIP_PORT = 520     # RFC 2453
@@ -344,7 +357,7 @@ class RipTrigger(Detector):
         rows["key"] = _row_key(rows)
         return _combine(rows, {name: col[:0] for name, col in rows.items()})
 
-    def merge(self, other: "RipTrigger") -> "RipTrigger":
+    def merge(self, other: RipTrigger) -> RipTrigger:
         check_merge(self, other)
         self.rows = _combine(self.rows, other.rows)
         self._bound()

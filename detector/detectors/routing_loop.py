@@ -28,8 +28,25 @@ from ..decode.addr import mac_to_str
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from ..units import NS
-from .base import (ALERT_SECONDS, CARRY_OVER_S, COUNT, AnalysisContext, Detector, Param, Range, batch_tail,
-                   check_merge, evidence_frames, fold_rows, group_by, ip_text, member, mix64, register, repeated_keys)
+from .base import (
+    ALERT_SECONDS,
+    CARRY_OVER_S,
+    COUNT,
+    AnalysisContext,
+    Detector,
+    Param,
+    Range,
+    batch_tail,
+    check_merge,
+    evidence_frames,
+    fold_rows,
+    group_by,
+    ip_text,
+    member,
+    mix64,
+    register,
+    repeated_keys,
+)
 
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.
@@ -259,7 +276,7 @@ class RoutingLoop(Detector):
             self.dest = _add_destinations({name: col[loop] for name, col in cand.items()}, self.dest, self.evidence)
         self.cand = {name: col[~done] for name, col in cand.items()}
 
-    def merge(self, other: "RoutingLoop") -> "RoutingLoop":
+    def merge(self, other: RoutingLoop) -> RoutingLoop:
         check_merge(self, other)
         starts = [t for t in (self.start_ns, other.start_ns) if t is not None]
         self.start_ns = min(starts) if starts else None
@@ -299,12 +316,12 @@ class RoutingLoop(Detector):
         t0, t1 = int(d["first_ns"].min()), int(d["last_ns"].max())
         first = int(np.argmin(d["first_ns"]))
         net = ipaddress.ip_network(f"{ip_text(prefix_hi, prefix_lo)}/{PREFIX_V4 if v4 else PREFIX_V6}")
-        destinations = sorted({ip_text(h, l) for h, l in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist())})
-        sources = {(h, l) for h, l in zip(d["src_ip_hi"].tolist(), d["src_ip_lo"].tolist())}
+        destinations = sorted({ip_text(hi, lo) for hi, lo in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist())})
+        sources = set(zip(d["src_ip_hi"].tolist(), d["src_ip_lo"].tolist()))
         routers = [mac_to_str(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
         frames = []
-        for h, l in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist()):
-            frames += evidence_by_dst.get((h, l), [])
+        for hi, lo in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist()):
+            frames += evidence_by_dst.get((hi, lo), [])
         ttl_from, ttl_to = int(d["ttl_first"][first]), int(d["ttl_last"][first])
         severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
         where = f" between {routers[0]} and {routers[1]}" if len(routers) == 2 else ""

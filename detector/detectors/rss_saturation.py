@@ -36,9 +36,27 @@ from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..schema import IP, L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
 from ..units import NS
-from .base import (ALERT_SECONDS, MIN_RATE_WINDOW_S, RATE_PPS, RATIO, AnalysisContext, Detector, LiveCounter, Param,
-                   Range, ReportFigure, TimeBins, check_merge, endpoint, evidence_frames, group_by, ip_text, keep_ends,
-                   mix64, register)
+from .base import (
+    ALERT_SECONDS,
+    MIN_RATE_WINDOW_S,
+    RATE_PPS,
+    RATIO,
+    AnalysisContext,
+    Detector,
+    LiveCounter,
+    Param,
+    Range,
+    ReportFigure,
+    TimeBins,
+    check_merge,
+    endpoint,
+    evidence_frames,
+    group_by,
+    ip_text,
+    keep_ends,
+    mix64,
+    register,
+)
 from .echo_loop import EchoLoop
 
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
@@ -82,7 +100,7 @@ class _Cell:
     packets: int = 0
     tunnelled: int = 0
 
-    def absorb(self, other: "_Cell") -> None:
+    def absorb(self, other: _Cell) -> None:
         self.frames = keep_ends(self.frames, other.frames, FRAMES_PER_BIN)
         self.flows, cut = _largest_flows(np.concatenate([self.flows, other.flows]), FLOWS_PER_BIN)
         self.flows_cut = self.flows_cut or other.flows_cut or cut
@@ -94,7 +112,7 @@ def _largest_flows(flows: np.ndarray, limit: int) -> tuple[np.ndarray, bool]:
     """One row per flow key with packets summed, the `limit` largest first; and whether any were cut."""
     if len(flows) == 0:
         return flows, False
-    order, starts, counts = group_by(flows["key"])
+    order, starts, _counts = group_by(flows["key"])
     out = flows[order[starts]].copy()
     out["packets"] = np.add.reduceat(flows["packets"][order], starts)
     return out[np.argsort(-out["packets"], kind="stable")[:limit]], len(out) > limit
@@ -264,7 +282,7 @@ class RssSaturation(Detector):
             part.flows, part.flows_cut = _largest_flows(flows, FLOWS_PER_BIN)
             self.cells.setdefault(cell, _Cell()).absorb(part)
 
-    def merge(self, other: "RssSaturation") -> "RssSaturation":
+    def merge(self, other: RssSaturation) -> RssSaturation:
         check_merge(self, other)
         self.parts.extend(other.parts)
         for cell, theirs in other.cells.items():

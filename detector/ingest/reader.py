@@ -23,8 +23,22 @@ import struct
 
 import numpy as np
 
-from ..capfile import (BT_SHB, DEFAULT_TSRESOL, IDB_MIN, LINKTYPE_MASK, OPT_ENDOFOPT, OPT_IF_NAME, OPT_IF_TSOFFSET,
-                       OPT_IF_TSRESOL, PCAP_FILE_HEADER, PCAP_VERSION, PCAPNG_BOM, PCAPNG_VERSIONS, SHB_MIN, file_magic)
+from ..capfile import (
+    BT_SHB,
+    DEFAULT_TSRESOL,
+    IDB_MIN,
+    LINKTYPE_MASK,
+    OPT_ENDOFOPT,
+    OPT_IF_NAME,
+    OPT_IF_TSOFFSET,
+    OPT_IF_TSRESOL,
+    PCAP_FILE_HEADER,
+    PCAP_VERSION,
+    PCAPNG_BOM,
+    PCAPNG_VERSIONS,
+    SHB_MIN,
+    file_magic,
+)
 from ..errors import CaptureError, UsageError
 from ..schema import BATCH_BYTES, BATCH_PACKETS, RawBatch
 from ..units import NS

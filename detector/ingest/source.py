@@ -191,7 +191,7 @@ class StreamCapture:
     def __init__(self, stream, name: str = "<stdin>", keep: bool = False):
         self.name = name
         self._stream = stream
-        self._copy = tempfile.TemporaryFile(prefix="detector-stream-") if keep else None  # noqa: SIM115
+        self._copy = tempfile.TemporaryFile(prefix="detector-stream-") if keep else None
         self._opened = 0
 
     def __str__(self) -> str:
@@ -210,7 +210,7 @@ class StreamCapture:
         # a descriptor of its own for each later reader, read from the start
         fd = os.dup(self._copy.fileno())
         os.lseek(fd, 0, os.SEEK_SET)
-        return open(fd, "rb", buffering=0), True  # noqa: SIM115 - closed by ByteSource.close()
+        return open(fd, "rb", buffering=0), True
 
     def close(self) -> None:
         if self._copy is not None:
@@ -232,7 +232,7 @@ class ByteSource:
         elif isinstance(source, (str, os.PathLike)):
             self.path = os.fsdecode(source)
             try:
-                raw = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+                raw = open(self.path, "rb", buffering=0)
             except OSError as exc:
                 raise CaptureError(self.path, exc.strerror or str(exc)) from None
             self._owned = raw

@@ -41,7 +41,7 @@ CAPLEN_PAST_BLOCK = 6   # captured bytes run past the end of their block
 BLOCK_TOO_LARGE = 7     # block total length above MAX_BLOCK_BYTES
 
 DAMAGE_REASONS = {
-    BAD_CAPLEN: "record has a {value}-byte packet, bigger than maximum of %d" % MAX_CAPLEN,
+    BAD_CAPLEN: f"record has a {{value}}-byte packet, bigger than maximum of {MAX_CAPLEN}",
     BLOCK_TOO_SMALL: "block total length {value} is too small for its block type",
     BLOCK_NOT_ALIGNED: "block total length {value} is not a multiple of 4",
     BLOCK_LEN_MISMATCH: "block total length {value} differs from the trailing copy",
@@ -180,7 +180,8 @@ def ts_to_ns(units, kind, factor, shift):
 
 @njit
 def ts_exact(units, kind, factor, shift, offset_s):
-    """(ns, False) for units plus offset_s seconds, floored as ts_to_ns does; (+/-INT64_MAX, True) when it does not fit."""
+    """(ns, False) for units plus offset_s seconds, floored as ts_to_ns does; (+/-INT64_MAX, True) when it does
+    not fit."""
     if kind == TS_MULTIPLY:
         per_sec = np.uint64(NS) // factor
         secs = units // per_sec

@@ -145,7 +145,7 @@ class AlertBook:
             del self.entities[key]
 
     def open_counts(self) -> dict[str, int]:
-        counts = {rule: 0 for rule in self.rules}
+        counts = dict.fromkeys(self.rules, 0)
         for tracked in self.entities.values():
             if tracked.open:
                 counts[tracked.finding.rule] = counts.get(tracked.finding.rule, 0) + 1
@@ -170,7 +170,7 @@ class AlertLog:
 
     def __init__(self, path, stdout=None):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8", opener=_no_follow)   # noqa: SIM115 - closed by close()
+        self._file = open(path, "a", encoding="utf-8", opener=_no_follow)
         self._stdout = sys.stdout if stdout is None else stdout
         self.counts: dict[tuple[str, str], int] = {}
 

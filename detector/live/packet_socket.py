@@ -36,8 +36,18 @@ from ..capfile import PCAP_RECORD, pcap_file_header
 from ..errors import UsageError
 from ..schema import LINKTYPE_ETHERNET, LINKTYPE_RAW, MAX_CAPLEN
 from ..units import NS
-from .netdev import (ARPHRD_ETHER, ARPHRD_LOOPBACK, ARPHRD_NONE, ETH_P_ALL, PACKET_ADD_MEMBERSHIP,
-                     PACKET_MR_PROMISC, SOL_PACKET, check_interface, link_type, packet_statistics)
+from .netdev import (
+    ARPHRD_ETHER,
+    ARPHRD_LOOPBACK,
+    ARPHRD_NONE,
+    ETH_P_ALL,
+    PACKET_ADD_MEMBERSHIP,
+    PACKET_MR_PROMISC,
+    SOL_PACKET,
+    check_interface,
+    link_type,
+    packet_statistics,
+)
 
 # <asm-generic/socket.h> (x86, ARM, RISC-V, PowerPC): the Python module does not name these
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -124,7 +134,8 @@ class PacketSocketCapture:
             except PermissionError:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
             try:
-                sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, struct.pack("iHH8s", index, PACKET_MR_PROMISC, 0, b""))
+                membership = struct.pack("iHH8s", index, PACKET_MR_PROMISC, 0, b"")
+                sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
             except PermissionError:
                 raise UsageError(f"{self.iface}: no permission to capture; promiscuous mode needs CAP_NET_ADMIN "
                                  "(run as root)") from None
@@ -159,9 +170,9 @@ class PacketSocketCapture:
         try:
             while not self._stop.is_set():
                 try:
-                    size, ancillary, flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(TIMESPEC.size),
+                    size, ancillary, _flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(TIMESPEC.size),
                                                                      socket.MSG_TRUNC)
-                except socket.timeout:
+                except TimeoutError:
                     size = -1
                 if size >= 0:
                     stamp = None

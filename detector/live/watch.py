@@ -48,7 +48,6 @@ from pathlib import Path
 import numpy as np
 
 from ..capfile import PCAP_RECORD, Segment, pcap_file_header, write_capture
-from ..warmup import prepare_kernels
 from ..decode import decode
 from ..errors import EXIT_OK, EXIT_RULE_FAILED, CaptureError, DetectorError, UsageError
 from ..findings import SEVERITY_RANK, iso_time
@@ -57,6 +56,7 @@ from ..output import EVIDENCE, OutputDir
 from ..schema import LINKTYPE_ETHERNET
 from ..stats import CaptureStats
 from ..units import NS
+from ..warmup import prepare_kernels
 from .alerts import AlertBook, AlertLog, entity_key
 from .dumpcap import DumpcapCapture, find_dumpcap
 from .evidence import DEFAULT_AFTER_S, EvidenceRecorder

@@ -56,7 +56,7 @@ def _mentions(source: str, node: ast.AST, pattern: re.Pattern) -> bool:
     return bool(pattern.search(ast.get_source_segment(source, node) or ""))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unread_numbers(source: str) -> frozenset[tuple[int, int]]:
     """(line, column) of the numbers a decoder returns beside L_TRUNCATED: placeholders no caller reads.
 
@@ -79,7 +79,7 @@ def unread_numbers(source: str) -> frozenset[tuple[int, int]]:
     return frozenset(spots)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def annotation_spans(source: str) -> tuple[tuple[int, int, int, int], ...]:
     """(first line, column, last line, end column) of every annotation: with `from __future__ import
     annotations` (PEP 563) they are strings never evaluated, so a mutant inside one is the same program."""
@@ -160,7 +160,7 @@ def _report(session: str) -> int:
     survivors = []
     equivalents = 0
     sources: dict[str, str] = {}
-    counts = {outcome: 0 for outcome in TestOutcome}
+    counts = dict.fromkeys(TestOutcome, 0)
     with use_db(session, WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
