@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .errors import CaptureError, DetectorError, RuleError, UsageError
 
-__all__ = ["Capture", "CaptureError", "DetectorError", "RuleError", "UsageError", "open"]
+__all__ = ["open", "Capture", "DetectorError", "CaptureError", "RuleError", "UsageError"]
 
 
 def __getattr__(name):

@@ -30,7 +30,7 @@ from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
 
-__all__ = ["Capture", "open"]
+__all__ = ["open", "Capture"]
 
 # decoded column -> (packet table column, layer bits that make it valid, pandas dtype)
 _MASKED = {

@@ -11,16 +11,8 @@ docstring says when each is given.
 """
 from __future__ import annotations
 
-__all__ = [
-    "EXIT_BAD_INPUT",
-    "EXIT_FINDINGS",
-    "EXIT_OK",
-    "EXIT_RULE_FAILED",
-    "CaptureError",
-    "DetectorError",
-    "RuleError",
-    "UsageError",
-]
+__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS",
+           "EXIT_RULE_FAILED"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

@@ -235,12 +235,5 @@ class RssModel:
         return self.queue_of(self.hash(batch))
 
 
-__all__ = [
-    "DEFAULT_QUEUES",
-    "DEFAULT_TABLE_SIZE",
-    "MICROSOFT_KEY",
-    "SYMMETRIC_KEY",
-    "RssModel",
-    "toeplitz_hash",
-    "toeplitz_tables",
-]
+__all__ = ["RssModel", "MICROSOFT_KEY", "SYMMETRIC_KEY", "toeplitz_tables", "toeplitz_hash",
+           "DEFAULT_QUEUES", "DEFAULT_TABLE_SIZE"]

@@ -443,21 +443,6 @@ def _indent(text: str, width: int = 2) -> str:
                                      break_on_hyphens=False) for p in paragraphs)
 
 
-__all__ = [
-    "ALERT_KEYS",
-    "ALERT_PARAMS",
-    "ALERT_SECONDS",
-    "COUNT",
-    "MAX_RULE_FILE_BYTES",
-    "RATE_PPS",
-    "RATIO",
-    "RULES_DIR",
-    "Declarations",
-    "Param",
-    "Range",
-    "Rule",
-    "declarations",
-    "explain_text",
-    "load_rules",
-    "rules_table",
-]
+__all__ = ["Rule", "Param", "Range", "Declarations", "RULES_DIR", "ALERT_KEYS", "ALERT_PARAMS", "COUNT", "RATE_PPS",
+           "RATIO", "ALERT_SECONDS", "declarations", "load_rules", "rules_table", "explain_text",
+           "MAX_RULE_FILE_BYTES"]

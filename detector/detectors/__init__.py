@@ -26,17 +26,8 @@ from dataclasses import asdict, dataclass
 from ..rules import load_rules
 from .base import REGISTRY, AnalysisContext, Detector, register
 
-__all__ = [
-    "RAISE_ENV",
-    "REGISTRY",
-    "AnalysisContext",
-    "Detector",
-    "DetectorFailure",
-    "DetectorSet",
-    "active_detectors",
-    "register",
-    "run_findings",
-]
+__all__ = ["REGISTRY", "AnalysisContext", "Detector", "register", "active_detectors", "run_findings",
+           "DetectorSet", "DetectorFailure", "RAISE_ENV"]
 
 # Set to 1, a detector that raises stops the run with its own exception instead of being recorded.
 RAISE_ENV = "DETECTOR_RAISE_FAILURES"

@@ -6,7 +6,7 @@ from .document import findings_document, write_findings
 from .eve import eve_lines
 from .evidence import EvidenceResult, write_evidence
 
-__all__ = ["EvidenceResult", "eve_lines", "findings_document", "write_evidence", "write_findings", "write_reports"]
+__all__ = ["eve_lines", "findings_document", "write_findings", "write_evidence", "write_reports", "EvidenceResult"]
 
 
 def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows) -> list[str]:
