@@ -79,7 +79,8 @@ FIRST_COMPILE_S = 30
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base"),
-    ("detector.flows.kernel", "detector.flows.keys", "detector.flows.community_id", "detector.rss",
+    ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
+     "detector.rss",
      "detector.detectors.mss_violation", "detector.detectors.rip_trigger", "detector.detectors.routing_loop"),
 )
 
