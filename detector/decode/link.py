@@ -44,7 +44,7 @@ ETHERTYPE_BYTES = 2           # a type field, wherever it stands
 # not an ethertype: an 802.11 frame follows the tunnel header
 INNER_IEEE80211 = 0x10000
 
-# ---- Ethernet (IEEE 802.3-2022 clause 3.2.3): destination, source, type or length --
+# ---- Ethernet (IEEE 802.3-2022 clause 3.1.1): destination, source, type or length ----
 ETH_DESTINATION = 0
 ETH_SOURCE = 6
 ETH_TYPE = 12
