@@ -20,7 +20,7 @@ WARM_UP = @echo "compiling the packet kernels for this machine (once, up to a mi
 	  || { echo "warm-up failed: run '$(BIN)/detector analyze captures/*.pcap* -o /tmp/x' to see why"; exit 1; }; \
 	rm -rf $(VENV)/warm-up
 
-.PHONY: venv demo test bench mutation mutation-decode mutation-detectors system-tools clean
+.PHONY: venv demo lint test bench mutation mutation-decode mutation-detectors system-tools clean
 
 venv: $(STAMP) system-tools
 
@@ -61,7 +61,11 @@ demo: venv
 	done
 	@echo "findings written to reports/*/findings.json; open reports/*/report.html (one self-contained page each)"
 
-test: venv
+# the lint first: the rules of .ci/ruff.toml, with the ruff the test extra pins
+lint: venv
+	$(BIN)/ruff check --config .ci/ruff.toml --no-cache detector tests bench captures
+
+test: venv lint
 	$(BIN)/python -m pytest -q tests
 
 # the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)

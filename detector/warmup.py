@@ -28,8 +28,9 @@ FIRST_COMPILE_S = 30
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base"),
-    ("detector.flows.kernel", "detector.flows.keys", "detector.flows.community_id", "detector.rss",
-     "detector.detectors.mss_violation", "detector.detectors.rip_trigger", "detector.detectors.routing_loop"),
+    ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
+     "detector.rss", "detector.detectors.mss_violation", "detector.detectors.rip_trigger",
+     "detector.detectors.routing_loop"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"

@@ -2,6 +2,7 @@
 
 Batches are built column by column from a list of packet descriptions (what
 the decoder produces for those packets), so every case pins one behaviour.
+The merge is also checked on real captures, cut at every packet.
 """
 from __future__ import annotations
 
@@ -10,10 +11,28 @@ import ipaddress
 import numpy as np
 import pytest
 
+from detector.decode import decode
 from detector.flows import FLOW_COLUMNS, IDLE_TIMEOUT_S, FlowTable
-from detector.schema import (IP_MF, L_FRAG, L_ICMP, L_ICMP6, L_IP4, L_IP6, L_MSS, L_PAYLOAD, L_PORTS,
-                             L_TCP, L_TUNNEL, L_UDP, L_VLAN, PACKET_COLUMNS, RAW_COLUMNS, PacketBatch,
-                             TUNNEL_VXLAN)
+from detector.ingest import open_capture
+from detector.schema import (
+    IP_MF,
+    L_FRAG,
+    L_ICMP,
+    L_ICMP6,
+    L_IP4,
+    L_IP6,
+    L_MSS,
+    L_PAYLOAD,
+    L_PORTS,
+    L_TCP,
+    L_TUNNEL,
+    L_UDP,
+    L_VLAN,
+    PACKET_COLUMNS,
+    RAW_COLUMNS,
+    TUNNEL_VXLAN,
+    PacketBatch,
+)
 
 T0 = 1_700_000_000
 TCP_FLAGS = {"F": 0x01, "S": 0x02, "R": 0x04, "P": 0x08, "A": 0x10}
@@ -32,7 +51,7 @@ def make_batch(packets: list[dict], first_frame: int = 1) -> PacketBatch:
     cols.update({name: np.zeros(n, dtype) for name, (dtype, _) in PACKET_COLUMNS.items()})
     for i, p in enumerate(packets):
         cols["frame"][i] = p.get("frame", first_frame + i)
-        cols["ts_ns"][i] = int(round((T0 + p.get("t", i * 0.001)) * 1e9))
+        cols["ts_ns"][i] = round((T0 + p.get("t", i * 0.001)) * 1e9)
         cols["linktype"][i] = 1
         if "src" not in p:           # not IP (e.g. ARP)
             continue
@@ -217,7 +236,8 @@ def test_zeek_states(case, expected):
 
 def test_retransmits_exclude_keepalives_and_window_probes():
     a, b = 1000, 5000
-    pkts = handshake_close(isn_a=a, isn_b=b)[:3] + [
+    pkts = [
+        *handshake_close(isn_a=a, isn_b=b)[:3],
         tcp(0.10, A, B, 40000, 80, "PA", a + 1, b + 1, payload=500),
         tcp(0.20, A, B, 40000, 80, "PA", a + 1, b + 1, payload=500),       # retransmission
         tcp(0.30, A, B, 40000, 80, "PA", a + 201, b + 1, payload=100),     # inside old range: retransmission
@@ -282,7 +302,7 @@ def test_fragments_join_their_first_fragment_in_same_or_later_batch():
 
 
 def test_non_ip_packets_are_counted_not_flows():
-    table = flows_of([{"t": 0.0}, {"t": 0.1}] + handshake_close(1.0))
+    table = flows_of([{"t": 0.0}, {"t": 0.1}, *handshake_close(1.0)])
     assert table.non_ip_packets == 2 and table.flow_count == 1
 
 
@@ -364,6 +384,70 @@ def test_merge_of_partitions_equals_one_table():
         assert all("t" in h.lower() for h in whole["history"][~same_history])
 
 
+def test_merge_reads_the_later_part_by_the_earlier_flows_sides():
+    """After a cut, each side of a connection between ports that name no server is the side it was before.
+
+    The later part has its own originator (the first sender after the cut, B
+    here): B's data must still count as the responder's ('d', not 'D'), and a
+    bare SYN from B (whose SYN number the earlier part never saw) continues
+    the connection as one pass does, instead of starting a new one, whose
+    SYN-ACK then is the originator's.
+    """
+    talk = [tcp(0.000, A, B, 40000, 50000, "S", 1000), tcp(0.010, B, A, 50000, 40000, "SA", 5000, 1001),
+            tcp(0.020, A, B, 40000, 50000, "A", 1001, 5001),
+            tcp(0.030, B, A, 50000, 40000, "PA", 5001, 1001, payload=20),
+            tcp(0.040, A, B, 40000, 50000, "FA", 1001, 5021), tcp(0.050, B, A, 50000, 40000, "FA", 5021, 1002),
+            tcp(0.060, A, B, 40000, 50000, "A", 1002, 5022)]
+    syn_back = [tcp(1.000, A, B, 40001, 50001, "S", 2000), tcp(1.010, B, A, 50001, 40001, "SA", 6000, 2001),
+                tcp(1.020, A, B, 40001, 50001, "A", 2001, 6001), tcp(1.030, B, A, 50001, 40001, "S", 9000),
+                tcp(1.040, A, B, 40001, 50001, "SA", 2001, 9001)]
+    for packets, cut in ((talk, 3), (syn_back, 3)):
+        whole = flows_of(packets).finish()
+        left = FlowTable()
+        left.update(make_batch(packets[:cut]))
+        right = FlowTable()
+        right.update(make_batch(packets[cut:], first_frame=cut + 1))
+        assert_same_flows(left.merge(right).finish(), whole)
+
+
+# Real TCP connections that open, exchange data, close, reset and flip roles (histories '^h', '^dR',
+# 'ShADdaR', 'Sr', 'ShADadfF', 'Q'...); none retransmits, the one thing a merge cannot recognise (it
+# keeps no packets).
+MERGE_CAPTURES = ("chrissanders-packets/activeosfingerprinting.pcapng",
+                  "chrissanders-packets/sessionhijacking.pcapng",
+                  "ndpi/tests/cfgs/default/pcap/threema.pcap",
+                  "suricata-verify/tests/smb2-named-pipe-unicode/input.pcap",
+                  "packetlife/pcaps/BGP_hard_reset.cap")
+# what a merge combines exactly, wherever the cut falls
+EXACT_AFTER_MERGE = ("src_ip_hi", "src_ip_lo", "src_port", "dest_ip_hi", "dest_ip_lo", "dest_port", "proto",
+                     "first_seen", "last_seen", "src2dst_packets", "dst2src_packets", "src2dst_bytes",
+                     "dst2src_bytes", "src2dst_payload_bytes", "dst2src_payload_bytes", "src2dst_tcp_flags",
+                     "dst2src_tcp_flags", "src_mss", "dest_mss", "history", "first_frame")
+
+
+@pytest.mark.parametrize("name", MERGE_CAPTURES)
+def test_merged_partitions_record_the_history_of_one_pass_on_real_captures(name, captures_real):
+    """Two tables over the packets before and after any cut, merged: each flow has the history letters,
+    direction and counters of one table over all packets (the later part's letters recorded by the
+    flow pass's own rule, on the merged flow's sides)."""
+    with open_capture(captures_real / name) as reader:
+        (batch,) = [decode(raw, fingerprint=False) for raw in reader]
+    whole = FlowTable()
+    whole.update(batch)
+    expected = whole.finish()
+
+    def part(rows):
+        return PacketBatch(batch.data, {column: values[rows] for column, values in batch.cols.items()})
+
+    for cut in range(1, len(batch)):
+        left, right = FlowTable(), FlowTable()
+        left.update(part(slice(0, cut)))
+        right.update(part(slice(cut, None)))
+        merged = left.merge(right).finish()
+        for column in EXACT_AFTER_MERGE:
+            assert merged[column].tolist() == expected[column].tolist(), (cut, column)
+
+
 def test_hash_collisions_are_resolved(monkeypatch):
     from detector.flows import keys
     pkts = random_traffic(3, 600)
@@ -377,11 +461,11 @@ def test_hash_collisions_are_resolved(monkeypatch):
 def test_history_text_survives_colliding_history_hashes(monkeypatch):
     # finish() decodes each distinct history once, grouped by a hash of the
     # letters: a hash shared by different histories must not mix them up
-    from detector.flows import keys, table
+    from detector.flows import keys, view
     pkts = random_traffic(4, 600)
     honest = flows_of(pkts).finish()
     assert len(set(honest["history"])) > 5
     real = keys.hash_rows
     monkeypatch.setattr(keys, "hash_rows", lambda K, seed: real(K, seed) & np.uint64(0x3)
-                        if seed == table._HISTORY_SEED else real(K, seed))
+                        if seed == view._HISTORY_SEED else real(K, seed))
     assert_same_flows(flows_of(pkts).finish(), honest)

@@ -46,11 +46,11 @@ def _group(hi, lo, g):
 def _format_ips(hi, lo, hex_digits, out, lengths):
     """Text of each address into the rows of `out` (n x IP_TEXT_MAX), its length into `lengths`."""
     for i in range(hi.shape[0]):
-        h, l = hi[i], lo[i]
+        high, low = hi[i], lo[i]
         p = 0
-        if h == 0 and (l >> np.uint64(32)) == np.uint64(IP4_MAPPED_PREFIX):
+        if high == 0 and (low >> np.uint64(32)) == np.uint64(IP4_MAPPED_PREFIX):
             for shift in (24, 16, 8, 0):
-                octet = np.int64((l >> np.uint64(shift)) & np.uint64(255))
+                octet = np.int64((low >> np.uint64(shift)) & np.uint64(255))
                 if octet >= 100:
                     out[i, p] = 48 + octet // 100
                     p += 1
@@ -66,7 +66,7 @@ def _format_ips(hi, lo, hex_digits, out, lengths):
             continue
         best_start, best_len, run = -1, 1, 0
         for g in range(8):
-            run = run + 1 if _group(h, l, g) == 0 else 0
+            run = run + 1 if _group(high, low, g) == 0 else 0
             if run > best_len:
                 best_start, best_len = g - run + 1, run
         g = 0
@@ -80,7 +80,7 @@ def _format_ips(hi, lo, hex_digits, out, lengths):
             if g and g != best_start + best_len:
                 out[i, p] = _COLON
                 p += 1
-            value = _group(h, l, g)
+            value = _group(high, low, g)
             for shift in (12, 8, 4, 0):
                 if value >> shift or shift == 0:
                     out[i, p] = hex_digits[(value >> shift) & 15]

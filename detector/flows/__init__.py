@@ -7,6 +7,7 @@
     frame = ft.to_frame()       # pandas view
 """
 from .community_id import community_id
-from .table import FLOW_COLUMNS, IDLE_TIMEOUT_S, FlowTable
+from .table import IDLE_TIMEOUT_S, FlowTable
+from .view import FLOW_COLUMNS
 
 __all__ = ["FlowTable", "community_id", "FLOW_COLUMNS", "IDLE_TIMEOUT_S"]

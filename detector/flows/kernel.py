@@ -72,6 +72,7 @@ _H_BITS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _H_CHARS = (ord("S"), ord("H"), ord("A"), ord("D"), ord("F"), ord("R"), ord("Q"), ord("I"), ord("T"))
 H_SYN, H_SYNACK, H_ACK, H_DATA, H_FIN, H_RST, H_MULTI, H_FINRST, H_RETX = range(9)
 FLIP_MARK = ord("^")
+RESPONDER_CASE = 32          # a responder's letter is its originator letter's lower case
 
 # Zeek checks for a SYN-ACK/data reversal and for SYN "reuse" on sequence
 # numbers; a 32-bit wrap-safe difference does the same here.
@@ -88,7 +89,9 @@ def _seq_delta(a, b):
 
 
 @njit(_nrt=False, inline="always")
-def _history(F, H, row, side, kind):
+def record_history(F, H, row, side, kind):
+    """Zeek's history rule: the letter of `kind` once per side, upper case for the originator and lower
+    case for the responder, up to HIST_MAX letters (merge.py records a later partition's letters by it)."""
     bit = _H_BITS[kind]
     if F[row, F_HSEEN + side] & bit:
         return
@@ -96,8 +99,17 @@ def _history(F, H, row, side, kind):
     n = F[row, F_HLEN]
     if n < HIST_MAX:
         c = _H_CHARS[kind]
-        H[row, n] = c if side == 0 else c + 32
+        H[row, n] = c if side == 0 else c + RESPONDER_CASE
         F[row, F_HLEN] = n + 1
+
+
+@njit(_nrt=False, inline="always")
+def history_kind(letter):
+    """The kind (H_*) of an originator's history letter."""
+    for kind in range(len(_H_CHARS)):
+        if _H_CHARS[kind] == letter:
+            return kind
+    return -1
 
 
 @njit(_nrt=False, inline="always")
@@ -190,17 +202,17 @@ def _tcp_history(F, H, row, side, flags, length):
     rst = (flags & TH_RST) != 0
     bits = int(syn) + int(fin) + int(rst)
     if bits > 1:
-        _history(F, H, row, side, H_FINRST if (fin and rst) else H_MULTI)
+        record_history(F, H, row, side, H_FINRST if (fin and rst) else H_MULTI)
     elif syn:
-        _history(F, H, row, side, H_SYNACK if (flags & TH_ACK) else H_SYN)
+        record_history(F, H, row, side, H_SYNACK if (flags & TH_ACK) else H_SYN)
     elif fin:
-        _history(F, H, row, side, H_FIN)
+        record_history(F, H, row, side, H_FIN)
     elif rst:
-        _history(F, H, row, side, H_RST)
+        record_history(F, H, row, side, H_RST)
     elif length > 0:
-        _history(F, H, row, side, H_DATA)
+        record_history(F, H, row, side, H_DATA)
     elif flags & TH_ACK:
-        _history(F, H, row, side, H_ACK)
+        record_history(F, H, row, side, H_ACK)
 
 
 @njit(_nrt=False, inline="always")
@@ -243,8 +255,9 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
 
 
 @njit(_nrt=False, inline="always")
-def _must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
-    """A packet that cannot belong to the current flow: idle too long, or a new connection's SYN."""
+def must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
+    """A packet that cannot belong to the current flow: idle too long, or a new connection's SYN (the
+    rule merge.py applies to a later partition's first packet too)."""
     if ts - F[row, F_LAST_NS] > timeout_ns:
         return True
     if is_tcp and tcp_ok and (flags & TH_SYN) and not (flags & TH_ACK):
@@ -268,7 +281,7 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
     if ts < F[row, F_FIRST_NS]:
         F[row, F_FIRST_NS] = ts
     if is_udp:
-        _history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
+        record_history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
     if not (is_tcp and tcp_ok):
         return
     syn = (flags & TH_SYN) != 0
@@ -302,7 +315,7 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
             F[row, F_RETX + side] += 1
     _tcp_history(F, H, row, side, flags, pay)
     if retx:
-        _history(F, H, row, side, H_RETX)
+        record_history(F, H, row, side, H_RETX)
     _tcp_state_machine(F, H, row, side, flags, pay)
 
 
@@ -402,7 +415,7 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
                 OK[row, j] = K[i, j]
         else:
             side = 0 if a == OF[row, F_ORIG_IS_A] else 1
-            if _must_split(OF, row, ts, timeout_ns[proto], side, flags, tcp_ok, seq, is_tcp):
+            if must_split(OF, row, ts, timeout_ns[proto], side, flags, tcp_ok, seq, is_tcp):
                 for j in range(NF):
                     DF[n_done, j] = OF[row, j]
                 for j in range(HIST_MAX):

@@ -13,9 +13,23 @@ import numpy as np
 from numba import njit
 
 from ..cpu import kernel
-from ..schema import (IP_MF, L_FRAG, L_ICMP6, L_PORTS, L_QINQ, L_VLAN, ICMP_ANY, LINKTYPE_ETHERNET,
-                      LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
-                      LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW)
+from ..schema import (
+    ICMP_ANY,
+    IP_MF,
+    L_FRAG,
+    L_ICMP6,
+    L_PORTS,
+    L_QINQ,
+    L_VLAN,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_IPV4,
+    LINKTYPE_IPV6,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+    LINKTYPE_LOOP,
+    LINKTYPE_NULL,
+    LINKTYPE_RAW,
+)
 from .community_id import COUNTERPART_TABLE as ICMP_COUNTERPART
 
 KEY_WIDTH = 5
