@@ -179,6 +179,14 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert "- copies: 6,000" in text
 
 
+def test_ipv6_endpoints_keep_their_port_readable(tmp_path):
+    # "2001:db8:10::80:443" reads as one address; the report writes [2001:db8:10::80]:443, as the findings do
+    analyze([str(CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng")], tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "- endpoints: TCP \\[2001:db8:10::80\\]:443 -&gt; \\[2001:db8:77::23\\]:52020" in text
+    assert "2001:db8:10::80:443" not in text
+
+
 def _evidence_pass(name, tmp_path):
     """`detector analyze` of one bundled capture, then its evidence pass again with the rules' figures at hand:
     (analysis, records, series, figures, report.html)."""

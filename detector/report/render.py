@@ -24,6 +24,7 @@ from functools import partial
 
 import pandas as pd
 
+from ..detectors.base import endpoint
 from ..findings import Finding, iso_time
 from ..rules import Rule
 from .evidence import EvidenceResult
@@ -133,9 +134,9 @@ def _endpoints(f: Finding) -> str:
     src = f.src_ip or f.src_mac or "-"
     dst = f.dest_ip or f.dest_mac or "-"
     if f.src_port is not None and f.src_ip:
-        src += f":{f.src_port}"
+        src = endpoint(f.src_ip, f.src_port)
     if f.dest_port is not None and f.dest_ip:
-        dst += f":{f.dest_port}"
+        dst = endpoint(f.dest_ip, f.dest_port)
     return f"{f.proto or ''} {src} -> {dst}".strip()
 
 
