@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap
+from scapy.utils import PcapWriter
 
 from detector.commands import analyze
 from detector.decode import decode
@@ -173,6 +174,45 @@ def test_thresholds(tmp_path, copies, rate_pps, expected):
     if expected:
         # the only traffic (share 1) at 10,000/s, above high_rate_pps: it dominates the link
         assert found[0].n == copies and found[0].severity == "critical"
+
+
+def _loop_among_others(path: Path, span_us: int, others: int, copies: int = 1000) -> Path:
+    """`copies` copies of LOOP_FRAME, the first at T0 and the last `span_us` later (the loop's rate: copies
+    over that span, exactly), and between them `others` distinct datagrams between two third hosts (its
+    share: copies over copies + others, exactly). Times in whole microseconds, as pcap holds them."""
+    loop = bytes(LOOP_FRAME)
+    timed = [(k * span_us // (copies - 1), 0, loop) for k in range(copies)]
+    for k in range(others):
+        other = (Ether(src="00:00:5e:00:01:03", dst="00:00:5e:00:01:04") /
+                 IP(src="198.51.100.7", dst="198.51.100.8", id=k & 0xFFFF) / UDP(sport=4000, dport=53) /
+                 Raw(k.to_bytes(4, "big")))
+        timed.append((1 + k * (span_us - 2) // max(others - 1, 1), 1, bytes(other)))
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for offset_us, _, data in sorted(timed, key=lambda item: item[:2]):
+        writer.write_packet(data, sec=T0 + offset_us // 1_000_000, usec=offset_us % 1_000_000)
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("span_us, others, severity", [
+    (20_000, 1200, "critical"),     # 50,000/s (critical_rate_pps), share 0.45: critical by its rate alone
+    (20_020, 1200, "high"),         # 49,950/s, share 0.45
+    (200_000, 1000, "critical"),    # 5,000/s (high_rate_pps) with share 0.5 (critical_share_ratio)
+    (200_000, 1002, "high"),        # 5,000/s, share 0.4995
+    (200_200, 1000, "high"),        # 4,995/s, share 0.5
+    (200_000, 4500, "high"),        # 5,000/s, share 0.18: high by its rate alone
+    (200_200, 4500, "medium"),      # 4,995/s, share 0.18: the rule's severity
+    (500_000, 4000, "high"),        # 2,000/s, share 0.2 (high_share_ratio): high by its share alone
+    (500_000, 4002, "medium"),      # 2,000/s, share 0.1999
+])
+def test_severity_at_each_threshold_and_just_below(tmp_path, span_us, others, severity):
+    path = _loop_among_others(tmp_path / "loop.pcap", span_us, others)
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop"] is True and f.n == 1000
+    assert f.evidence["share_ratio"] == round(1000 / (1000 + others), 4)
+    assert f.evidence["rate_pps"] == round(1000 / (span_us / 1e6), 1)
+    assert f.severity == severity
 
 
 def test_identical_retransmission_burst_and_span_copies_of_a_tcp_flow_stay_quiet(tmp_path):
