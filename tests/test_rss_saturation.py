@@ -290,6 +290,16 @@ def test_a_rate_needs_packets_that_span_real_time(tmp_path, span_us, fires):
         assert found[0].evidence["peak_queue_rate_pps"] == 100_000
 
 
+@pytest.mark.parametrize("packets, severity", [(10_000, "high"), (9_999, "medium")])
+def test_a_queue_at_the_high_rate_is_high_and_just_below_it_is_not(tmp_path, packets, severity):
+    # one flow (not a loop) in one 100 ms bin: 10,000 packets are 100,000 packets/s, the high rate set here
+    path = tmp_path / "flood.pcap"
+    _flood_at(path, np.linspace(0, 50_000, packets).round().astype(int).tolist())
+    [finding] = run([path], tmp_path, override(tmp_path, high_queue_rate_pps=100000))
+    assert finding.evidence["peak_queue_rate_pps"] == packets * 10 and "echo_loop" not in finding.evidence
+    assert finding.severity == severity
+
+
 def test_a_capture_with_one_timestamp_per_second_has_no_rate(tmp_path, tshark):
     path = CAPTURES / "rss-coarse-timestamps.pcap"
     assert run([path], tmp_path) == []
