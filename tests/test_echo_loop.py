@@ -176,12 +176,14 @@ def test_thresholds(tmp_path, copies, rate_pps, expected):
         assert found[0].n == copies and found[0].severity == "critical"
 
 
-def _loop_among_others(path: Path, span_us: int, others: int, copies: int = 1000) -> Path:
+def _loop_among_others(path: Path, span_us: int, others: int, copies: int = 1000, extra=()) -> Path:
     """`copies` copies of LOOP_FRAME, the first at T0 and the last `span_us` later (the loop's rate: copies
     over that span, exactly), and between them `others` distinct datagrams between two third hosts (its
-    share: copies over copies + others, exactly). Times in whole microseconds, as pcap holds them."""
+    share: copies over copies + others, exactly); `extra` frames at their (microsecond offset, bytes),
+    after the copy of the same time. Times in whole microseconds, as pcap holds them."""
     loop = bytes(LOOP_FRAME)
     timed = [(k * span_us // (copies - 1), 0, loop) for k in range(copies)]
+    timed += [(offset_us, 2, data) for offset_us, data in extra]
     for k in range(others):
         other = (Ether(src="00:00:5e:00:01:03", dst="00:00:5e:00:01:04") /
                  IP(src="198.51.100.7", dst="198.51.100.8", id=k & 0xFFFF) / UDP(sport=4000, dport=53) /
@@ -190,7 +192,8 @@ def _loop_among_others(path: Path, span_us: int, others: int, copies: int = 1000
     writer = PcapWriter(str(path), linktype=1, sync=False)
     writer.write_header(None)
     for offset_us, _, data in sorted(timed, key=lambda item: item[:2]):
-        writer.write_packet(data, sec=T0 + offset_us // 1_000_000, usec=offset_us % 1_000_000)
+        seconds, usec = divmod(offset_us, 1_000_000)
+        writer.write_packet(data, sec=T0 + seconds, usec=usec)
     writer.close()
     return path
 
@@ -213,6 +216,21 @@ def test_severity_at_each_threshold_and_just_below(tmp_path, span_us, others, se
     assert f.evidence["share_ratio"] == round(1000 / (1000 + others), 4)
     assert f.evidence["rate_pps"] == round(1000 / (span_us / 1e6), 1)
     assert f.severity == severity
+
+
+@pytest.mark.parametrize("reply_at_us, replies", [
+    (0, 1),             # with the first copy: while the loop runs
+    (20_000, 1),        # with the last copy
+    (-1, 0),            # a microsecond before the first copy
+    (20_001, 0),        # a microsecond after the last copy
+])
+def test_a_reply_of_the_target_counts_from_the_first_copy_to_the_last(tmp_path, reply_at_us, replies):
+    reply = bytes(Ether(src="00:00:5e:00:01:02", dst="00:00:5e:00:01:01") / IP(src="192.0.2.1", dst="203.0.113.9") /
+                  UDP(sport=5000, dport=1234) / Raw(b"answer"))
+    path = _loop_among_others(tmp_path / "loop.pcap", 20_000, 0, extra=[(reply_at_us, reply)])
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop_evidence"]["replies_from_target"] == replies
+    assert f.evidence["loop"] is (replies == 0)
 
 
 def test_identical_retransmission_burst_and_span_copies_of_a_tcp_flow_stay_quiet(tmp_path):
