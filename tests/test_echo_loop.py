@@ -1,6 +1,7 @@
 """echo-loop on real bytes: the bundled incident captures, crafted frames at the thresholds, and merging."""
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,23 @@ def test_a_loop_on_a_link_without_macs_is_judged_by_its_addresses(tmp_path):
         (f,) = rule_findings(analyze([path], tmp_path / f"out-{loop}")[0])
         assert f.evidence["loop"] is loop and f.src_mac is None
         assert f.evidence["loop_evidence"]["unicast_destination"] is True
+
+
+def test_a_frame_without_macs_or_addresses_has_no_loop_evidence_either_way(tmp_path, tshark):
+    # a serial line looped back (Cisco HDLC, linktype 104) returns the router's SLARP keepalive: the frame
+    # has no MAC and no IP address, so nothing speaks for or against a loop, and nothing is claimed
+    keepalive = struct.pack(">BBHIIIH2x", 0x0F, 0x00, 0x8035, 2, 1234, 1233, 0xFFFF)
+    path = tmp_path / "serial.pcap"
+    writer = PcapWriter(str(path), linktype=104, sync=False)
+    writer.write_header(None)
+    for k in range(1200):
+        writer.write_packet(keepalive, sec=T0, usec=k * 16)
+    writer.close()
+    assert tshark.count(path, "slarp.ptype == 2 && slarp.mysequence == 1234") == 1200
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop_evidence"] == {"unicast_destination": None, "unicast_source": None, "no_replies": None,
+                                           "replies_from_target": None}
+    assert f.src_mac is None and f.dest_mac is None and "ethertype 0x8035" in f.msg and "loop evidence" not in f.msg
 
 
 def test_incident_ipv4_loop_figures_are_tsharks(tshark):
