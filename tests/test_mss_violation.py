@@ -185,3 +185,14 @@ def test_a_link_of_mtu_65536_carries_its_full_packets_and_no_link_carries_more(t
     # a larger link MTU exists on no link (IPv6 jumbograms, RFC 2675, travel on none): refused
     with pytest.raises(detector.RuleError, match=r"link_mtu_bytes.*65537 is outside the allowed range 68\.\.65,536"):
         run([path], tmp_path / "jumbogram", _mtu_rules(tmp_path, 65_537))
+
+
+@pytest.mark.parametrize("payload, severity", [(1460, "medium"), (1461, "info")])
+def test_at_the_default_link_mtu_a_1500_byte_packet_is_on_the_wire_and_1501_is_not(tmp_path, payload, severity):
+    path = tmp_path / "conn.pcap"
+    frames = _connection(1000, [payload] * 3)
+    assert [len(frame[IP]) for frame in frames[2:]] == [payload + 40] * 3
+    wrpcap(str(path), frames)
+    [finding] = run([path], tmp_path)
+    assert finding.severity == severity and finding.evidence["largest_payload_bytes"] == payload
+    assert finding.evidence["on_wire_segments"] == (3 if severity == "medium" else 0)
