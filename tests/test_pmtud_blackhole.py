@@ -156,6 +156,7 @@ def test_messages_without_the_hosts_packets_are_low(tmp_path):
     wrpcap(str(path), [_frame(i * 0.5, _too_big(1400, _big_segment(1000))) for i in range(3)])
     [finding] = run([path], tmp_path)
     assert finding.severity == "low" and finding.evidence["icmp_count"] == 3
+    assert finding.evidence["host_packets_after_icmp"] == 0
     assert "cannot be judged" in finding.msg
 
 
