@@ -71,5 +71,6 @@ class Finding:
 
 def canonical_order(findings) -> list[Finding]:
     """The findings most severe first, then the earliest first, then by rule; ties keep the order given
-    (the detectors' order, each detector's own)."""
-    return sorted(findings, key=lambda f: (-f.rank, f.first_seen or 0, f.rule))
+    (the detectors' order, each detector's own). Every detector's finding has a first_seen
+    (Detector.finding requires it)."""
+    return sorted(findings, key=lambda f: (-f.rank, f.first_seen, f.rule))

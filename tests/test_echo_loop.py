@@ -1,11 +1,13 @@
 """echo-loop on real bytes: the bundled incident captures, crafted frames at the thresholds, and merging."""
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap
+from scapy.utils import PcapWriter
 
 from detector.commands import analyze
 from detector.decode import decode
@@ -131,6 +133,23 @@ def test_a_loop_on_a_link_without_macs_is_judged_by_its_addresses(tmp_path):
         assert f.evidence["loop_evidence"]["unicast_destination"] is True
 
 
+def test_a_frame_without_macs_or_addresses_has_no_loop_evidence_either_way(tmp_path, tshark):
+    # a serial line looped back (Cisco HDLC, linktype 104) returns the router's SLARP keepalive: the frame
+    # has no MAC and no IP address, so nothing speaks for or against a loop, and nothing is claimed
+    keepalive = struct.pack(">BBHIIIH2x", 0x0F, 0x00, 0x8035, 2, 1234, 1233, 0xFFFF)
+    path = tmp_path / "serial.pcap"
+    writer = PcapWriter(str(path), linktype=104, sync=False)
+    writer.write_header(None)
+    for k in range(1200):
+        writer.write_packet(keepalive, sec=T0, usec=k * 16)
+    writer.close()
+    assert tshark.count(path, "slarp.ptype == 2 && slarp.mysequence == 1234") == 1200
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop_evidence"] == {"unicast_destination": None, "unicast_source": None, "no_replies": None,
+                                           "replies_from_target": None}
+    assert f.src_mac is None and f.dest_mac is None and "ethertype 0x8035" in f.msg and "loop evidence" not in f.msg
+
+
 def test_incident_ipv4_loop_figures_are_tsharks(tshark):
     """tshark, reading the same file, finds as many UDP/520 frames and the first at the same number."""
     rows = tshark.fields(CAPTURES / "echo-loop-rip-ipv4.pcapng", "frame.number", "ip.ttl", "ip.id",
@@ -173,6 +192,63 @@ def test_thresholds(tmp_path, copies, rate_pps, expected):
     if expected:
         # the only traffic (share 1) at 10,000/s, above high_rate_pps: it dominates the link
         assert found[0].n == copies and found[0].severity == "critical"
+
+
+def _loop_among_others(path: Path, span_us: int, others: int, copies: int = 1000, extra=()) -> Path:
+    """`copies` copies of LOOP_FRAME, the first at T0 and the last `span_us` later (the loop's rate: copies
+    over that span, exactly), and between them `others` distinct datagrams between two third hosts (its
+    share: copies over copies + others, exactly); `extra` frames at their (microsecond offset, bytes),
+    after the copy of the same time. Times in whole microseconds, as pcap holds them."""
+    loop = bytes(LOOP_FRAME)
+    timed = [(k * span_us // (copies - 1), 0, loop) for k in range(copies)]
+    timed += [(offset_us, 2, data) for offset_us, data in extra]
+    for k in range(others):
+        other = (Ether(src="00:00:5e:00:01:03", dst="00:00:5e:00:01:04") /
+                 IP(src="198.51.100.7", dst="198.51.100.8", id=k & 0xFFFF) / UDP(sport=4000, dport=53) /
+                 Raw(k.to_bytes(4, "big")))
+        timed.append((1 + k * (span_us - 2) // max(others - 1, 1), 1, bytes(other)))
+    writer = PcapWriter(str(path), linktype=1, sync=False)
+    writer.write_header(None)
+    for offset_us, _, data in sorted(timed, key=lambda item: item[:2]):
+        seconds, usec = divmod(offset_us, 1_000_000)
+        writer.write_packet(data, sec=T0 + seconds, usec=usec)
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("span_us, others, severity", [
+    (20_000, 1200, "critical"),     # 50,000/s (critical_rate_pps), share 0.45: critical by its rate alone
+    (20_020, 1200, "high"),         # 49,950/s, share 0.45
+    (200_000, 1000, "critical"),    # 5,000/s (high_rate_pps) with share 0.5 (critical_share_ratio)
+    (200_000, 1002, "high"),        # 5,000/s, share 0.4995
+    (200_200, 1000, "high"),        # 4,995/s, share 0.5
+    (200_000, 4500, "high"),        # 5,000/s, share 0.18: high by its rate alone
+    (200_200, 4500, "medium"),      # 4,995/s, share 0.18: the rule's severity
+    (500_000, 4000, "high"),        # 2,000/s, share 0.2 (high_share_ratio): high by its share alone
+    (500_000, 4002, "medium"),      # 2,000/s, share 0.1999
+])
+def test_severity_at_each_threshold_and_just_below(tmp_path, span_us, others, severity):
+    path = _loop_among_others(tmp_path / "loop.pcap", span_us, others)
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop"] is True and f.n == 1000
+    assert f.evidence["share_ratio"] == round(1000 / (1000 + others), 4)
+    assert f.evidence["rate_pps"] == round(1000 / (span_us / 1e6), 1)
+    assert f.severity == severity
+
+
+@pytest.mark.parametrize("reply_at_us, replies", [
+    (0, 1),             # with the first copy: while the loop runs
+    (20_000, 1),        # with the last copy
+    (-1, 0),            # a microsecond before the first copy
+    (20_001, 0),        # a microsecond after the last copy
+])
+def test_a_reply_of_the_target_counts_from_the_first_copy_to_the_last(tmp_path, reply_at_us, replies):
+    reply = bytes(Ether(src="00:00:5e:00:01:02", dst="00:00:5e:00:01:01") / IP(src="192.0.2.1", dst="203.0.113.9") /
+                  UDP(sport=5000, dport=1234) / Raw(b"answer"))
+    path = _loop_among_others(tmp_path / "loop.pcap", 20_000, 0, extra=[(reply_at_us, reply)])
+    (f,) = rule_findings(analyze([path], tmp_path / "out")[0])
+    assert f.evidence["loop_evidence"]["replies_from_target"] == replies
+    assert f.evidence["loop"] is (replies == 0)
 
 
 def test_identical_retransmission_burst_and_span_copies_of_a_tcp_flow_stay_quiet(tmp_path):

@@ -161,3 +161,38 @@ def test_a_big_tcp_super_segment_is_judged_against_its_peers_mss(tmp_path, syn_f
     [finding] = found
     assert finding.severity == "info" and finding.evidence["largest_payload_bytes"] == 100_000
     assert finding.evidence["super_segments"] == 1 and finding.evidence["peer_mss"] == 1460
+
+
+def _mtu_rules(tmp_path, mtu: int) -> Path:
+    rules = tmp_path / f"mtu-{mtu}"
+    rules.mkdir()
+    (rules / "mtu.yaml").write_text(f"id: mss-violation\nparams:\n  link_mtu_bytes: {mtu}\n")
+    return rules
+
+
+def test_a_link_of_mtu_65536_carries_its_full_packets_and_no_link_carries_more(tmp_path):
+    # Linux loopback's MTU, 65,536: IPv6 packets of that size (65,496 bytes of payload length) are on its
+    # wire, so segments in them above the peer's MSS are violations; IPv4 cannot reach 65,536 bytes
+    path = tmp_path / "loopback.pcap"
+    frames = _connection(1000, [65_536 - 40 - 20] * 3, v6=True)
+    assert [len(frame[IPv6]) for frame in frames[2:]] == [65_536] * 3
+    wrpcap(str(path), frames, snaplen=262_144)
+    [offload] = run([path], tmp_path / "default")
+    assert offload.severity == "info" and offload.evidence["super_segments"] == 3
+    [finding] = run([path], tmp_path / "loopback", _mtu_rules(tmp_path, 65_536))
+    assert finding.severity == "medium" and finding.evidence["on_wire_segments"] == finding.n == 3
+    assert finding.evidence["largest_payload_bytes"] == 65_476
+    # a larger link MTU exists on no link (IPv6 jumbograms, RFC 2675, travel on none): refused
+    with pytest.raises(detector.RuleError, match=r"link_mtu_bytes.*65537 is outside the allowed range 68\.\.65,536"):
+        run([path], tmp_path / "jumbogram", _mtu_rules(tmp_path, 65_537))
+
+
+@pytest.mark.parametrize("payload, severity", [(1460, "medium"), (1461, "info")])
+def test_at_the_default_link_mtu_a_1500_byte_packet_is_on_the_wire_and_1501_is_not(tmp_path, payload, severity):
+    path = tmp_path / "conn.pcap"
+    frames = _connection(1000, [payload] * 3)
+    assert [len(frame[IP]) for frame in frames[2:]] == [payload + 40] * 3
+    wrpcap(str(path), frames)
+    [finding] = run([path], tmp_path)
+    assert finding.severity == severity and finding.evidence["largest_payload_bytes"] == payload
+    assert finding.evidence["on_wire_segments"] == (3 if severity == "medium" else 0)

@@ -156,6 +156,7 @@ def test_messages_without_the_hosts_packets_are_low(tmp_path):
     wrpcap(str(path), [_frame(i * 0.5, _too_big(1400, _big_segment(1000))) for i in range(3)])
     [finding] = run([path], tmp_path)
     assert finding.severity == "low" and finding.evidence["icmp_count"] == 3
+    assert finding.evidence["host_packets_after_icmp"] == 0
     assert "cannot be judged" in finding.msg
 
 
@@ -174,6 +175,25 @@ def test_an_mtu_no_host_may_adopt_is_ignored(tmp_path):
     wrpcap(str(path), packets)
     [finding] = run([path], tmp_path)      # the same frames with a real MTU: a black hole
     assert finding.evidence["reported_mtu"] == 1400
+
+
+@pytest.mark.parametrize("retransmissions, found", [(2, True), (1, False)])
+def test_two_oversized_packets_after_the_messages_make_a_black_hole_and_one_does_not(tmp_path, retransmissions,
+                                                                                       found):
+    # the sender is told twice (min_icmp_count), then retransmits its 1,500-byte segment unchanged once the
+    # 200 ms grace is over: min_oversized_packets (2) such packets are a black hole, one is not yet
+    stuck = _big_segment(1000)
+    packets = [_frame(0, stuck), _frame(0.001, _too_big(1400, stuck)), _frame(0.002, _too_big(1400, stuck))]
+    packets += [_frame(0.5 * (k + 1), stuck.copy()) for k in range(retransmissions)]
+    path = tmp_path / "stuck.pcap"
+    wrpcap(str(path), packets)
+    findings = run([path], tmp_path)
+    if not found:
+        assert findings == []
+        return
+    [finding] = findings
+    assert finding.severity == "medium" and finding.evidence["oversized_after_icmp"] == finding.n == 2
+    assert finding.evidence["icmp_count"] == 2
 
 
 def _batches(paths):

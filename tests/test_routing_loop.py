@@ -73,6 +73,8 @@ def sightings(ttls, macs, dst="198.51.100.7", ident=31):
     ([64, 63, 62, 61], [R1, R2], 1),        # three falls between two routers: min_ttl_drops
     ([61, 62, 63, 64, 65], [R1, R2], 0),    # TTL rising: traceroute-like, never a loop
     ([64, 63, 62, 61, 60], [R1], 0),        # one MAC: one router retransmitting with falling TTL
+    ([64, 60, 56, 52], [R1, R2], 1),        # falls of 4: max_ttl_step
+    ([64, 59, 54, 49], [R1, R2], 0),        # falls of 5: just above it
     ([64, 58, 52, 46, 40], [R1, R2], 0),    # falls of 6: above max_ttl_step
     ([64, 62, 60, 58, 56], [R1, R2, R3], 1),  # a loop of three routers seen with falls of 2
 ])
@@ -80,6 +82,33 @@ def test_ttl_patterns(tmp_path, ttls, macs, expected):
     path = tmp_path / "loop.pcap"
     wrpcap(str(path), sightings(ttls, macs))
     assert len(loops(analyze([path], tmp_path / "out")[0])) == expected
+
+
+def test_a_loop_on_a_link_without_macs_is_judged_by_its_ttls(tmp_path):
+    # raw IP (linktype 101, a tunnel or PPP interface) shows no routers' MACs: the falling TTL alone tells
+    for ttls, expected in (([64, 63, 62, 61], 1), ([64, 63, 62], 0)):
+        packets = [IP(bytes(frame[IP])) for frame in sightings(ttls, [R1, R2])]
+        for k, packet in enumerate(packets):
+            packet.time = T0 + k * 0.001
+        path = tmp_path / f"raw-{len(ttls)}.pcap"
+        wrpcap(str(path), packets, linktype=101)
+        found = loops(analyze([path], tmp_path / f"out-{len(ttls)}")[0])
+        assert len(found) == expected
+        if found:
+            assert found[0].n == 1 and found[0].evidence["router_macs"] == [] and found[0].src_mac is None
+
+
+@pytest.mark.parametrize("packets, severity", [(100, "high"), (99, "medium")])
+def test_high_from_high_packets_looping_packets(tmp_path, packets, severity):
+    frames = []
+    for ident in range(packets):
+        for frame in sightings([64, 63, 62, 61], [R1, R2], ident=ident):
+            frame.time += ident * 0.01
+            frames.append(frame)
+    path = tmp_path / "loop.pcap"
+    wrpcap(str(path), frames)
+    [found] = loops(analyze([path], tmp_path / "out")[0])
+    assert found.n == packets and found.severity == severity
 
 
 def test_unrelated_packets_sharing_addresses_do_not_make_a_loop(tmp_path):

@@ -133,18 +133,26 @@ def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
     assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]
 
 
-def _one_frame_6000_times(path, dest_mac: str):
-    """One UDP frame to port 520, 6,000 times in 100 ms: a loop (unicast MAC) or a flood (multicast)."""
+def _one_frame_6000_times(path, dest_mac: str, transport=None, other_flow=None):
+    """One UDP frame from 198.18.44.201:44123 to 192.0.2.61:520 (or over `transport`), 6,000 times in
+    100 ms: a loop (unicast MAC) or a flood (multicast); with `other_flow` (source, destination, ports,
+    packets), as many datagrams of another UDP flow in the same 100 ms (payload varies: not a loop)."""
     from scapy.all import IP, UDP, Ether, Raw
     from scapy.utils import PcapWriter
 
     frame = bytes(Ether(src="02:00:00:00:0a:01", dst=dest_mac) /
                   IP(src="198.18.44.201", dst="192.0.2.61", ttl=242, id=54321) /
-                  UDP(sport=44123, dport=520) / Raw(bytes(24)))
+                  (transport or UDP(sport=44123, dport=520)) / Raw(bytes(24)))
+    timed = [(100_000 + k * 16, frame) for k in range(6000)]
+    src, dst, (sport, dport), packets = other_flow or (None, None, (0, 0), 0)
+    for k in range(packets):
+        timed.append((100_000 + k * 96_000 // packets, bytes(
+            Ether(src="02:00:00:00:0b:01", dst="02:00:00:00:0b:02") / IP(src=src, dst=dst, id=k) /
+            UDP(sport=sport, dport=dport) / Raw(k.to_bytes(4, "big")))))
     writer = PcapWriter(str(path), linktype=1, sync=False)
     writer.write_header(None)
-    for k in range(6000):
-        writer.write_packet(frame, sec=1_767_225_600, usec=100_000 + k * 16)
+    for usec, data in sorted(timed, key=lambda item: item[0]):
+        writer.write_packet(data, sec=1_767_225_600, usec=usec)
     writer.close()
     return path
 
@@ -157,6 +165,37 @@ def test_an_echo_loop_filling_the_queue_makes_it_high_and_is_named(tmp_path):
     assert finding.severity == "high" and finding.n == 6000
     assert finding.evidence["echo_loop"] == loop.msg and "echo loop" in finding.msg
     assert (finding.src_ip, finding.dest_port) == ("198.18.44.201", 520)
+
+
+def test_an_icmp_echo_loop_filling_the_queue_is_named_though_it_has_no_ports(tmp_path):
+    from scapy.all import ICMP
+
+    path = _one_frame_6000_times(tmp_path / "loop.pcap", "02:00:00:00:0a:02", ICMP(id=7, seq=1))
+    findings, _, _ = analyze([str(path)], tmp_path / "out")
+    [loop] = [f for f in findings if f.rule == "echo-loop"]
+    [finding] = [f for f in findings if f.rule == RULE]
+    assert (loop.proto, loop.src_port, loop.dest_port) == ("ICMP", None, None)
+    assert finding.severity == "high" and finding.evidence["echo_loop"] == loop.msg and "echo loop" in finding.msg
+
+
+@pytest.mark.parametrize("other_flow", [
+    # between the loop's two hosts, hashed to its queue (UDP: addresses only), on other ports
+    ("198.18.44.201", "192.0.2.61", (41000, 5201), 8000),
+    # between two other hosts, to the loop's port
+    ("198.18.45.7", "192.0.2.99", (41000, 520), 8000),
+])
+def test_a_queue_filled_by_another_flow_than_the_loops_is_not_the_loops(tmp_path, other_flow):
+    path = _one_frame_6000_times(tmp_path / "beside.pcap", "02:00:00:00:0a:02", other_flow=other_flow)
+    findings, _, _ = analyze([str(path)], tmp_path / "out")
+    [loop] = [f for f in findings if f.rule == "echo-loop"]
+    assert loop.evidence["loop"] is True and (loop.src_port, loop.dest_port) == (44123, 520)
+    src, dst, (sport, dport), packets = other_flow
+    [finding] = [f for f in findings if f.rule == RULE and f.src_ip == src]
+    top = finding.evidence["flows"][0]
+    assert (top["dest_ip"], top["src_port"], top["dest_port"], top["packets_in_window"]) == (dst, sport, dport, packets)
+    # below the high rate, and the loop neither named nor raising it
+    assert finding.evidence["peak_queue_rate_pps"] < 500_000
+    assert finding.severity == "medium" and "echo_loop" not in finding.evidence and "echo loop" not in finding.msg
 
 
 VXLAN = CAPTURES / "rss-vxlan-tunnel.pcap"
@@ -249,6 +288,16 @@ def test_a_rate_needs_packets_that_span_real_time(tmp_path, span_us, fires):
     assert len(found) == (1 if fires else 0)
     if fires:
         assert found[0].evidence["peak_queue_rate_pps"] == 100_000
+
+
+@pytest.mark.parametrize("packets, severity", [(10_000, "high"), (9_999, "medium")])
+def test_a_queue_at_the_high_rate_is_high_and_just_below_it_is_not(tmp_path, packets, severity):
+    # one flow (not a loop) in one 100 ms bin: 10,000 packets are 100,000 packets/s, the high rate set here
+    path = tmp_path / "flood.pcap"
+    _flood_at(path, np.linspace(0, 50_000, packets).round().astype(int).tolist())
+    [finding] = run([path], tmp_path, override(tmp_path, high_queue_rate_pps=100000))
+    assert finding.evidence["peak_queue_rate_pps"] == packets * 10 and "echo_loop" not in finding.evidence
+    assert finding.severity == severity
 
 
 def test_a_capture_with_one_timestamp_per_second_has_no_rate(tmp_path, tshark):

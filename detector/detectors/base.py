@@ -162,14 +162,18 @@ class Detector(ABC):
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         """The findings of everything folded in so far."""
 
-    def finding(self, severity: str, msg: str, *, identifier: str, **fields) -> Finding:
+    def finding(self, severity: str, msg: str, *, identifier: str, first_seen: int, last_seen: int,
+                **fields) -> Finding:
         """A Finding carrying this rule's id, title, remediation and references.
 
         `identifier` names what the finding is about, the same at every look at it (a frame's fingerprint,
         a source address, a flow, a receive queue): live alerts are de-duplicated on rule and identifier.
+        `first_seen` and `last_seen` (ns since the epoch) are the times of the packets it rests on: every
+        finding has them, as every EVE event has a timestamp, and findings are ordered by them.
         """
         return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg, identifier=identifier,
-                       remediation=self.rule.remediation, references=list(self.rule.references), **fields)
+                       first_seen=int(first_seen), last_seen=int(last_seen), remediation=self.rule.remediation,
+                       references=list(self.rule.references), **fields)
 
     # ---- hooks (nothing by default) -------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:

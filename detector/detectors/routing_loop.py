@@ -306,8 +306,9 @@ class RoutingLoop(Detector):
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
             idx = order[start:start + count]
+            head = order[start]         # the members share the prefix and its family: any one names them
             out.append(self._finding({name: col[idx] for name, col in dest.items()}, evidence,
-                                     int(prefix_hi[idx[0]]), int(prefix_lo[idx[0]]), bool(v4[idx[0]])))
+                                     int(prefix_hi[head]), int(prefix_lo[head]), bool(v4[head])))
         out.sort(key=lambda f: (-f.n, f.first_seen))
         return out
 
