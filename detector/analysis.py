@@ -57,6 +57,7 @@ class AnalysisState:
         self.detectors.failures.update(stopped or {})
         # the engine hashes frames only for a consumer that reads the fingerprints
         self.needs_fingerprint = self.detectors.needs_fingerprint
+        self.app_tables = self.detectors.app_tables
 
     def update(self, batch) -> None:
         self.stats.update(batch)

@@ -45,8 +45,9 @@ DECODE_THREADS = 2
 _DONE = object()
 
 
-def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None):
-    """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread.
+def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None, tables: tuple[str, ...] = ()):
+    """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread, with the
+    application side-tables `tables` built (detector.decode.app).
 
     Errors in the reading thread (a CaptureError for a damaged file) are
     raised here, in the caller's thread, after the batches read before them.
@@ -72,7 +73,7 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None)
                 failure = None
                 try:
                     for reader, raw in read_captures(paths, opened=opened):
-                        decoding.append((reader, pool.submit(decode, raw, fingerprint)))
+                        decoding.append((reader, pool.submit(decode, raw, fingerprint, tables=tables)))
                         if len(decoding) > DECODE_THREADS:
                             done_reader, future = decoding.popleft()
                             if not put((done_reader, future.result())):
@@ -119,7 +120,8 @@ def run(paths, consumers, label: str = "reading") -> RunResult:
     try:
         # the fingerprint hashes every captured byte: only when a consumer reads it
         fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
-        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened):
+        tables = tuple(sorted({name for c in consumers for name in getattr(c, "app_tables", ())}))
+        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened, tables=tables):
             if reader is not current:
                 current = reader
                 done_before = sum(r.size or 0 for r in opened[:opened.index(reader)])

@@ -223,6 +223,8 @@ class PacketBatch:
     cols: dict[str, np.ndarray]
     source: str = ""
     warnings: list[str] = field(default_factory=list)
+    # application side-tables built for these rows (detector.decode.app.table), by name
+    app: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.cols["frame"])

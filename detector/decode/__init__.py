@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..schema import RAW_COLUMNS, PacketBatch, RawBatch
-from . import columns
+from . import app, columns
 from .kernel import decode_batch, fingerprint_rows
 
 __all__ = ["decode", "expand_msdus", "fingerprint", "fingerprints"]
@@ -36,8 +36,9 @@ def _records(raw: RawBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return data, offset, caplen
 
 
-def decode(raw: RawBatch, fingerprint: bool = True, msdu: int = 0) -> PacketBatch:
-    """Decode every record of `raw`; the result carries the raw columns too.
+def decode(raw: RawBatch, fingerprint: bool = True, msdu: int = 0, tables: tuple[str, ...] = ()) -> PacketBatch:
+    """Decode every record of `raw`; the result carries the raw columns too, and the application
+    side-tables named in `tables` (detector.decode.app).
 
     With `fingerprint=False` the batch has no "fingerprint" column (hashing
     every captured byte is the costliest part of the pass, and the flow table
@@ -55,7 +56,7 @@ def decode(raw: RawBatch, fingerprint: bool = True, msdu: int = 0) -> PacketBatc
     cols.update(columns.columns(groups))
     if not fingerprint:
         del cols["fingerprint"]
-    return PacketBatch(data=raw.data, cols=cols, source=raw.source)
+    return app.build(PacketBatch(data=raw.data, cols=cols, source=raw.source), tables)
 
 
 def expand_msdus(batch: PacketBatch) -> PacketBatch:

@@ -162,6 +162,8 @@ class DetectorSet:
         self.failures: dict[str, DetectorFailure] = {}
         self.batches = 0
         self.needs_fingerprint = any(getattr(det, "needs_fingerprint", True) for det in detectors)
+        # the application side-tables (detector.decode.app) the engine builds beside the header decode
+        self.app_tables = tuple(sorted({name for det in detectors for name in det.APP_TABLES}))
 
     @property
     def rule_ids(self) -> list[str]:

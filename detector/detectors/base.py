@@ -139,6 +139,9 @@ class Detector(ABC):
     PARAMS: ClassVar[dict[str, Param]] = {}                   # thresholds and model settings
     ALERTS: ClassVar[dict[str, Param]] = {}                   # live alerts: suppress_s, resolve_s
     AFTER: ClassVar[tuple[str, ...]] = ()                      # rule ids whose findings this one reads
+    # Application side-tables (detector.decode.app) update() reads with `app.table(batch, name)`: the
+    # engine builds them in its decode threads; a table no detector names is never built.
+    APP_TABLES: ClassVar[tuple[str, ...]] = ()
     # What a scapy script rebuilt from a finding's first evidence frame replays ("the probe"), for a rule
     # whose findings turn on one frame worth sending again in a lab; None: no script.
     REPRODUCES: ClassVar[str | None] = None
