@@ -1,0 +1,145 @@
+"""The application side-tables (detector.decode.app) against tshark on every real capture that carries them.
+
+Which captures: every file of ../shared/captures-real our reader opens is
+decoded once and each table of `ORACLES` built over it; the files where a
+table has entries are its candidates, and the files the specification names
+for a protocol (`NAMED`) must be among them. For each candidate tshark
+dissects the protocol (`Oracle.display_filter`) and each mapped field is
+compared frame by frame: our entry's value where its validity bit is set,
+tshark's first occurrence of the field (or the list of all occurrences for
+a child table's field). A disagreement fails the test unless a named
+exclusion (`Oracle.exclusions`: file -> reason) covers the file.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from detector.decode import app, decode
+from detector.decode.app.table import MORE, TRUNCATED
+from detector.errors import CaptureError
+from detector.ingest import open_capture
+from tests._real import CAPTURES_REAL, manifest_rows
+
+
+def _ip_text(hi: int, lo: int) -> str:
+    value = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
+    return str(value.ipv4_mapped or value)
+
+
+@dataclass(frozen=True)
+class Oracle:
+    display_filter: str
+    # our field -> the tshark fields that carry it (the first one present in the frame is compared)
+    fields: dict[str, tuple[str, ...]]
+    # child table -> (text of one child entry from its columns, the tshark fields listing them)
+    children: dict[str, tuple[Callable[[dict], str], tuple[str, ...]]] = field(default_factory=dict)
+    options: tuple[str, ...] = ()
+    # our field -> how tshark prints our value (default: the decimal integer)
+    formats: dict[str, Callable[[int], str]] = field(default_factory=dict)
+    exclusions: dict[str, str] = field(default_factory=dict)   # file -> why tshark and we differ there
+
+
+ORACLES: dict[str, Oracle] = {
+    # Wireshark dissects IP protocol 112 as VRRP unless its CARP heuristic runs first (packet-carp.c)
+    "vrrp": Oracle(
+        display_filter="vrrp or carp",
+        options=("-o", "ip.try_heuristic_first:TRUE"),
+        fields={"version": ("vrrp.version", "carp.version"), "vrid": ("vrrp.virt_rtr_id", "carp.vhid"),
+                "priority": ("vrrp.prio",), "addr_count": ("vrrp.addr_count",), "auth_type": ("vrrp.auth_type",),
+                "carp_advskew": ("carp.advskew",), "carp_advbase": ("carp.adver_int",),
+                "carp_demote": ("carp.demotion",), "checksum_ok": ("vrrp.checksum.status", "carp.checksum.status")},
+        children={"vrrp_addr": (lambda e: _ip_text(e["ip_hi"], e["ip_lo"]), ("vrrp.ip_addr", "vrrp.ipv6_addr"))},
+    ),
+}
+# files the specification names for a table: each must be a candidate (or say why not)
+NAMED: dict[str, dict[str, str | None]] = {
+    "vrrp": {"libpcap/tests/filter/carp.pcap": None, "zeek/testing/btest/Traces/pbb.pcap": None,
+             "packetlife/pcaps/VRRP_Malformed_DoS.cap": None,
+             "tcpdump/tests/vrrp-vrrp_print-oobr.pcap": "Frame Relay (DLT_FRELAY): a link type the reader refuses"},
+}
+
+
+@pytest.fixture(scope="module")
+def candidates() -> dict[str, dict[str, dict]]:
+    """table -> file -> {frame: [entries as dicts, children under their table's name]} for every table in
+    ORACLES, over every real capture the reader opens."""
+    if not manifest_rows():
+        pytest.skip(f"real captures not present at {CAPTURES_REAL}")
+    found: dict[str, dict[str, dict]] = {name: {} for name in ORACLES}
+    for row in manifest_rows():
+        try:
+            with open_capture(CAPTURES_REAL / row["path"]) as reader:
+                for raw in reader:
+                    batch = decode(raw, fingerprint=False)
+                    for name in ORACLES:
+                        tab = app.table(batch, name)
+                        if len(tab):
+                            _collect(found[name].setdefault(row["path"], {}), tab)
+        except CaptureError:
+            continue
+    return found
+
+
+def _collect(frames: dict, tab) -> None:
+    for k in range(len(tab)):
+        entry = {"_valid": {f: bool(tab.valid(f)[k]) for f in tab.fields}}
+        entry.update({f: int(tab[f][k]) for f in tab.fields})
+        for child_name, child in tab.children.items():
+            rows = np.flatnonzero(child["parent"] == k)
+            entry[child_name] = [{f: int(child[f][j]) for f in child.fields} for j in rows]
+        frames.setdefault(int(tab["frame"][k]), []).append(entry)
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_the_named_captures_are_candidates(candidates, name):
+    missing = {path: why for path, why in NAMED[name].items() if path not in candidates[name]}
+    unexplained = [path for path, why in missing.items() if why is None]
+    assert not unexplained, f"{name}: no entries in {unexplained}"
+
+
+def _tshark_rows(tshark, path, oracle: Oracle) -> dict[int, dict[str, list[str]]]:
+    names = sorted({f for fs in oracle.fields.values() for f in fs}
+                   | {f for _, fs in oracle.children.values() for f in fs})
+    rows = tshark.fields(CAPTURES_REAL / path, "frame.number", *names, display_filter=oracle.display_filter,
+                         options=(*oracle.options, "-E", "occurrence=a", "-E", "aggregator=,"))
+    return {int(r[0]): {n: [v for v in r[i + 1].split(",") if v] for i, n in enumerate(names)} for r in rows}
+
+
+@pytest.mark.parametrize("name", sorted(ORACLES))
+def test_the_tables_agree_with_tshark(candidates, tshark, name):
+    oracle = ORACLES[name]
+    if not candidates[name]:
+        pytest.fail(f"no real capture carries table {name}: the oracle compared nothing")
+    disagreements = []
+    for path, frames in sorted(candidates[name].items()):
+        if path in oracle.exclusions:
+            continue
+        theirs = _tshark_rows(tshark, path, oracle)
+        for frame, entries in frames.items():
+            entry = entries[0]
+            seen = theirs.get(frame)
+            if seen is None:
+                if not any(entry["_valid"][ours] for ours in oracle.fields):
+                    continue        # an empty message (no field read): tshark does not call the dissector
+                disagreements.append(f"{path}#{frame}: tshark has no {oracle.display_filter}")
+                continue
+            for ours, tshark_fields in oracle.fields.items():
+                values = next((seen[f] for f in tshark_fields if seen[f]), [])
+                if not entry["_valid"][ours]:
+                    continue
+                expected = oracle.formats.get(ours, str)(entry[ours])
+                if values[:1] != [expected]:
+                    disagreements.append(f"{path}#{frame} {ours}: ours {expected}, tshark {values[:1]}")
+            for child_name, (text, tshark_fields) in oracle.children.items():
+                listed = next((seen[f] for f in tshark_fields if seen[f]), [])
+                mine = [text(e) for e in entry[child_name]]
+                # a message cut short or over the cap lists a prefix of what tshark lists; else all of it
+                partial = entry["valid"] & int(TRUNCATED | MORE)
+                if mine != (listed[:len(mine)] if partial else listed):
+                    disagreements.append(f"{path}#{frame} {child_name}: ours {mine}, tshark {listed}")
+    assert not disagreements, "\n".join(disagreements[:40])
