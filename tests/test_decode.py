@@ -686,3 +686,29 @@ def test_an_ip_length_too_short_for_the_tcp_header_is_truncated():
     packet.len = 20 + 12          # room for 12 of the TCP header's 20 bytes
     row = one(raw(Ether() / packet))
     assert row["layers"] & L_TRUNCATED and not row["layers"] & L_PAYLOAD
+
+
+# ---- boundaries the mutation run found untested (tests/mutation) -------------------------------------
+
+@pytest.mark.parametrize("transport", [UDP(sport=5000, dport=53), TCP(sport=5000, dport=53),
+                                       SCTP(sport=5000, dport=53)], ids=["udp", "tcp", "sctp"])
+def test_a_transport_header_cut_right_after_its_ports_still_has_them(transport):
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2")
+                / transport / b"abcd")
+    ports = 14 + 20 + 4
+    cut = one(frame, caplen=ports)
+    assert cut["layers"] & (L_PORTS | L_TRUNCATED) == L_PORTS | L_TRUNCATED
+    assert (cut["src_port"], cut["dest_port"]) == (5000, 53)
+    short = one(frame, caplen=ports - 1)
+    assert not short["layers"] & L_PORTS and short["layers"] & L_TRUNCATED
+
+
+@pytest.mark.parametrize("ethertype,first_byte", [(0x0800, 0x65), (0x0800, 0x55), (0x86DD, 0x45)])
+def test_an_ip_header_of_another_version_than_its_ethertype_is_not_decoded(ethertype, first_byte):
+    # a header length that would pass (5 words), so only the version says it is no IPv4 / IPv6
+    packet = IP(src="10.0.0.1", dst="10.0.0.2") if ethertype == 0x0800 else IPv6(src="::1", dst="::2")
+    header = bytearray(raw(packet / UDP()))
+    header[0] = first_byte if ethertype == 0x0800 else (first_byte & 0xF0) | (header[0] & 0x0F)
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02", type=ethertype)) + bytes(header)
+    decoded = one(frame)
+    assert decoded["layers"] & (L_IP4 | L_IP6 | L_TRUNCATED) == L_TRUNCATED

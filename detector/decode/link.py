@@ -265,8 +265,7 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
             etype = u16(b, p + SNAP_TYPE)
             p += SNAP_HEADER
         elif etype == ETHERTYPE_PPPOE_SESSION:
-            if p + PPPOE_HEADER + 2 > end:
-                return 0, p, layers | L_TRUNCATED
+            # ppp_protocol bounds the PPP protocol field it reads after the 6-byte PPPoE header
             net, p = ppp_protocol(b, p + PPPOE_HEADER, end)
             if net < 0:
                 return 0, p, layers | L_TRUNCATED
@@ -275,15 +274,15 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
             etype = net
         elif etype == ETHERTYPE_MPLS or etype == ETHERTYPE_MPLS_MC:
             for _label in range(MAX_L2_HEADERS):
-                if p + MPLS_LABEL > end:
+                # a label is followed by at least one byte: the next label, or the version nibble of the
+                # packet under the bottom one
+                if p + MPLS_LABEL + 1 > end:
                     return 0, p, layers | L_TRUNCATED
                 bottom = u8(b, p + MPLS_TC_S) & MPLS_BOTTOM_OF_STACK
                 p += MPLS_LABEL
                 if bottom:
                     break
             else:
-                return 0, p, layers | L_TRUNCATED
-            if p + 1 > end:
                 return 0, p, layers | L_TRUNCATED
             # RFC 3032 section 2.2: what the bottom label carries is known from its binding, which a
             # capture lacks; the IP version nibble says it
@@ -412,7 +411,8 @@ def wlan_link(b, s, end, wire, lt, msdu, i, c16, c64):
     if s + RADIOTAP_HEADER > end or u8(b, s + RADIOTAP_VERSION) != 0:
         return 0, s, L_TRUNCATED, end, wire
     length = u8(b, s + RADIOTAP_LENGTH) | (u8(b, s + RADIOTAP_LENGTH + 1) << 8)
-    if length < RADIOTAP_HEADER or s + length > end:
+    # a length under the 8-byte header leaves no room for the first present word: truncated below
+    if s + length > end:
         return 0, s, L_TRUNCATED, end, wire
     q = s + RADIOTAP_PRESENT
     for _ in range(MAX_RADIOTAP_PRESENT):
