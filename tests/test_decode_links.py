@@ -332,3 +332,22 @@ def test_the_ip_header_may_start_at_the_last_offset_the_columns_hold(payload, wh
     assert int(batch["layers"][0]) == (ETH | L_TRUNCATED if extra else whole)
     if not extra:
         assert int(batch["l3_off"][0]) == MAX_IP_OFFSET
+
+
+@pytest.mark.parametrize("tag", [b"\x89\x26" + bytes(4), b"\x88\xe7" + bytes(4) + bytes(12)], ids=["vntag", "pbb"])
+def test_a_tag_whose_inner_ethertype_ends_the_frame_is_whole(tag):
+    # an inner type nothing decodes (IEEE local experimental 0x88B5): nothing is cut, nothing follows
+    frame = ETHERNET_MACS + tag + b"\x88\xb5"
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
+    assert int(decode(make_batch([(1, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) == ETH | L_TRUNCATED
+
+
+def test_an_a_msdu_without_one_whole_subframe_is_truncated():
+    frame = bytearray(CASES["a-msdu"][1])
+    first = len(data_header(0x02, 8, qos=0x80))
+    frame[first + 12:first + 14] = struct.pack(">H", len(frame))   # the first subframe runs past the frame
+    row = decode(make_batch([(WLAN, bytes(frame))]))
+    assert int(row["msdu_count"][0]) == 0
+    assert int(row["layers"][0]) & (L_AMSDU | L_TRUNCATED) == L_AMSDU | L_TRUNCATED
+    whole = decode(make_batch([(WLAN, bytes(CASES["a-msdu"][1]))]))
+    assert not int(whole["layers"][0]) & L_TRUNCATED

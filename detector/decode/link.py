@@ -339,14 +339,12 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         return 0, p, layers, end, wire
     ds = flags & (WLAN_TO_DS | WLAN_FROM_DS)
     header = WLAN_HEADER + (MAC_BYTES if ds == WLAN_TO_DS | WLAN_FROM_DS else 0)
-    amsdu = False
+    qos = header                  # where the QoS control field is, in a QoS data frame
     if fc & WLAN_SUBTYPE_QOS:
-        if p + header + WLAN_QOS > end:
-            return 0, p, layers | L_TRUNCATED, end, wire
-        amsdu = (u8(b, p + header) & WLAN_QOS_AMSDU) != 0
         header += WLAN_QOS + (WLAN_HT_CONTROL if flags & WLAN_ORDER else 0)
     if p + header > end:
         return 0, p, layers | L_TRUNCATED, end, wire
+    amsdu = (fc & WLAN_SUBTYPE_QOS) != 0 and (u8(b, p + qos) & WLAN_QOS_AMSDU) != 0
     if outer and not amsdu:
         c64[DST_MAC, i] = mac(b, p + (WLAN_ADDRESS_3 if ds & WLAN_TO_DS else WLAN_ADDRESS_1))
         c64[SRC_MAC, i] = mac(b, p + (WLAN_ADDRESS_4 if ds == WLAN_TO_DS | WLAN_FROM_DS else
