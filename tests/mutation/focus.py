@@ -105,9 +105,31 @@ def annotation_spans(source: str) -> tuple[tuple[int, int, int, int], ...]:
     return tuple(spans)
 
 
+@functools.cache
+def zero_offsets(source: str) -> frozenset[tuple[int, int]]:
+    """(line, column) of the operator of each `x + NAME` / `x - NAME` whose NAME is a module constant equal
+    to 0: a header field at offset 0, named as the others are (`u8(b, q + VXLAN_FLAGS)`); + and - are then
+    one program."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    zeros = {target.id for node in tree.body if isinstance(node, ast.Assign)
+             and isinstance(node.value, ast.Constant) and node.value.value == 0
+             for target in node.targets if isinstance(target, ast.Name)}
+    spots = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))
+                and isinstance(node.right, ast.Name) and node.right.id in zeros):
+            # cosmic-ray places a binary operator's mutant at the operator: the first + or - after the left
+            line, column = node.left.end_lineno, node.left.end_col_offset
+            while column >= len(lines[line - 1]) or lines[line - 1][column] not in "+-":
+                line, column = (line + 1, 0) if column >= len(lines[line - 1]) else (line, column + 1)
+            spots.add((line, column))
+    return frozenset(spots)
+
+
 def equivalent(source: str, position: tuple[int, int]) -> bool:
-    """Whether a mutant at `position` cannot change what the program does (see the two functions above)."""
-    if position in unread_numbers(source):
+    """Whether a mutant at `position` cannot change what the program does (see the three functions above)."""
+    if position in unread_numbers(source) or position in zero_offsets(source):
         return True
     return "from __future__ import annotations" in source and any(
         (first, column) <= position <= (last, end) for first, column, last, end in annotation_spans(source))
