@@ -15,6 +15,7 @@ from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.contrib.mpls import MPLS
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
 from scapy.layers.inet6 import (
+    ICMPv6DestUnreach,
     ICMPv6PacketTooBig,
     IPv6,
     IPv6ExtHdrDestOpt,
@@ -713,3 +714,22 @@ def test_an_ip_header_of_another_version_than_its_ethertype_is_not_decoded(ether
     frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02", type=ethertype)) + bytes(header)
     decoded = one(frame)
     assert decoded["layers"] & (L_IP4 | L_IP6 | L_TRUNCATED) == L_TRUNCATED
+
+
+def test_an_ipv4_header_with_nothing_after_it_is_whole():
+    # total length 20 = the header: a protocol without payload (253: RFC 3692 experimentation)
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2",
+                                                                            proto=253))
+    assert len(frame) == 14 + 20
+    assert one(frame)["layers"] == ETH | L_IP4
+
+
+@pytest.mark.parametrize("packet,bit", [(IP(src="10.0.0.1", dst="10.0.0.2") / ICMP(type=3, code=4), L_ICMP),
+                                        (IPv6(src="::1", dst="::2") / ICMPv6DestUnreach(code=4), L_ICMP6)])
+def test_an_icmp_header_cut_right_after_its_code_keeps_type_and_code(packet, bit):
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / packet / bytes(8))
+    header = 14 + (20 if bit == L_ICMP else 40)
+    cut = one(frame, caplen=header + 2)
+    assert cut["layers"] & (bit | L_TRUNCATED) == bit | L_TRUNCATED
+    assert (cut["icmp_type"], cut["icmp_code"]) == ((3, 4) if bit == L_ICMP else (1, 4))
+    assert not one(frame, caplen=header + 1)["layers"] & bit

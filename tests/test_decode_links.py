@@ -351,3 +351,17 @@ def test_an_a_msdu_without_one_whole_subframe_is_truncated():
     assert int(row["layers"][0]) & (L_AMSDU | L_TRUNCATED) == L_AMSDU | L_TRUNCATED
     whole = decode(make_batch([(WLAN, bytes(CASES["a-msdu"][1]))]))
     assert not int(whole["layers"][0]) & L_TRUNCATED
+
+
+def test_a_radiotap_header_of_another_version_is_not_read():
+    frame = bytearray(radiotap(data_header(0x01) + SNAP4))
+    frame[0] = 1
+    assert _radiotap_layers(bytes(frame)) == L_TRUNCATED
+
+
+def test_only_the_flags_field_says_a_frame_ends_with_an_fcs():
+    # TSFT and Rate, no Flags field: the rate byte (0x10, 8 Mb/s) has the bit that would mean "FCS at the end";
+    # the UDP header ends the frame, so taking 4 bytes off as an FCS would cut it
+    header = struct.pack("<BBHI", 0, 0, 17, 0x01 | 0x04) + struct.pack("<Q", 123) + b"\x10"
+    bare = snap(0x0800, IP(src="10.1.0.1", dst="10.1.0.2") / UDP(sport=1000, dport=2000))
+    assert _radiotap_layers(header + data_header(0x01) + bare) == UDP4
