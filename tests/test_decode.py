@@ -733,3 +733,16 @@ def test_an_icmp_header_cut_right_after_its_code_keeps_type_and_code(packet, bit
     assert cut["layers"] & (bit | L_TRUNCATED) == bit | L_TRUNCATED
     assert (cut["icmp_type"], cut["icmp_code"]) == ((3, 4) if bit == L_ICMP else (1, 4))
     assert not one(frame, caplen=header + 1)["layers"] & bit
+
+
+def test_an_ipv6_header_with_nothing_after_it_is_whole():
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(src="::1", dst="::2", nh=59))
+    assert len(frame) == 14 + 40
+    assert one(frame)["layers"] == ETH | L_IP6
+
+
+@pytest.mark.parametrize("field,layers", [(1500, ETH & ~L_ETHERTYPE), (1536, ETH)])
+def test_a_type_field_of_1500_is_an_802_3_length_and_1536_a_type(field, layers):
+    # IEEE 802.3 clause 3.2.6: up to 1500 a length (then LLC, here not SNAP); from 1536 (0x0600) a type
+    frame = bytes.fromhex("020000000002020000000001") + struct.pack("!H", field) + b"\x42\x42\x03" + bytes(43)
+    assert one(frame)["layers"] == layers

@@ -358,7 +358,7 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         net, q, layers = _llc(b, body, end, outer, layers, i, c16)
         return net, q, layers, end, wire
     count = 0
-    target = -1
+    target = body                 # the subframe asked for (msdu), once found
     stop = body
     a = body
     while a + AMSDU_SUBHEADER <= end:
@@ -372,7 +372,7 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         a += (subframe_end - a + AMSDU_ALIGN - 1) & ~(AMSDU_ALIGN - 1)
     c16[MSDU_COUNT, i] = count
     layers |= L_AMSDU
-    if target < 0:
+    if count <= msdu:             # no such subframe (none at all: the frame was cut inside the first)
         return 0, p, layers | (L_TRUNCATED if count == 0 else 0), end, wire
     if outer:
         c64[DST_MAC, i] = mac(b, target + AMSDU_DESTINATION)
