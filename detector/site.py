@@ -615,7 +615,7 @@ def _dhcpd(text: str) -> Iterator[tuple]:
     tokens = _dhcpd_tokens(text)
     opened: list[int] = []
     statement_start = True
-    for kind, value, line in tokens:
+    for _, value, line in tokens:
         if value == "{":
             opened.append(line)
             statement_start = True
@@ -626,7 +626,7 @@ def _dhcpd(text: str) -> Iterator[tuple]:
             statement_start = True
         elif value == ";":
             statement_start = True
-        elif statement_start and kind == "word" and value.lower() == "host":
+        elif statement_start and value.lower() == "host":
             yield from _dhcpd_host(tokens, line)
         else:
             statement_start = False
