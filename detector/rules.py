@@ -2,9 +2,10 @@
 
 A rule is a detector's documentation and configuration. Its text (title,
 severity, what it detects, why it matters, remediation, references, false
-positives, and what it reads of the site file, if anything) is the YAML file of the repository's `rules/` folder, shipped
-inside the package as `detector.default_rules` (setup.cfg maps the folder)
-and read through importlib.resources, wherever pip put it. Its tunables are
+positives, and what it reads of the site file, if anything) is the YAML
+file of the repository's `rules/` folder, shipped inside the package as
+`detector.default_rules` (setup.cfg maps the folder) and read through
+importlib.resources, wherever pip put it. Its tunables are
 declared once, by the detector: `PARAMS` (thresholds and model settings) and
 `ALERTS` (how `detector watch` de-duplicates its alerts), each a `Param` with
 type, default, meaning, allowed range and trade-off. `detector explain RULE`
