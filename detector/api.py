@@ -167,7 +167,8 @@ class Capture:
         return self._failures
 
     def analyze(self, rules=None) -> pd.DataFrame:
-        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings.
+        """Run the detectors (`rules`: a folder of rule files laid over the defaults), with the site file given to
+        open(), and return the findings.
 
         A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
         """

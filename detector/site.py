@@ -251,7 +251,7 @@ class Site:
 
     def ips_for_mac(self, mac, vlan=None) -> frozenset[str]:
         """The IP texts the registry binds to `mac` (int or text); with `vlan`, as macs_for_ip."""
-        key = parse_mac(mac) if isinstance(mac, str) else int(mac)
+        key = parse_mac(_mac_key(mac)) if isinstance(mac, str) else int(mac)
         return frozenset(ip for ip, bound in self._by_mac.get(key, ())
                          if vlan is None or bound is None or bound == vlan)
 
@@ -420,7 +420,8 @@ def _items(name: str, key: str, node) -> list:
 def _scalar(name: str, key: str, node) -> str:
     """One value written as text: the text, stripped."""
     if not isinstance(node, yaml.ScalarNode) or not node.value.strip():
-        raise RuleError(_at(name, node), key, "each item is one value (an address, a network, a range)")
+        raise RuleError(_at(name, node), key, "expected one value here (an address, a network, a range, a file "
+                                              "name), written as text")
     return node.value.strip()
 
 
@@ -809,7 +810,7 @@ def load_site(path) -> Site:
 # references are commented out: their example files are shown below them).
 SITE_TEMPLATE = """\
 # detector site file: what this network is, for the rules that judge traffic by it.
-# Use it with  detector analyze CAPTURE -o DIR --site site.yaml  (or watch, or detector.open(..., site=...)).
+# Use it as `detector analyze CAPTURE -o DIR --site site.yaml`, with watch, or detector.open(..., site=...).
 # Every key is optional; `detector explain RULE` says what a rule does with and without it.
 # Values are read as written (never evaluated); a mistake is reported as FILE:LINE: key '...': what is wrong.
 

@@ -198,6 +198,8 @@ BAD_SITES = [
      "unknown key 'router' (known: local_networks, routers, dhcp_servers, bindings, dynamic_pools)"),
     ("key twice", "routers: []\nrouters: [10.0.0.1]\n", {}, 2, "routers", "given twice (first on line 1)"),
     ("not a list", "routers: 10.0.0.1\n", {}, 1, "routers", "must be a list"),
+    ("a list in a list", "routers:\n  - [10.0.0.1]\n", {}, 2, "routers", "expected one value here"),
+    ("a file without a name", "bindings:\n  - {file: }\n", {}, 2, "bindings", "expected one value here"),
     ("null", "routers:\n", {}, 1, "routers", "must be a list"),
     ("too deep", "routers: [[[[[[[[[1]]]]]]]]]\n", {}, 1, None, "nested more than 8 levels deep"),
     ("not YAML", "routers: [10.0.0.1\n", {}, 2, None, "not valid YAML"),
@@ -356,6 +358,8 @@ def test_routers_servers_and_bindings(tmp_path):
     assert site.macs_for_ip("10.0.0.99") == frozenset()
     assert site.ips_for_mac("02:00:00:00:00:01") == {"10.0.0.10", "10.0.0.11"}
     assert site.ips_for_mac(0x020000000001, vlan=20) == {"10.0.0.10"}
+    with pytest.raises(ValueError, match="'02:00:00:00:01' is not a MAC address"):
+        site.ips_for_mac("02:00:00:00:01")
     columns = site.binding_columns()
     assert columns["mac"].tolist() == [0x020000000001, 0x020000000002, 0x020000000001]
     assert (columns["ip_hi"].tolist(), columns["ip_lo"].tolist()) == tuple(map(list, _columns(
