@@ -13,6 +13,10 @@ which `detector analyze` streams.
 A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
 `Capture.failures` lists what failed where, as findings.json does.
+
+`detector.open(path, site="site.yaml")` gives the detectors a site file, as
+`detector analyze --site` does (detector.site); a Site already loaded with
+`detector.site.load_site` serves as well.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from .errors import UsageError
 from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
+from .site import EMPTY, Site, load_site
 
 __all__ = ["open", "Capture"]
 
@@ -167,8 +172,9 @@ def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
 class Capture:
     """One capture (or several read as one) opened for exploration; see the module docstring."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, site: Site = EMPTY):
         self.paths = [str(p) for p in paths]
+        self.site = site            # the site file the detectors are given (detector.site), EMPTY: none
         self._packets: pd.DataFrame | None = None
         self._flows: pd.DataFrame | None = None
         self._findings: list[Finding] | None = None
@@ -227,14 +233,15 @@ class Capture:
         return self._failures
 
     def analyze(self, rules=None) -> pd.DataFrame:
-        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings.
+        """Run the detectors (`rules`: a folder of rule files laid over the defaults), with the site file given to
+        open(), and return the findings.
 
         A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
         """
         from . import analysis
         from .rules import load_rules
 
-        result = analysis.analyze(self.paths, load_rules(rules), label="analyze")
+        result = analysis.analyze(self.paths, load_rules(rules), label="analyze", site=self.site)
         self._flows = result.flows
         self._findings = result.findings
         self._failures = [failure.to_json() for failure in result.failures]
@@ -330,10 +337,14 @@ class _Plots:
         return ax
 
 
-def open(path, *more) -> Capture:
-    """Open one capture, or several read as one continuous capture. Reads nothing until a table is used."""
+def open(path, *more, site=None) -> Capture:
+    """Open one capture, or several read as one continuous capture. Reads nothing until a table is used.
+
+    `site` is a site file (a path, read and checked now: a bad one raises its RuleError) or a
+    detector.site.Site; None: none.
+    """
     paths = [path, *more]
     for p in paths:
         if not os.path.isfile(p):
             raise UsageError(f"{p}: no such file" if not os.path.exists(p) else f"{p}: not a regular file")
-    return Capture([Path(p) for p in paths])
+    return Capture([Path(p) for p in paths], site if isinstance(site, Site) else load_site(site))
