@@ -746,3 +746,45 @@ def test_a_type_field_of_1500_is_an_802_3_length_and_1536_a_type(field, layers):
     # IEEE 802.3 clause 3.2.6: up to 1500 a length (then LLC, here not SNAP); from 1536 (0x0600) a type
     frame = bytes.fromhex("020000000002020000000001") + struct.pack("!H", field) + b"\x42\x42\x03" + bytes(43)
     assert one(frame)["layers"] == layers
+
+
+def test_an_icmp_quote_with_exactly_the_ports_has_them():
+    quoted = raw(IP(src="10.1.1.1", dst="192.0.2.9") / UDP(sport=5353, dport=53))[:20 + 4]
+    row = one(Ether() / IP() / ICMP(type=11, code=0) / quoted)
+    assert row["layers"] == ETH | L_IP4 | L_ICMP | L_PAYLOAD | L_QUOTE | L_QUOTE_PORTS
+    assert (row["quote_src_port"], row["quote_dest_port"]) == (5353, 53)
+
+
+def test_ipv4_flags_are_those_set_and_no_other():
+    assert one(Ether() / IP(flags=0) / UDP())["ip_flags"] == 0
+    assert one(Ether() / IP(flags="DF") / UDP())["ip_flags"] == IP_DF
+
+
+@pytest.mark.parametrize("proto", [17, 253])
+def test_ipv4_options_cut_by_the_capture_are_truncated_without_a_transport(proto):
+    # 253 (RFC 3692): a protocol nothing decodes, so only the IP layer can say the header was cut
+    frame = raw(Ether() / IP(options=[IPOption_RR(routers=["10.0.0.1", "10.0.0.2"])], proto=proto) / bytes(8))
+    row = one(frame, caplen=14 + 20 + 4)        # inside the 12 bytes of options
+    assert row["layers"] & (L_IP4 | L_TRUNCATED | L_UDP | L_PORTS) == L_IP4 | L_TRUNCATED
+
+
+@pytest.mark.parametrize("tag", [Dot1Q(vlan=5, type=0x88B5)], ids=["vlan"])
+def test_a_vlan_tag_whose_type_ends_the_frame_is_whole(tag):
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / tag)
+    assert one(frame)["layers"] == ETH | L_VLAN
+    assert one(frame[:-1])["layers"] & L_TRUNCATED
+
+
+def test_an_802_11_management_header_alone_is_whole_and_a_cut_one_is_not():
+    from scapy.layers.dot11 import Dot11
+
+    header = raw(Dot11(type=0, subtype=8, addr1="ff:ff:ff:ff:ff:ff", addr2="02:00:00:00:00:01",
+                       addr3="02:00:00:00:00:01"))
+    assert len(header) == 24
+    assert not one(header, linktype=105)["layers"] & L_TRUNCATED
+    assert one(header[:-1], linktype=105)["layers"] & L_TRUNCATED
+
+
+def test_a_null_header_of_an_unknown_family_with_nothing_after_it_is_whole():
+    assert one(struct.pack("<I", 99), linktype=0)["layers"] == 0
+    assert one(struct.pack("<I", 99)[:3], linktype=0)["layers"] == L_TRUNCATED

@@ -334,7 +334,8 @@ def test_the_ip_header_may_start_at_the_last_offset_the_columns_hold(payload, wh
         assert int(batch["l3_off"][0]) == MAX_IP_OFFSET
 
 
-@pytest.mark.parametrize("tag", [b"\x89\x26" + bytes(4), b"\x88\xe7" + bytes(4) + bytes(12)], ids=["vntag", "pbb"])
+@pytest.mark.parametrize("tag", [b"\x89\x26" + bytes(4), b"\x88\xe7" + bytes(4) + bytes(12),
+                                 b"\x89\x03" + bytes(2) + bytes(12)], ids=["vntag", "pbb", "fabricpath"])
 def test_a_tag_whose_inner_ethertype_ends_the_frame_is_whole(tag):
     # an inner type nothing decodes (IEEE local experimental 0x88B5): nothing is cut, nothing follows
     frame = ETHERNET_MACS + tag + b"\x88\xb5"
