@@ -788,3 +788,18 @@ def test_an_802_11_management_header_alone_is_whole_and_a_cut_one_is_not():
 def test_a_null_header_of_an_unknown_family_with_nothing_after_it_is_whole():
     assert one(struct.pack("<I", 99), linktype=0)["layers"] == 0
     assert one(struct.pack("<I", 99)[:3], linktype=0)["layers"] == L_TRUNCATED
+
+
+@pytest.mark.parametrize("code,mtu", [(4, True), (3, False), (1, False)])
+def test_only_fragmentation_needed_carries_a_next_hop_mtu(code, mtu):
+    quoted = raw(IP(src="10.1.1.1", dst="192.0.2.9") / UDP(sport=5353, dport=53))[:28]
+    row = one(Ether() / IP() / ICMP(type=3, code=code, nexthopmtu=1400) / quoted)
+    assert bool(row["layers"] & L_MTU) == mtu
+
+
+def test_an_arp_fixed_header_alone_of_another_protocol_is_whole():
+    # hardware Ethernet, protocol 0x86DD (not IPv4): the decoder reads IPv4-over-Ethernet ARP only
+    fixed = struct.pack("!HHBBH", 1, 0x86DD, 6, 16, 1)
+    frame = bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + fixed
+    assert one(frame)["layers"] == ETH
+    assert one(frame[:-1])["layers"] == ETH | L_TRUNCATED

@@ -366,3 +366,13 @@ def test_only_the_flags_field_says_a_frame_ends_with_an_fcs():
     header = struct.pack("<BBHI", 0, 0, 17, 0x01 | 0x04) + struct.pack("<Q", 123) + b"\x10"
     bare = snap(0x0800, IP(src="10.1.0.1", dst="10.1.0.2") / UDP(sport=1000, dport=2000))
     assert _radiotap_layers(header + data_header(0x01) + bare) == UDP4
+
+
+def test_a_tunnel_inside_an_a_msdu_keeps_the_a_msdu_bit():
+    from scapy.layers.vxlan import VXLAN
+
+    tunnel = snap(0x0800, IP(src="198.51.100.1", dst="198.51.100.2") / UDP(sport=50000, dport=4789) / VXLAN(vni=7)
+                  / Ether(src="02:00:00:00:00:0a", dst="02:00:00:00:00:0b") / INNER4)
+    frame = data_header(0x02, 8, qos=0x80) + amsdu((A1, A4, tunnel))
+    layers = int(decode(make_batch([(WLAN, frame)]))["layers"][0])
+    assert layers & (L_AMSDU | L_TUNNEL | L_IP4 | L_UDP) == L_AMSDU | L_TUNNEL | L_IP4 | L_UDP
