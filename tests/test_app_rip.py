@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
@@ -236,11 +238,43 @@ def test_a_snapshot_length_cut_keeps_what_was_read():
     assert int(tab["auth_seq"][0]) == 4242 and len(routes(tab)) == 1
 
 
+def test_a_trailer_past_the_capture_is_not_read():
+    # the bytes after the cut are a valid trailer in one frame and a damaged one in the other: the tails of the
+    # every-cut test (all zeros, all ones) would read the same either way
+    message = raw(v4(crypto(entry(), digest=16)))
+    trailer = 14 + 20 + 8 + 4 + 20 + 20
+    damaged = message[:trailer + 2] + b"\x00\x02" + message[trailer + 4:]
+    for cut in (trailer, trailer + 2):
+        good, bad = (app_table([(1, frame)], "rip", caplens=[cut]) for frame in (message, damaged))
+        assert good["verdict"].tolist() == bad["verdict"].tolist() == [VALID]
+
+
 def test_every_cut_reads_only_captured_bytes():
     assert_app_reads_stop_at_the_capture(
         [(1, v4(crypto(entry() + entry(metric=16), digest=20))), (1, v4(header() + password() + entry())),
          (1, v4(header(version=1) + entry(mask="0.0.0.0"))),
          (1, v6(header(version=1) + ripng_entry() + ripng_hop("fe80::9") + ripng_entry("2001:db8:7::")))], "rip")
+
+
+# RIP messages of every shape the table reads, for the mutation test
+SHAPES = [raw(v4(crypto(entry() + entry(metric=16), digest=20))), raw(v4(header() + password() + entry() * 3)),
+          raw(v4(header(version=1) + entry(mask="0.0.0.0"))), raw(v4(header(command=1) + entry(afi=0, metric=16))),
+          raw(v6(header(version=1) + ripng_entry() + ripng_hop("fe80::9") + ripng_entry("2001:db8:7::")))]
+# values that make a length, a count, a family or a metric lie
+HOSTILE16 = [0, 1, 3, 4, 19, 20, 23, 24, 25, 44, 0xFF, 0x100, 0xFFFE, 0xFFFF]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SHAPES), st.lists(st.tuples(st.integers(0, 200), st.sampled_from(HOSTILE16)), min_size=1,
+                                         max_size=4))
+def test_lying_lengths_counts_and_fields_stay_inside_the_capture(frame, edits):
+    # 16-bit fields overwritten anywhere past the Ethernet header: IP and UDP lengths, the packet length of the
+    # authentication entry, families, metrics
+    data = bytearray(frame)
+    for where, value in edits:
+        at = 14 + where % (len(data) - 15)
+        data[at:at + 2] = value.to_bytes(2, "big")
+    assert_app_reads_stop_at_the_capture([(1, bytes(data))], "rip")
 
 
 def test_tables_are_built_once_per_batch():
