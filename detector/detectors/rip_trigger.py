@@ -8,7 +8,7 @@ that. A probe whose frame is the one an echo loop repeats (echo_loop.py)
 is the trigger of an outage, and both findings name each other.
 
 The payload is judged by the `rip` application table (detector.decode.app.rip,
-the one RIP parser, which rip-announce reads too): its verdict is what a
+the one RIP parser, which the announcement rule reads too): its verdict is what a
 receiver's checks make of the message (RFC 1058, RFC 2453, RFC 2080, and the
 authentication of RFC 2082 and RFC 4822, whose trailer is no entry), so an
 authenticated RIPv2 router is never a probe.
