@@ -47,13 +47,14 @@ class Analysis:
 class AnalysisState:
     """What one pass folds decoded batches into: capture statistics, the flow table, the enabled detectors.
 
-    `stopped` lists rules that failed before (a watch's earlier slices): they stay stopped here.
+    `stopped` lists rules that failed before (a watch's earlier slices): they stay stopped here. `site` is
+    the site file (detector.site.Site) every detector is given; None: no site file.
     """
 
-    def __init__(self, rules, stopped: dict[str, DetectorFailure] | None = None):
+    def __init__(self, rules, stopped: dict[str, DetectorFailure] | None = None, site=None):
         self.stats = CaptureStats()
         self.flows = FlowTable()
-        self.detectors = DetectorSet(active_detectors(rules))
+        self.detectors = DetectorSet(active_detectors(rules, site), site)
         self.detectors.failures.update(stopped or {})
         # the engine hashes frames only for a consumer that reads the fingerprints
         self.needs_fingerprint = self.detectors.needs_fingerprint
@@ -67,8 +68,9 @@ class AnalysisState:
 
 def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engine.RunResult | None = None) -> Analysis:
     """The findings of `detectors` over `flow_table` (a FlowTable, or anything with its flow_count and a
-    to_frame() called only if a detector consults the flows) and `stats`, in canonical order."""
-    context = AnalysisContext(flows=flow_table, stats=stats)
+    to_frame() called only if a detector consults the flows) and `stats`, in canonical order; the context
+    carries the site file the detectors were built with."""
+    context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site)
     findings = canonical_order(detectors.findings(context))
     analysis = Analysis(findings=findings, failures=detectors.failure_list(), detectors=detectors.running(),
                         stats=stats, context=context, flow_table=flow_table)
@@ -77,9 +79,10 @@ def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engin
     return analysis
 
 
-def analyze(sources, rules=None, label: str = "analyze") -> Analysis:
+def analyze(sources, rules=None, label: str = "analyze", site=None) -> Analysis:
     """Read `sources` (paths, binary streams or ingest.StreamCapture; one continuous capture) once and run
-    every enabled rule of `rules` (detector.rules.load_rules' mapping; None: the defaults) over them.
+    every enabled rule of `rules` (detector.rules.load_rules' mapping; None: the defaults) over them, with
+    the site file `site` (detector.site.load_site's Site; None: none).
 
     A damaged capture raises its CaptureError; a detector that fails is recorded in `failures`, not
     raised (detectors.DetectorSet).
@@ -87,6 +90,6 @@ def analyze(sources, rules=None, label: str = "analyze") -> Analysis:
     if rules is None:
         from .rules import load_rules
         rules = load_rules()
-    state = AnalysisState(rules)
+    state = AnalysisState(rules, site=site)
     run = engine.run(sources, [state], label=label)
     return conclude(state.detectors, state.flows, state.stats, run)

@@ -13,6 +13,10 @@ which `detector analyze` streams.
 A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
 `Capture.failures` lists what failed where, as findings.json does.
+
+`detector.open(path, site="site.yaml")` gives the detectors a site file, as
+`detector analyze --site` does (detector.site); a Site already loaded with
+`detector.site.load_site` serves as well.
 """
 from __future__ import annotations
 
@@ -24,11 +28,13 @@ import numpy as np
 import pandas as pd
 
 from . import engine
+from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
+from .site import EMPTY, Site, load_site
 
 __all__ = ["open", "Capture"]
 
@@ -73,13 +79,7 @@ class _PacketColumns:
         layers = cols["layers"].astype(np.uint32)
         has_ip = (layers & np.uint32(IP)) != 0
         out = {name: pd.array(cols[name].astype(dtype), dtype=dtype) for name, dtype in _RAW.items()}
-        out["time"] = pd.to_datetime(cols["ts_ns"].astype(np.int64), unit="ns", utc=True)
-        for name, bit in (("src_mac", L_SRC_MAC), ("dest_mac", L_DST_MAC)):
-            valid = (layers & np.uint32(bit)) != 0
-            out[name] = pd.array(np.where(valid, mac_to_str(cols[name]), None), dtype="string")
-        for side in ("src", "dest"):
-            texts = ip_to_str(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
-            out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
+        out.update(_addresses(cols))
         proto = cols["proto"].astype(np.uint8)
         out["proto"] = pd.array(np.where(has_ip, _proto_texts(proto), None), dtype="string")
         for source, (name, bit, dtype) in _MASKED.items():
@@ -88,6 +88,60 @@ class _PacketColumns:
         # a NIC hashes IP packets only; the model's queue of anything else means nothing
         out["rss_queue"] = pd.arrays.IntegerArray(cols["rss_queue"].astype(np.uint16), ~has_ip)
         return pd.DataFrame(out)
+
+
+def _addresses(cols: dict[str, np.ndarray]) -> dict[str, object]:
+    """time, src_mac, dest_mac, src_ip, dest_ip of packet columns (ts_ns, layers, the MACs, the address halves),
+    masked where the packet has none."""
+    layers = cols["layers"].astype(np.uint32)
+    has_ip = (layers & np.uint32(IP)) != 0
+    out = {"time": pd.to_datetime(cols["ts_ns"].astype(np.int64), unit="ns", utc=True)}
+    for name, bit in (("src_mac", L_SRC_MAC), ("dest_mac", L_DST_MAC)):
+        valid = (layers & np.uint32(bit)) != 0
+        out[name] = pd.array(np.where(valid, mac_to_str(cols[name].astype(np.uint64)), None), dtype="string")
+    for side in ("src", "dest"):
+        texts = ip_to_str(cols[f"{side}_ip_hi"].astype(np.uint64), cols[f"{side}_ip_lo"].astype(np.uint64))
+        out[f"{side}_ip"] = pd.array(np.where(has_ip, texts, None), dtype="string")
+    return out
+
+
+# the packet columns an application table's rows carry into its DataFrame
+_APP_CONTEXT = ("frame", "ts_ns", "layers", "src_mac", "dest_mac", "vlan_outer", "src_ip_hi", "src_ip_lo",
+                "dest_ip_hi", "dest_ip_lo")
+
+
+class _AppColumns:
+    """Consumer that keeps one application table (detector.decode.app) of every batch, with the packet
+    columns of its rows, and the child tables linked by frame number."""
+
+    needs_fingerprint = False
+
+    def __init__(self, name: str):
+        self.name = name
+        self.app_tables = (name,)
+        self.parts: list[tuple[dict[str, np.ndarray], object]] = []
+
+    def update(self, batch: PacketBatch) -> None:
+        found = app.table(batch, self.name)
+        if len(found):
+            rows = found["row"]
+            self.parts.append(({name: batch[name][rows] for name in _APP_CONTEXT}, found))
+
+    def frame(self, child: str | None = None) -> pd.DataFrame:
+        parts = self.parts or [({name: np.zeros(0, np.uint64) for name in _APP_CONTEXT}, app.spec(self.name).empty())]
+        if child is None:
+            context = {k: np.concatenate([c[k] for c, _ in parts]) for k in _APP_CONTEXT}
+            out = {"frame": context["frame"].astype(np.int64), **_addresses(context)}
+            vlan = (context["layers"] & np.uint32(L_VLAN)) != 0
+            out["vlan"] = pd.arrays.IntegerArray(context["vlan_outer"].astype(np.uint16), ~vlan)
+            fields = pd.concat([t.to_frame() for _, t in parts], ignore_index=True)
+            return pd.concat([pd.DataFrame(out), fields.drop(columns=["row", "frame"])], axis=1)
+        frames = []
+        for _, found in parts:
+            kids = found.children[child].to_frame()
+            kids.insert(0, "frame", found["frame"][kids.pop("parent").to_numpy(np.int64)])
+            frames.append(kids)
+        return pd.concat(frames, ignore_index=True)
 
 
 def _proto_texts(proto: np.ndarray) -> np.ndarray:
@@ -118,12 +172,14 @@ def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
 class Capture:
     """One capture (or several read as one) opened for exploration; see the module docstring."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, site: Site = EMPTY):
         self.paths = [str(p) for p in paths]
+        self.site = site            # the site file the detectors are given (detector.site), EMPTY: none
         self._packets: pd.DataFrame | None = None
         self._flows: pd.DataFrame | None = None
         self._findings: list[Finding] | None = None
         self._failures: list[dict] = []
+        self._app: dict[str, _AppColumns] = {}
         self.plot = _Plots(self)
 
     def __repr__(self) -> str:
@@ -137,6 +193,22 @@ class Capture:
             engine.run(self.paths, [columns], label="packets")
             self._packets = columns.frame()
         return self._packets
+
+    def app(self, name: str) -> pd.DataFrame:
+        """An application table (detector.decode.app: "vrrp", ...) as a DataFrame, one row per message: its
+        frame, time, MACs, VLAN and addresses, then the protocol's fields (<NA> where the message lacks one),
+        `truncated`, `more`. A child table's name ("vrrp_addr", ...) gives its elements, each with the frame
+        of its message. Read in one pass of the capture, kept for the next call."""
+        parent = next((table for table in app.TABLES
+                       if name == table or name in {c.name for c in app.spec(table).children}), None)
+        if parent is None:
+            known = sorted({*app.TABLES, *(c.name for table in app.TABLES for c in app.spec(table).children)})
+            raise UsageError(f"no application table '{name}' (known: {', '.join(known)})")
+        if parent not in self._app:
+            columns = _AppColumns(parent)
+            engine.run(self.paths, [columns], label=parent)
+            self._app[parent] = columns
+        return self._app[parent].frame(None if name == parent else name)
 
     @property
     def flows(self) -> pd.DataFrame:
@@ -161,14 +233,15 @@ class Capture:
         return self._failures
 
     def analyze(self, rules=None) -> pd.DataFrame:
-        """Run the detectors (`rules`: a folder of rule files laid over the defaults) and return the findings.
+        """Run the detectors (`rules`: a folder of rule files laid over the defaults), with the site file given to
+        open(), and return the findings.
 
         A rule whose detector raises is left out with a RuntimeWarning; see `failures`.
         """
         from . import analysis
         from .rules import load_rules
 
-        result = analysis.analyze(self.paths, load_rules(rules), label="analyze")
+        result = analysis.analyze(self.paths, load_rules(rules), label="analyze", site=self.site)
         self._flows = result.flows
         self._findings = result.findings
         self._failures = [failure.to_json() for failure in result.failures]
@@ -264,10 +337,14 @@ class _Plots:
         return ax
 
 
-def open(path, *more) -> Capture:
-    """Open one capture, or several read as one continuous capture. Reads nothing until a table is used."""
+def open(path, *more, site=None) -> Capture:
+    """Open one capture, or several read as one continuous capture. Reads nothing until a table is used.
+
+    `site` is a site file (a path, read and checked now: a bad one raises its RuleError) or a
+    detector.site.Site; None: none.
+    """
     paths = [path, *more]
     for p in paths:
         if not os.path.isfile(p):
             raise UsageError(f"{p}: no such file" if not os.path.exists(p) else f"{p}: not a regular file")
-    return Capture([Path(p) for p in paths])
+    return Capture([Path(p) for p in paths], site if isinstance(site, Site) else load_site(site))

@@ -1,4 +1,4 @@
-"""The `detector` command line: info, flows, analyze, watch, rules, explain.
+"""The `detector` command line: info, flows, analyze, watch, rules, explain, site-template.
 
 Exit codes:
   0  success
@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_RULE_FAILED, DetectorError, UsageError
+
+SITE_HELP = ("site file (YAML): local_networks, routers, dhcp_servers, bindings (IP-MAC registry: entries, "
+             "ethers, dhcpd host blocks, CSV), dynamic_pools; `detector site-template` prints an example, "
+             "`detector explain RULE` what the rule reads of it")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                               "(info, low, medium, high, critical)")
     analyze.add_argument("--rules", metavar="DIR",
                          help="folder of rule files laid over the default rules (same id replaces)")
+    analyze.add_argument("--site", metavar="FILE", help=SITE_HELP)
 
     watch = sub.add_parser("watch", help="monitor an interface (a mirror port) live: alerts, evidence, metrics")
     watch.add_argument("iface", metavar="IFACE", help="interface to capture on")
@@ -62,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--bpf", metavar="FILTER", help="capture filter (libpcap syntax), applied in the kernel")
     watch.add_argument("--rules", metavar="DIR",
                        help="folder of rule files laid over the default rules (same id replaces)")
+    watch.add_argument("--site", metavar="FILE", help=SITE_HELP)
     watch.add_argument("--metrics", metavar="HOST:PORT",
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)")
     watch.add_argument("--ring-seconds", type=float, default=30.0, metavar="N",
@@ -76,7 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="print one rule's documentation and parameters")
     explain.add_argument("rule", metavar="RULE")
     explain.add_argument("--rules", metavar="DIR", help="folder of rule files laid over the default rules")
+
+    sub.add_parser("site-template", help="print a commented example site file (for --site)")
     return parser
+
 
 
 # A capture named `-` is read from standard input.
@@ -175,7 +184,8 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report)
+    findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report,
+                                    site_file=args.site)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:
@@ -196,7 +206,7 @@ def cmd_analyze(args) -> int:
 def cmd_watch(args) -> int:
     from .live import WatchOptions, watch
     return watch(WatchOptions(iface=args.iface, out_dir=args.output, bpf=args.bpf, rules_dir=args.rules,
-                              metrics=args.metrics, ring_seconds=args.ring_seconds,
+                              site=args.site, metrics=args.metrics, ring_seconds=args.ring_seconds,
                               min_severity=args.alert_severity))
 
 
@@ -215,8 +225,14 @@ def cmd_explain(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze,
-            "watch": cmd_watch, "rules": cmd_rules, "explain": cmd_explain}
+def cmd_site_template(args) -> int:
+    from .site import SITE_TEMPLATE
+    print(SITE_TEMPLATE, end="")
+    return EXIT_OK
+
+
+COMMANDS = {"info": cmd_info, "flows": cmd_flows, "analyze": cmd_analyze, "watch": cmd_watch, "rules": cmd_rules,
+            "explain": cmd_explain, "site-template": cmd_site_template}
 
 
 def main(argv=None) -> int:

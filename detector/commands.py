@@ -78,13 +78,14 @@ def write_flows(paths, out: Path):
     return result, table.flow_count
 
 
-def analyze(paths, out_dir, rules_dir=None, report: bool = True):
+def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
     DIR/evidence/ (one pcap per finding), report.md and report.html.
 
-    `rules_dir` holds rule files laid over the defaults (`--rules DIR`); a bad
-    file is refused before any capture is read, and so is an output folder
-    that cannot be used (output.OutputDir). With `report=False` only the
+    `rules_dir` holds rule files laid over the defaults (`--rules DIR`), and
+    `site_file` is the site file (`--site FILE`, detector.site); a bad file
+    is refused before any capture is read, and so is an output folder that
+    cannot be used (output.OutputDir). With `report=False` only the
     findings files are written: no second pass for evidence and figures.
     The outputs replace those of an earlier run in the folder only once all
     of them are written. A detector that fails is recorded, not raised
@@ -94,10 +95,12 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True):
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
     from . import analysis
     from .rules import load_rules
+    from .site import load_site
 
     rules = load_rules(rules_dir)
+    site = load_site(site_file)
     with OutputDir(out_dir, rule_ids=rules) as out:
-        result = analysis.analyze(paths, rules, label="analyze")
+        result = analysis.analyze(paths, rules, label="analyze", site=site)
         findings, stats = result.findings, result.stats
         # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
         from .report import findings_document, write_evidence, write_findings, write_reports

@@ -2,9 +2,10 @@
 
 A rule is a detector's documentation and configuration. Its text (title,
 severity, what it detects, why it matters, remediation, references, false
-positives) is the YAML file of the repository's `rules/` folder, shipped
-inside the package as `detector.default_rules` (setup.cfg maps the folder)
-and read through importlib.resources, wherever pip put it. Its tunables are
+positives, and what it reads of the site file, if anything) is the YAML
+file of the repository's `rules/` folder, shipped inside the package as
+`detector.default_rules` (setup.cfg maps the folder) and read through
+importlib.resources, wherever pip put it. Its tunables are
 declared once, by the detector: `PARAMS` (thresholds and model settings) and
 `ALERTS` (how `detector watch` de-duplicates its alerts), each a `Param` with
 type, default, meaning, allowed range and trade-off. `detector explain RULE`
@@ -53,6 +54,9 @@ TEXT_KEYS = ("id", "title", "severity", "description", "why", "remediation")
 LIST_KEYS = ("references", "false_positives")
 # what every default rule file states
 REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS)
+# text a rule states only if it has it: `site`, what the rule does with and without the site file
+# (--site, detector.site), printed by `detector explain` under its own heading
+OPTIONAL_TEXT_KEYS = ("site",)
 # what a file may change besides: the detector's tunables (`params`, `alerts`), and `enabled: false`,
 # which switches a rule off without deleting it
 OPTIONAL_KEYS = ("params", "alerts", "enabled")
@@ -69,6 +73,7 @@ class Rule:
     references: list[str]
     false_positives: list[str]
     path: str               # the file the rule came from (the last one, for an override)
+    site: str | None = None  # what it does with and without the site file; None: it reads nothing of it
     enabled: bool = True
     # the tunables rule files set, checked against the detector's declarations; its defaults fill the rest
     param_values: dict[str, Any] = field(default_factory=dict)
@@ -292,9 +297,10 @@ def _parse(path, document: dict, known: list[str] | None, base: Rule | None) -> 
     which needs a detector module of its name. The detector's declarations
     are read only if the file sets one of its tunables.
     """
+    allowed = REQUIRED_KEYS + OPTIONAL_TEXT_KEYS + OPTIONAL_KEYS
     for key in document:
-        if key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
-            raise RuleError(path, str(key), f"unknown key (allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
+        if key not in allowed:
+            raise RuleError(path, str(key), f"unknown key (allowed: {', '.join(allowed)})")
     rule_id = document.get("id")
     if not isinstance(rule_id, str) or not rule_id:
         raise RuleError(path, "id", "missing or not a string")
@@ -317,6 +323,11 @@ def _parse(path, document: dict, known: list[str] | None, base: Rule | None) -> 
         if not isinstance(value, str) or not value.strip():
             raise RuleError(path, key, "must be a non-empty string")
         values[key] = value.strip()
+    for key in OPTIONAL_TEXT_KEYS:
+        value = document.get(key, getattr(base, key, None))
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise RuleError(path, key, "must be a non-empty string")
+        values[key] = value.strip() if value is not None else None
     if values["severity"] not in SEVERITIES:
         raise RuleError(path, "severity", f"'{values['severity']}' is not one of {', '.join(SEVERITIES)}")
     for key in LIST_KEYS:
@@ -413,6 +424,8 @@ def explain_text(rule: Rule) -> str:
                                  sort_keys=False)
         out += ["  To change one, pass --rules DIR with a file in DIR such as:",
                 textwrap.indent(snippet.rstrip("\n"), " " * 6)]
+    out += ["", "Site file (--site)", _indent(rule.site or "Not read: this rule judges by the packets and its "
+                                                             "parameters alone.")]
     out += ["", "Live alerts (detector watch)"]
     out += [_setting(name, getattr(rule, name), declared.alerts[name]) for name in ALERT_PARAMS]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]

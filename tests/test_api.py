@@ -85,3 +85,33 @@ def test_plots_draw():
     with pytest.raises(UsageError):
         capture.plot.segments("1:no-such-flow")
     assert isinstance(flows, pd.DataFrame)
+
+
+def test_application_tables_as_dataframes(tmp_path):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Dot1Q, Ether
+    from scapy.layers.vrrp import VRRP
+    from scapy.utils import wrpcap
+
+    master = (Ether(src="00:00:5e:00:01:33", dst="01:00:5e:00:00:12") / Dot1Q(vlan=20)
+              / IP(src="192.0.2.2", dst="224.0.0.18", ttl=255, proto=112)
+              / VRRP(vrid=51, priority=200, addrlist=["192.0.2.1", "192.0.2.9"]))
+    other = Ether() / IP(src="192.0.2.7", dst="192.0.2.8") / UDP(sport=1, dport=2)
+    empty = Ether(src="00:00:5e:00:01:34") / IP(src="192.0.2.3", dst="224.0.0.18", ttl=5, proto=112)
+    path = tmp_path / "vrrp.pcap"
+    wrpcap(str(path), [other, master, empty])
+    capture = detector.open(path)
+    messages = capture.app("vrrp")
+    assert messages["frame"].tolist() == [2, 3]
+    assert messages["src_ip"].tolist() == ["192.0.2.2", "192.0.2.3"]
+    assert messages["src_mac"].tolist() == ["00:00:5e:00:01:33", "00:00:5e:00:01:34"]
+    assert messages["vlan"].tolist() == [20, pd.NA]
+    assert messages["vrid"].tolist() == [51, pd.NA] and str(messages["vrid"].dtype) == "UInt8"
+    assert messages["truncated"].tolist() == [False, True]
+    addresses = capture.app("vrrp_addr")
+    assert addresses[["frame", "ip"]].values.tolist() == [[2, "192.0.2.1"], [2, "192.0.2.9"]]
+    with pytest.raises(UsageError, match="vrrp_addr"):
+        capture.app("vrp")
+    none = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    assert len(none.app("vrrp")) == 0 and {"frame", "time", "vrid"} <= set(none.app("vrrp").columns)
+    assert list(none.app("vrrp_addr").columns) == ["frame", "ip", "truncated"]

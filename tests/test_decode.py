@@ -15,6 +15,7 @@ from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer
 from scapy.contrib.mpls import MPLS
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
 from scapy.layers.inet6 import (
+    ICMPv6DestUnreach,
     ICMPv6PacketTooBig,
     IPv6,
     IPv6ExtHdrDestOpt,
@@ -274,7 +275,7 @@ def test_ipv6_extension_chain_and_first_fragment():
 def test_non_first_fragments_carry_no_ports():
     row = one(Ether() / IPv6() / IPv6ExtHdrFragment(id=5, m=0, offset=100, nh=6) / (b"\x00" * 40))
     assert row["layers"] == ETH | L_IP6 | L_FRAG
-    assert (row["proto"], row["frag_offset"], row["ip_id"]) == (6, 800, 5)
+    assert (row["proto"], row["frag_offset"], row["ip_id"], row["ip_flags"]) == (6, 800, 5, 0)   # the last one
     row = one(Ether() / IP(flags="MF", frag=0, proto=17) / UDP(sport=1, dport=2) / (b"x" * 8))
     assert row["layers"] == UDP4 | L_FRAG and row["ip_flags"] == IP_MF
     row = one(Ether() / IP(frag=185, proto=17) / (b"x" * 16))
@@ -686,3 +687,62 @@ def test_an_ip_length_too_short_for_the_tcp_header_is_truncated():
     packet.len = 20 + 12          # room for 12 of the TCP header's 20 bytes
     row = one(raw(Ether() / packet))
     assert row["layers"] & L_TRUNCATED and not row["layers"] & L_PAYLOAD
+
+
+# ---- boundaries the mutation run found untested (tests/mutation) -------------------------------------
+
+@pytest.mark.parametrize("transport", [UDP(sport=5000, dport=53), TCP(sport=5000, dport=53),
+                                       SCTP(sport=5000, dport=53)], ids=["udp", "tcp", "sctp"])
+def test_a_transport_header_cut_right_after_its_ports_still_has_them(transport):
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2")
+                / transport / b"abcd")
+    ports = 14 + 20 + 4
+    cut = one(frame, caplen=ports)
+    assert cut["layers"] & (L_PORTS | L_TRUNCATED) == L_PORTS | L_TRUNCATED
+    assert (cut["src_port"], cut["dest_port"]) == (5000, 53)
+    short = one(frame, caplen=ports - 1)
+    assert not short["layers"] & L_PORTS and short["layers"] & L_TRUNCATED
+
+
+@pytest.mark.parametrize("ethertype,first_byte", [(0x0800, 0x65), (0x0800, 0x55), (0x86DD, 0x45)])
+def test_an_ip_header_of_another_version_than_its_ethertype_is_not_decoded(ethertype, first_byte):
+    # a header length that would pass (5 words), so only the version says it is no IPv4 / IPv6
+    packet = IP(src="10.0.0.1", dst="10.0.0.2") if ethertype == 0x0800 else IPv6(src="::1", dst="::2")
+    # 40 bytes or more: enough for either header, so only the version can refuse it
+    header = bytearray(raw(packet / UDP() / bytes(32)))
+    header[0] = first_byte if ethertype == 0x0800 else (first_byte & 0xF0) | (header[0] & 0x0F)
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02", type=ethertype)) + bytes(header)
+    decoded = one(frame)
+    assert decoded["layers"] & (L_IP4 | L_IP6 | L_TRUNCATED) == L_TRUNCATED
+
+
+def test_an_ipv4_header_with_nothing_after_it_is_whole():
+    # total length 20 = the header: a protocol without payload (253: RFC 3692 experimentation)
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2",
+                                                                            proto=253))
+    assert len(frame) == 14 + 20
+    assert one(frame)["layers"] == ETH | L_IP4
+
+
+@pytest.mark.parametrize("packet,bit", [(IP(src="10.0.0.1", dst="10.0.0.2") / ICMP(type=3, code=4), L_ICMP),
+                                        (IPv6(src="::1", dst="::2") / ICMPv6DestUnreach(code=4), L_ICMP6)])
+def test_an_icmp_header_cut_right_after_its_code_keeps_type_and_code(packet, bit):
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / packet / bytes(8))
+    header = 14 + (20 if bit == L_ICMP else 40)
+    cut = one(frame, caplen=header + 2)
+    assert cut["layers"] & (bit | L_TRUNCATED) == bit | L_TRUNCATED
+    assert (cut["icmp_type"], cut["icmp_code"]) == ((3, 4) if bit == L_ICMP else (1, 4))
+    assert not one(frame, caplen=header + 1)["layers"] & bit
+
+
+def test_an_ipv6_header_with_nothing_after_it_is_whole():
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(src="::1", dst="::2", nh=59))
+    assert len(frame) == 14 + 40
+    assert one(frame)["layers"] == ETH | L_IP6
+
+
+@pytest.mark.parametrize("field,layers", [(1500, ETH & ~L_ETHERTYPE), (1536, ETH)])
+def test_a_type_field_of_1500_is_an_802_3_length_and_1536_a_type(field, layers):
+    # IEEE 802.3 clause 3.2.6: up to 1500 a length (then LLC, here not SNAP); from 1536 (0x0600) a type
+    frame = bytes.fromhex("020000000002020000000001") + struct.pack("!H", field) + b"\x42\x42\x03" + bytes(43)
+    assert one(frame)["layers"] == layers

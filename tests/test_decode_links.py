@@ -280,3 +280,88 @@ def test_a_cut_before_the_payload_is_truncated_and_one_after_it_is_not(name, fcs
     assert not whole["layers"][0] & L_TRUNCATED
     # where the Flags field announces an FCS, a record's last 4 bytes are one, whatever its length
     assert _truncated_cuts(linktype, frame) == list(range(int(whole["payload_off"][0]) + fcs))
+
+
+# ---- boundaries the mutation run found untested (tests/mutation) -------------------------------------
+
+ETHERNET_MACS = bytes.fromhex("020000000001020000000002")
+MPLS_BOTTOM_LABEL = struct.pack("!I", (100 << 12) | (1 << 8) | 64)    # label 100, bottom of stack, TTL 64
+
+
+@pytest.mark.parametrize("after,layers", [
+    (b"", ETH | L_TRUNCATED),               # no byte under the bottom label: cut
+    (b"\x00", ETH),                         # one byte, version 0: a payload that is no IP, whole
+    (b"\x45", ETH | L_TRUNCATED),           # an IPv4 header begins and is cut
+])
+def test_an_mpls_stack_needs_one_byte_after_its_bottom_label(after, layers):
+    frame = ETHERNET_MACS + b"\x88\x47" + MPLS_BOTTOM_LABEL + after
+    # what follows the record in the buffer is no IP: a read past the capture would not look cut
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == layers
+
+
+@pytest.mark.parametrize("after,layers", [
+    (b"", L_TRUNCATED), (b"\x00", L_TRUNCATED),           # no (whole) PPP protocol field
+    (b"\x21", L_TRUNCATED),                                # a compressed protocol field: IPv4, then nothing
+    (b"\xc0\x21", 0),                                      # LCP: no network layer, nothing cut
+])
+def test_a_pppoe_session_payload_is_bounded_by_its_ppp_protocol_field(after, layers):
+    frame = ETHERNET_MACS + b"\x88\x64" + bytes.fromhex("110000010000") + after
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00\x21" * 32))["layers"][0]) == ETH | layers
+
+
+@pytest.mark.parametrize("frame,layers", [
+    (b"\xff\x03", L_TRUNCATED),             # address and control, then no protocol field
+    (b"\xff\x03\xc0\x21\x01\x01\x00\x04", 0),   # LCP configure-request: no network layer, nothing cut
+])
+def test_ppp_without_a_network_protocol_is_not_an_error_and_a_cut_one_is(frame, layers):
+    assert int(decode(make_batch([(9, frame)], tail=b"\x21" * 64))["layers"][0]) == layers
+
+
+def _radiotap_of_length(length: int) -> bytes:
+    """A radiotap header of `length` bytes with no fields: version, pad, length, one empty present word."""
+    return struct.pack("<BBHI", 0, 0, length, 0) + bytes(length - 8)
+
+
+@pytest.mark.parametrize("payload,whole", [(SNAP4, UDP4), (SNAP6, TCP6)], ids=["ipv4", "ipv6"])
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_ip_header_may_start_at_the_last_offset_the_columns_hold(payload, whole, extra):
+    from detector.decode.ip import MAX_IP_OFFSET
+
+    frame = _radiotap_of_length(MAX_IP_OFFSET - len(data_header(0x01)) - 8 + extra) + data_header(0x01) + payload
+    batch = decode(make_batch([(RADIOTAP, frame)]))
+    assert int(batch["layers"][0]) == (ETH | L_TRUNCATED if extra else whole)
+    if not extra:
+        assert int(batch["l3_off"][0]) == MAX_IP_OFFSET
+
+
+@pytest.mark.parametrize("tag", [b"\x89\x26" + bytes(4), b"\x88\xe7" + bytes(4) + bytes(12)], ids=["vntag", "pbb"])
+def test_a_tag_whose_inner_ethertype_ends_the_frame_is_whole(tag):
+    # an inner type nothing decodes (IEEE local experimental 0x88B5): nothing is cut, nothing follows
+    frame = ETHERNET_MACS + tag + b"\x88\xb5"
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
+    assert int(decode(make_batch([(1, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) == ETH | L_TRUNCATED
+
+
+def test_an_a_msdu_without_one_whole_subframe_is_truncated():
+    frame = bytearray(CASES["a-msdu"][1])
+    first = len(data_header(0x02, 8, qos=0x80))
+    frame[first + 12:first + 14] = struct.pack(">H", len(frame))   # the first subframe runs past the frame
+    row = decode(make_batch([(WLAN, bytes(frame))]))
+    assert int(row["msdu_count"][0]) == 0
+    assert int(row["layers"][0]) == L_AMSDU | L_TRUNCATED        # no subframe, so no addresses either
+    whole = decode(make_batch([(WLAN, bytes(CASES["a-msdu"][1]))]))
+    assert not int(whole["layers"][0]) & L_TRUNCATED
+
+
+def test_a_radiotap_header_of_another_version_is_not_read():
+    frame = bytearray(radiotap(data_header(0x01) + SNAP4))
+    frame[0] = 1
+    assert _radiotap_layers(bytes(frame)) == L_TRUNCATED
+
+
+def test_only_the_flags_field_says_a_frame_ends_with_an_fcs():
+    # TSFT and Rate, no Flags field: the rate byte (0x10, 8 Mb/s) has the bit that would mean "FCS at the end";
+    # the UDP header ends the frame, so taking 4 bytes off as an FCS would cut it
+    header = struct.pack("<BBHI", 0, 0, 17, 0x01 | 0x04) + struct.pack("<Q", 123) + b"\x10"
+    bare = snap(0x0800, IP(src="10.1.0.1", dst="10.1.0.2") / UDP(sport=1000, dport=2000))
+    assert _radiotap_layers(header + data_header(0x01) + bare) == UDP4

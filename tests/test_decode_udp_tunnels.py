@@ -105,6 +105,9 @@ CASES = {
                                0, None),
     "geneve-nsh": (udp(6081, geneve(0x00, 0x894F) + raw(INNER4)), 0, None),
     "gtp": (udp(2152, raw(GTP_U_Header(teid=1, gtp_type=255) / INNER4), 2152), TUNNEL_GTP, "172.16.0.1"),
+    # a sequence number and no extension header: the optional fields are there, no extension follows
+    "gtp-sequence-number": (udp(2152, raw(GTP_U_Header(teid=1, gtp_type=255, S=1, seq=7) / INNER4), 2152),
+                            TUNNEL_GTP, "172.16.0.1"),
     "gtp-version-2": (udp(2152, gtp(0x50, 0xFF, raw(INNER4)), 2152), 0, None),
     "gtp-echo-request": (udp(2152, gtp(0x30, 0x01, raw(INNER4)), 2152), 0, None),
     "gtp-length-not-the-packet": (udp(2152, gtp(0x30, 0xFF, raw(INNER4) + b"\x00" * 4), 2152), 0, None),

@@ -25,6 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scapy.all import IP as IPv4
+from scapy.all import UDP, Ether, wrpcap
+from scapy.layers.rip import RIP, RIPEntry
 
 from detector.decode import decode
 from detector.ingest import open_capture
@@ -269,6 +272,28 @@ def test_benign_replay_raises_no_alert(netns, watchers, tmp_path):
     assert list((out / "evidence").iterdir()) == []
 
 
+def test_the_site_file_decides_which_rip_sources_are_local(netns, watchers, tmp_path):
+    # two well-formed unicast RIP requests: the rule's default networks hold 10.0.0.5, the site's 198.18.7.7
+    packets = [Ether(src=f"02:00:00:00:00:0{i + 1}", dst="02:00:00:00:00:09") / IPv4(src=src, dst="192.0.2.1") /
+               UDP(sport=520, dport=520) / RIP(cmd=1, version=2) /
+               RIPEntry(AF=0, addr="0.0.0.0", mask="0.0.0.0", metric=16)
+               for i, src in enumerate(("198.18.7.7", "10.0.0.5"))]
+    capture = tmp_path / "requests.pcap"
+    wrpcap(str(capture), packets)
+    site = tmp_path / "site.yaml"
+    site.write_text("local_networks: [198.18.0.0/15]\n")
+    watcher = Watcher(netns, tmp_path / "out", "--site", str(site), "--alert-severity", "info")
+    watchers.append(watcher)
+    replay(netns, capture)
+    deadline = time.monotonic() + 20
+    while len(watcher.events("alert", "rip-trigger")) < 2:
+        assert time.monotonic() < deadline, watcher.lines
+        time.sleep(0.02)
+    alerts = {e["src_ip"]: (e["severity"], e["evidence"]["source_local"]) for _, e in watcher.events("alert")}
+    assert alerts == {"198.18.7.7": ("info", True), "10.0.0.5": ("medium", False)}
+    assert watcher.terminate() == 0
+
+
 def test_fallback_packet_socket_applies_the_bpf_filter(netns, watchers, tmp_path):
     """Without dumpcap on PATH the watch reads an AF_PACKET socket; --bpf is compiled and attached in the kernel."""
     capture = CAPTURES / "echo-loop-rip-ipv4.pcapng"
@@ -337,6 +362,7 @@ def test_a_dead_capture_is_reported_and_restarted_without_losing_alerts(netns, w
     (["vb", "--metrics", "nonsense"], None, "expected HOST:PORT"),
     (["vb", "--ring-seconds", "0"], None, "--ring-seconds must be positive"),
     (["vb", "--alert-severity", "urgent"], None, "unknown severity 'urgent'"),
+    (["vb", "--site", "/nonexistent/site.yaml"], None, "detector: error: /nonexistent/site.yaml: no such file\n"),
 ])
 def test_user_mistakes_are_one_line_errors(netns, tmp_path, args, env_path, message):
     env = {**os.environ, "PATH": str(tmp_path / env_path)} if env_path else None

@@ -265,8 +265,7 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
             etype = u16(b, p + SNAP_TYPE)
             p += SNAP_HEADER
         elif etype == ETHERTYPE_PPPOE_SESSION:
-            if p + PPPOE_HEADER + 2 > end:
-                return 0, p, layers | L_TRUNCATED
+            # ppp_protocol bounds the PPP protocol field it reads after the 6-byte PPPoE header
             net, p = ppp_protocol(b, p + PPPOE_HEADER, end)
             if net < 0:
                 return 0, p, layers | L_TRUNCATED
@@ -275,15 +274,15 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
             etype = net
         elif etype == ETHERTYPE_MPLS or etype == ETHERTYPE_MPLS_MC:
             for _label in range(MAX_L2_HEADERS):
-                if p + MPLS_LABEL > end:
+                # a label is followed by at least one byte: the next label, or the version nibble of the
+                # packet under the bottom one
+                if p + MPLS_LABEL + 1 > end:
                     return 0, p, layers | L_TRUNCATED
                 bottom = u8(b, p + MPLS_TC_S) & MPLS_BOTTOM_OF_STACK
                 p += MPLS_LABEL
                 if bottom:
                     break
             else:
-                return 0, p, layers | L_TRUNCATED
-            if p + 1 > end:
                 return 0, p, layers | L_TRUNCATED
             # RFC 3032 section 2.2: what the bottom label carries is known from its binding, which a
             # capture lacks; the IP version nibble says it
@@ -340,14 +339,12 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         return 0, p, layers, end, wire
     ds = flags & (WLAN_TO_DS | WLAN_FROM_DS)
     header = WLAN_HEADER + (MAC_BYTES if ds == WLAN_TO_DS | WLAN_FROM_DS else 0)
-    amsdu = False
+    qos = header                  # where the QoS control field is, in a QoS data frame
     if fc & WLAN_SUBTYPE_QOS:
-        if p + header + WLAN_QOS > end:
-            return 0, p, layers | L_TRUNCATED, end, wire
-        amsdu = (u8(b, p + header) & WLAN_QOS_AMSDU) != 0
         header += WLAN_QOS + (WLAN_HT_CONTROL if flags & WLAN_ORDER else 0)
     if p + header > end:
         return 0, p, layers | L_TRUNCATED, end, wire
+    amsdu = (fc & WLAN_SUBTYPE_QOS) != 0 and (u8(b, p + qos) & WLAN_QOS_AMSDU) != 0
     if outer and not amsdu:
         c64[DST_MAC, i] = mac(b, p + (WLAN_ADDRESS_3 if ds & WLAN_TO_DS else WLAN_ADDRESS_1))
         c64[SRC_MAC, i] = mac(b, p + (WLAN_ADDRESS_4 if ds == WLAN_TO_DS | WLAN_FROM_DS else
@@ -361,7 +358,7 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         net, q, layers = _llc(b, body, end, outer, layers, i, c16)
         return net, q, layers, end, wire
     count = 0
-    target = -1
+    target = body                 # the subframe asked for (msdu), once found
     stop = body
     a = body
     while a + AMSDU_SUBHEADER <= end:
@@ -375,7 +372,7 @@ def ieee80211(b, p, end, wire, msdu, outer, layers, i, c16, c64):
         a += (subframe_end - a + AMSDU_ALIGN - 1) & ~(AMSDU_ALIGN - 1)
     c16[MSDU_COUNT, i] = count
     layers |= L_AMSDU
-    if target < 0:
+    if count <= msdu:             # no such subframe (none at all: the frame was cut inside the first)
         return 0, p, layers | (L_TRUNCATED if count == 0 else 0), end, wire
     if outer:
         c64[DST_MAC, i] = mac(b, target + AMSDU_DESTINATION)
@@ -412,7 +409,8 @@ def wlan_link(b, s, end, wire, lt, msdu, i, c16, c64):
     if s + RADIOTAP_HEADER > end or u8(b, s + RADIOTAP_VERSION) != 0:
         return 0, s, L_TRUNCATED, end, wire
     length = u8(b, s + RADIOTAP_LENGTH) | (u8(b, s + RADIOTAP_LENGTH + 1) << 8)
-    if length < RADIOTAP_HEADER or s + length > end:
+    # a length under the 8-byte header leaves no room for the first present word: truncated below
+    if s + length > end:
         return 0, s, L_TRUNCATED, end, wire
     q = s + RADIOTAP_PRESENT
     for _ in range(MAX_RADIOTAP_PRESENT):

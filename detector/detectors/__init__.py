@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from ..rules import load_rules
+from ..site import EMPTY
 from .base import REGISTRY, AnalysisContext, Detector, register
 
 __all__ = ["REGISTRY", "AnalysisContext", "Detector", "register", "active_detectors", "run_findings",
@@ -65,15 +66,16 @@ def _finding_order(rule_ids: list[str]) -> list[str]:
     return done
 
 
-def active_detectors(rules=None) -> list[Detector]:
+def active_detectors(rules=None, site=None) -> list[Detector]:
     """Fresh instances of every registered detector whose rule is enabled, in findings order.
 
-    `rules` is the mapping of `detector.rules.load_rules`; None loads the defaults.
+    `rules` is the mapping of `detector.rules.load_rules`; None loads the defaults. `site` is the site
+    file's `detector.site.Site`, given to every detector; None: no site file.
     """
     if rules is None:
         rules = load_rules()
     chosen = [rule_id for rule_id, rule in rules.items() if rule.enabled and rule_id in REGISTRY]
-    return [REGISTRY[rule_id](rules[rule_id]) for rule_id in _finding_order(chosen)]
+    return [REGISTRY[rule_id](rules[rule_id], site) for rule_id in _finding_order(chosen)]
 
 
 def run_findings(detectors: list[Detector], ctx: AnalysisContext) -> list:
@@ -157,8 +159,9 @@ class DetectorSet:
     be missing. The detectors that read its findings (AFTER) see none.
     """
 
-    def __init__(self, detectors: list[Detector]):
+    def __init__(self, detectors: list[Detector], site=None):
         self.detectors = detectors
+        self.site = EMPTY if site is None else site     # the site file the detectors were built with
         self.failures: dict[str, DetectorFailure] = {}
         self.batches = 0
         self.needs_fingerprint = any(getattr(det, "needs_fingerprint", True) for det in detectors)
@@ -188,7 +191,11 @@ class DetectorSet:
                 det.update(batch)
 
     def merge(self, other: DetectorSet) -> DetectorSet:
-        """Fold `other`'s states (the same rules) into these; a rule failed in either stays failed."""
+        """Fold `other`'s states (the same rules, the same site file) into these; a rule failed in either stays
+        failed."""
+        if other.site != self.site:
+            raise ValueError(f"cannot merge detector states built with different site files ({other.site.path} "
+                             f"and {self.site.path})")
         for rule_id, failure in other.failures.items():
             self.failures.setdefault(rule_id, failure)
         theirs = {det.rule_id: det for det in other.running()}

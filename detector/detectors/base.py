@@ -6,6 +6,8 @@ A detector is a compact, mergeable state over decoded batches:
 cluster partitions, two live intervals), and `findings(ctx)` turns the state
 into findings once the input is read, with the whole flow table, the capture
 statistics and the findings of the detectors that ran before it at hand.
+What the site file says about the network (`--site`: local networks,
+routers, DHCP servers, the IP-MAC registry) is `self.site` (detector.site).
 
 A detector owns everything its rule needs beyond that, as hooks the rest
 of the package calls without knowing the rule: each finding's
@@ -31,6 +33,7 @@ from ..findings import Finding, iso_time
 # the shared ranges, Param and Range: what the detectors' declarations are built of, imported from here
 from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule  # noqa: F401 - re-exported
 from ..schema import PROTO_NAMES, PacketBatch
+from ..site import EMPTY, Site
 from ..stats import CaptureStats
 
 REGISTRY: dict[str, type[Detector]] = {}
@@ -45,18 +48,20 @@ MIN_RATE_WINDOW_S = 0.001
 
 
 class AnalysisContext:
-    """What findings() may consult: the flow table of the whole input, capture statistics, and the
-    findings of the detectors that ran before (by rule id).
+    """What findings() may consult: the flow table of the whole input, capture statistics, the findings
+    of the detectors that ran before (by rule id), and the site file (detector.site; EMPTY without one).
 
     `flows` is given as a pandas DataFrame (FlowTable.to_frame()), or as the
     FlowTable itself, whose frame is then built on first use: most analyses
     never need it, and pandas plus the frame cost half a second.
     """
 
-    def __init__(self, flows, stats: CaptureStats, findings: dict[str, list[Finding]] | None = None):
+    def __init__(self, flows, stats: CaptureStats, findings: dict[str, list[Finding]] | None = None,
+                 site: Site | None = None):
         self._flows = flows
         self.stats = stats
         self.findings = {} if findings is None else findings
+        self.site = EMPTY if site is None else site
 
     @property
     def flows(self):
@@ -146,10 +151,12 @@ class Detector(ABC):
     # whose findings turn on one frame worth sending again in a lab; None: no script.
     REPRODUCES: ClassVar[str | None] = None
 
-    def __init__(self, rule: Rule):
+    def __init__(self, rule: Rule, site: Site | None = None):
         if rule.id != self.rule_id:
             raise ValueError(f"{type(self).__name__} serves rule '{self.rule_id}', not '{rule.id}'")
         self.rule = rule
+        # what the site file says (detector.site), EMPTY without one; Site.given(key) tells what it set
+        self.site = EMPTY if site is None else site
         self.params = {name: spec.default for name, spec in self.PARAMS.items()}
         self.params.update(rule.param_values)
 
@@ -200,9 +207,12 @@ def register(cls: type[Detector]) -> type[Detector]:
 
 
 def check_merge(mine: Detector, other: Detector) -> None:
-    """Refuse to merge states of different rules or different thresholds."""
+    """Refuse to merge states of different rules, different thresholds or different site files."""
     if type(other) is not type(mine) or other.params != mine.params:
         raise ValueError(f"cannot merge {type(other).__name__} state into {type(mine).__name__}")
+    if other.site != mine.site:
+        raise ValueError(f"cannot merge {type(mine).__name__} states built with different site files "
+                         f"({other.site.path} and {mine.site.path})")
 
 
 # ---- formatting helpers for findings -------------------------------------

@@ -138,8 +138,8 @@ class EchoLoop(Detector):
                            "longer only delays the all-clear."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.state = _empty_state()
         self.evidence: dict[int, np.ndarray] = {}     # fingerprint -> kept frame numbers (hot candidates)
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)

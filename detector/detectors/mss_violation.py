@@ -125,8 +125,8 @@ class MssViolation(Detector):
                            "that is still stuck."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.limit_keys = np.zeros(0, dtype=np.uint64)   # direction that must obey, sorted
         self.limit_mss = np.zeros(0, dtype=np.uint32)
         # smallest MSS announced per address family: the cheap first filter of segments

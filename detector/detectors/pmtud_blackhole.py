@@ -262,8 +262,8 @@ class PmtudBlackhole(Detector):
                            "between retries."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.pairs: dict[int, _Pair] = {}
         self.unwatched_icmp = 0      # messages for pairs beyond MAX_PAIRS
         self.ignored_icmp = 0        # messages reporting an MTU no host may adopt

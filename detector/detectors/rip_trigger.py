@@ -18,6 +18,9 @@ A malformed message is a probe when a scanner's bytes could explain it
 targets). A local router multicasting a RIP header with a broken entry to
 the RIP group is a faulty speaker instead: reported at low severity.
 
+Local sources are those of the site file's `local_networks` when it gives
+them (`--site`), else those of the rule's `local_networks` parameter.
+
 State: one row per (source, target, port, verdict, frame fingerprint) with
 counts and times; repeats of one frame (a loop) collapse into one row.
 """
@@ -144,8 +147,9 @@ class RipTrigger(Detector):
         # a list of prefixes, not a routing table: up to 4,096 of them
         "local_networks": Param(list, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
                                        "100.64.0.0/10", "fe80::/10", "fc00::/7"],
-                                "source networks counted as local (CIDR, IPv4 or IPv6): unicast RIP from elsewhere "
-                                "is a probe", Range(0, 4096),
+                                "source networks counted as local (CIDR, IPv4 or IPv6) unless the site file gives "
+                                "local_networks, which then take precedence: unicast RIP from elsewhere is a probe",
+                                Range(0, 4096),
                                 "The defaults are the private, shared and link-local ranges; add your routers' "
                                 "public networks if they speak RIP by unicast, or their updates read as probes."),
     }
@@ -160,8 +164,8 @@ class RipTrigger(Detector):
                            "many times."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.networks = _networks(rule, self.params["local_networks"])
         self.rows = {name: np.zeros(0, dtype=dtype) for name, dtype in ROW_COLUMNS.items()}
 
@@ -179,7 +183,10 @@ class RipTrigger(Detector):
         group = ((dhi == RIP2_GROUP[0]) & (dlo == RIP2_GROUP[1])) | ((dhi == RIPNG_GROUP[0]) & (dlo == RIPNG_GROUP[1]))
         group |= (dhi == IPV4_BROADCAST[0]) & (dlo == IPV4_BROADCAST[1])
         group |= ((rows["layers"] & np.uint32(L_DST_MAC)) != 0) & (rows["dest_mac"] == ETHER_BROADCAST)
-        local = _in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks)
+        if self.site.given("local_networks"):
+            local = self.site.local_mask(rows["src_ip_hi"], rows["src_ip_lo"])
+        else:
+            local = _in_networks(rows["src_ip_hi"], rows["src_ip_lo"], self.networks)
         rows.update(verdict=verdict, group=group, local=local,
                     fp=batch["fingerprint"][sel], count=np.ones(len(sel), dtype=np.int64),
                     folded=np.zeros(len(sel), dtype=bool), targets=np.zeros(len(sel), dtype=np.int64),

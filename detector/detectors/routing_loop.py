@@ -192,8 +192,8 @@ class RoutingLoop(Detector):
                            "longer one delays the all-clear."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.cand = _empty(CANDIDATE_COLUMNS)
         self.dest = _empty(DEST_COLUMNS)
         self.start_ns: int | None = None      # the earliest time this state has seen

@@ -213,8 +213,8 @@ class RssSaturation(Detector):
                            ALERT_SECONDS, "Bursty elephant flows pause between bursts; a short hold flaps."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         p = self.params
         table = p["indirection_table_size"]
         self.model = RssModel(key=_key_bytes(rule, p["key"]), queues=p["queues"], tcp_ports=p["hash_tcp_ports"],

@@ -95,6 +95,7 @@ class WatchOptions:
     out_dir: str | Path
     bpf: str | None = None
     rules_dir: str | None = None
+    site: str | None = None         # the site file (--site), None: none
     metrics: str | None = None
     ring_seconds: float = 30.0
     min_severity: str = "low"
@@ -113,7 +114,7 @@ def choose_capture(iface: str, bpf: str | None):
     return PacketSocketCapture(iface, bpf)
 
 
-def _warm_up(rules) -> None:
+def _warm_up(rules, site) -> None:
     """Compile and import, on one crafted packet, everything the first alert needs.
 
     The decoder, the detectors' kernels, scapy's dissectors (a finding's
@@ -130,7 +131,7 @@ def _warm_up(rules) -> None:
     with open_capture(io.BytesIO(pcap_file_header(LINKTYPE_ETHERNET, 65535) + record)) as reader:
         for raw in reader:
             batch = decode(raw)
-            window = SlidingWindow(rules, 0.0)
+            window = SlidingWindow(rules, 0.0, site=site)
             window.update(batch, 0.0)
             window.analysis()
             with tempfile.TemporaryDirectory() as folder:
@@ -139,20 +140,20 @@ def _warm_up(rules) -> None:
 
 
 class Watch:
-    def __init__(self, options: WatchOptions, rules, capture, out: OutputDir):
+    def __init__(self, options: WatchOptions, rules, capture, out: OutputDir, site=None):
         self.options = options
         self.rules = rules
         self.capture = capture
         self.out = out
         now = time.monotonic()
-        self.window = SlidingWindow(rules, now)
+        self.window = SlidingWindow(rules, now, site=site)
         self.ring = PacketRing(options.ring_seconds)
         self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
         self.book = AlertBook(rules, options.min_severity)
         self.log = AlertLog(out.path / "alerts.jsonl")
         from ..detectors import active_detectors
         # what the rules count in every batch for the metrics (their detectors' live_counters hook)
-        self.counters = [counter for det in active_detectors(rules) for counter in det.live_counters()]
+        self.counters = [counter for det in active_detectors(rules, site) for counter in det.live_counters()]
         self.metrics = Metrics(self.counters, sorted(rules))
         self.counted = {counter.name: np.zeros(counter.values, dtype=np.int64) for counter in self.counters}
         self._counted_told = {name: counts.copy() for name, counts in self.counted.items()}
@@ -403,6 +404,7 @@ class Watch:
 def watch(options: WatchOptions) -> int:
     """`detector watch`: check everything a user can get wrong, then run until SIGINT/SIGTERM."""
     from ..rules import load_rules
+    from ..site import load_site
 
     if options.ring_seconds <= 0:
         raise UsageError(f"--ring-seconds must be positive, got {options.ring_seconds:g}")
@@ -410,6 +412,7 @@ def watch(options: WatchOptions) -> int:
         raise UsageError(f"--alert-severity: unknown severity '{options.min_severity}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
     rules = load_rules(options.rules_dir)
+    site = load_site(options.site)
     check_interface(options.iface)
     capture = choose_capture(options.iface, options.bpf)
     capture.preflight()
@@ -421,10 +424,10 @@ def watch(options: WatchOptions) -> int:
         if not os.access(out.path, os.W_OK):
             raise UsageError(f"{out.path}: not writable")
         prepare_kernels(sys.stderr)
-        _warm_up(rules)
+        _warm_up(rules, site)
         out.clear()
         out.evidence_folder()
-        watcher = Watch(options, rules, capture, out)
+        watcher = Watch(options, rules, capture, out, site)
         url = watcher.metrics.serve(options.metrics) if options.metrics is not None else None
 
         def announce() -> None:

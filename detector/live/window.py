@@ -44,8 +44,8 @@ DEFAULT_SLICES = 6
 
 
 class _Slice(AnalysisState):
-    def __init__(self, rules, started: float, failures: dict[str, DetectorFailure]):
-        super().__init__(rules, stopped=failures)      # a rule that failed before stays stopped
+    def __init__(self, rules, started: float, failures: dict[str, DetectorFailure], site):
+        super().__init__(rules, stopped=failures, site=site)      # a rule that failed before stays stopped
         self.started = started
 
 
@@ -73,15 +73,17 @@ class _WindowFlows:
 
 
 class SlidingWindow:
-    def __init__(self, rules, now: float, slice_s: float = DEFAULT_SLICE_S, slices: int = DEFAULT_SLICES):
+    def __init__(self, rules, now: float, slice_s: float = DEFAULT_SLICE_S, slices: int = DEFAULT_SLICES,
+                 site=None):
         self.rules = rules
+        self.site = site            # the site file's detector.site.Site, shared by every slice; None: none
         self.slice_s = slice_s
         self.slices = slices
         self.failures: dict[str, DetectorFailure] = {}
         self.new_failures: list[DetectorFailure] = []    # not yet reported by the watch
         self._closed: deque[_Slice] = deque()
         self._merged_closed: DetectorSet | None = None
-        self._open = _Slice(rules, now, self.failures)
+        self._open = _Slice(rules, now, self.failures, site)
 
     @property
     def span_s(self) -> float:
@@ -115,7 +117,7 @@ class SlidingWindow:
         while len(self._closed) > self.slices - 1:
             self._closed.popleft()
         self._merged_closed = None
-        self._open = _Slice(self.rules, now, self.failures)
+        self._open = _Slice(self.rules, now, self.failures, self.site)
 
     def _closed_detectors(self) -> DetectorSet | None:
         if self._merged_closed is None and self._closed:

@@ -33,6 +33,9 @@ class Field:
     dtype: type
     bit: int            # its validity bit in `valid` (a power of two); 0: valid in every entry
     doc: str            # what it is, with units
+    # how a DataFrame shows it: "ip" for the halves NAME_hi/NAME_lo of an address (the schema's IPv4-mapped
+    # 128 bits), one text column NAME; "mac" for a 48-bit MAC, as text; "" as the number it is
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,19 @@ class AppTable:
         """A pandas DataFrame: masked fields as <NA> (nullable integers), `truncated` and `more` as booleans."""
         import pandas as pd
 
+        from ..addr import ip_to_str, mac_to_str
+
         out = {}
         for name, col in self.cols.items():
-            if name == "valid":
+            kind = self.fields[name].kind if name in self.fields else ""
+            if name == "valid" or (kind == "ip" and name.endswith("_lo")):
                 continue
             bit = self.fields[name].bit if name in self.fields else 0
-            if bit:
+            if kind:
+                texts = (ip_to_str(col, self.cols[name[:-3] + "_lo"]) if kind == "ip" else mac_to_str(col))
+                out[name[:-3] if kind == "ip" else name] = pd.array(np.where(self.valid(name), texts, None),
+                                                                    dtype="string")
+            elif bit:
                 values = pd.array(col, dtype=NULLABLE[col.dtype])
                 values[~self.valid(name)] = pd.NA
                 out[name] = values
@@ -196,17 +206,29 @@ class Spec:
         return Layout(with_valid(self.fields))
 
     def build(self, batch: PacketBatch) -> AppTable:
+        """The table of `batch`'s candidate rows."""
         rows = self.candidates(batch)
         n = len(rows)
-        layout = self.layout
-        groups = layout.allocate(n)
+        groups = self.layout.allocate(n)
         child_groups = {child.name: child.layout.allocate(n * child.cap) for child in self.children}
         counts = {child.name: np.zeros(n, dtype=np.uint16) for child in self.children}
         if n:
             self.parse(batch, rows, groups, child_groups, counts)
+        return self._assemble(rows, batch["frame"][rows], groups, child_groups, counts)
+
+    def empty(self) -> AppTable:
+        """The table without entries (its columns and children, each of length 0)."""
+        none = np.zeros(0, dtype=np.int64)
+        return self._assemble(none, none, self.layout.allocate(0),
+                              {child.name: child.layout.allocate(0) for child in self.children},
+                              {child.name: np.zeros(0, dtype=np.uint16) for child in self.children})
+
+    def _assemble(self, rows, frames, groups, child_groups, counts) -> AppTable:
+        n = len(rows)
+        layout = self.layout
         fields = {"row": Field(np.int64, 0, "the message's row in its batch"),
                   "frame": Field(np.int64, 0, "frame number (tshark frame.number)"), **with_valid(self.fields)}
-        cols = {"row": rows.astype(np.int64), "frame": batch["frame"][rows].astype(np.int64),
+        cols = {"row": rows.astype(np.int64), "frame": frames.astype(np.int64),
                 **layout.columns(groups)}
         children = {}
         for child in self.children:

@@ -62,8 +62,8 @@ FIELDS = {
     "carp_demote": Field(np.uint8, B_CARP, "CARP demotion counter"),
 }
 ADDR_FIELDS = {
-    "ip_hi": Field(np.uint64, B_ADDR, "virtual address, high half (the schema's IPv4-mapped 128 bits)"),
-    "ip_lo": Field(np.uint64, B_ADDR, "virtual address, low half"),
+    "ip_hi": Field(np.uint64, B_ADDR, "virtual address, high half (the schema's IPv4-mapped 128 bits)", "ip"),
+    "ip_lo": Field(np.uint64, B_ADDR, "virtual address, low half", "ip"),
 }
 ADDRESSES = Child("vrrp_addr", ADDR_FIELDS, MAX_ADDRESSES, "the virtual addresses of a VRRP message")
 
