@@ -29,7 +29,7 @@ KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
-     "detector.rss", "detector.detectors.mss_violation", "detector.detectors.rip_trigger",
+     "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
      "detector.detectors.routing_loop"),
 )
 

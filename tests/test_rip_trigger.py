@@ -4,13 +4,12 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
-from scapy.all import IP, UDP, Ether, IPv6, Raw, wrpcap
+from scapy.all import IP, UDP, Ether, IPv6, Raw, raw, wrpcap
 from scapy.layers.rip import RIP, RIPEntry
 
 from detector.commands import analyze
-from detector.detectors.rip_trigger import (
+from detector.decode.app.rip import (
     BAD_AFI,
     BAD_AUTH,
     BAD_COMMAND,
@@ -27,9 +26,9 @@ from detector.detectors.rip_trigger import (
     VERDICTS,
     WRONG_FAMILY,
     ZERO_FILLED,
-    judge_payloads,
 )
 from detector.findings import SEVERITY_RANK
+from tests._app import app_table
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -102,14 +101,27 @@ CASES = [
 ]
 
 
+# how each kind of message is carried: RIP over IPv4 to 520, RIPng over IPv6 to 521, and RIP's port over IPv6
+CARRIERS = {KIND_RIP: (IP, "192.0.2.1", "224.0.0.9", 520), KIND_RIPNG: (IPv6, "fe80::1", "ff02::9", 521),
+            KIND_WRONG_FAMILY: (IPv6, "fe80::1", "ff02::9", 520)}
+
+
+def carried(payload, kind, length=None) -> bytes:
+    """A frame carrying `payload` to the RIP port of `kind`; its IP and UDP headers claim `length` bytes of
+    payload (default: the payload's), of which the frame holds `payload` only."""
+    ip, src, dst, port = CARRIERS[kind]
+    length = len(payload) if length is None else length
+    lengths = {"len": 20 + 8 + length} if ip is IP else {"plen": 8 + length}
+    return raw(Ether() / ip(src=src, dst=dst, **lengths) / UDP(sport=port, dport=port, len=8 + length)) + payload
+
+
 def judge(payloads, kinds, lengths=None, caplens=None):
-    """Judge payloads laid one after another in one buffer, as the decoder's batches hold frames."""
-    data = np.frombuffer(b"".join(payloads) + bytes(8), dtype=np.uint8)
-    offsets = np.cumsum([0] + [len(p) for p in payloads[:-1]]).astype(np.int64)
-    lengths = np.array(lengths if lengths is not None else [len(p) for p in payloads], dtype=np.uint32)
-    caplens = np.array(caplens if caplens is not None else [len(p) for p in payloads], dtype=np.uint32)
-    return judge_payloads(data, offsets, caplens, np.zeros(len(payloads), dtype=np.uint16), lengths,
-                          np.array(kinds, dtype=np.int64)).tolist()
+    """The rip table's verdict on each payload, carried in one batch as a capture holds frames: `lengths`
+    claimed by the headers, `caplens` the payload bytes the capture kept."""
+    lengths = lengths if lengths is not None else [len(p) for p in payloads]
+    caplens = caplens if caplens is not None else [len(p) for p in payloads]
+    frames = [(1, carried(p[:cap], kind, length)) for p, kind, length, cap in zip(payloads, kinds, lengths, caplens)]
+    return app_table(frames, "rip")["verdict"].tolist()
 
 
 @pytest.mark.parametrize("name, kind, payload, verdict", CASES, ids=[c[0] for c in CASES])
@@ -124,12 +136,8 @@ def test_judge_reads_only_captured_bytes():
     # a header that claims more than the frame holds, in a batch of several
     assert judge([b"\x02", bytes(24)], [KIND_RIP, KIND_RIP], lengths=[65_000, 24], caplens=[1, 24]) == \
         [BAD_LENGTH, ZERO_FILLED]
-    # a payload offset past the captured bytes leaves nothing to read, so nothing to fault
-    data = np.zeros(4, dtype=np.uint8)
-    out = judge_payloads(data, np.zeros(1, dtype=np.int64), np.array([4], dtype=np.uint32),
-                         np.array([60], dtype=np.uint16), np.array([24], dtype=np.uint32),
-                         np.array([KIND_RIP], dtype=np.int64))
-    assert out.tolist() == [VALID]
+    # a frame that ends with its UDP header leaves nothing to read, so nothing to fault
+    assert judge([bytes(24)], [KIND_RIP], caplens=[0]) == [VALID]
 
 
 def rip_findings(findings):

@@ -7,18 +7,11 @@ or one source reaching many targets, is a probe: scanners send exactly
 that. A probe whose frame is the one an echo loop repeats (echo_loop.py)
 is the trigger of an outage, and both findings name each other.
 
-Payload rules (RFC 1058 RIPv1, RFC 2453 RIPv2, RFC 2080 RIPng): a 4-byte
-header (command 1 request / 2 response, version, two zero bytes for v1 and
-RIPng) and 20-byte entries; RIP entries carry address family 2 (IP), or
-family 0 in a whole-table request; metrics 1-16. RIPng entries carry a
-prefix length of at most 128 and metric 1-16, or 0xFF for a next-hop entry.
-A RIPv2 message may open with an authentication entry (family 0xFFFF, RFC
-2453 sec. 4.1): a password (type 2), or a cryptographic one (type 3, keyed
-MD5 of RFC 2082, HMAC-SHA of RFC 4822) whose "packet length" says where the
-entries end and a trailer of 4 + 16/20/32/48/64 bytes (the digest) begins.
-The trailer is cut off before the entries are judged, and the
-authentication entry does not count as one: a whole-table request is then
-the authentication entry plus the one family-0 entry.
+The payload is judged by the `rip` application table (detector.decode.app.rip,
+the one RIP parser, which the announcement rule reads too): its verdict is what a
+receiver's checks make of the message (RFC 1058, RFC 2453, RFC 2080, and the
+authentication of RFC 2082 and RFC 4822, whose trailer is no entry), so an
+authenticated RIPv2 router is never a probe.
 
 A malformed message is a probe when a scanner's bytes could explain it
 (zero-filled, not a RIP header, wrong IP version, unicast from outside, many
@@ -36,14 +29,25 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
-from numba import njit
 
-from ..cpu import kernel
+from ..decode import app
 from ..decode.addr import mac_to_str
+from ..decode.app.rip import (
+    BAD_AFI,
+    BAD_AUTH,
+    BAD_LENGTH,
+    BAD_METRIC,
+    BAD_PREFIX_LEN,
+    NONZERO_MBZ,
+    RIP_PORT,
+    RIPNG_PORT,
+    VALID,
+    VERDICTS,
+)
 from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
-from ..schema import L_DST_MAC, L_IP6, L_PORTS, L_SRC_MAC, L_UDP, PacketBatch
+from ..schema import L_DST_MAC, L_SRC_MAC, PacketBatch
 from .base import (
     ALERT_SECONDS,
     COUNT,
@@ -61,51 +65,15 @@ from .base import (
 )
 from .echo_loop import EchoLoop
 
-RIP_PORT = 520     # RFC 2453
-RIPNG_PORT = 521   # RFC 2080
-RIP_HEADER_BYTES = 4
-RIP_ENTRY_BYTES = 20
-RIP_MAX_ENTRIES = 25          # RFC 2453 sec. 4: a message carries 1 to 25 entries
-AFI_IP = 2                    # RFC 1058
-AFI_AUTH = 0xFFFF             # RFC 2453 sec. 4.1
-AUTH_TRAILER = 1              # RFC 2082 sec. 3.2: authentication type of the trailer
-AUTH_PASSWORD = 2             # RFC 2453 sec. 4.1
-AUTH_CRYPTO = 3               # RFC 2082 sec. 3.2, RFC 4822 sec. 2
-# Bytes of a cryptographic trailer: 4 (0xFFFF, type 1) + the digest of keyed
-# MD5 (16, RFC 2082) or HMAC-SHA1/256/384/512 (20/32/48/64, RFC 4822 sec. 2.1)
-AUTH_TRAILER_BYTES = (20, 24, 36, 52, 68)
-RIP_INFINITY = 16             # RFC 2453: metric 16 means unreachable
-RIPNG_NEXT_HOP_METRIC = 0xFF  # RFC 2080 sec. 2.1.1
-MAX_PREFIX_LEN_V6 = 128
-
 # the RIP multicast groups as the schema's 128-bit (hi, lo) values
 RIP2_GROUP = (0, 0x0000FFFF_E0000009)            # 224.0.0.9, RFC 2453 sec. 4.4
 RIPNG_GROUP = (0xFF02_0000_0000_0000, 0x9)       # ff02::9, RFC 2080 sec. 2.5.2
 IPV4_BROADCAST = (0, 0x0000FFFF_FFFFFFFF)        # RIPv1 sends to the broadcast address
 ETHER_BROADCAST = 0xFFFF_FFFF_FFFF
-V4_MAPPED_HI, V4_MAPPED_LO_PREFIX = 0, 0x0000FFFF_00000000
 
-# Verdicts on a payload: code -> what was wrong, for the finding's message
-VALID, EMPTY, ZERO_FILLED, BAD_LENGTH, BAD_COMMAND, BAD_VERSION, NONZERO_MBZ, BAD_AFI, \
-    BAD_METRIC, BAD_PREFIX_LEN, WRONG_FAMILY, BAD_AUTH = range(12)
-VERDICTS = {
-    VALID: "well-formed",
-    EMPTY: "empty payload",
-    ZERO_FILLED: "zero-filled payload",
-    BAD_LENGTH: "length is not a 4-byte header plus 20-byte entries",
-    BAD_COMMAND: "command is neither request (1) nor response (2)",
-    BAD_VERSION: "unknown version",
-    NONZERO_MBZ: "must-be-zero field set",
-    BAD_AFI: "entry with an address family other than IP",
-    BAD_METRIC: "metric outside 1-16",
-    BAD_PREFIX_LEN: "prefix length above 128",
-    WRONG_FAMILY: "RIP port over the other IP version (RIP is IPv4 on 520, RIPng IPv6 on 521)",
-    BAD_AUTH: "authentication entry or trailer that does not match RFC 2453/2082/4822",
-}
 # Faults inside the entries of a message whose header is RIP: from a local router
 # to the RIP group, a broken speaker rather than a scanner
 SPEAKER_FAULTS = (BAD_LENGTH, NONZERO_MBZ, BAD_AFI, BAD_METRIC, BAD_PREFIX_LEN, BAD_AUTH)
-KIND_RIP, KIND_RIPNG, KIND_WRONG_FAMILY = 0, 1, 2
 
 # Targets listed by address in a finding; the count covers all of them.
 TARGETS_LISTED = 10
@@ -114,119 +82,6 @@ TARGETS_LISTED = 10
 # then, if still too many, probes that never repeated lose their target
 # address (counted, no longer listed). Repeated frames (a loop) stay distinct.
 MAX_ROWS = 100_000
-
-
-@njit
-def _u16(data, at):
-    return (np.int64(data[at]) << 8) | np.int64(data[at + 1])
-
-
-@njit
-def _crypto_body(data, start, avail, length):
-    """Bytes of header and entries of a RIPv2 message with cryptographic authentication; -1 if the
-    authentication entry and trailer disagree (RFC 2082 sec. 3.2, RFC 4822 sec. 2)."""
-    body = _u16(data, start + RIP_HEADER_BYTES + 4)   # "RIPv2 Packet Length": where the trailer starts
-    trailer = length - body
-    fits = False
-    for size in AUTH_TRAILER_BYTES:
-        if trailer == size:
-            fits = True
-    if not fits:
-        return -1
-    if body + 4 <= avail and (_u16(data, start + body) != AFI_AUTH or _u16(data, start + body + 2) != AUTH_TRAILER):
-        return -1
-    return body
-
-
-@njit
-def _judge_one(data, start, avail, length, kind):
-    if length == 0:
-        return EMPTY
-    zero = True
-    for k in range(avail):
-        if data[start + k] != 0:
-            zero = False
-            break
-    if zero and avail > 0:
-        return ZERO_FILLED
-    if kind == KIND_WRONG_FAMILY:
-        return WRONG_FAMILY
-    # a RIPv2 message opening with an authentication entry (RFC 2453 sec. 4.1)
-    first = RIP_HEADER_BYTES
-    auth = (kind == KIND_RIP and avail >= first + 4 and data[start + 1] == 2
-            and _u16(data, start + first) == AFI_AUTH)
-    body = length
-    if auth:
-        auth_type = _u16(data, start + first + 2)
-        if auth_type == AUTH_CRYPTO:
-            if avail < first + 6:
-                return VALID  # cut by the snapshot length before the packet length field
-            body = _crypto_body(data, start, avail, length)
-            if body < 0:
-                return BAD_AUTH
-        elif auth_type != AUTH_PASSWORD:
-            return BAD_AUTH
-    if body < RIP_HEADER_BYTES + RIP_ENTRY_BYTES or (body - RIP_HEADER_BYTES) % RIP_ENTRY_BYTES != 0:
-        return BAD_LENGTH
-    if avail < RIP_HEADER_BYTES:
-        return VALID  # cut by the snapshot length: nothing left to judge
-    command, version = data[start], data[start + 1]
-    if command != 1 and command != 2:
-        return BAD_COMMAND
-    entries = (body - RIP_HEADER_BYTES) // RIP_ENTRY_BYTES
-    if kind == KIND_RIPNG:
-        if version != 1:
-            return BAD_VERSION
-        if data[start + 2] != 0 or data[start + 3] != 0:
-            return NONZERO_MBZ
-    else:
-        if version != 1 and version != 2:
-            return BAD_VERSION
-        if version == 1 and (data[start + 2] != 0 or data[start + 3] != 0):
-            return NONZERO_MBZ
-        if entries > RIP_MAX_ENTRIES:
-            return BAD_LENGTH
-    routes = entries - 1 if auth else entries
-    for e in range(entries):
-        at = start + RIP_HEADER_BYTES + e * RIP_ENTRY_BYTES
-        if at + RIP_ENTRY_BYTES > start + avail:
-            break  # the rest was not captured
-        if kind == KIND_RIPNG:
-            prefix_len, metric = data[at + 18], data[at + 19]
-            if metric == RIPNG_NEXT_HOP_METRIC:
-                continue
-            if prefix_len > MAX_PREFIX_LEN_V6:
-                return BAD_PREFIX_LEN
-            if command == 2 and (metric < 1 or metric > RIP_INFINITY):
-                return BAD_METRIC
-            continue
-        if e == 0 and auth:
-            continue
-        afi = _u16(data, at)
-        metric = (_u16(data, at + 16) << 16) | _u16(data, at + 18)
-        whole_table = command == 1 and routes == 1 and afi == 0 and metric == RIP_INFINITY
-        if afi != AFI_IP and not whole_table:
-            return BAD_AFI
-        if version == 1:
-            for k in (2, 3, 8, 9, 10, 11, 12, 13, 14, 15):
-                if data[at + k] != 0:
-                    return NONZERO_MBZ
-        if command == 2 and (metric < 1 or metric > RIP_INFINITY):
-            return BAD_METRIC
-    return VALID
-
-
-@kernel("(u1[::1], i8[::1], u4[::1], u2[::1], u4[::1], i8[::1])")
-def judge_payloads(data, offsets, caplen, payload_off, payload_len, kind):
-    """One verdict per selected packet; reads only captured bytes."""
-    out = np.zeros(len(offsets), dtype=np.uint8)
-    for i in range(len(offsets)):
-        start = np.int64(payload_off[i])
-        avail = min(np.int64(payload_len[i]), np.int64(caplen[i]) - start)
-        if avail < 0:
-            avail = 0
-        out[i] = _judge_one(data, offsets[i] + start, avail, np.int64(payload_len[i]), kind[i])
-    return out
 
 
 ROW_COLUMNS = {
@@ -281,6 +136,7 @@ def _in_networks(hi: np.ndarray, lo: np.ndarray, networks) -> np.ndarray:
 class RipTrigger(Detector):
     rule_id = "rip-trigger"
     AFTER = (EchoLoop.rule_id,)
+    APP_TABLES = ("rip",)
     REPRODUCES = "the probe"
     PARAMS = {
         "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
@@ -314,17 +170,14 @@ class RipTrigger(Detector):
         self.rows = {name: np.zeros(0, dtype=dtype) for name, dtype in ROW_COLUMNS.items()}
 
     def update(self, batch: PacketBatch) -> None:
-        layers, dport = batch["layers"], batch["dest_port"]
-        udp = (layers & np.uint32(L_UDP | L_PORTS)) == np.uint32(L_UDP | L_PORTS)
-        sel = np.flatnonzero(udp & ((dport == RIP_PORT) | (dport == RIPNG_PORT)))
-        if len(sel) == 0:
+        tab = app.table(batch, "rip")
+        dport = batch["dest_port"][tab["row"]]
+        # packets to a RIP port: what is sent from one (a response to a request) is no probe
+        picked = np.flatnonzero((dport == RIP_PORT) | (dport == RIPNG_PORT))
+        if len(picked) == 0:
             return
-        v6 = (layers[sel] & np.uint32(L_IP6)) != 0
-        port = dport[sel]
-        kind = np.where(v6 & (port == RIPNG_PORT), KIND_RIPNG,
-                        np.where(~v6 & (port == RIP_PORT), KIND_RIP, KIND_WRONG_FAMILY)).astype(np.int64)
-        verdict = judge_payloads(batch.data, batch["offset"][sel], batch["caplen"][sel],
-                                 batch["payload_off"][sel], batch["payload_len"][sel], kind)
+        sel = tab["row"][picked]
+        verdict = tab["verdict"][picked]
         rows = {name: batch[name][sel].astype(dtype) for name, dtype in ROW_COLUMNS.items() if name in batch.cols}
         dhi, dlo = rows["dest_ip_hi"], rows["dest_ip_lo"]
         group = ((dhi == RIP2_GROUP[0]) & (dlo == RIP2_GROUP[1])) | ((dhi == RIPNG_GROUP[0]) & (dlo == RIPNG_GROUP[1]))
