@@ -27,7 +27,8 @@ FIRST_COMPILE_S = 30
 # (flows, hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
-     "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp"),
+     "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
+     "detector.decode.app.ospf"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.detectors.rip_trigger",
      "detector.detectors.routing_loop"),

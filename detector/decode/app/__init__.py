@@ -39,6 +39,7 @@ __all__ = ["TABLES", "AppTable", "build", "spec", "table"]
 # table name -> the module (in this package) whose SPEC builds it
 TABLES: dict[str, str] = {
     "vrrp": "vrrp",
+    "ospf": "ospf",
 }
 
 
