@@ -31,7 +31,8 @@ KERNEL_MODULES = (
      "detector.decode.app.ospf"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.detectors.rip_trigger",
-     "detector.detectors.routing_loop"),
+     "detector.detectors.routing_loop",
+     "detector.detectors.ospf_instability"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"
