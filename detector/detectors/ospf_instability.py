@@ -80,7 +80,7 @@ from .base import (
     register,
 )
 
-DD_INIT, DD_MORE, DD_MASTER = 0x4, 0x2, 0x1    # Database Description flags, RFC 2328 section A.3.3
+DD_INIT, DD_MASTER = 0x4, 0x1                  # Database Description flags I and MS, RFC 2328 section A.3.3
 MAX_AGE_S = 3600                               # RFC 2328 appendix B: an LSA of this age is being flushed
 DO_NOT_AGE = 0x8000                            # RFC 1793: the age's top bit
 AS_SCOPE_V2 = (5, 11)                          # AS-external and AS-scope opaque LSAs (RFC 2328, RFC 5250)
@@ -97,7 +97,7 @@ ALL_SPF_ROUTERS = ((0, 0x0000FFFF_E0000005), (0xFF02_0000_0000_0000, 0x5))   # 2
 # last seconds may continue in its neighbour.
 SETTLE_S = 2
 # A Hello stream goes on while each Hello comes within this many hello intervals of the one before
-# (implementations jitter their Hellos by up to a quarter of the interval); a lost Hello breaks it.
+# (a busy router's Hello may come a little late); one Hello missing, lost or not sent, breaks it.
 STREAM_SLACK = 1.5
 # How the Hellos showed an adjacency down (OspfInstability._hello_flaps)
 HOW_TEXT = {"dropped": "a router dropped its neighbour from its Hellos, then listed it again",
@@ -105,7 +105,7 @@ HOW_TEXT = {"dropped": "a router dropped its neighbour from its Hellos, then lis
 # Rows a state table may hold before its least telling rows are dropped (forged router ids or LSAs by
 # the million must not grow it without bound)
 MAX_ROWS = 100_000
-# LSAs, adjacencies and links whose frames are kept for evidence
+# LSAs whose fast originations keep their frames for evidence
 EVIDENCE_KEYS = 256
 LISTED = 10          # items named in a message or listed in evidence
 FIGURE_ROUTERS = 6   # routers drawn one by one; the others are summed
