@@ -27,10 +27,11 @@ FIRST_COMPILE_S = 30
 # (flows, hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
-     "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp"),
+     "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
+     "detector.decode.app.ospf"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
-     "detector.detectors.routing_loop"),
+     "detector.detectors.routing_loop", "detector.detectors.ospf_instability"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"

@@ -40,6 +40,7 @@ __all__ = ["TABLES", "AppTable", "build", "spec", "table"]
 TABLES: dict[str, str] = {
     "vrrp": "vrrp",
     "rip": "rip",
+    "ospf": "ospf",
 }
 
 
