@@ -268,8 +268,8 @@ class OspfInstability(Detector):
                            "values resolve and raise it again at each flap."),
     }
 
-    def __init__(self, rule):
-        super().__init__(rule)
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
         self.rates = _empty(RATE_COLUMNS)
         self.routers = _empty(ROUTER_COLUMNS)
         self.addresses = _empty(ADDRESS_COLUMNS)
