@@ -37,8 +37,8 @@ from numba import njit
 
 from ...cpu import kernel
 from ..read import u8, u16, u32
-from .table import MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, with_valid
-from .vrrp import _fold, _halves_sum, _sum16
+from .checksum import fold, halves_sum, sum16
+from .table import MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, ip_endpoints, message_bounds, with_valid
 
 PROTO_OSPF = 89                  # IANA; both versions
 V2_HEADER_BYTES = 24             # RFC 2328 section A.3.1
@@ -329,14 +329,14 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
     stop = s + length
     if stop <= end and checksum != 0 and auth_type != AUTH_CRYPTOGRAPHIC:
         if version == 2:
-            ok = _fold(_sum16(b, s, s + 16) + _sum16(b, s + V2_HEADER_BYTES, stop)) == 0xFFFF
+            ok = fold(sum16(b, s, s + 16) + sum16(b, s + V2_HEADER_BYTES, stop)) == 0xFFFF
             valid |= B_CHECKSUM_OK
         else:
-            pseudo = _halves_sum(src_hi, src_lo, family) + _halves_sum(dst_hi, dst_lo, family) + np.uint64(PROTO_OSPF)
-            ok = _fold(_sum16(b, s, stop) + pseudo + np.uint64(length)) == 0xFFFF
+            pseudo = halves_sum(src_hi, src_lo, family) + halves_sum(dst_hi, dst_lo, family) + np.uint64(PROTO_OSPF)
+            ok = fold(sum16(b, s, stop) + pseudo + np.uint64(length)) == 0xFFFF
             whole = s + ip_payload <= end
             if not ok and ip_payload > length and whole:
-                ok = _fold(_sum16(b, s, s + ip_payload) + pseudo + np.uint64(ip_payload)) == 0xFFFF
+                ok = fold(sum16(b, s, s + ip_payload) + pseudo + np.uint64(ip_payload)) == 0xFFFF
             if ok or ip_payload == length or whole:
                 valid |= B_CHECKSUM_OK
         c8[CHECKSUM_OK, i] = ok
@@ -402,10 +402,7 @@ def _candidates(batch) -> np.ndarray:
 
 def _parse(batch, rows, groups, child_groups, counts) -> None:
     start, end, claimed = message_bounds(batch, rows, "l4_off")
-    family = np.where(batch["ip_version"][rows] == 4, 4, 6).astype(np.uint8)
-    addresses = [np.ascontiguousarray(batch[name][rows]) for name in ("src_ip_hi", "src_ip_lo", "dest_ip_hi",
-                                                                     "dest_ip_lo")]
-    parse_ospf(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, family, *addresses,
+    parse_ospf(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, *ip_endpoints(batch, rows),
                *groups, *child_groups[NEIGHBORS.name], *child_groups[LSAS.name], counts[NEIGHBORS.name],
                counts[LSAS.name])
 

@@ -34,7 +34,7 @@ from numba import njit
 from ...cpu import kernel
 from ...schema import L_IP6, L_UDP
 from ..read import be64, u8, u16, u32
-from .table import MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, with_valid
+from .table import IPV4_MAPPED, MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, with_valid
 
 RIP_PORT = 520                # RFC 2453
 RIPNG_PORT = 521              # RFC 2080
@@ -142,7 +142,6 @@ MASK, PREFIX_LEN, HOP_HI, HOP_LO = _ENTRY_ROW["mask"], _ENTRY_ROW["prefix_len"],
     _ENTRY_ROW["next_hop_lo"]
 METRIC, HOP_ENTRY, ENTRY_VALID = _ENTRY_ROW["metric"], _ENTRY_ROW["next_hop_entry"], _ENTRY_ROW["valid"]
 
-IPV4_MAPPED = np.uint64(0xFFFF_0000_0000)    # the low half of ::ffff:0.0.0.0
 
 # entry offsets: RIP (RFC 2453 section 4) and RIPng (RFC 2080 section 2.1)
 E_TAG, E_ADDRESS, E_MASK, E_NEXT_HOP, E_METRIC = 2, 4, 8, 12, 16

@@ -26,6 +26,7 @@ NULLABLE = {np.dtype(np.uint8): "UInt8", np.dtype(np.uint16): "UInt16", np.dtype
             np.dtype(np.uint64): "UInt64", np.dtype(np.int64): "Int64"}
 TRUNCATED = np.uint32(1 << 31)   # the message (or child element) was cut short or lied about a length
 MORE = np.uint32(1 << 30)        # the message had more child elements than its table's cap
+IPV4_MAPPED = np.uint64(0xFFFF_0000_0000)   # the low half of ::ffff:0.0.0.0: an IPv4 address in the schema's halves
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,18 @@ def message_bounds(batch: PacketBatch, rows: np.ndarray, start_column: str) -> t
         claimed = np.minimum(claimed, start + batch["payload_len"][rows].astype(np.int64))
     captured = np.minimum(claimed, base + batch["caplen"][rows].astype(np.int64))
     return start, np.maximum(captured, start), np.maximum(claimed, start)
+
+
+def ip_endpoints(batch: PacketBatch, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(family, src_hi, src_lo, dst_hi, dst_lo) of each candidate's IP header, contiguous, for a kernel.
+
+    `family` is 4 or 6 (uint8); the addresses are the schema's halves (an
+    IPv4 address IPv4-mapped), as a pseudo-header checksum or a message that
+    depends on its carrier's addresses needs them.
+    """
+    family = np.where(batch["ip_version"][rows] == 4, 4, 6).astype(np.uint8)
+    return (family, *(np.ascontiguousarray(batch[name][rows])
+                      for name in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo")))
 
 
 @dataclass(frozen=True)

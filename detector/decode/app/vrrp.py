@@ -19,7 +19,20 @@ from numba import njit
 
 from ...cpu import kernel
 from ..read import u8, u16
-from .table import MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, with_valid
+from .checksum import fold, halves_sum, sum16
+from .table import (
+    IPV4_MAPPED,
+    MORE,
+    TRUNCATED,
+    Child,
+    Field,
+    Layout,
+    Spec,
+    candidate_rows,
+    ip_endpoints,
+    message_bounds,
+    with_valid,
+)
 
 PROTO_VRRP = 112              # IANA; CARP uses it too
 MAX_ADDRESSES = 16            # per message; the rest is flagged MORE
@@ -75,42 +88,6 @@ ADVSKEW, ADVBASE, DEMOTE = _ROW["carp_advskew"], _ROW["carp_advbase"], _ROW["car
 _CHILD_ROW = ADDRESSES.layout.row
 ADDR_HI, ADDR_LO, ADDR_VALID = _CHILD_ROW["ip_hi"], _CHILD_ROW["ip_lo"], _CHILD_ROW["valid"]
 
-IPV4_MAPPED = np.uint64(0xFFFF_0000_0000)    # the low half of ::ffff:0.0.0.0
-
-
-@njit(_nrt=False)
-def _sum16(b, p, end):
-    """One's-complement sum (not folded) of the 16-bit words of b[p:end], an odd last byte padded."""
-    total = np.uint64(0)
-    while p + 1 < end:
-        total += np.uint64(u16(b, p))
-        p += 2
-    if p < end:
-        total += np.uint64(u8(b, p) << 8)
-    return total
-
-
-@njit(_nrt=False)
-def _halves_sum(hi, lo, family):
-    """The pseudo-header words of one address: its 4 (IPv4) or 16 bytes as 16-bit words."""
-    total = np.uint64(0)
-    if family == 4:
-        total += (lo >> np.uint64(16)) & np.uint64(0xFFFF)
-        total += lo & np.uint64(0xFFFF)
-        return total
-    for half in (hi, lo):
-        for shift in (48, 32, 16, 0):
-            total += (half >> np.uint64(shift)) & np.uint64(0xFFFF)
-    return total
-
-
-@njit(_nrt=False)
-def _fold(total):
-    while total > np.uint64(0xFFFF):
-        total = (total & np.uint64(0xFFFF)) + (total >> np.uint64(16))
-    return total
-
-
 @njit(_nrt=False)
 def _message(b, s, end, length, family, src_hi, src_lo, dst_hi, dst_lo, i, c8, c16, c32, c64, k8, k16, k32, k64):
     """Parse one message b[s:end] (`length` bytes per the IP header); returns the addresses it listed."""
@@ -138,7 +115,7 @@ def _message(b, s, end, length, family, src_hi, src_lo, dst_hi, dst_lo, i, c8, c
         c16[CHECKSUM, i] = u16(b, s + 6)
         valid |= B_VRID | B_CARP | B_ADVER_INT | B_CHECKSUM
         if whole:
-            c8[CHECKSUM_OK, i] = _fold(_sum16(b, s, end)) == 0xFFFF
+            c8[CHECKSUM_OK, i] = fold(sum16(b, s, end)) == 0xFFFF
             valid |= B_CHECKSUM_OK
         c32[VALID, i] = valid
         return 0
@@ -190,11 +167,11 @@ def _message(b, s, end, length, family, src_hi, src_lo, dst_hi, dst_lo, i, c8, c
     if version == 2 and not valid & TRUNCATED and p + AUTH_DATA_BYTES > s + length:
         valid |= TRUNCATED       # RFC 3768 section 5.3.10: 8 bytes of authentication data follow
     if whole:
-        total = _sum16(b, s, end)
+        total = sum16(b, s, end)
         if version == 3:
-            total += _halves_sum(src_hi, src_lo, family) + _halves_sum(dst_hi, dst_lo, family)
+            total += halves_sum(src_hi, src_lo, family) + halves_sum(dst_hi, dst_lo, family)
             total += np.uint64(PROTO_VRRP) + np.uint64(length & 0xFFFF) + np.uint64(length >> 16)
-        c8[CHECKSUM_OK, i] = _fold(total) == 0xFFFF
+        c8[CHECKSUM_OK, i] = fold(total) == 0xFFFF
         valid |= B_CHECKSUM_OK
     c32[VALID, i] = valid
     return listed
@@ -217,10 +194,7 @@ def _candidates(batch) -> np.ndarray:
 
 def _parse(batch, rows, groups, child_groups, counts) -> None:
     start, end, claimed = message_bounds(batch, rows, "l4_off")
-    family = np.where(batch["ip_version"][rows] == 4, 4, 6).astype(np.uint8)
-    addresses = [np.ascontiguousarray(batch[name][rows]) for name in ("src_ip_hi", "src_ip_lo", "dest_ip_hi",
-                                                                     "dest_ip_lo")]
-    parse_vrrp(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, family, *addresses,
+    parse_vrrp(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, *ip_endpoints(batch, rows),
                *groups, *child_groups[ADDRESSES.name], counts[ADDRESSES.name])
 
 
