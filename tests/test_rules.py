@@ -186,6 +186,17 @@ def test_unreadable_rule_file(tmp_path, text, reason):
     assert reason in str(info.value) and str(path) in str(info.value)
 
 
+def test_deeply_nested_rule_file_is_one_line_error_not_a_dead_process(tmp_path):
+    # a site file needs a depth guard of its own (test_site.py); a rule file relies on libyaml's parser, which
+    # refuses more than 1,000 levels before anything recurses: kept that way, in a process of its own
+    write_rule(tmp_path, "rip-trigger.yaml", "id: rip-trigger\nparams:\n  x: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    done = subprocess.run([sys.executable, "-m", "detector", "explain", "rip-trigger", "--rules", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == (f"detector: error: {tmp_path / 'rip-trigger.yaml'}: not valid YAML: line 3: "
+                                   "exceeded maximum nesting depth")
+
+
 def test_rule_file_limits(tmp_path):
     write_rule(tmp_path / "a", "x.yaml", "id: echo-loop\n" + "# padding\n" * 40000)
     with pytest.raises(RuleError, match="larger than a rule file"):
