@@ -41,6 +41,7 @@ TABLES: dict[str, str] = {
     "vrrp": "vrrp",
     "rip": "rip",
     "ospf": "ospf",
+    "nd": "nd",
 }
 
 
