@@ -105,6 +105,9 @@ MAX_PARAMETER_SETS = 16_384
 MAX_PREFIXES = 65_536
 # Routers compared with each other on one link (the first heard): a flood costs no more than this many
 COMPARED_ROUTERS = 64
+# RA frames kept per router for its evidence: the first and last this many (the rest of a finding's 64 evidence
+# frames are those its problems point at: another router's RA, the first of a parameter set or a prefix)
+RA_FRAMES_AT_EACH_END = 16
 # What a finding's message lists; its evidence lists up to ITEMS_IN_EVIDENCE of each
 ITEMS_LISTED = 6
 ITEMS_IN_EVIDENCE = 64
@@ -112,7 +115,7 @@ ITEMS_IN_EVIDENCE = 64
 ROUTER_COLUMNS = {
     "key": np.uint64, "link": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "src_mac": np.uint64,
     "has_mac": np.bool_, "lladdr": np.uint64, "has_lladdr": np.bool_,
-    "ras": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64,
+    "ras": np.int64, "first_ns": np.int64, "last_ns": np.int64,
     "discarded": np.int64, "discarded_because": np.uint32, "discarded_frame": np.int64,
     "zero": np.int64, "first_zero_ns": np.int64, "last_zero_ns": np.int64, "first_zero_frame": np.int64,
     "last_zero_frame": np.int64,
@@ -122,7 +125,6 @@ ROUTER_COLUMNS = {
 }
 ROUTER_REDUCE = {
     "lladdr": np.maximum, "has_lladdr": np.maximum, "ras": np.add, "last_ns": np.maximum,
-    "first_frame": np.minimum, "last_frame": np.maximum,
     "discarded": np.add, "discarded_because": np.bitwise_or, "discarded_frame": np.minimum,
     "zero": np.add, "first_zero_ns": np.minimum, "last_zero_ns": np.maximum, "first_zero_frame": np.minimum,
     "last_zero_frame": np.maximum, "nonzero": np.add, "first_nonzero_ns": np.minimum,
@@ -134,9 +136,9 @@ ROUTER_REDUCE = {
 PARAMETER_COLUMNS = {
     "key": np.uint64, "router": np.uint64, "cur_hop_limit": np.uint8, "ra_flags": np.uint8, "lifetime": np.uint16,
     "reachable": np.uint32, "retrans": np.uint32, "mtu": np.uint32, "has_mtu": np.bool_, "announced": np.uint64,
-    "count": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64,
+    "count": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64,
 }
-PARAMETER_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
+PARAMETER_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum}
 # one row per (router, prefix, route or DNS server) it announced
 PREFIX_COLUMNS = {
     "key": np.uint64, "router": np.uint64, "kind": np.uint8, "hi": np.uint64, "lo": np.uint64, "plen": np.uint8,
@@ -163,6 +165,20 @@ def _bounded(rows: dict, limit: int) -> tuple[dict, int]:
         return rows, 0
     keep = np.sort(np.argsort(rows["first_ns"], kind="stable")[:limit])
     return {name: col[keep] for name, col in rows.items()}, extra
+
+
+def _frame_ends(keys: np.ndarray, frames: np.ndarray, routers: np.ndarray) -> dict:
+    """The first and last RA_FRAMES_AT_EACH_END frames of each key among `routers` (the routers kept), as a table
+    of (key, frame) rows."""
+    kept = np.isin(keys, routers)
+    keys, frames = keys[kept], frames[kept]
+    order = np.lexsort((frames, keys))
+    keys, frames = keys[order], frames[order]
+    _, starts, counts = group_by(keys)
+    group = np.repeat(np.arange(len(starts)), counts)
+    rank = np.arange(len(keys)) - starts[group]
+    keep = (rank < RA_FRAMES_AT_EACH_END) | (rank >= counts[group] - RA_FRAMES_AT_EACH_END)
+    return {"key": keys[keep], "frame": frames[keep]}
 
 
 def _where(link: int) -> str:
@@ -195,6 +211,7 @@ class RogueRa(Detector):
         self.parameters = _empty(PARAMETER_COLUMNS)
         self.prefixes = _empty(PREFIX_COLUMNS)
         self.dropped = {"routers": 0, "parameter_sets": 0, "prefixes": 0}
+        self.frames = {"key": np.zeros(0, dtype=np.uint64), "frame": np.zeros(0, dtype=np.int64)}
 
     def update(self, batch: PacketBatch) -> None:
         tab = app.table(batch, "nd")
@@ -235,7 +252,7 @@ class RogueRa(Detector):
         new = {
             "key": router, "link": link, "src_ip_hi": src_hi, "src_ip_lo": src_lo, "src_mac": mac, "has_mac": has_mac,
             "lladdr": lladdr, "has_lladdr": has_lladdr, "ras": accepted, "first_ns": ts, "last_ns": ts,
-            "first_frame": frame, "last_frame": frame, "discarded": because != 0, "discarded_because": because,
+            "discarded": because != 0, "discarded_because": because,
             "discarded_frame": np.where(because != 0, frame, NEVER),
             "zero": zero, "first_zero_ns": np.where(zero, ts, NEVER), "last_zero_ns": np.where(zero, ts, NEVER_LAST),
             "first_zero_frame": np.where(zero, frame, NEVER), "last_zero_frame": np.where(zero, frame, NEVER_LAST),
@@ -249,6 +266,8 @@ class RogueRa(Detector):
         self.routers, dropped = _bounded(fold_rows(self.routers, _typed(new, ROUTER_COLUMNS), "key", ROUTER_REDUCE),
                                          MAX_ROUTERS)
         self.dropped["routers"] += dropped
+        self.frames = _frame_ends(np.concatenate([self.frames["key"], router]),
+                                  np.concatenate([self.frames["frame"], frame.astype(np.int64)]), self.routers["key"])
 
         # the prefixes, routes and DNS servers of the accepted RAs, and each RA's set of them (a sum of their hashes)
         child = tab.children["nd_opt"]
@@ -292,7 +311,7 @@ class RogueRa(Detector):
                   "announced": announced[sets]}
         new = {"key": mix64(router[sets], *(np.asarray(v).astype(np.uint64) for v in values.values())),
                "router": router[sets], **values, "count": np.ones(len(sets), dtype=np.int64), "first_ns": ts[sets],
-               "last_ns": ts[sets], "first_frame": frame[sets], "last_frame": frame[sets]}
+               "last_ns": ts[sets], "first_frame": frame[sets]}
         self.parameters, dropped = _bounded(fold_rows(self.parameters, _typed(new, PARAMETER_COLUMNS), "key",
                                                       PARAMETER_REDUCE), MAX_PARAMETER_SETS)
         self.dropped["parameter_sets"] += dropped
@@ -305,6 +324,8 @@ class RogueRa(Detector):
             rows, dropped = _bounded(fold_rows(getattr(self, name), getattr(other, name), "key", reduce), limit)
             setattr(self, name, rows)
             self.dropped[count] += other.dropped[count] + dropped
+        self.frames = _frame_ends(np.concatenate([self.frames["key"], other.frames["key"]]),
+                                  np.concatenate([self.frames["frame"], other.frames["frame"]]), self.routers["key"])
         return self
 
     # ---- findings ---------------------------------------------------------
@@ -385,18 +406,18 @@ class _Judgement:
         withdrew = ro["last_zero_ns"][r] > last and ro["first_zero_ns"][r] <= when
         return not withdrew and when - last <= int(ro["max_lifetime"][r]) * NS
 
-    def _allowed(self, r: int) -> tuple[bool, list[str]]:
-        """Whether the site's routers admit router r, and what of it they do not list. Where the file lists
+    def _allowed(self, r: int) -> tuple[bool, str]:
+        """Whether the site's routers admit router r, and if not, what of it they lack. Where the file lists
         both MACs and IPv6 addresses, an RA must match both (NDPMon's IP/MAC couple)."""
+        if not self.site_lists_macs and not self.site_lists_ipv6:
+            return False, "they name no IPv6 address and no MAC"
         missing = []
         if self.site_lists_ipv6 and not self.site.is_router(ip=self.ip[r]):
             missing.append(f"its link-local {self.ip[r]}")
         macs = [m for m in (self.mac[r], self.lladdr[r]) if m is not None]
         if self.site_lists_macs and not any(self.site.is_router(mac=m) for m in macs):
             missing.append(f"its MAC {self.identity[r] or '(none: no link-layer address)'}")
-        if not self.site_lists_macs and not self.site_lists_ipv6:
-            missing.append("any IPv6 address or MAC (the site's routers list neither)")
-        return not missing, missing
+        return not missing, " and ".join(missing) + " not listed"
 
     def finding(self, r: int) -> Finding:
         ro = self.routers
@@ -404,7 +425,7 @@ class _Judgement:
         problems: list[tuple[str, str]] = []
         notes: list[str] = []
         not_judged: list[str] = []
-        frames = [int(ro["first_frame"][r]), int(ro["last_frame"][r])]
+        frames = self.detector.frames["frame"][self.detector.frames["key"] == ro["key"][r]].tolist()
         if ras == 0:
             because = [text for bit, text in DISCARDED.items() if int(ro["discarded_because"][r]) & bit]
             notes.append(f"hosts discard all {int(ro['discarded'][r]):,} of its RA(s) ({'; '.join(because)}): "
@@ -413,10 +434,10 @@ class _Judgement:
 
         # ---- who may advertise
         if self.routers_given:
-            allowed, missing = self._allowed(r)
+            allowed, lacking = self._allowed(r)
             if not allowed:
-                problems.append(("high", f"not among the site's routers ({' and '.join(missing)} not listed): hosts "
-                                         f"take it as a default router"))
+                problems.append(("high", f"not among the site's routers ({lacking}): hosts take it as a default "
+                                         f"router"))
         else:
             not_judged.append("which routers are legitimate: the site file names no routers")
             self._second_router(r, problems, frames)
