@@ -284,3 +284,12 @@ def test_what_a_discarded_ra_announces_is_not_the_routers(tmp_path):
     assert router.severity == "info" and router.n == 5 and router.evidence["discarded"] == 1
     assert [p["prefix"] for p in router.evidence["prefixes"]] == ["2001:db8:60:1::/64"]
     assert "1 more RA(s) that hosts discard (hop limit not 255" in router.msg
+
+
+def test_a_router_replaced_by_another_box_with_its_link_local_is_no_kill(tmp_path):
+    # the old box withdraws (lifetime 0 from its own MAC), the new one takes over fe80::1 with another MAC
+    packets = [*periodic(until=60.0), *[(61.0 + k, ra(lifetime=0)) for k in range(3)],
+               *[(90.0 + 20 * k, ra(mac="02:00:5e:60:00:11", lladdr="02:00:5e:60:00:11")) for k in range(4)]]
+    routers = found(capture(tmp_path, packets))
+    assert {f.severity for f in routers.values()} == {"info"}
+    assert "then advertised again" not in routers[R_ID].msg and "stopped being a default router" in routers[R_ID].msg

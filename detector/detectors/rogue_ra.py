@@ -24,8 +24,10 @@ A router's finding says, most severe first:
 - its link-local or its MAC is not among the site file's `routers`: high
   (NDPMon's "wrong ipv6 router", "wrong router mac", "wrong router ip");
 - RAs of router lifetime 0 for a link-local that another MAC advertises
-  with a non-zero lifetime, before, after or meanwhile: high (a spoofed
-  "kill router"); with or without the site file;
+  with a non-zero lifetime, before, after or meanwhile, from a MAC that
+  never advertises it itself: high (a spoofed "kill router"); with or
+  without the site file (a router replaced by another box with the same
+  link-local withdrew its own address first: info);
 - without `routers`, which routers are legitimate cannot be judged and the
   finding says so; a router heard while another one was already advertising
   on the link, announcing prefixes, routes or DNS servers the other does
@@ -445,7 +447,8 @@ class _Judgement:
         # ---- router lifetime 0
         if ro["zero"][r]:
             frames += [int(ro["first_zero_frame"][r]), int(ro["last_zero_frame"][r])]
-            owners = self._owners_of_address(r)
+            # a MAC that never advertised the address itself: its lifetime 0 is no withdrawal of its own
+            owners = [] if ro["nonzero"][r] else self._owners_of_address(r)
             if owners:
                 owner = owners[0]
                 problems.append(("high", f"{int(ro['zero'][r]):,} RA(s) of router lifetime 0 for {self.ip[r]}, "
@@ -526,12 +529,14 @@ class _Judgement:
                 and self.identity[o] is not None and self.identity[o] != self.identity[r] and ro["nonzero"][o]]
 
     def _spoofers_of(self, r: int) -> list[int]:
-        """Routers whose lifetime-0 RAs use r's link-local from another MAC, while r advertises it."""
+        """Routers whose lifetime-0 RAs use r's link-local from another MAC that never advertises it itself, while r
+        advertises it."""
         ro = self.routers
         if not ro["nonzero"][r] or self.identity[r] is None:
             return []
         return [o for o in self.by_link[int(ro["link"][r])] if o != r and self.ip[o] == self.ip[r]
-                and self.identity[o] is not None and self.identity[o] != self.identity[r] and ro["zero"][o]]
+                and self.identity[o] is not None and self.identity[o] != self.identity[r] and ro["zero"][o]
+                and not ro["nonzero"][o]]
 
     def _changes(self, r: int) -> list[str]:
         """How the parameter sets of router r differ from its first one, each way once."""
