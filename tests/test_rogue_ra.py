@@ -293,3 +293,12 @@ def test_a_router_replaced_by_another_box_with_its_link_local_is_no_kill(tmp_pat
     routers = found(capture(tmp_path, packets))
     assert {f.severity for f in routers.values()} == {"info"}
     assert "then advertised again" not in routers[R_ID].msg and "stopped being a default router" in routers[R_ID].msg
+
+
+def test_explain_and_the_live_alert_interval():
+    from detector.rules import explain_text
+
+    rule = load_rules()["rogue-ra"]
+    text = explain_text(rule)
+    assert "\nParameters\n  None: what it judges by is fixed by the protocol and the site file.\n" in text
+    assert rule.suppress_s == 60.0       # seed 004: illegal_server_log_suppress_duration 1min
