@@ -20,7 +20,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..capfile import BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, MIN_BLOCK, MIN_EPB, MIN_OPB, MIN_SPB, PCAP_RECORD_HEADER
+from ..capfile import (
+    BT_EPB,
+    BT_IDB,
+    BT_ISB,
+    BT_OPB,
+    BT_SHB,
+    BT_SPB,
+    MIN_BLOCK,
+    MIN_EPB,
+    MIN_OPB,
+    MIN_SPB,
+    PCAP_RECORD_HEADER,
+)
 from ..cpu import kernel, prefetch
 from ..schema import MAX_CAPLEN
 from ..units import NS
@@ -215,9 +227,9 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
                 out_if, out_lt, n, limit):
     """Walk pcapng blocks in buf[pos:end] of one section (byte order `big`) into out_*[n:limit].
 
-    Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB and
-    IDB are skipped by length; SHB and IDB stop the walk (SPECIAL) for Python
-    to parse. The first n_if rows of if_int and if_u64 (columns IF_*)
+    Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB, IDB
+    and ISB are skipped by length; those three stop the walk (SPECIAL) for
+    Python to parse. The first n_if rows of if_int and if_u64 (columns IF_*)
     describe the section's interfaces. last_ts is the time given to a simple
     packet block, which carries none.
     Returns (records in out_* now, stop position, reason, damage code, value,
@@ -252,7 +264,7 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             return n, pos, NEED_MORE, 0, np.int64(0), last_ts, overflow_at
         if np.int64(_u32(buf, pos + blen - 4, big)) != blen:
             return n, pos, DAMAGED, BLOCK_LEN_MISMATCH, np.int64(blen), last_ts, overflow_at
-        if btype == BT_IDB:
+        if btype == BT_IDB or btype == BT_ISB:
             return n, pos, SPECIAL, 0, np.int64(0), last_ts, overflow_at
         if btype == BT_EPB or btype == BT_OPB:
             if btype == BT_EPB:
