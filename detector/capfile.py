@@ -71,6 +71,7 @@ MIN_BLOCK = 12
 # Option codes (section 3.5 and 4.2).
 OPT_ENDOFOPT = 0
 OPT_IF_NAME = 2
+OPT_PACKET_FLAGS = 2    # epb_flags (section 4.3.1), pack_flags of the obsolete packet block: 32 bits
 OPT_IF_TSRESOL = 9
 OPT_IF_TSOFFSET = 14
 # Interface statistics options (section 4.6): counters since the capture started, each 64 bits

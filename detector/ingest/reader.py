@@ -475,7 +475,8 @@ class CaptureReader:
         if self._scratch is None or len(self._scratch[0]) < limit:
             self._scratch = (np.empty(limit, dtype=np.int64), np.empty(limit, dtype=np.uint32),
                              np.empty(limit, dtype=np.uint32), np.empty(limit, dtype=np.int64),
-                             np.empty(limit, dtype=np.uint16), np.empty(limit, dtype=np.uint16))
+                             np.empty(limit, dtype=np.uint16), np.empty(limit, dtype=np.uint16),
+                             np.empty(limit, dtype=np.uint32))
         return self._scratch
 
     def _next_batch(self) -> RawBatch | None:
@@ -519,7 +520,7 @@ class CaptureReader:
         A mapped file's batch spans at most MAP_WINDOW_BYTES from `first`,
         unless its first record alone is larger.
         """
-        off, cap, wire, ts, iface, linktype = arrays
+        off, cap, wire, ts, iface, linktype, flags = arrays
         end = self._end
         if self._map is not None:
             end = min(end, first + MAP_WINDOW_BYTES)
@@ -531,7 +532,7 @@ class CaptureReader:
                 ifs = self._section_ifs
                 total, stop, why, code, value, self._last_ts, overflow_at = W.walk_pcapng(
                     self._buf, self._pos, end, self._big, ifs.ints, ifs.u64s, len(ifs), self._last_ts,
-                    off, cap, wire, ts, iface, linktype, n, limit)
+                    off, cap, wire, ts, iface, linktype, flags, n, limit)
                 if overflow_at >= 0:
                     self._warn_time_overflow(overflow_at)
             if total or why != W.NEED_MORE or end == self._end:
@@ -594,7 +595,7 @@ class CaptureReader:
             self._damage(f"capture cut short: {left} bytes of an incomplete last {unit}")
         self._done = True
 
-    def _batch(self, n, off, cap, wire, ts, iface, linktype) -> RawBatch:
+    def _batch(self, n, off, cap, wire, ts, iface, linktype, flags) -> RawBatch:
         lo = int(off[0])
         hi = int(off[n - 1]) + int(cap[n - 1])
         pcap = self.format == "pcap"      # one interface, one link type: the walk leaves those to us
@@ -606,6 +607,7 @@ class CaptureReader:
             "ts_ns": ts[:n].copy(),
             "iface": np.zeros(n, dtype=np.uint16) if pcap else iface[:n].copy(),
             "linktype": np.full(n, self._linktype, dtype=np.uint16) if pcap else linktype[:n].copy(),
+            "epb_flags": np.zeros(n, dtype=np.uint32) if pcap else flags[:n].copy(),
         }
         self._next_frame += n
         self.packets += n

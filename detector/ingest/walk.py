@@ -31,6 +31,8 @@ from ..capfile import (
     MIN_EPB,
     MIN_OPB,
     MIN_SPB,
+    OPT_ENDOFOPT,
+    OPT_PACKET_FLAGS,
     PCAP_RECORD_HEADER,
 )
 from ..cpu import kernel, prefetch
@@ -221,10 +223,25 @@ def ts_exact(units, kind, factor, shift, offset_s):
     return (s + 1) * NS + (frac - NS), False
 
 
+@njit(_nrt=False)
+def _packet_flags(buf, p, end, big):
+    """The flags option (code 2, 32 bits: epb_flags, or the obsolete block's pack_flags) among the options
+    in buf[p:end]; 0 without one. An option that runs past its block ends the search: the packet stands."""
+    while p + 4 <= end:
+        code = _u16(buf, p, big)
+        length = np.int64(_u16(buf, p + 2, big))
+        if code == OPT_ENDOFOPT or p + 4 + length > end:
+            return np.uint32(0)
+        if code == OPT_PACKET_FLAGS and length == 4:
+            return _u32(buf, p + 4, big)
+        p += 4 + ((length + 3) & ~np.int64(3))
+    return np.uint32(0)
+
+
 @kernel("(u1[::1], i8, i8, b1, i8[:, ::1], u8[:, ::1], i8, i8, i8[::1], u4[::1], u4[::1], i8[::1], "
-        "u2[::1], u2[::1], i8, i8)", nogil=True)
+        "u2[::1], u2[::1], u4[::1], i8, i8)", nogil=True)
 def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_cap, out_wire, out_ts,
-                out_if, out_lt, n, limit):
+                out_if, out_lt, out_flags, n, limit):
     """Walk pcapng blocks in buf[pos:end] of one section (byte order `big`) into out_*[n:limit].
 
     Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB, IDB
@@ -294,6 +311,7 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             out_ts[n] = last_ts
             out_if[n] = if_int[iface, IF_GID]
             out_lt[n] = if_int[iface, IF_LINKTYPE]
+            out_flags[n] = _packet_flags(buf, pos + 28 + ((np.int64(caplen) + 3) & ~np.int64(3)), pos + blen - 4, big)
             n += 1
         elif btype == BT_SPB:
             if n_if == 0:
@@ -313,5 +331,6 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             out_ts[n] = last_ts
             out_if[n] = if_int[0, IF_GID]
             out_lt[n] = if_int[0, IF_LINKTYPE]
+            out_flags[n] = 0
             n += 1
         pos += blen
