@@ -6,7 +6,7 @@ message, the rest flagged MORE). A message is the fixed BOOTP header (236
 bytes: op, hardware type and length, hops, transaction id, seconds, flags,
 the client, your, next-server and relay-agent addresses, the client
 hardware address, `sname` and `file`), then the magic cookie 99.130.83.99
-and the options. Option 52 (overload, RFC 2132 section 9.3) continues the
+and the options (a run of pad bytes listed as one option 0). Option 52 (overload, RFC 2132 section 9.3) continues the
 options in `file` (bit 1), then in `sname` (bit 2); the option is honoured
 only where it appears in the options field itself.
 
@@ -128,11 +128,12 @@ FIELDS = {
     "remote_id_len": Field(np.uint8, B_REMOTE_ID, "option 82 agent remote id (sub-option 2) length, bytes"),
     "remote_id_hash": Field(np.uint64, B_REMOTE_ID, "64-bit FNV-1a hash of the remote id's bytes"),
     "client_id_len": Field(np.uint8, B_CLIENT_ID, "client identifier, option 61: its length, bytes"),
-    "options": Field(np.uint16, B_COOKIE, "options the message holds (pad excluded, end included), listed or not"),
+    "options": Field(np.uint16, B_COOKIE, "options the message holds (a run of pads counts one, end counts), listed "
+                                         "or not"),
     "end": Field(np.uint8, B_END, "1 when the options close with an end option (255)"),
 }
 OPTION_FIELDS = {
-    "code": Field(np.uint8, B_OPTION, "option code (RFC 2132; 255 end)"),
+    "code": Field(np.uint8, B_OPTION, "option code (RFC 2132; 0 a run of pad bytes, 255 end)"),
     "length": Field(np.uint8, B_OPTION, "option length as sent, bytes (0 for end)"),
     "offset": Field(np.uint16, B_OPTION, "offset of the option's code in the message, bytes"),
     "where": Field(np.uint8, B_OPTION, "the field that holds it: 0 options, 1 file, 2 sname (overload)"),
@@ -206,9 +207,10 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
             valid |= TRUNCATED
             break
         code = u8(b, p)
-        if code == PAD:
-            p += 1
-            continue
+        run = 1
+        if code == PAD:      # a run of pad bytes is listed once (code 0, length 0)
+            while p + run < limit and p + run < cap_end and u8(b, p + run) == PAD:
+                run += 1
         seen = state[1]
         state[1] = seen + 1
         n = 0
@@ -233,6 +235,9 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
             state[2] = listed + 1
         else:
             valid |= MORE
+        if code == PAD:
+            p += run
+            continue
         if code == END:
             if where == IN_OPTIONS:
                 c8[END_ROW, i] = 1
