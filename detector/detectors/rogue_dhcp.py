@@ -467,9 +467,10 @@ class _Judgement:
         elif differing:
             severity = "high"
             o, what = next(iter(differing.items()))
-            verdict = (f"a second DHCP server answering on this VLAN within {self.window_ns // NS} s of "
-                       f"{self._name(o)}, offering other {' and '.join(what)} ({self._offer_text(s)} against "
-                       f"{self._offer_text(o)})")
+            verdict = (f"one of {len(others) + 1} DHCP servers answering on this VLAN within "
+                       f"{self.window_ns // NS} s of each other, with other {' and '.join(what)} than "
+                       f"{self._name(o)} ({self._offer_text(s)} against {self._offer_text(o)})")
+            not_judged.append("which server is allowed: the site file names no dhcp_servers")
         elif competing:
             severity = "medium"
             verdict = (f"one of {len(others) + 1} DHCP servers answering on this VLAN within "
