@@ -215,7 +215,7 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
         state[1] = seen + 1
         n = 0
         whole = True
-        if code != END:
+        if code != END and code != PAD:
             if p + 2 > limit or p + 2 > cap_end:
                 valid |= TRUNCATED
                 whole = False
