@@ -305,8 +305,8 @@ def test_the_overloaded_captures_region_by_region_against_tshark(captures_real, 
 
 
 def test_fuzzed_bootp_captures_are_read_within_their_bytes(captures_real):
-    # a 90-byte capture of a 65,570-byte frame: the fixed header read as far as captured (bootp_asan-2 holds
-    # less than its first 12 bytes), no options
+    # 90 (bootp_asan-2: 53) bytes captured of a 65,570-byte frame: the fixed header read as far as captured
+    # (bootp_asan-2 holds 11 bytes of it, short of op..flags), no options
     for name, header in (("bootp_asan.pcap", True), ("bootp_asan-2.pcap", False)):
         (tab,) = _table(captures_real / "tcpdump/tests" / name, "dhcp4")
         assert len(tab) == 1 and tab.truncated[0] and int(tab["length"][0]) == 60_923
