@@ -23,6 +23,7 @@ from common import write_capture
 from scapy.all import IP, UDP, Dot1Q, Ether, IPv6
 from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.dhcp6 import (
+    DUID_LL,
     DHCP6_Advertise,
     DHCP6_Reply,
     DHCP6_Request,
@@ -32,7 +33,6 @@ from scapy.layers.dhcp6 import (
     DHCP6OptIA_NA,
     DHCP6OptIAAddress,
     DHCP6OptServerId,
-    DUID_LL,
 )
 
 SERVER = ("02:00:5e:50:00:01", "10.50.0.1")

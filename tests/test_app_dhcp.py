@@ -4,11 +4,13 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.dhcp6 import (
+    DUID_EN,
+    DUID_LL,
+    DUID_LLT,
     DHCP6_RelayForward,
     DHCP6_Reply,
     DHCP6_Solicit,
@@ -22,9 +24,6 @@ from scapy.layers.dhcp6 import (
     DHCP6OptRelayMsg,
     DHCP6OptServerId,
     DHCP6OptStatusCode,
-    DUID_EN,
-    DUID_LL,
-    DUID_LLT,
 )
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6

@@ -177,7 +177,7 @@ def test_more_than_2048_dhcp_messages_in_a_second_are_a_storm(tmp_path):
 
 def _detector():
     rules = load_rules()
-    (det,) = [d for d in active_detectors({"rogue-dhcp": rules["rogue-dhcp"]})]
+    (det,) = active_detectors({"rogue-dhcp": rules["rogue-dhcp"]})
     return det
 
 

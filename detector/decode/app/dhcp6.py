@@ -28,7 +28,18 @@ from numba import njit
 from ...cpu import kernel
 from ..read import be64, mac, u8, u16, u32
 from .dhcp4 import fnv1a
-from .table import MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, udp_port_mask, with_valid
+from .table import (
+    MORE,
+    TRUNCATED,
+    Child,
+    Field,
+    Layout,
+    Spec,
+    candidate_rows,
+    message_bounds,
+    udp_port_mask,
+    with_valid,
+)
 
 CLIENT_PORT, SERVER_PORT = 546, 547        # RFC 8415 section 7.2
 MAX_RELAYS = 8                             # RFC 8415 section 7.6 HOP_COUNT_LIMIT: relays nested at most this deep
