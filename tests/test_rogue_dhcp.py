@@ -7,6 +7,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.all import IP, UDP, Ether, raw, wrpcap
 from scapy.layers.dhcp import BOOTP, DHCP
+from scapy.layers.dhcp6 import (
+    DHCP6_Advertise,
+    DHCP6_RelayForward,
+    DHCP6_RelayReply,
+    DHCP6_Solicit,
+    DHCP6OptClientId,
+    DHCP6OptRelayMsg,
+    DHCP6OptServerId,
+    DUID_LL,
+)
+from scapy.layers.inet6 import IPv6
 
 from detector.analysis import analyze
 from detector.decode import decode
@@ -219,3 +230,17 @@ def test_damaged_messages_are_judged_never_crash(edits):
     det.update(decode(make_batch([(1, bytes(frame)) for frame in frames])))
     for f in det.findings(AnalysisContext(flows=None, stats=CaptureStats())):
         assert f.severity in ("info", "medium", "high")
+
+
+def test_a_relay_reply_carries_its_servers_advertise(tmp_path):
+    client, server = DUID_LL(lladdr="02:00:5e:51:00:01"), DUID_LL(lladdr="02:00:5e:70:00:05")
+    solicit = DHCP6_Solicit(trid=1) / DHCP6OptClientId(duid=client)
+    advertise = DHCP6_Advertise(trid=1) / DHCP6OptClientId(duid=client) / DHCP6OptServerId(duid=server)
+    relay = ("02:00:5e:60:46:01", "2001:db8:70::1")
+    forward = (Ether(src=relay[0]) / IPv6(src=relay[1], dst="2001:db8:70::5") / UDP(sport=547, dport=547)
+               / DHCP6_RelayForward(linkaddr="2001:db8:10::1", peeraddr="fe80::1") / DHCP6OptRelayMsg(message=solicit))
+    back = (Ether(src="02:00:5e:70:00:05") / IPv6(src="2001:db8:70::5", dst=relay[1]) / UDP(sport=547, dport=547)
+            / DHCP6_RelayReply(linkaddr="2001:db8:10::1", peeraddr="fe80::1") / DHCP6OptRelayMsg(message=advertise))
+    (f,) = found(capture(tmp_path, [(0, forward), (0.01, back)])).values()
+    assert f.identifier == "DUID-LL 02:00:5e:70:00:05 no VLAN" and f.severity == "info"
+    assert f.evidence["relayed"] == 1 and f.evidence["offers"] == 1 and f.src_ip == "2001:db8:70::5"
