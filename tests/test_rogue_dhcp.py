@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from scapy.all import IP, UDP, Ether, raw, wrpcap
 from scapy.layers.dhcp import BOOTP, DHCP
 from scapy.layers.dhcp6 import (
+    DUID_LL,
     DHCP6_Advertise,
     DHCP6_RelayForward,
     DHCP6_RelayReply,
@@ -15,7 +16,6 @@ from scapy.layers.dhcp6 import (
     DHCP6OptClientId,
     DHCP6OptRelayMsg,
     DHCP6OptServerId,
-    DUID_LL,
 )
 from scapy.layers.inet6 import IPv6
 
