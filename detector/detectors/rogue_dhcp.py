@@ -520,8 +520,10 @@ class _Judgement:
         who = self.identity(s)
         if family == 4 and self.src[s] != self.ip[s]:
             who += f" (from {self.src[s]})"
+        elif family == 6 and sv["has_duid"][s]:
+            who += f" (from {self.src[s]}" + (f" {self.mac[s]})" if self.mac[s] else ")")
         relayed = int(sv["relayed"][s])
-        where = " (untagged)" if link == 0 else f" on {_vlan_text(link)}"
+        where = ", untagged" if link == 0 else f", {_vlan_text(link)}"
         msg = (f"{version} server {who}{where}: {verdict}. Offered {self._offer_text(s)}{lease}; "
                f"gave {len(given):,} address(es)" + (f" ({', '.join(addresses[:LISTED])}"
                                                       + (", ..." if len(given) > LISTED else "") + ")" if given.size
