@@ -94,7 +94,7 @@ def test_a_relayed_server_is_one_server_on_each_vlan():
     f = found(CAPTURES / "dhcp-relay.pcapng")
     assert {k: v.severity for k, v in f.items()} == {"10.70.0.5 VLAN 10": "info", "10.70.0.5 VLAN 70": "info"}
     client_side = f["10.70.0.5 VLAN 10"]
-    assert client_side.src_ip == "10.60.10.1" and "(from 10.60.10.1)" in client_side.msg
+    assert client_side.src_ip == "10.60.10.1" and "10.70.0.5 (from 10.60.10.1 02:00:5e:60:0a:01)" in client_side.msg
     assert client_side.evidence["relayed"] == 8 and client_side.evidence["macs"] == ["02:00:5e:60:0a:01"]
     # the site file names the server, not the relay: the relay's replies are the server's
     listed = found(CAPTURES / "dhcp-relay.pcapng", site=site("10.70.0.5"))

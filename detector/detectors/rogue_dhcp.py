@@ -428,15 +428,6 @@ class _Judgement:
         sv, w = self.sv, self.window_ns
         return bool(sv["first_ns"][o] <= sv["last_ns"][s] + w and sv["first_ns"][s] <= sv["last_ns"][o] + w)
 
-    def identity(self, s: int) -> str:
-        """How the finding names the server: its identifier (or address), DUID, MAC."""
-        sv = self.sv
-        if sv["family"][s] == 4:
-            return self.ip[s] + (f" {self.mac[s]}" if self.mac[s] else "")
-        if sv["has_duid"][s]:
-            return self._duid(s)
-        return self.src[s] + (f" {self.mac[s]}" if self.mac[s] else "")
-
     def _duid(self, s: int) -> str:
         sv = self.sv
         name = DUID_NAMES.get(int(sv["duid_type"][s]), f"DUID type {int(sv['duid_type'][s])}")
@@ -517,11 +508,11 @@ class _Judgement:
         if sv["lease_max"][s] >= sv["lease_min"][s] and family == 4:
             low, high = int(sv["lease_min"][s]), int(sv["lease_max"][s])
             lease = f", lease {low:,} s" if low == high else f", leases {low:,}-{high:,} s"
-        who = self.identity(s)
-        if family == 4 and self.src[s] != self.ip[s]:
-            who += f" (from {self.src[s]})"
-        elif family == 6 and sv["has_duid"][s]:
-            who += f" (from {self.src[s]}" + (f" {self.mac[s]})" if self.mac[s] else ")")
+        mac = f" {self.mac[s]}" if self.mac[s] else ""
+        if family == 4 and self.src[s] == self.ip[s]:
+            who = self.ip[s] + mac
+        else:       # a relay's or the server's own address, and the MAC the answers came from
+            who = f"{self._name(s)} (from {self.src[s]}{mac})"
         relayed = int(sv["relayed"][s])
         where = ", untagged" if link == 0 else f", {_vlan_text(link)}"
         msg = (f"{version} server {who}{where}: {verdict}. Offered {self._offer_text(s)}{lease}; "
