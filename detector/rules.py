@@ -417,7 +417,8 @@ def explain_text(rule: Rule) -> str:
            f"file: {rule.path}", "", "What it detects", _indent(rule.description), "",
            "Why it matters", _indent(rule.why), "", "Parameters"]
     params = rule.params
-    out += [_setting(name, params[name], declared.params[name]) for name in sorted(params)]
+    out += [_setting(name, params[name], declared.params[name]) for name in sorted(params)] or [
+        "  None: what it judges by is fixed by the protocol and the site file."]
     example = next((name for name, param in declared.params.items() if param.kind is not list), None)
     if example is not None:
         snippet = yaml.safe_dump({"id": rule.id, "params": {example: declared.params[example].default}},

@@ -22,6 +22,11 @@ ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
         "rip-announce": ("medium", "a Cisco router's RIPv2 update whose sixth route has metric 268,435,457 (tshark "
                                    "rip.metric agrees): a route every receiver rejects"),
     },
+    "suricata-verify/tests/ipv6-evasion/ipv6-kill-router-gateway/kill_router6.pcap": {
+        "rogue-ra": ("high", "THC kill_router6: 00:50:b6:19:e6:50 sends RAs of router lifetime 0 and high preference "
+                             "with fe80::6600:6aff:fe5b:8eb3, the link-local (EUI-64) of 64:00:6a:5b:8e:b3, whose own "
+                             "RA (frame 6) advertises lifetime 30 s (tshark icmpv6.nd.ra.router_lifetime agrees)"),
+    },
 }
 
 

@@ -43,6 +43,7 @@ TABLES: dict[str, str] = {
     "ospf": "ospf",
     "dhcp4": "dhcp4",
     "dhcp6": "dhcp6",
+    "nd": "nd",
 }
 
 
