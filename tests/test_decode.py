@@ -186,6 +186,18 @@ def test_udp_sctp_and_payload_length_from_ip_header():
     assert (row["src_port"], row["dest_port"]) == (2905, 2906)
 
 
+def test_a_transport_length_shorter_than_its_header_is_damage():
+    # the IPv4 total length leaves 8 bytes for a 20-byte TCP header the frame does hold: the ports are read,
+    # the header is not believed
+    row = one(Ether() / IP(src="1.1.1.1", dst="2.2.2.2", len=28) / TCP(sport=1, dport=2))
+    assert row["layers"] == ETH | L_IP4 | L_PORTS | L_TRUNCATED
+    assert (row["src_port"], row["dest_port"]) == (1, 2) and "payload_len" not in row
+    # 20 bytes for a header of 24 (an MSS option): the fixed header is read, no payload is claimed
+    row = one(Ether() / IP(src="1.1.1.1", dst="2.2.2.2", len=40) / TCP(sport=1, dport=2, options=[("MSS", 1460)]))
+    assert row["layers"] == ETH | L_IP4 | L_PORTS | L_TCP | L_TRUNCATED
+    assert "payload_len" not in row
+
+
 # ---- link layers --------------------------------------------------------------------------
 def test_vlan_stacks():
     row = one(Ether() / Dot1Q(vlan=100) / IP() / UDP())

@@ -376,3 +376,29 @@ def test_a_tunnel_inside_an_a_msdu_keeps_the_a_msdu_bit():
     frame = data_header(0x02, 8, qos=0x80) + amsdu((A1, A4, tunnel))
     layers = int(decode(make_batch([(WLAN, frame)]))["layers"][0])
     assert layers & (L_AMSDU | L_TUNNEL | L_IP4 | L_UDP) == L_AMSDU | L_TUNNEL | L_IP4 | L_UDP
+
+
+def test_an_ethernet_header_alone_is_whole_and_one_byte_less_is_cut():
+    frame = ETHERNET_MACS + b"\x88\xb5"          # IEEE local experimental: nothing to decode after it
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
+    assert int(decode(make_batch([(1, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) == L_TRUNCATED
+
+
+def test_an_mpls_stack_without_a_bottom_label_is_cut_where_the_walk_gives_up():
+    from detector.decode.link import MAX_L2_HEADERS
+
+    label = struct.pack("!I", (100 << 12) | 64)             # never the bottom of the stack
+    frame = ETHERNET_MACS + b"\x88\x47" + label * (MAX_L2_HEADERS + 1) + raw(INNER4)
+    assert int(decode(make_batch([(1, frame)]))["layers"][0]) == ETH | L_TRUNCATED
+
+
+def test_an_llc_snap_header_that_ends_the_body_is_whole():
+    frame = data_header(0x01) + snap(0x88B5, b"")
+    assert int(decode(make_batch([(WLAN, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
+    assert int(decode(make_batch([(WLAN, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) & L_TRUNCATED
+
+
+def test_a_subframe_past_the_a_msdus_count_is_not_there_and_nothing_is_cut():
+    # the frame has three subframes; asking for the sixth describes no subframe and flags no damage
+    batch = decode(make_batch([(WLAN, CASES["a-msdu"][1])]), msdu=5)
+    assert (int(batch["layers"][0]), int(batch["msdu_count"][0])) == (L_AMSDU, 3)

@@ -112,6 +112,9 @@ CASES = {
     "gtp-next-extension-type-without-e-flag": (udp(2152, raw(GTP_U_Header(teid=1, gtp_type=255, S=1, seq=7,
                                                                         next_ex=0x85) / INNER4), 2152),
                                                TUNNEL_GTP, "172.16.0.1"),
+    # the E flag with next-extension type 0: the optional fields are there, no extension follows them
+    "gtp-e-flag-without-extension": (udp(2152, gtp(0x34, 0xFF, b"\x00" * 4 + raw(INNER4)), 2152), TUNNEL_GTP,
+                                     "172.16.0.1"),
     "gtp-version-2": (udp(2152, gtp(0x50, 0xFF, raw(INNER4)), 2152), 0, None),
     "gtp-echo-request": (udp(2152, gtp(0x30, 0x01, raw(INNER4)), 2152), 0, None),
     "gtp-length-not-the-packet": (udp(2152, gtp(0x30, 0xFF, raw(INNER4) + b"\x00" * 4), 2152), 0, None),
