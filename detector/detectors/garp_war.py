@@ -21,7 +21,9 @@ core ARP columns (requests and replies, op 1 and 2, sender address not
   masters sent their GARPs from the same virtual MAC, byte-identical
   frames: no flip-flop, only the burst;
 - one source MAC claiming one address on two links (interfaces or VLANs)
-  within 1 s: medium (a MAC the switches learn on two ports at once);
+  within 1 s: medium (a MAC the switches learn on two ports at once); one
+  ARP message seen on two links within COPY_S is one frame captured twice
+  (two capture interfaces on one segment), not counted;
 - an ARP storm, more than `storm_requests` requests on one link within
   100 ms (Wireshark packet-arp.c's storm defaults, counted in aligned
   100 ms bins): low.
@@ -71,6 +73,9 @@ from .base import (
 ARP_REQUEST, ARP_REPLY = 1, 2            # RFC 826 opcodes
 GARP_WINDOW_S = 60                       # the burst window of the specification
 FLAP_WINDOW_S = 1.0                      # one MAC on two links this close in time
+# One ARP message seen on two links this close in time is one frame captured twice (two capture interfaces
+# on one segment, a frame carried with two tags), not a MAC in two places
+COPY_S = 0.010
 STORM_BIN_NS = 100_000_000               # Wireshark's storm period, 100 ms
 ALTERNATION_WINDOW_S = 60                # high_alternations are counted within one minute
 MAX_ROWS = 100_000                       # per state table: forged claims by the million must not grow it
@@ -85,7 +90,7 @@ GARP_COLUMNS = {"key": np.uint64, "link": np.uint64, "spa": np.uint32, "second":
                 "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64}
 SPAN_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
 PLACE_COLUMNS = {"key": np.uint64, "pair": np.uint64, "mac": np.uint64, "spa": np.uint32, "link": np.uint64,
-                 "second": np.int64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
+                 "content": np.uint64, "second": np.int64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
                  "first_frame": np.int64, "last_frame": np.int64}
 STORM_COLUMNS = {"key": np.uint64, "link": np.uint64, "bin": np.int64, "count": np.int64, "requester": np.uint64,
                  "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64}
@@ -229,8 +234,9 @@ class GarpWar(Detector):
             self.garps, dropped = _cap(fold_rows(self.garps, _typed(garps, GARP_COLUMNS), "key", SPAN_REDUCE))
             self.dropped += dropped
         second = ts // NS
+        content = mix64(op[rows], sha, spa, batch["arp_tha"][rows], tpa)
         places = {"key": mix64(source, spa, link, second), "pair": mix64(source, spa), "mac": source, "spa": spa,
-                  "link": link, "second": second, "count": ones, "first_ns": ts, "last_ns": ts,
+                  "link": link, "content": content, "second": second, "count": ones, "first_ns": ts, "last_ns": ts,
                   "first_frame": frame, "last_frame": frame}
         self.places = self._settle_places(fold_rows(self.places, _typed(places, PLACE_COLUMNS), "key", SPAN_REDUCE))
 
@@ -350,7 +356,7 @@ class GarpWar(Detector):
             problems.append(("medium", f"{peak:,} gratuitous ARPs within 60 s from {since} "
                                        f"(more than {p['max_garps']}: one VRRP failover sends at most 5 + 5), sent "
                                        f"by {', '.join(senders[:LISTED]) or 'no unicast MAC'}"
-                                       + (" -- one MAC: byte-identical GARPs from two devices look like this"
+                                       + (" (one MAC: two devices sending byte-identical GARPs look the same)"
                                           if len(senders) == 1 else "")))
             frames += g["first_frame"][window].tolist() + g["last_frame"][window].tolist()
             evidence["garps_in_60s"] = peak
@@ -388,8 +394,10 @@ class GarpWar(Detector):
             if len(np.unique(pl["link"][rows])) < 2:
                 continue
             link, first, last = pl["link"][rows], pl["first_ns"][rows], pl["last_ns"][rows]
+            content = pl["content"][rows]
             close = [k for k in range(1, len(rows)) if link[k] != link[k - 1]
-                     and first[k] - last[k - 1] <= FLAP_WINDOW_S * NS]
+                     and first[k] - last[k - 1] <= FLAP_WINDOW_S * NS
+                     and not (content[k] == content[k - 1] and first[k] - first[k - 1] <= COPY_S * NS)]
             if not close:
                 continue
             k = close[0]

@@ -284,6 +284,8 @@ class VrrpDualMaster(Detector):
         # CARP's preference is its advskew (lower wins); VRRP's its priority (higher wins)
         priority = np.where(carp == 1, tab["carp_advskew"][messages], tab["priority"][messages]).astype(np.uint8)
         adver = tab["adver_int"][messages]
+        # the interval speakers must agree on: VRRP's, CARP's advbase (advskew differs between them by design)
+        agreed = np.where(carp == 1, tab["carp_advbase"][messages].astype(np.uint16) * CENTISECONDS, adver)
         link = links_of(batch, rows)
         layers = batch["layers"][rows]
         mac = np.where((layers & np.uint32(L_SRC_MAC)) != 0, batch["src_mac"][rows], 0).astype(np.uint64)
@@ -308,7 +310,8 @@ class VrrpDualMaster(Detector):
                "prio_min": np.where(resign, 255, priority), "prio_max": np.where(resign, 0, priority),
                "at_255": ((carp == 0) & (priority == 255)).astype(np.int64), "resigned": resign.astype(np.int64),
                "last_resign_ns": np.where(resign, ts, NEVER_LAST), "resign_frame": np.where(resign, frame, NEVER_LAST),
-               "adv_min": adver, "adv_max": adver, "ttl_min": ttl, "ttl_max": ttl, "bad_ttl": bad_ttl.astype(np.int64),
+               "adv_min": agreed, "adv_max": agreed, "ttl_min": ttl, "ttl_max": ttl,
+               "bad_ttl": bad_ttl.astype(np.int64),
                "bad_ttl_frame": np.where(bad_ttl, frame, NEVER), "unicast": (~multicast).astype(np.int64),
                "auth": auth, "more": tab.more[messages].astype(np.uint8)}
         self.speakers, dropped = _cap(fold_rows(self.speakers, _typed(new, SPEAKER_COLUMNS), "key", SPEAKER_REDUCE))
@@ -412,9 +415,9 @@ class VrrpDualMaster(Detector):
         vips = sorted({ip for s in speakers.values() for v in s["vipsets"] for ip in self.vipsets.get(v, ())})
         chained = self._chained(ctx, window, set(vips), vmac) if window else []
         if chained:
-            problems.append(("critical", "chained with " + "; ".join(
-                f"{c['rule']} {c['severity']} '{c['identifier']}' ({c['msg']})" for c in chained[:LISTED])
-                + ": the seed 002 chain, two masters fighting over the addresses"))
+            problems.append(("critical", "the masters fight over the addresses (the seed 002 chain): " + ", ".join(
+                f"{c['rule']} {c['severity']} '{c['identifier']}'" for c in chained[:LISTED])
+                + (f", +{len(chained) - LISTED} more" if len(chained) > LISTED else "")))
 
         # ---- what breaks an election
         owners = [s["who"] for s in speakers.values() if s["at_255"]]
@@ -425,8 +428,7 @@ class VrrpDualMaster(Detector):
         if len(speakers) >= 2 and len(intervals) >= 2:
             listing = ", ".join(f"{s['who']} {'/'.join(f'{a / CENTISECONDS:g}' for a in sorted(s['adv']))} s"
                                 for s in list(speakers.values())[:LISTED])
-            problems.append(("medium", f"advertisement intervals differ ({listing})" +
-                                       (": advbase/advskew" if carp else "")))
+            problems.append(("medium", f"{'advbase' if carp else 'advertisement intervals'} differ ({listing})"))
         sets = sorted({v for s in speakers.values() for v in s["vipsets"]})
         if len(sets) >= 2:
             listing = "; ".join(f"{s['who']}: {', '.join(self._vip_text(v) for v in sorted(s['vipsets']))}"
