@@ -17,7 +17,7 @@ VRRP_GARP_DELAY).
   10.61.0.50, each answering for it, so the address moves between their MACs;
 - near-misses: a normal failover (lb1 resigns with priority 0, lb2 takes
   over and sends its 5 + 5 GARPs), an election (lb1 boots with the higher
-  priority and preempts lb2, which advertises once more and yields), VRID 60
+  priority and preempts lb2, which advertises twice more and yields), VRID 60
   used on two VLANs by two separate pairs, a CARP pair failing over, and a
   host whose NIC is replaced (its address moves to a new MAC once).
 """
@@ -139,9 +139,9 @@ def vrrp_failover(out_dir: Path) -> dict:
 
 def vrrp_election(out_dir: Path) -> dict:
     path = out_dir / "vrrp-election.pcapng"
-    # lb2 is master; lb1 boots at 30.4 s with the higher priority and preempts: lb2 sends one more advertisement
-    # (it was due), hears lb1's and yields
-    packets = _adverts(LB2, 100, 0, 32) + _adverts(LB1, 200, 30.4, 120) + _garps(30.41)
+    # lb2 is master; lb1 boots at 30.4 s with the higher priority and preempts: lb2, slow to process lb1's
+    # advertisements, sends two more before it yields
+    packets = _adverts(LB2, 100, 0, 33) + _adverts(LB1, 200, 30.4, 120) + _garps(30.41)
     packets += _clients(0, 120)
     count = write_capture(path, packets)
     return {"file": path.name, "packets": count,

@@ -402,7 +402,9 @@ class VrrpDualMaster(Detector):
                 pair = self._overlap(speakers[a], speakers[b])
                 if pair is None:
                     continue
-                (pairs if pair["longest_ns"] >= pair["mdi_ns"] else elections).append(pair)
+                # at least one MDI, and some time at all: crafted adverts with interval 0 have an MDI of 0
+                two = pair["longest_ns"] > 0 and pair["longest_ns"] >= pair["mdi_ns"]
+                (pairs if two else elections).append(pair)
         window = None
         if pairs:
             window = (min(p["from_ns"] for p in pairs), max(p["to_ns"] for p in pairs))
@@ -563,7 +565,8 @@ class VrrpDualMaster(Detector):
         ttl = int(b["ttl"][k])
         msg = (f"{count:,} malformed VRRP message(s) from {ip}" + (f" ({mac})" if mac else "")
                + f" to {target}{' on ' + where if where else ''}: {'; '.join(reasons)}. Receivers drop them; "
-               f"a VRRP speaker does not send such messages, a crafted packet does (VRRP denial-of-service tools)"
+               f"no VRRP or CARP implementation sends them, a broken or crafted sender does (as in the VRRP "
+               f"denial-of-service captures)"
                + (f". Sent with TTL {ttl}: not from the link (VRRP requires 255)" if ttl != VRRP_TTL else ""))
         evidence = {"reasons": reasons, "ttl": ttl, "destination": dst,
                     "evidence_frames": evidence_frames(np.unique([b["first_frame"][k], b["last_frame"][k]]))}
