@@ -57,7 +57,7 @@ def garp(address, mac=VMAC):
 
 
 def every(make, start, stop, step=1.0) -> list:
-    return [(start + k * step, make()) for k in range(int(round((stop - start) / step)))]
+    return [(start + k * step, make()) for k in range(round((stop - start) / step))]
 
 
 def capture(tmp_path, timed, name="vrrp.pcap") -> Path:
@@ -134,7 +134,8 @@ def test_packetlifes_empty_vrrp_is_malformed_medium(captures_real):
     assert f.dest_mac == "00:00:5e:00:01:01" and "Sent with TTL 5" in f.msg
 
 
-@pytest.mark.parametrize("name", ["tcpdump/tests/vrrp-vrrp_print-oobr.pcap", "tcpdump/tests/icmp-icmp_print-oobr-1.pcap",
+@pytest.mark.parametrize("name", ["tcpdump/tests/vrrp-vrrp_print-oobr.pcap",
+                                  "tcpdump/tests/icmp-icmp_print-oobr-1.pcap",
                                   "tcpdump/tests/icmp-icmp_print-oobr-2.pcap"])
 def test_tcpdumps_fuzzed_vrrp_is_never_high(captures_real, name):
     found = run(captures_real / name)

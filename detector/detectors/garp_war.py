@@ -298,8 +298,6 @@ class GarpWar(Detector):
             starts = np.flatnonzero(np.concatenate(([True], address[order][1:] != address[order][:-1])))
             for a, b in zip(starts.tolist(), np.append(starts[1:], len(order)).tolist()):
                 rows = order[a:b]
-                if garps["count"][rows].sum() <= self.params["max_garps"]:
-                    continue
                 peak, at = _windowed_max(garps["second"][rows], garps["count"][rows], GARP_WINDOW_S)
                 if peak > self.params["max_garps"]:
                     burst_keys[int(address[rows[0]])] = (rows, peak, at)
