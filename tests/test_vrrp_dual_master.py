@@ -15,6 +15,7 @@ from detector.analysis import analyze
 from detector.decode import decode
 from detector.detectors import active_detectors
 from detector.detectors.base import AnalysisContext, TimeBins
+from detector.findings import SEVERITY_RANK
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
@@ -287,3 +288,23 @@ def test_damaged_vrrp_is_judged_never_crashes_never_high(edits, cut):
     detector.update(decode(make_batch([(1, bytes(frame[:len(frame) - 7 * cut])) for frame in frames])))
     for finding in detector.findings(AnalysisContext(flows=None, stats=CaptureStats())):
         assert finding.severity in ("info", "medium") and len(finding.evidence["evidence_frames"]) <= 64
+
+
+def test_a_watch_sees_one_virtual_router_escalate_under_one_identifier():
+    """Live: the window is asked again and again while the fight goes on; the virtual router keeps its
+    identifier and its severity only climbs, up to the chain's critical."""
+    from detector.ingest import open_capture
+    from detector.live.alerts import entity_key
+    from detector.live.window import SlidingWindow
+
+    rules = {k: v for k, v in load_rules().items() if k in RULES}
+    window = SlidingWindow(rules, now=0.0, slice_s=1.0, slices=1000)
+    severities = []
+    with open_capture(CAPTURES / "vrrp-dual-master-garp.pcapng", batch_packets=20) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=float(k))
+            (vrid,) = masters(window.analysis().findings)
+            assert entity_key(vrid) == ("vrrp-dual-master", "VRRP VRID 60 IPv4")
+            severities.append(vrid.severity)
+    ranks = [SEVERITY_RANK[s] for s in severities]
+    assert severities[0] == "info" and severities[-1] == "critical" and ranks == sorted(ranks)
