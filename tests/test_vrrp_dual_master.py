@@ -308,3 +308,16 @@ def test_a_watch_sees_one_virtual_router_escalate_under_one_identifier():
             severities.append(vrid.severity)
     ranks = [SEVERITY_RANK[s] for s in severities]
     assert severities[0] == "info" and severities[-1] == "critical" and ranks == sorted(ranks)
+
+
+def test_forged_speakers_and_virtual_routers_stay_bounded(tmp_path, monkeypatch):
+    import detector.detectors.vrrp_dual_master as rule
+    monkeypatch.setattr(rule, "MAX_FINDINGS", 3)
+    # 100 forged masters of VRID 60, and 5 more virtual routers
+    packets = [(k * 0.001, advert(f"10.60.{k // 200}.{k % 200 + 1}", 100)) for k in range(100)]
+    packets += [(0.5, advert("10.60.0.11", 100, vrid=vrid)) for vrid in range(1, 6)]
+    found = masters(run(capture(tmp_path, packets)))
+    assert len(found) == 3 and found[0].identifier == "VRRP VRID 60 IPv4"
+    assert found[0].evidence["speakers_not_compared"] == 100 - rule.COMPARED_SPEAKERS
+    assert found[0].evidence["virtual_routers_not_reported"] == 3
+    assert len(found[0].evidence["speakers"]) == 64 and found[0].severity == "info"

@@ -70,6 +70,7 @@ from .base import (
     check_merge,
     evidence_frames,
     fold_rows,
+    group_by,
     ip_text,
     mix64,
     register,
@@ -87,6 +88,8 @@ VIRTUAL_MAC = {4: 0x00005E000100, 6: 0x00005E000200}   # RFC 5798 section 7.3: 0
 CHAIN_SLACK_S = 300
 MAX_ROWS = 100_000
 MAX_VIPSETS = 4096
+COMPARED_SPEAKERS = 64            # per virtual router: a real one has two or three
+MAX_FINDINGS = 4096               # virtual routers, and senders of malformed VRRP, reported one by one
 INTERVALS_COMPARED = 4096          # per speaker, the first ones: a fight of thousands of rounds is clear by then
 TIMELINE = 64                      # intervals listed in a finding's evidence
 LISTED = 6                         # speakers or addresses named in a message
@@ -165,7 +168,6 @@ def join_runs(rows: dict) -> dict:
     out = _take(rows, starts)
     for name, ufunc in RUN_REDUCE.items():
         out[name] = ufunc.reduceat(rows[name], starts)
-    # a span inside a longer one (partitions not in time order) must not shorten the run
     return out
 
 
@@ -205,6 +207,8 @@ class VrrpDualMaster(Detector):
         self.bad = _empty(BAD_COLUMNS)
         self.vipsets: dict[int, tuple[str, ...]] = {}
         self.dropped = 0
+        self.runs_of: dict[int, np.ndarray] = {}     # findings(): each speaker's activity runs
+        self.unreported = 0
 
     # ---- update -----------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -341,11 +345,21 @@ class VrrpDualMaster(Detector):
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        out = []
-        sp = self.speakers
-        for group in dict.fromkeys(sp["group"][np.argsort(sp["first_ns"], kind="stable")].tolist()):
-            out.append(self._group_finding(np.flatnonzero(sp["group"] == group), ctx))
-        out += [self._malformed_finding(k) for k in range(len(self.bad["key"]))]
+        sp, runs = self.speakers, self.runs
+        order, starts, counts = group_by(runs["key"])
+        self.runs_of = {int(runs["key"][order[a]]): order[a:a + c] for a, c in zip(starts.tolist(), counts.tolist())}
+        order, starts, counts = group_by(sp["group"])
+        groups = sorted((order[a:a + c] for a, c in zip(starts.tolist(), counts.tolist())),
+                        key=lambda rows: int(sp["first_ns"][rows].min()))
+        # a flood of forged virtual routers or senders: the first heard are reported, the others counted
+        self.unreported = max(0, len(groups) - MAX_FINDINGS)
+        out = [self._group_finding(rows[np.argsort(sp["first_ns"][rows], kind="stable")], ctx)
+               for rows in groups[:MAX_FINDINGS]]
+        bad = np.argsort(self.bad["first_ns"], kind="stable")
+        out += [self._malformed_finding(int(k)) for k in bad[:MAX_FINDINGS]]
+        if len(bad) > MAX_FINDINGS:
+            out[-1].msg += f". {len(bad) - MAX_FINDINGS:,} more senders of malformed VRRP are not reported one by one"
+            out[-1].evidence["senders_not_reported"] = len(bad) - MAX_FINDINGS
         return out
 
     def _group_finding(self, rows: np.ndarray, ctx: AnalysisContext) -> Finding:
@@ -386,12 +400,13 @@ class VrrpDualMaster(Detector):
             if sp["resign_frame"][r] != NEVER_LAST:
                 s["frames"].append(int(sp["resign_frame"][r]))
         for key, s in speakers.items():
-            mine = np.flatnonzero(runs["key"] == np.uint64(key))
+            mine = self.runs_of.get(key, np.zeros(0, dtype=np.int64))
             mine = mine[np.argsort(runs["first_ns"][mine], kind="stable")]
             s["runs"] = mine
             s["mdi"] = int(runs["gap_ns"][mine].max()) if len(mine) else 0
             s["who"] = f"{s['ip']} ({s['mac']})"
-        keys = list(speakers)
+        # each speaker is compared with the first ones heard: forged speakers by the thousand cost no more
+        keys = sorted(speakers, key=lambda k: speakers[k]["first"])[:COMPARED_SPEAKERS]
         problems: list[tuple[str, str]] = []
         frames: list[int] = [f for s in speakers.values() for f in s["frames"]]
 
@@ -447,7 +462,7 @@ class VrrpDualMaster(Detector):
         if len(auths) >= 2:
             problems.append(("medium", "VRRPv2 authentication types differ: " + ", ".join(
                 f"{s['who']} type {'/'.join(str(b) for b in range(8) if s['auth'] & (1 << b))}"
-                for s in speakers.values())))
+                for s in list(speakers.values())[:LISTED])))
         notes = []
         for p in elections[:LISTED]:
             notes.append(f"{p['a']} and {p['b']} overlapped {p['longest_ns'] / NS:,.2f} s at "
@@ -523,7 +538,8 @@ class VrrpDualMaster(Detector):
         msg = (f"{name}, virtual MAC {vmac}" + (f", addresses {', '.join(vips[:LISTED])}" if vips else "") + ": "
                + ("; ".join(ordered) + ". " if ordered else "")
                + f"Speakers: {listing}. Master timeline: {steps}" + (" ..." if len(timeline) > LISTED else "")
-               + (". " + "; ".join(notes) if notes else ""))
+               + (". " + "; ".join(notes[:LISTED]) if notes else "")
+               + (f" (+{len(notes) - LISTED:,} more)" if len(notes) > LISTED else ""))
         evidence = {
             "vrid": vrid, "carp": carp, "ip_version": family, "virtual_mac": vmac, "ips": vips[:64], "macs": [vmac],
             "speakers": [{"ip": s["ip"], "mac": s["mac"], "adverts": s["count"], preference: sorted(s["prio"]),
@@ -531,7 +547,7 @@ class VrrpDualMaster(Detector):
                           "first_seen": iso_time(s["first"]), "last_seen": iso_time(s["last"]),
                           "master_down_interval_s": s["mdi"] / NS, "resignations": s["resigned"],
                           "virtual_addresses": [self._vip_text(v) for v in sorted(s["vipsets"])]}
-                         for s in speakers.values()],
+                         for s in list(speakers.values())[:TIMELINE]],
             "timeline": [{**t, "from": iso_time(t["from"]), "to": iso_time(t["to"])} for t in timeline[:TIMELINE]],
             "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
         }
@@ -548,6 +564,10 @@ class VrrpDualMaster(Detector):
             evidence["more_addresses"] = True
         if self.dropped:
             evidence["rows_not_kept"] = self.dropped
+        if self.unreported:
+            evidence["virtual_routers_not_reported"] = self.unreported
+        if len(speakers) > COMPARED_SPEAKERS:
+            evidence["speakers_not_compared"] = len(speakers) - COMPARED_SPEAKERS
         first = min(speakers.values(), key=lambda s: s["first"])
         identifier = (f"{'CARP vhid' if carp else 'VRRP VRID'} {vrid} IPv{family}" + (f" {where}" if where else ""))
         return self.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1,
