@@ -55,6 +55,7 @@ BT_SHB = 0x0A0D0D0A
 BT_IDB = 0x00000001
 BT_OPB = 0x00000002     # obsolete packet block (appendix A)
 BT_SPB = 0x00000003
+BT_ISB = 0x00000005     # interface statistics block (section 4.6)
 BT_EPB = 0x00000006
 # The SHB's byte-order magic; versions read by Wireshark and libpcap (1.2 is 1.0 written by some tools).
 PCAPNG_BOM = 0x1A2B3C4D
@@ -62,6 +63,7 @@ PCAPNG_VERSIONS = {(1, 0), (1, 2)}
 # Smallest total length of each block: header, fixed fields, trailer.
 SHB_MIN = 28            # header, BOM, version, section length, trailer
 IDB_MIN = 20            # header, link type, reserved, snaplen, trailer
+ISB_MIN = 24            # header, interface id, timestamp (high, low), trailer
 MIN_EPB = 32
 MIN_OPB = 32
 MIN_SPB = 16
@@ -69,8 +71,13 @@ MIN_BLOCK = 12
 # Option codes (section 3.5 and 4.2).
 OPT_ENDOFOPT = 0
 OPT_IF_NAME = 2
+OPT_PACKET_FLAGS = 2    # epb_flags (section 4.3.1), pack_flags of the obsolete packet block: 32 bits
 OPT_IF_TSRESOL = 9
 OPT_IF_TSOFFSET = 14
+# Interface statistics options (section 4.6): counters since the capture started, each 64 bits
+ISB_COUNTERS = {4: "ifrecv", 5: "ifdrop", 6: "filteraccept", 7: "osdrop", 8: "usrdeliv"}
+OPT_ISB_STARTTIME = 2
+OPT_ISB_ENDTIME = 3
 DEFAULT_TSRESOL = 6     # microseconds when if_tsresol is absent
 # The IDB option the writer gives every interface: if_tsresol = 9 (nanoseconds), then opt_endofopt.
 PCAPNG_TSRESOL_NS = struct.pack("<HHB3x", OPT_IF_TSRESOL, 1, 9) + struct.pack("<HH", OPT_ENDOFOPT, 0)

@@ -8,6 +8,7 @@ from . import engine
 from .errors import CaptureError, UsageError
 from .flows import FlowTable
 from .flows.export import write_csv, write_parquet
+from .ingest.reader import interface_totals
 from .output import OutputDir
 from .stats import CaptureStats
 
@@ -23,7 +24,7 @@ def info_one(source) -> tuple[dict, str]:
     stats = CaptureStats()
     record = {"file": name, "format": None, "compression": None, "packets": 0, "bytes": 0, "wire_bytes": 0,
               "first_seen": None, "last_seen": None, "duration_s": 0.0, "linktypes": {},
-              "decoded_ratio": 0.0, "layers": {}, "warnings": [], "error": None}
+              "decoded_ratio": 0.0, "layers": {}, "interface_stats": [], "warnings": [], "error": None}
     try:
         if isinstance(source, (str, os.PathLike)):
             if os.path.isdir(source):
@@ -44,6 +45,7 @@ def info_one(source) -> tuple[dict, str]:
         "first_seen": summary["first_seen"], "last_seen": summary["last_seen"],
         "duration_s": summary["duration_s"], "linktypes": summary["linktypes"],
         "decoded_ratio": summary["decoded_ratio"], "layers": summary["layers"],
+        "interface_stats": interface_totals(capture["interfaces"], capture["interface_stats"]),
         "warnings": result.warnings,
     })
     fmt = record["format"]
@@ -63,8 +65,18 @@ def info_one(source) -> tuple[dict, str]:
         f"Decoded:       {summary['decoded_ratio']:.1%} of packets (network layer)",
         f"Layers:        {layers or '-'}",
     ]
+    lines += [f"{'Interface ' + str(i['interface']) + ':':<15}{_counters(i)}" for i in record["interface_stats"]]
     lines += [f"Warning:       {w}" for w in result.warnings]
     return record, "\n".join(lines) + "\n"
+
+
+def _counters(stats: dict) -> str:
+    """One interface's statistics block totals in words (pcapng isb_* options; absent ones left out)."""
+    name = f"{stats['name']}: " if stats["name"] else ""
+    said = [f"{stats[key]:,} {words}" for key, words in (
+        ("ifrecv", "received"), ("ifdrop", "dropped by the interface"), ("osdrop", "dropped by the OS"),
+        ("filteraccept", "accepted by the filter"), ("usrdeliv", "delivered to the capture")) if stats[key] is not None]
+    return name + (", ".join(said) or "statistics without counters")
 
 
 def write_flows(paths, out: Path):

@@ -135,6 +135,8 @@ def run(paths, consumers, label: str = "reading") -> RunResult:
         result.captures.append({
             "file": reader.path, "format": reader.format, "compression": reader.compression,
             "packets": reader.packets, "warnings": list(reader.warnings),
+            "interfaces": [{"name": i["name"], "linktype": i["linktype"]} for i in reader.interfaces],
+            "interface_stats": list(reader.interface_stats),
         })
         result.warnings.extend(reader.warnings)
     return result

@@ -56,6 +56,7 @@ L_TRUNCATED = 1 << 22   # headers cut short by the snapshot length or malformed
 L_SCTP = 1 << 23        # SCTP common header decoded (ports valid)
 L_PAYLOAD = 1 << 24     # payload_len/payload_off valid
 L_AMSDU = 1 << 25       # an 802.11 A-MSDU: msdu_count valid; the other columns describe one subframe
+L_PKT_TYPE = 1 << 26    # pkt_type valid (a Linux cooked capture, SLL or SLL2)
 
 IP = L_IP4 | L_IP6
 ICMP_ANY = L_ICMP | L_ICMP6
@@ -85,7 +86,17 @@ RAW_COLUMNS = {
     "ts_ns": np.int64,      # time, nanoseconds since the Unix epoch (UTC)
     "iface": np.uint16,     # interface number (pcapng IDB index across sections; 0 for pcap)
     "linktype": np.uint16,  # LINKTYPE_* of the record's interface
+    # pcapng epb_flags (0 where the record has none, and in pcap): bits 0-1 direction (EPB_INBOUND,
+    # EPB_OUTBOUND), 2-4 reception type (EPB_RX_*), 5-8 FCS length in octets, 16-31 link-layer errors
+    "epb_flags": np.uint32,
 }
+# epb_flags fields (pcapng section 4.3.1)
+EPB_DIRECTION_MASK = 0x3
+EPB_INBOUND, EPB_OUTBOUND = 1, 2
+EPB_RX_SHIFT, EPB_RX_MASK = 2, 0x7
+EPB_RX_UNICAST, EPB_RX_MULTICAST, EPB_RX_BROADCAST, EPB_RX_PROMISCUOUS = 1, 2, 3, 4
+EPB_FCS_SHIFT, EPB_FCS_MASK = 5, 0xF
+EPB_ERRORS_SHIFT = 16
 
 # ---- decoded columns: name -> (dtype, layer bits any of which make it valid)
 # A mask of 0 means "always valid".
@@ -93,6 +104,9 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "layers": (np.uint32, 0),
     "src_mac": (np.uint64, L_SRC_MAC),
     "dest_mac": (np.uint64, L_DST_MAC),
+    # Linux cooked capture packet type (SLL, SLL2): PKT_HOST 0, PKT_BROADCAST 1, PKT_MULTICAST 2, PKT_OTHERHOST 3
+    # (another host's unicast, seen in promiscuous mode), PKT_OUTGOING 4 (sent by the capturing host)
+    "pkt_type": (np.uint16, L_PKT_TYPE),
     "vlan_outer": (np.uint16, L_VLAN),
     "vlan_inner": (np.uint16, L_QINQ),
     "ethertype": (np.uint16, L_ETHERTYPE),

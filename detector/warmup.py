@@ -28,10 +28,10 @@ FIRST_COMPILE_S = 30
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
-     "detector.decode.app.ospf"),
+     "detector.decode.app.ospf", "detector.decode.app.dhcp4"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
-     "detector.detectors.routing_loop", "detector.detectors.ospf_instability"),
+     "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"

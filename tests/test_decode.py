@@ -46,6 +46,7 @@ from detector.schema import (
     L_MSS,
     L_MTU,
     L_PAYLOAD,
+    L_PKT_TYPE,
     L_PORTS,
     L_QINQ,
     L_QUOTE,
@@ -98,7 +99,7 @@ def make_batch(frames, tail: bytes = b"", caplens=None) -> RawBatch:
     cols = {"frame": np.arange(1, n + 1, dtype=np.int64), "offset": np.array(offsets, dtype=np.int64),
             "caplen": np.array(lens, dtype=np.uint32), "wirelen": np.array([len(f) for _, f in frames], np.uint32),
             "ts_ns": np.arange(n, dtype=np.int64) * 1000, "iface": np.zeros(n, np.uint16),
-            "linktype": np.array([lt for lt, _ in frames], dtype=np.uint16)}
+            "linktype": np.array([lt for lt, _ in frames], dtype=np.uint16), "epb_flags": np.zeros(n, np.uint32)}
     return RawBatch(np.frombuffer(b"".join(chunks), dtype=np.uint8).copy(), cols, "crafted")
 
 
@@ -212,8 +213,10 @@ def test_pppoe_session_and_mpls():
     assert row["layers"] == ETH | L_IP6 | TCP_LAYERS
 
 
-# link-layer bits by link type: SLL carries the sender's MAC and a protocol type; C-HDLC and PPPoE a type field
-LINK_BITS = {113: L_SRC_MAC | L_ETHERTYPE, 276: L_SRC_MAC | L_ETHERTYPE, 104: L_ETHERTYPE, 51: L_ETHERTYPE}
+# link-layer bits by link type: SLL carries the packet type, the sender's MAC and a protocol type; C-HDLC and PPPoE a
+# type field
+LINK_BITS = {113: L_PKT_TYPE | L_SRC_MAC | L_ETHERTYPE, 276: L_PKT_TYPE | L_SRC_MAC | L_ETHERTYPE, 104: L_ETHERTYPE,
+             51: L_ETHERTYPE}
 
 
 @pytest.mark.parametrize("linktype,frame,src", [
@@ -244,6 +247,7 @@ def test_link_types(linktype, frame, src):
     assert row["layers"] == LINK_BITS.get(linktype, 0) | (L_IP4 if "." in src else L_IP6) | UDP_LAYERS
     if linktype in (113, 276):
         assert mac_to_str(row["src_mac"]) == MAC_A
+        assert row["pkt_type"] == 0        # scapy's default: PKT_HOST
 
 
 def test_unknown_link_type_keeps_raw_columns_only():

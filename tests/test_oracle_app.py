@@ -36,6 +36,15 @@ def _ipv4_text(value: int) -> str:
     return str(ipaddress.IPv4Address(int(value)))
 
 
+def _ipv4_half(value: int) -> str:
+    """An IPv4 address held as the schema's low half (IPv4-mapped), as tshark prints it."""
+    return _ipv4_text(int(value) & 0xFFFF_FFFF)
+
+
+def _mac_text(value: int) -> str:
+    return ":".join(f"{byte:02x}" for byte in int(value).to_bytes(6, "big"))
+
+
 def _lsa_header(name: str) -> Callable[[dict], str | None]:
     """Text of an ospf_lsa field of an LSA header; None for a request's entry, which has no header."""
     return lambda e: str(e[name]) if e["valid"] & OSPF_LSA_HEADER else None
@@ -102,6 +111,48 @@ ORACLES: dict[str, Oracle] = {
                   "ospf_lsa#checksum": (_lsa_header("checksum"), ("ospf.lsa.chksum",)),
                   "ospf_lsa#length": (_lsa_header("length"), ("ospf.lsa.length",))},
     ),
+    # BOOTP/DHCPv4 on UDP 67/68 (packet-dhcp.c); the options compared by code, as tshark lists them in order
+    # (pad left out, end included; with option 52 those in `file`, then in `sname`)
+    "dhcp4": Oracle(
+        display_filter="dhcp",
+        fields={"op": ("dhcp.type",), "htype": ("dhcp.hw.type",), "hlen": ("dhcp.hw.len",), "hops": ("dhcp.hops",),
+                "xid": ("dhcp.id",), "secs": ("dhcp.secs",), "flags": ("dhcp.flags",),
+                "ciaddr_lo": ("dhcp.ip.client",), "yiaddr_lo": ("dhcp.ip.your",), "siaddr_lo": ("dhcp.ip.server",),
+                "giaddr_lo": ("dhcp.ip.relay",), "chaddr": ("dhcp.hw.mac_addr",), "msg_type": ("dhcp.option.dhcp",),
+                "server_id_lo": ("dhcp.option.dhcp_server_id",),
+                "requested_ip_lo": ("dhcp.option.requested_ip_address",),
+                "lease_s": ("dhcp.option.ip_address_lease_time",), "overload": ("dhcp.option.option_overload",),
+                "router_lo": ("dhcp.option.router",), "dns_lo": ("dhcp.option.domain_name_server",)},
+        formats={**dict.fromkeys(("ciaddr_lo", "yiaddr_lo", "siaddr_lo", "giaddr_lo", "server_id_lo",
+                                  "requested_ip_lo", "router_lo", "dns_lo"), _ipv4_half), "chaddr": _mac_text},
+        # packet-dhcp.c gives the End option's dhcp.option.type the value 0 (255 is in dhcp.option.end)
+        children={"dhcp_opt": (lambda e: "0" if e["code"] == 255 else str(e["code"]), ("dhcp.option.type",))},
+        exclusions={
+            **dict.fromkeys(("suricata-verify/tests/dhcp-option-52-overload/input.pcap",
+                             "suricata-verify/tests/dhcp-option-52-overload-both/input.pcap"),
+                            "option overload: tshark lists the options of sname and file where option 52 stands, "
+                            "sname before file; the table lists them after the options field, file then sname "
+                            "(RFC 2132 section 9.3); tests/test_app_dhcp4.py compares these files region by "
+                            "region"),
+            **dict.fromkeys(("tcpdump/tests/bootp_asan.pcap", "tcpdump/tests/bootp_asan-2.pcap",
+                             "tcpdump/tests/rx_serviceid_oobr.pcap"),
+                            "fuzzed first fragments whose UDP length claims far more than was captured: tshark "
+                            "adds no BOOTP field to them ('DHCP/BOOTP truncated'), the table reads the fixed "
+                            "header's captured bytes (tests/test_app_dhcp4.py checks these files)")},
+    ),
+    # DHCPv6 on UDP 546/547 (packet-dhcpv6.c); a relay's type and hop count are the outermost's, the
+    # transaction id and IA addresses the inner message's (tshark lists the relays' first)
+    "dhcp6": Oracle(
+        display_filter="dhcpv6",
+        fields={"msg_type": ("dhcpv6.msgtype",), "hop_count": ("dhcpv6.hopcount",), "xid": ("dhcpv6.xid",),
+                "preference": ("dhcpv6.option_preference",)},
+        children={"dhcp6_ia#addr": (lambda e: _ip_text(e["addr_hi"], e["addr_lo"]),
+                                    ("dhcpv6.iaaddr.ip", "dhcpv6.iaprefix.pref_addr")),
+                  "dhcp6_ia#valid": (lambda e: str(e["valid_s"]),
+                                     ("dhcpv6.iaaddr.valid_lifetime", "dhcpv6.iaprefix.valid_lifetime")),
+                  "dhcp6_ia#prefix_len": (lambda e: str(e["prefix_len"]) if e["ia_type"] == 25 else None,
+                                          ("dhcpv6.iaprefix.pref_len",))},
+    ),
 }
 # files the specification names for a table: each must be a candidate (or say why not)
 NAMED: dict[str, dict[str, str | None]] = {
@@ -127,6 +178,12 @@ NAMED: dict[str, dict[str, str | None]] = {
         "networklessons/packet-captures/ospf-ttl-security-check.pcapng",
         "networklessons/packet-captures/ospfv3-authentication-trailer-hello.pcapng",
         "ndpi/tests/cfgs/default/pcap/ospfv2_add_new_prefix.pcap", "zeek/testing/btest/Traces/pbb.pcap")),
+    "dhcp4": dict.fromkeys((
+        "suricata-verify/tests/dhcp-option-52-overload/input.pcap",
+        "suricata-verify/tests/dhcp-option-52-overload-both/input.pcap", "tcpdump/tests/bootp_asan.pcap",
+        "tcpdump/tests/bootp_asan-2.pcap", "suricata/rust/src/dhcp/offer.pcap", "packetlife/pcaps/dhcp-auth.cap")),
+    "dhcp6": dict.fromkeys(("tcpdump/tests/dhcpv6-ia-na.pcap", "tcpdump/tests/dhcpv6-ia-pd.pcap",
+                            "tcpdump/tests/dhcpv6-ia-ta.pcap")),
 }
 
 

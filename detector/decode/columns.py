@@ -23,6 +23,7 @@ ROW: dict[str, int] = {name: names.index(name) for names in GROUP_NAMES.values()
 LAYERS = ROW["layers"]
 SRC_MAC, DST_MAC = ROW["src_mac"], ROW["dest_mac"]
 VLAN_OUTER, VLAN_INNER, ETHERTYPE = ROW["vlan_outer"], ROW["vlan_inner"], ROW["ethertype"]
+PKT_TYPE = ROW["pkt_type"]
 IP_VERSION, PROTO, TTL = ROW["ip_version"], ROW["proto"], ROW["ttl"]
 SRC_IP_HI, SRC_IP_LO = ROW["src_ip_hi"], ROW["src_ip_lo"]
 DST_IP_HI, DST_IP_LO = ROW["dest_ip_hi"], ROW["dest_ip_lo"]
@@ -47,7 +48,7 @@ FINGERPRINT = ROW["fingerprint"]
 
 # Columns that describe the link a frame was captured on; everything else is
 # network-layer and is cleared when a tunnel is removed.
-_LINK_COLUMNS = {"layers", "src_mac", "dest_mac", "vlan_outer", "vlan_inner", "ethertype", "fingerprint",
+_LINK_COLUMNS = {"layers", "src_mac", "dest_mac", "pkt_type", "vlan_outer", "vlan_inner", "ethertype", "fingerprint",
                  "msdu_count", "tunnel", "outer_src_ip_hi", "outer_src_ip_lo", "outer_dest_ip_hi", "outer_dest_ip_lo",
                  "outer_proto", "outer_src_port", "outer_dest_port"}
 NET_ROWS_U8, NET_ROWS_U16, NET_ROWS_U32, NET_ROWS_U64 = (

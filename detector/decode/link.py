@@ -17,6 +17,7 @@ from ..schema import (
     L_AMSDU,
     L_DST_MAC,
     L_ETHERTYPE,
+    L_PKT_TYPE,
     L_QINQ,
     L_SRC_MAC,
     L_TRUNCATED,
@@ -35,7 +36,7 @@ from ..schema import (
     LINKTYPE_PPP_HDLC,
     LINKTYPE_RAW,
 )
-from .columns import DST_MAC, ETHERTYPE, MSDU_COUNT, SRC_MAC, VLAN_INNER, VLAN_OUTER
+from .columns import DST_MAC, ETHERTYPE, MSDU_COUNT, PKT_TYPE, SRC_MAC, VLAN_INNER, VLAN_OUTER
 from .read import MAC_BYTES, mac, u8, u16, u32
 
 # ---- ethertypes (IEEE Registration Authority) ----------------------------------
@@ -100,6 +101,7 @@ PPP_PROTOCOL_END = 0x01       # RFC 1661 section 2: the protocol field's last by
 CHDLC_PROTOCOL = 2
 CHDLC_HEADER = 4
 # ---- Linux cooked captures (https://www.tcpdump.org/linktypes/LINKTYPE_LINUX_SLL.html, _SLL2.html) --
+SLL_PACKET_TYPE = 0           # 16 bits: PKT_HOST .. PKT_OUTGOING (schema: pkt_type)
 SLL_HATYPE = 2                # after the packet type
 SLL_ADDRESS_LENGTH = 4
 SLL_ADDRESS = 6               # 8 bytes, of which the address length are the address
@@ -107,6 +109,7 @@ SLL_PROTOCOL = 14
 SLL_HEADER = 16
 SLL2_PROTOCOL = 0
 SLL2_HATYPE = 8               # after the reserved bytes and the interface index
+SLL2_PACKET_TYPE = 10         # 8 bits
 SLL2_ADDRESS_LENGTH = 11      # after the packet type
 SLL2_ADDRESS = 12
 SLL2_HEADER = 20
@@ -448,6 +451,7 @@ def link(b, s, end, lt, i, c16, c64):
             header = SLL_HEADER
             if s + header > end:
                 return 0, s, layers | L_TRUNCATED
+            c16[PKT_TYPE, i] = u16(b, s + SLL_PACKET_TYPE)
             hatype = u16(b, s + SLL_HATYPE)
             addr_len = u16(b, s + SLL_ADDRESS_LENGTH)
             addr = s + SLL_ADDRESS
@@ -457,9 +461,11 @@ def link(b, s, end, lt, i, c16, c64):
             if s + header > end:
                 return 0, s, layers | L_TRUNCATED
             proto = u16(b, s + SLL2_PROTOCOL)
+            c16[PKT_TYPE, i] = u8(b, s + SLL2_PACKET_TYPE)
             hatype = u16(b, s + SLL2_HATYPE)
             addr_len = u8(b, s + SLL2_ADDRESS_LENGTH)
             addr = s + SLL2_ADDRESS
+        layers |= L_PKT_TYPE
         if addr_len == MAC_BYTES:
             c64[SRC_MAC, i] = mac(b, addr)
             layers |= L_SRC_MAC

@@ -41,9 +41,14 @@ F_MAXPAY = 16        # +side
 F_RETX = 18          # +side
 F_SEQEND = 20        # +side: highest sequence number reached (seq + payload), -1 unknown
 F_SYNSEQ = 22        # +side: sequence number of the side's first SYN without ACK, -1 none
-F_SYN_NS = 24        # time of the originator's first SYN, -1 none
-F_SYNACK = 25        # 1 once the responder's SYN-ACK followed that SYN
-F_RTT_NS = 26        # first SYN -> originator's ACK of the SYN-ACK, -1 none
+# The handshake's times (-1: not seen), from which view.py derives Wireshark's initial RTT (first SYN -> the
+# originator's ACK of the SYN-ACK) and its two legs as seen from the capture point: SYN -> SYN-ACK (the server's
+# side of the capture point) and SYN-ACK -> ACK (the client's). Each is recorded whatever came before it, so
+# merge.py can join a handshake cut across partitions.
+F_SYN_NS = 24        # the originator's first SYN (without ACK)
+F_SYNACK_NS = 25     # the responder's first SYN-ACK
+F_LASTSYN_NS = 26    # the originator's last SYN before that SYN-ACK (the one it answers; later than the first when
+                     # the SYN was retransmitted)
 F_STATE = 27         # +side: Zeek endpoint state (TCP_* below)
 F_PREV = 29          # +side: the state before the last change (Zeek's prev_state)
 F_ENDED = 31         # 1 after a RST, or a FIN from both sides
@@ -52,7 +57,10 @@ F_HLEN = 34
 F_FIRST_FLAGS = 35   # TCP flags of the first packet | FIRST_TCP when it had a TCP header
 F_FIRST_SEQ = 36
 F_FIRST_FROM_A = 37  # 1 when the first packet was sent by endpoint `a`
-NF = 38
+F_ACK_NS = 38        # the originator's first ACK without SYN after the first SYN-ACK
+F_ACK1_NS = 39       # the originator's first ACK without SYN at all (merge.py: the ACK of an earlier part's SYN-ACK)
+F_SYN_RETX = 40      # the originator's SYNs after its first (same sequence number: a new one starts a new flow)
+NF = 41
 
 FIRST_TCP = 0x10000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
@@ -231,8 +239,8 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
     F[row, F_SEQEND + 1] = -1
     F[row, F_SYNSEQ] = -1
     F[row, F_SYNSEQ + 1] = -1
-    F[row, F_SYN_NS] = -1
-    F[row, F_RTT_NS] = -1
+    for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS):
+        F[row, j] = -1
     F[row, F_FIRST_FLAGS] = (flags | FIRST_TCP) if tcp_ok else 0
     F[row, F_FIRST_SEQ] = seq
     F[row, F_FIRST_FROM_A] = from_a
@@ -291,13 +299,22 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
         F[row, F_MSS + side] = mss
     if syn and not has_ack and F[row, F_SYNSEQ + side] < 0:
         F[row, F_SYNSEQ + side] = seq
-    # handshake RTT as Wireshark's tcp.analysis.initial_rtt: first SYN -> ACK of the SYN-ACK
-    if syn and not has_ack and side == 0 and F[row, F_SYN_NS] < 0:
-        F[row, F_SYN_NS] = ts
-    elif syn and has_ack and side == 1 and F[row, F_SYN_NS] >= 0:
-        F[row, F_SYNACK] = 1
-    elif not syn and has_ack and side == 0 and F[row, F_SYNACK] == 1 and F[row, F_RTT_NS] < 0:
-        F[row, F_RTT_NS] = ts - F[row, F_SYN_NS]
+    # the handshake's times (F_SYN_NS .. F_SYN_RETX above)
+    if side == 0:
+        if syn and not has_ack:
+            if F[row, F_SYN_NS] < 0:
+                F[row, F_SYN_NS] = ts
+            else:
+                F[row, F_SYN_RETX] += 1
+            if F[row, F_SYNACK_NS] < 0:
+                F[row, F_LASTSYN_NS] = ts
+        elif not syn and has_ack:
+            if F[row, F_ACK1_NS] < 0:
+                F[row, F_ACK1_NS] = ts
+            if F[row, F_ACK_NS] < 0 and F[row, F_SYNACK_NS] >= 0:
+                F[row, F_ACK_NS] = ts
+    elif syn and has_ack and F[row, F_SYNACK_NS] < 0:
+        F[row, F_SYNACK_NS] = ts
     # Retransmission: a segment carrying payload that ends at or below the highest
     # sequence number the side already reached. A 1-byte segment ending exactly
     # there is a keep-alive (RFC 9293 3.8.4) or a repeated zero-window probe

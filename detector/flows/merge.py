@@ -120,6 +120,36 @@ def _compose_state(mine, mine_peer_closed, theirs):
     return np.where(later_silent | rst_after_close, mine, theirs)
 
 
+def _combine_handshake(out, mF, tF, same):
+    """The handshake times (kernel.F_SYN_NS ..) of a flow whose earlier part is mF and later part tF.
+
+    Each time is the earlier part's when it has one, else the later part's;
+    the later part's ACK after "the first SYN-ACK" is its first ACK at all
+    when the SYN-ACK was in the earlier part; the last SYN before the SYN-ACK
+    comes from the later part while the earlier one had no SYN-ACK.
+    A later part's SYN is a retransmission of an earlier one's.
+    """
+    if not len(out):
+        return
+    # a flipped later part saw the roles reversed; its handshake times then describe the other side's
+    # packets, which a handshake never has: nothing to take from it
+    t = np.where(same[:, None], tF, -1)
+
+    def first(field):
+        return np.where(mF[:, field] >= 0, mF[:, field], t[:, field])
+
+    out[:, k.F_SYN_NS] = first(k.F_SYN_NS)
+    out[:, k.F_SYNACK_NS] = first(k.F_SYNACK_NS)
+    out[:, k.F_ACK1_NS] = first(k.F_ACK1_NS)
+    earlier_synack = mF[:, k.F_SYNACK_NS] >= 0
+    out[:, k.F_ACK_NS] = np.where(mF[:, k.F_ACK_NS] >= 0, mF[:, k.F_ACK_NS],
+                                  np.where(earlier_synack, t[:, k.F_ACK1_NS], t[:, k.F_ACK_NS]))
+    later_syn = np.where(t[:, k.F_LASTSYN_NS] >= 0, t[:, k.F_LASTSYN_NS], mF[:, k.F_LASTSYN_NS])
+    out[:, k.F_LASTSYN_NS] = np.where(earlier_synack, mF[:, k.F_LASTSYN_NS], later_syn)
+    resent = (mF[:, k.F_SYN_NS] >= 0) & (t[:, k.F_SYN_NS] >= 0)
+    out[:, k.F_SYN_RETX] = mF[:, k.F_SYN_RETX] + np.where(same, tF[:, k.F_SYN_RETX], 0) + resent
+
+
 def _combine(mF, mH, tF, tH):
     """Earlier open flows + their continuation in the later table, with the earlier one's direction."""
     out = mF.copy()
@@ -144,9 +174,7 @@ def _combine(mF, mH, tF, tH):
         out[:, k.F_STATE + side] = _compose_state(mF[:, k.F_STATE + side], peer_closed, theirs(k.F_STATE, side))
     out[:, k.F_FIRST_NS] = np.minimum(mF[:, k.F_FIRST_NS], tF[:, k.F_FIRST_NS])
     out[:, k.F_LAST_NS] = np.maximum(mF[:, k.F_LAST_NS], tF[:, k.F_LAST_NS])
-    no_rtt = out[:, k.F_RTT_NS] < 0
-    later_rtt = (tF[:, k.F_RTT_NS] >= 0) & (mF[:, k.F_SYN_NS] < 0)
-    out[:, k.F_RTT_NS] = np.where(no_rtt & later_rtt, tF[:, k.F_RTT_NS], out[:, k.F_RTT_NS])
+    _combine_handshake(out, mF, tF, same)
     s0, s1 = out[:, k.F_STATE], out[:, k.F_STATE + 1]
     out[:, k.F_ENDED] = ((s0 == k.TCP_RESET) | (s1 == k.TCP_RESET) |
                          ((s0 == k.TCP_CLOSED) & (s1 == k.TCP_CLOSED)) | (mF[:, k.F_ENDED] == 1)).astype(np.int64)

@@ -50,7 +50,8 @@ FLOW_COLUMNS: dict[str, type] = {
     "src_mss": np.uint16, "dest_mss": np.uint16,
     "src2dst_max_payload_bytes": np.int64, "dst2src_max_payload_bytes": np.int64,
     "src2dst_retransmits": np.int64, "dst2src_retransmits": np.int64,
-    "handshake_rtt_ms": np.float64, "state": object, "history": object,
+    "handshake_rtt_ms": np.float64, "handshake_syn_synack_ms": np.float64, "handshake_synack_ack_ms": np.float64,
+    "syn_retransmits": np.int64, "state": object, "history": object,
     "vlan": np.uint16, "first_frame": np.int64,
 }
 
@@ -84,8 +85,7 @@ def flow_columns(F, H, K) -> dict:
         out[f"{prefix}_max_payload_bytes"] = F[:, k.F_MAXPAY + side]
         out[f"{prefix}_retransmits"] = F[:, k.F_RETX + side]
     out["src_mss"], out["dest_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
-    rtt = F[:, k.F_RTT_NS]
-    out["handshake_rtt_ms"] = np.where(rtt >= 0, rtt / 1e6, np.nan)
+    out.update(handshake_columns(F))
     out["history"] = _history_codes(H, F[:, k.F_HLEN])
     out["state"] = _conn_states(F, proto, out["history"])
     out["vlan"] = F[:, k.F_VLAN]
@@ -94,6 +94,25 @@ def flow_columns(F, H, K) -> dict:
                                              out["dest_ip_lo"], proto, out["src_port"], out["dest_port"])
     return {name: out[name] if isinstance(out[name], TextCodes) else np.asarray(out[name]).astype(dtype, copy=False)
             for name, dtype in FLOW_COLUMNS.items()}
+
+
+def handshake_columns(F) -> dict[str, np.ndarray]:
+    """Wireshark's initial RTT (tcp.analysis.initial_rtt: first SYN -> the originator's ACK of the SYN-ACK) and
+    its two legs as seen from the capture point, in ms (NaN where the handshake was not seen whole, in order);
+    the SYNs the originator sent again.
+
+    SYN -> SYN-ACK runs from the SYN the SYN-ACK answers (the last one before
+    it) and is the server's side of the capture point; SYN-ACK -> ACK is the
+    client's. A capture near the client shows a slow server as a long first
+    leg, one near the server a slow client (or path) as a long second leg.
+    """
+    syn, last_syn, synack, ack = F[:, k.F_SYN_NS], F[:, k.F_LASTSYN_NS], F[:, k.F_SYNACK_NS], F[:, k.F_ACK_NS]
+    whole = (syn >= 0) & (synack >= syn) & (ack >= synack)
+    answered = (last_syn >= 0) & (synack >= last_syn)
+    return {"handshake_rtt_ms": np.where(whole, (ack - syn) / 1e6, np.nan),
+            "handshake_syn_synack_ms": np.where(answered, (synack - last_syn) / 1e6, np.nan),
+            "handshake_synack_ack_ms": np.where(whole, (ack - synack) / 1e6, np.nan),
+            "syn_retransmits": F[:, k.F_SYN_RETX]}
 
 
 def text_columns(cols: dict, coded: bool = False) -> dict:

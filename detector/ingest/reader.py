@@ -24,14 +24,19 @@ import struct
 import numpy as np
 
 from ..capfile import (
+    BT_IDB,
     BT_SHB,
     DEFAULT_TSRESOL,
     IDB_MIN,
+    ISB_COUNTERS,
+    ISB_MIN,
     LINKTYPE_MASK,
     OPT_ENDOFOPT,
     OPT_IF_NAME,
     OPT_IF_TSOFFSET,
     OPT_IF_TSRESOL,
+    OPT_ISB_ENDTIME,
+    OPT_ISB_STARTTIME,
     PCAP_FILE_HEADER,
     PCAP_VERSION,
     PCAPNG_BOM,
@@ -66,6 +71,9 @@ MIN_RECORD = 16
 MAX_LINKTYPE = 0xFFFF       # RAW_COLUMNS stores link types as uint16
 # iface numbers are uint16 across all sections of a file
 MAX_INTERFACES = 1 << 16
+# Interface statistics blocks kept per file (dumpcap writes one per interface at the end, some writers one
+# every few seconds); the rest are counted and said in a warning: each is a few hundred bytes of Python
+MAX_INTERFACE_STATS = 1 << 16
 # A section's interface table starts with room for this many and doubles when full.
 INTERFACE_ROWS = 8
 UINT64_MAX = (1 << 64) - 1
@@ -139,6 +147,21 @@ def _options(body, order: str):
         i += 4 + ((length + 3) & ~3)
 
 
+def interface_totals(interfaces: list[dict], stats: list[dict]) -> list[dict]:
+    """Each interface's last statistics (its counters are totals since the capture began), in interface order.
+
+    One entry per interface that has statistics: its number, name, and the
+    counters as of its last block (None where no block gave one), as
+    Wireshark's capture file properties show them.
+    """
+    last: dict[int, dict] = {}
+    for record in stats:
+        merged = last.setdefault(record["interface"], dict(record))
+        merged.update({key: value for key, value in record.items() if value is not None})
+    return [{"interface": gid, "name": interfaces[gid]["name"], **{k: v for k, v in record.items() if k != "interface"}}
+            for gid, record in sorted(last.items())]
+
+
 class CaptureReader:
     """Iterate over a capture as RawBatches; see the package docstring for the error policy."""
 
@@ -153,6 +176,9 @@ class CaptureReader:
         self.size = self._src.size
         self.format: str | None = None      # "pcap" or "pcapng" once the magic is known
         self.interfaces: list[dict] = []
+        # the pcapng interface statistics blocks, in file order (see _read_isb)
+        self.interface_stats: list[dict] = []
+        self._stats_dropped = 0
         self.warnings: list[str] = []
         self.packets = 0
         self.bytes = 0
@@ -376,6 +402,67 @@ class CaptureReader:
         self._pos += blen
         return True
 
+    def _read_isb(self, blen: int) -> None:
+        """Parse the interface statistics block at _pos (complete, lengths checked) into interface_stats.
+
+        Its counters (isb_ifrecv, isb_ifdrop, isb_filteraccept, isb_osdrop,
+        isb_usrdeliv) count from the start of the capture on that interface,
+        as of the block's time, and a counter the writer did not know is
+        absent (None), never 0. A damaged block costs its statistics, with a
+        warning naming its offset, not the packets after it: its length was
+        checked, so the walk goes on past it.
+        """
+        order = ">" if self._big else "<"
+        start = self._pos
+        block = self._view(blen)
+        self._pos += blen
+        if blen < ISB_MIN:
+            self._warn(f"interface statistics block of {blen} bytes, shorter than its fixed fields "
+                       f"({ISB_MIN}); passed over", start)
+            return
+        local, high, low = struct.unpack_from(order + "III", block, 8)
+        ifs = self._section_ifs
+        if local >= len(ifs):
+            described = f"{len(ifs)} interface" + ("" if len(ifs) == 1 else "s")
+            self._warn(f"interface statistics for interface {local}, but this section describes {described}; "
+                       "passed over", start)
+            return
+        gid = ifs.gids[local]
+        record = {"interface": gid, "time_ns": self._interface_ns(gid, (high << 32) | low),
+                  "start_ns": None, "end_ns": None, **dict.fromkeys(ISB_COUNTERS.values())}
+        try:
+            for code, value in _options(block[ISB_MIN - 4:blen - 4], order):
+                if code in ISB_COUNTERS and len(value) == 8:
+                    record[ISB_COUNTERS[code]] = struct.unpack(order + "Q", value)[0]
+                elif code in (OPT_ISB_STARTTIME, OPT_ISB_ENDTIME) and len(value) == 8:
+                    high, low = struct.unpack(order + "II", value)
+                    record["start_ns" if code == OPT_ISB_STARTTIME else "end_ns"] = \
+                        self._interface_ns(gid, (high << 32) | low)
+        except ValueError as exc:
+            self._warn(f"interface statistics block damaged: {exc}; passed over", start)
+            return
+        if len(self.interface_stats) < MAX_INTERFACE_STATS:
+            self.interface_stats.append(record)
+        else:
+            if not self._stats_dropped:
+                self._warn(f"more than {MAX_INTERFACE_STATS:,} interface statistics blocks; the rest are not "
+                           "kept", start)
+            self._stats_dropped += 1
+
+    def _interface_ns(self, gid: int, units: int) -> int:
+        """A time in interface `gid`'s units (if_tsresol, if_tsoffset) as ns since the epoch, exactly."""
+        interface = self.interfaces[gid]
+        resolution = interface["tsresol"]
+        if resolution & 0x80:
+            ns = (units * NS) >> (resolution & 0x7F)
+        else:
+            ns = units * NS // 10 ** resolution if resolution <= 9 else units // 10 ** (resolution - 9)
+        return ns + interface["tsoffset_s"] * NS
+
+    def _warn(self, reason: str, pos: int) -> None:
+        """Damage that costs no packet: a warning naming the offset; reading goes on."""
+        self.warnings.append(str(CaptureError(self.path, reason, self._offset(pos))))
+
     # ---- records ---------------------------------------------------------
     def _walk_arrays(self, limit: int):
         """Output arrays for a walk of up to `limit` records, reused from batch to batch.
@@ -388,7 +475,8 @@ class CaptureReader:
         if self._scratch is None or len(self._scratch[0]) < limit:
             self._scratch = (np.empty(limit, dtype=np.int64), np.empty(limit, dtype=np.uint32),
                              np.empty(limit, dtype=np.uint32), np.empty(limit, dtype=np.int64),
-                             np.empty(limit, dtype=np.uint16), np.empty(limit, dtype=np.uint16))
+                             np.empty(limit, dtype=np.uint16), np.empty(limit, dtype=np.uint16),
+                             np.empty(limit, dtype=np.uint32))
         return self._scratch
 
     def _next_batch(self) -> RawBatch | None:
@@ -432,7 +520,7 @@ class CaptureReader:
         A mapped file's batch spans at most MAP_WINDOW_BYTES from `first`,
         unless its first record alone is larger.
         """
-        off, cap, wire, ts, iface, linktype = arrays
+        off, cap, wire, ts, iface, linktype, flags = arrays
         end = self._end
         if self._map is not None:
             end = min(end, first + MAP_WINDOW_BYTES)
@@ -444,7 +532,7 @@ class CaptureReader:
                 ifs = self._section_ifs
                 total, stop, why, code, value, self._last_ts, overflow_at = W.walk_pcapng(
                     self._buf, self._pos, end, self._big, ifs.ints, ifs.u64s, len(ifs), self._last_ts,
-                    off, cap, wire, ts, iface, linktype, n, limit)
+                    off, cap, wire, ts, iface, linktype, flags, n, limit)
                 if overflow_at >= 0:
                     self._warn_time_overflow(overflow_at)
             if total or why != W.NEED_MORE or end == self._end:
@@ -488,11 +576,15 @@ class CaptureReader:
         return True     # no byte-order magic: damage, told without reading further
 
     def _special(self) -> None:
-        """An SHB or a complete, length-checked IDB at _pos."""
+        """An SHB, or a complete, length-checked IDB or ISB at _pos."""
         if self._u32_at(0, "<") == BT_SHB:
             self._read_shb(first=False)
+            return
+        order = ">" if self._big else "<"
+        if self._u32_at(0, order) == BT_IDB:
+            self._read_idb(self._u32_at(4, order))
         else:
-            self._read_idb(self._u32_at(4, ">" if self._big else "<"))
+            self._read_isb(self._u32_at(4, order))
 
     def _finish(self) -> None:
         left = self._end - self._pos
@@ -503,7 +595,7 @@ class CaptureReader:
             self._damage(f"capture cut short: {left} bytes of an incomplete last {unit}")
         self._done = True
 
-    def _batch(self, n, off, cap, wire, ts, iface, linktype) -> RawBatch:
+    def _batch(self, n, off, cap, wire, ts, iface, linktype, flags) -> RawBatch:
         lo = int(off[0])
         hi = int(off[n - 1]) + int(cap[n - 1])
         pcap = self.format == "pcap"      # one interface, one link type: the walk leaves those to us
@@ -515,6 +607,7 @@ class CaptureReader:
             "ts_ns": ts[:n].copy(),
             "iface": np.zeros(n, dtype=np.uint16) if pcap else iface[:n].copy(),
             "linktype": np.full(n, self._linktype, dtype=np.uint16) if pcap else linktype[:n].copy(),
+            "epb_flags": np.zeros(n, dtype=np.uint32) if pcap else flags[:n].copy(),
         }
         self._next_frame += n
         self.packets += n

@@ -20,7 +20,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..capfile import BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, MIN_BLOCK, MIN_EPB, MIN_OPB, MIN_SPB, PCAP_RECORD_HEADER
+from ..capfile import (
+    BT_EPB,
+    BT_IDB,
+    BT_ISB,
+    BT_OPB,
+    BT_SHB,
+    BT_SPB,
+    MIN_BLOCK,
+    MIN_EPB,
+    MIN_OPB,
+    MIN_SPB,
+    OPT_ENDOFOPT,
+    OPT_PACKET_FLAGS,
+    PCAP_RECORD_HEADER,
+)
 from ..cpu import kernel, prefetch
 from ..schema import MAX_CAPLEN
 from ..units import NS
@@ -209,15 +223,30 @@ def ts_exact(units, kind, factor, shift, offset_s):
     return (s + 1) * NS + (frac - NS), False
 
 
+@njit(_nrt=False)
+def _packet_flags(buf, p, end, big):
+    """The flags option (code 2, 32 bits: epb_flags, or the obsolete block's pack_flags) among the options
+    in buf[p:end]; 0 without one. An option that runs past its block ends the search: the packet stands."""
+    while p + 4 <= end:
+        code = _u16(buf, p, big)
+        length = np.int64(_u16(buf, p + 2, big))
+        if code == OPT_ENDOFOPT or p + 4 + length > end:
+            return np.uint32(0)
+        if code == OPT_PACKET_FLAGS and length == 4:
+            return _u32(buf, p + 4, big)
+        p += 4 + ((length + 3) & ~np.int64(3))
+    return np.uint32(0)
+
+
 @kernel("(u1[::1], i8, i8, b1, i8[:, ::1], u8[:, ::1], i8, i8, i8[::1], u4[::1], u4[::1], i8[::1], "
-        "u2[::1], u2[::1], i8, i8)", nogil=True)
+        "u2[::1], u2[::1], u4[::1], i8, i8)", nogil=True)
 def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_cap, out_wire, out_ts,
-                out_if, out_lt, n, limit):
+                out_if, out_lt, out_flags, n, limit):
     """Walk pcapng blocks in buf[pos:end] of one section (byte order `big`) into out_*[n:limit].
 
-    Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB and
-    IDB are skipped by length; SHB and IDB stop the walk (SPECIAL) for Python
-    to parse. The first n_if rows of if_int and if_u64 (columns IF_*)
+    Packet blocks (EPB, SPB, OPB) become records; blocks other than SHB, IDB
+    and ISB are skipped by length; those three stop the walk (SPECIAL) for
+    Python to parse. The first n_if rows of if_int and if_u64 (columns IF_*)
     describe the section's interfaces. last_ts is the time given to a simple
     packet block, which carries none.
     Returns (records in out_* now, stop position, reason, damage code, value,
@@ -252,7 +281,7 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             return n, pos, NEED_MORE, 0, np.int64(0), last_ts, overflow_at
         if np.int64(_u32(buf, pos + blen - 4, big)) != blen:
             return n, pos, DAMAGED, BLOCK_LEN_MISMATCH, np.int64(blen), last_ts, overflow_at
-        if btype == BT_IDB:
+        if btype == BT_IDB or btype == BT_ISB:
             return n, pos, SPECIAL, 0, np.int64(0), last_ts, overflow_at
         if btype == BT_EPB or btype == BT_OPB:
             if btype == BT_EPB:
@@ -282,6 +311,7 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             out_ts[n] = last_ts
             out_if[n] = if_int[iface, IF_GID]
             out_lt[n] = if_int[iface, IF_LINKTYPE]
+            out_flags[n] = _packet_flags(buf, pos + 28 + ((np.int64(caplen) + 3) & ~np.int64(3)), pos + blen - 4, big)
             n += 1
         elif btype == BT_SPB:
             if n_if == 0:
@@ -301,5 +331,6 @@ def walk_pcapng(buf, pos, end, big, if_int, if_u64, n_if, last_ts, out_off, out_
             out_ts[n] = last_ts
             out_if[n] = if_int[0, IF_GID]
             out_lt[n] = if_int[0, IF_LINKTYPE]
+            out_flags[n] = 0
             n += 1
         pos += blen

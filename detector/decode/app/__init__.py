@@ -41,6 +41,8 @@ TABLES: dict[str, str] = {
     "vrrp": "vrrp",
     "rip": "rip",
     "ospf": "ospf",
+    "dhcp4": "dhcp4",
+    "dhcp6": "dhcp6",
 }
 
 

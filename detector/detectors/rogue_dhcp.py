@@ -1,0 +1,574 @@
+"""rogue-dhcp: DHCP servers that should not be answering, and DHCP storms.
+
+A DHCP server tells every client that asks which address, router and DNS
+servers to use; a second server on the segment (a home router plugged into
+a wall socket, an attacker's dhcpd) hands out its own, and the clients that
+hear it first follow it (seed 004's campus ran DHCP snooping against exactly
+this, logging an illegal server at most once a minute). This rule reads the
+server messages of the `dhcp4` and `dhcp6` application tables: DHCPv4
+OFFER, ACK and NAK sent from port 67, DHCPv6 ADVERTISE, REPLY and
+RECONFIGURE sent from port 547, bare or inside a RELAY-REPL.
+
+A server is known by its identity on one VLAN: the DHCPv4 server identifier
+(option 54; else the source address), the DHCPv6 server DUID (else the
+source address). A relay agent forwards a server's replies from its own
+address and MAC, with the server identifier (DUID) unchanged, so a relayed
+server stays one server whichever relay or path its replies take; its MACs
+are reported, not keyed on. Per server the state keeps what it offered
+(routers and DNS servers, lease times) and to whom (the addresses it gave,
+yiaddr or the IA addresses, with the client's MAC).
+
+Severity of a server's finding (ntopng src/flow_checks/UnexpectedDHCPServer.cpp
+for the site list, include/ntop_defines.h DHCP_STORM_PPS_THSHOLD for the storm):
+
+- with the site file's `dhcp_servers`: a server matching none of them (by
+  server identifier, source address, MAC or DUID): high; one that matches: info;
+- without it: a second server of the same IP version answering on one VLAN
+  within `window_s` of another: medium, high when both offered routers (or
+  DNS servers) and these differ; servers of one VLAN that never answered
+  within `window_s` of each other: medium too (a replaced server, a failover
+  pair, or a rogue that came and went: the site file tells which); a server
+  alone on its VLAN: info;
+- more than `storm_pps` DHCP messages (all of both tables, any type) in one
+  second: a storm, medium.
+
+State: one row per server, per (server, offer) and per (server, client
+address), and per second of DHCP traffic, merged like the other detectors'
+tables (counts summed, earliest first, latest last), bounded by MAX_* (the
+rows first seen are kept, the others counted).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..decode import app
+from ..decode.addr import mac_to_str
+from ..decode.app import dhcp4 as v4
+from ..decode.app import dhcp6 as v6
+from ..findings import Finding, iso_time
+from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
+from ..site import parse_mac
+from ..units import NS
+from .base import (
+    ALERT_SECONDS,
+    COUNT,
+    AnalysisContext,
+    Detector,
+    Param,
+    check_merge,
+    evidence_frames,
+    fold_rows,
+    ip_text,
+    mix64,
+    register,
+)
+
+NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
+NO_LEASE_MIN, NO_LEASE_MAX = np.uint32(0xFFFF_FFFF), np.uint32(0)
+DUID_NAMES = {1: "DUID-LLT", 2: "DUID-EN", 3: "DUID-LL", 4: "DUID-UUID"}
+
+# Rows kept. A VLAN has one or two DHCP servers; a flood of spoofed server identifiers keeps the first seen and
+# counts the others (each server kept is a finding). Offers: a server hands out one router/DNS set per scope;
+# clients: one row per address given, a campus's leases.
+MAX_SERVERS = 4096
+MAX_OFFERS = 65_536
+MAX_CLIENTS = 262_144
+# Seconds of DHCP traffic counted for the storm test: a week of capture; past it the busiest seconds are kept
+MAX_SECONDS = 604_800
+# Listed in a finding's message; its evidence lists up to IN_EVIDENCE of each
+LISTED = 4
+IN_EVIDENCE = 64
+
+SERVER_COLUMNS = {
+    "key": np.uint64, "link": np.uint32, "family": np.uint8, "id_hi": np.uint64, "id_lo": np.uint64,
+    "has_duid": np.bool_, "duid_hash": np.uint64, "duid_type": np.uint16, "duid_mac": np.uint64,
+    "has_duid_mac": np.bool_, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "src_mac": np.uint64,
+    "has_mac": np.bool_, "mac_min": np.uint64, "mac_max": np.uint64, "src_port": np.uint16,
+    "messages": np.int64, "offers": np.int64, "acks": np.int64, "naks": np.int64, "reconfigures": np.int64,
+    "relayed": np.int64, "lease_min": np.uint32, "lease_max": np.uint32,
+    "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64,
+}
+SERVER_REDUCE = {"messages": np.add, "offers": np.add, "acks": np.add, "naks": np.add, "reconfigures": np.add,
+                 "relayed": np.add, "mac_min": np.minimum, "mac_max": np.maximum, "lease_min": np.minimum,
+                 "lease_max": np.maximum, "last_ns": np.maximum, "first_frame": np.minimum,
+                 "last_frame": np.maximum}
+OFFER_COLUMNS = {
+    "key": np.uint64, "server": np.uint64, "has_router": np.bool_, "router_lo": np.uint64,
+    "router_count": np.uint8, "has_dns": np.bool_, "dns_hi": np.uint64, "dns_lo": np.uint64, "dns_count": np.uint8,
+    "count": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64,
+}
+OFFER_REDUCE = {"count": np.add, "router_count": np.maximum, "dns_count": np.maximum, "last_ns": np.maximum,
+                "first_frame": np.minimum, "last_frame": np.maximum}
+CLIENT_COLUMNS = {
+    "key": np.uint64, "server": np.uint64, "addr_hi": np.uint64, "addr_lo": np.uint64, "client_mac": np.uint64,
+    "has_client_mac": np.bool_, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
+    "first_frame": np.int64,
+}
+CLIENT_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum}
+SECOND_COLUMNS = {"key": np.int64, "count": np.int64, "first_ns": np.int64, "first_frame": np.int64,
+                  "last_frame": np.int64}
+SECOND_REDUCE = {"count": np.add, "first_frame": np.minimum, "last_frame": np.maximum}
+
+V4_SERVER_TYPES = (v4.OFFER, v4.ACK, v4.NAK)
+V6_SERVER_TYPES = (v6.ADVERTISE, v6.REPLY, v6.RECONFIGURE)
+
+
+def _empty(columns: dict) -> dict:
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+def _bounded(rows: dict, limit: int, by: str = "first_ns") -> tuple[dict, int]:
+    """The `limit` rows first seen (or, for `by`="count", the busiest), and how many were dropped."""
+    extra = len(rows["key"]) - limit
+    if extra <= 0:
+        return rows, 0
+    order = np.argsort(-rows["count"], kind="stable") if by == "count" else np.argsort(rows["first_ns"],
+                                                                                       kind="stable")
+    keep = np.sort(order[:limit])
+    return {name: col[keep] for name, col in rows.items()}, extra
+
+
+def _typed(rows: dict, columns: dict) -> dict:
+    return {name: np.asarray(col).astype(columns[name]) for name, col in rows.items()}
+
+
+def fnv1a(data: bytes) -> int:
+    """The dhcp6 table's DUID hash (detector.decode.app.dhcp4.fnv1a) of `data`, in Python."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFF_FFFF_FFFF_FFFF
+    return h
+
+
+def _link(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """The (VLAN, inner VLAN) of each row as one number: servers are compared within one link only."""
+    layers = batch["layers"][rows]
+    outer = np.where((layers & np.uint32(L_VLAN)) != 0, batch["vlan_outer"][rows], 0).astype(np.uint32)
+    inner = np.where((layers & np.uint32(L_QINQ)) != 0, batch["vlan_inner"][rows], 0).astype(np.uint32)
+    return (outer << np.uint32(16)) | inner
+
+
+def _vlan_text(link: int) -> str:
+    """VLAN 10, VLAN 10.20 (QinQ), or "no VLAN" for untagged frames."""
+    if link == 0:
+        return "no VLAN"
+    return f"VLAN {link >> 16}" + (f".{link & 0xFFFF}" if link & 0xFFFF else "")
+
+
+@register
+class RogueDhcp(Detector):
+    rule_id = "rogue-dhcp"
+    APP_TABLES = ("dhcp4", "dhcp6")
+    PARAMS = {
+        "window_s": Param(float, 60.0, "seconds within which two servers answering on one VLAN compete",
+                          ALERT_SECONDS,
+                          "Clients take the first offer they hear: two servers answering within this window both "
+                          "reach clients. Longer catches a rogue that answers rarely; shorter tells a replaced "
+                          "server from a competing one more often. Either way a second server is medium; only "
+                          "competing servers with different routers or DNS are high."),
+        "storm_pps": Param(int, 2048, "DHCP messages in one second above which it is a storm", COUNT,
+                           "ntopng's DHCP_STORM_PPS_THSHOLD. A network booting thousands of clients at once can "
+                           "come near it; lower it on a small segment."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 60.0, "least seconds between two events about one server", ALERT_SECONDS,
+                            "Seed 004's switches log an illegal DHCP server at most once a minute "
+                            "(illegal_server_log_suppress_duration 1min); shorter repeats every offer."),
+        "resolve_s": Param(float, 600.0, "seconds without a message from the server before it is resolved",
+                           ALERT_SECONDS,
+                           "A server speaks only when clients ask; a shorter interval resolves a rogue that is "
+                           "still plugged in but unasked."),
+    }
+
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
+        self.servers = _empty(SERVER_COLUMNS)
+        self.offers = _empty(OFFER_COLUMNS)
+        self.clients = _empty(CLIENT_COLUMNS)
+        self.seconds = _empty(SECOND_COLUMNS)
+        self.dropped = {"servers": 0, "offers": 0, "clients": 0, "seconds": 0}
+
+    # ---- update -----------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        t4, t6 = app.table(batch, "dhcp4"), app.table(batch, "dhcp6")
+        self._count_seconds(batch, np.concatenate([t4["row"], t6["row"]]))
+        self._add_v4(batch, t4)
+        self._add_v6(batch, t6)
+
+    def _count_seconds(self, batch, rows) -> None:
+        if len(rows) == 0:
+            return
+        ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
+        second = ts // NS
+        new = _typed({"key": second, "count": np.ones(len(rows), dtype=np.int64), "first_ns": second * NS,
+                      "first_frame": frame, "last_frame": frame}, SECOND_COLUMNS)
+        self._fold("seconds", new, SECOND_REDUCE, MAX_SECONDS, by="count")
+
+    def _sources(self, batch, rows):
+        layers = batch["layers"][rows]
+        has_mac = (layers & np.uint32(L_SRC_MAC)) != 0
+        mac = np.where(has_mac, batch["src_mac"][rows], np.uint64(0))
+        return batch["src_ip_hi"][rows], batch["src_ip_lo"][rows], mac, has_mac
+
+    def _add_v4(self, batch, tab) -> None:
+        rows_all = tab["row"]
+        server = (tab.valid("msg_type") & np.isin(tab["msg_type"], V4_SERVER_TYPES) & tab.valid("op")
+                  & (tab["op"] == v4.BOOTREPLY) & (batch["src_port"][rows_all] == v4.SERVER_PORT))
+        m = np.flatnonzero(server)
+        if len(m) == 0:
+            return
+        rows = rows_all[m]
+        src_hi, src_lo, mac, has_mac = self._sources(batch, rows)
+        has_id = tab.valid("server_id_lo")[m]
+        id_hi = np.where(has_id, tab["server_id_hi"][m], src_hi)
+        id_lo = np.where(has_id, tab["server_id_lo"][m], src_lo)
+        link = _link(batch, rows)
+        key = mix64(link, np.full(len(m), 4), id_hi, id_lo)
+        kind = tab["msg_type"][m]
+        relayed = tab.valid("giaddr_lo")[m] & ((tab["giaddr_lo"][m] & np.uint64(0xFFFF_FFFF)) != 0)
+        has_lease = tab.valid("lease_s")[m]
+        lease = tab["lease_s"][m]
+        zeros = np.zeros(len(m), dtype=np.uint64)
+        self._add_servers(batch, rows, key, link, 4, id_hi, id_lo, np.zeros(len(m), bool), zeros, zeros, zeros,
+                          np.zeros(len(m), bool), src_hi, src_lo, mac, has_mac, kind == v4.OFFER,
+                          kind == v4.ACK, kind == v4.NAK, np.zeros(len(m), bool), relayed,
+                          np.where(has_lease, lease, NO_LEASE_MIN), np.where(has_lease, lease, NO_LEASE_MAX))
+        self._add_offers(batch, rows, key, tab.valid("router_lo")[m], tab["router_lo"][m], tab["router_count"][m],
+                         tab.valid("dns_lo")[m], tab["dns_hi"][m], tab["dns_lo"][m], tab["dns_count"][m])
+        given = tab.valid("yiaddr_lo")[m] & ((tab["yiaddr_lo"][m] & np.uint64(0xFFFF_FFFF)) != 0) & (kind != v4.NAK)
+        g = np.flatnonzero(given)
+        self._add_clients(batch, rows[g], key[g], tab["yiaddr_hi"][m][g], tab["yiaddr_lo"][m][g],
+                          tab["chaddr"][m][g], tab.valid("chaddr")[m][g])
+
+    def _add_v6(self, batch, tab) -> None:
+        rows_all = tab["row"]
+        kind = np.where(tab.valid("inner_type") & (tab["msg_type"] == v6.RELAY_REPL), tab["inner_type"],
+                        tab["msg_type"])
+        server = (tab.valid("msg_type") & np.isin(kind, V6_SERVER_TYPES)
+                  & (batch["src_port"][rows_all] == v6.SERVER_PORT))
+        m = np.flatnonzero(server)
+        if len(m) == 0:
+            return
+        rows = rows_all[m]
+        kind = kind[m]
+        src_hi, src_lo, mac, has_mac = self._sources(batch, rows)
+        has_duid = tab.valid("server_duid_hash")[m]
+        duid = tab["server_duid_hash"][m]
+        link = _link(batch, rows)
+        zero = np.zeros(len(m), dtype=np.uint64)
+        key = mix64(link, np.full(len(m), 6), np.where(has_duid, duid, zero), np.where(has_duid, zero, src_hi),
+                    np.where(has_duid, zero, src_lo), has_duid)
+        relayed = tab["msg_type"][m] == v6.RELAY_REPL
+        self._add_servers(batch, rows, key, link, 6, src_hi, src_lo, has_duid, duid, tab["server_duid_type"][m],
+                          tab["server_mac"][m], tab.valid("server_mac")[m], src_hi, src_lo, mac, has_mac,
+                          kind == v6.ADVERTISE, kind == v6.REPLY, np.zeros(len(m), bool), kind == v6.RECONFIGURE,
+                          relayed, np.full(len(m), NO_LEASE_MIN), np.full(len(m), NO_LEASE_MAX))
+        self._add_offers(batch, rows, key, np.zeros(len(m), bool), zero, np.zeros(len(m), np.uint8),
+                         tab.valid("dns_lo")[m], tab["dns_hi"][m], tab["dns_lo"][m], tab["dns_count"][m])
+        child = tab.children["dhcp6_ia"]
+        position = np.full(len(tab), -1, dtype=np.int64)
+        position[m] = np.arange(len(m))
+        owner = position[child["parent"]]
+        e = np.flatnonzero((owner >= 0) & child.valid("addr_lo"))
+        o = owner[e]
+        self._add_clients(batch, rows[o], key[o], child["addr_hi"][e], child["addr_lo"][e],
+                          tab["client_mac"][m][o], tab.valid("client_mac")[m][o])
+
+    def _add_servers(self, batch, rows, key, link, family, id_hi, id_lo, has_duid, duid, duid_type, duid_mac,
+                     has_duid_mac, src_hi, src_lo, mac, has_mac, offer, ack, nak, reconfigure, relayed, lease_min,
+                     lease_max) -> None:
+        ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
+        n = len(rows)
+        new = {"key": key, "link": link, "family": np.full(n, family), "id_hi": id_hi, "id_lo": id_lo,
+               "has_duid": has_duid, "duid_hash": duid, "duid_type": duid_type, "duid_mac": duid_mac,
+               "has_duid_mac": has_duid_mac, "src_ip_hi": src_hi, "src_ip_lo": src_lo, "src_mac": mac,
+               "has_mac": has_mac, "mac_min": np.where(has_mac, mac, np.uint64(0xFFFF_FFFF_FFFF)),
+               "mac_max": mac, "src_port": batch["src_port"][rows], "messages": np.ones(n, dtype=np.int64),
+               "offers": offer, "acks": ack, "naks": nak, "reconfigures": reconfigure, "relayed": relayed,
+               "lease_min": lease_min, "lease_max": lease_max, "first_ns": ts, "last_ns": ts, "first_frame": frame,
+               "last_frame": frame}
+        self._fold("servers", _typed(new, SERVER_COLUMNS), SERVER_REDUCE, MAX_SERVERS)
+
+    def _add_offers(self, batch, rows, server, has_router, router_lo, router_count, has_dns, dns_hi, dns_lo,
+                    dns_count) -> None:
+        said = np.flatnonzero(has_router | has_dns)
+        if len(said) == 0:
+            return
+        rows = rows[said]
+        ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
+        has_router, has_dns = has_router[said], has_dns[said]
+        router_lo = np.where(has_router, router_lo[said], np.uint64(0))
+        dns_hi = np.where(has_dns, dns_hi[said], np.uint64(0))
+        dns_lo = np.where(has_dns, dns_lo[said], np.uint64(0))
+        new = {"key": mix64(server[said], has_router, router_lo, has_dns, dns_hi, dns_lo), "server": server[said],
+               "has_router": has_router, "router_lo": router_lo, "router_count": router_count[said],
+               "has_dns": has_dns, "dns_hi": dns_hi, "dns_lo": dns_lo, "dns_count": dns_count[said],
+               "count": np.ones(len(rows), dtype=np.int64), "first_ns": ts, "last_ns": ts, "first_frame": frame,
+               "last_frame": frame}
+        self._fold("offers", _typed(new, OFFER_COLUMNS), OFFER_REDUCE, MAX_OFFERS)
+
+    def _add_clients(self, batch, rows, server, hi, lo, client_mac, has_client_mac) -> None:
+        if len(rows) == 0:
+            return
+        ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
+        new = {"key": mix64(server, hi, lo), "server": server, "addr_hi": hi, "addr_lo": lo,
+               "client_mac": np.where(has_client_mac, client_mac, np.uint64(0)), "has_client_mac": has_client_mac,
+               "count": np.ones(len(rows), dtype=np.int64), "first_ns": ts, "last_ns": ts, "first_frame": frame}
+        self._fold("clients", _typed(new, CLIENT_COLUMNS), CLIENT_REDUCE, MAX_CLIENTS)
+
+    def _fold(self, name: str, new: dict, reduce: dict, limit: int, by: str = "first_ns") -> None:
+        folded, dropped = _bounded(fold_rows(getattr(self, name), new, "key", reduce), limit, by)
+        setattr(self, name, folded)
+        self.dropped[name] += dropped
+
+    def merge(self, other: RogueDhcp) -> RogueDhcp:
+        check_merge(self, other)
+        for name, reduce, limit, by in (("servers", SERVER_REDUCE, MAX_SERVERS, "first_ns"),
+                                        ("offers", OFFER_REDUCE, MAX_OFFERS, "first_ns"),
+                                        ("clients", CLIENT_REDUCE, MAX_CLIENTS, "first_ns"),
+                                        ("seconds", SECOND_REDUCE, MAX_SECONDS, "count")):
+            self.dropped[name] += other.dropped[name]
+            self._fold(name, getattr(other, name), reduce, limit, by)
+        return self
+
+    # ---- findings ---------------------------------------------------------
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        out = []
+        if len(self.servers["key"]):
+            judge = _Judgement(self)
+            out += [judge.finding(s) for s in range(len(self.servers["key"]))]
+        storm = self._storm()
+        if storm is not None:
+            out.append(storm)
+        return out
+
+    def _storm(self) -> Finding | None:
+        sec = self.seconds
+        limit = self.params["storm_pps"]
+        over = np.flatnonzero(sec["count"] > limit)
+        if len(over) == 0:
+            return None
+        over = over[np.argsort(sec["key"][over])]
+        peak = over[np.argmax(sec["count"][over])]
+        total = int(sec["count"][over].sum())
+        t0, t1 = int(sec["first_ns"][over[0]]), int(sec["first_ns"][over[-1]]) + NS - 1
+        frames = np.unique(np.concatenate([sec["first_frame"][over], sec["last_frame"][over]]))
+        msg = (f"DHCP storm: {len(over):,} second(s) with more than {limit:,} DHCP messages, at most "
+               f"{int(sec['count'][peak]):,} in the second from {iso_time(int(sec['first_ns'][peak]))}; "
+               f"{total:,} messages in those seconds between {iso_time(t0)} and {iso_time(t1)}")
+        evidence = {"seconds_over": len(over), "peak_per_second": int(sec["count"][peak]),
+                    "peak_second": iso_time(int(sec["first_ns"][peak])), "messages": total,
+                    "storm_pps": limit, "evidence_frames": evidence_frames(frames)}
+        return self.finding("medium", msg, identifier="dhcp-storm", first_seen=t0, last_seen=t1, n=total,
+                            evidence=evidence, proto="UDP")
+
+
+class _Judgement:
+    """The servers of each VLAN compared with each other and with the site file, once for all findings."""
+
+    def __init__(self, detector: RogueDhcp):
+        self.detector = detector
+        self.site = detector.site
+        sv = self.sv = detector.servers
+        n = len(sv["key"])
+        self.window_ns = int(detector.params["window_s"] * NS)
+        self.ip = [ip_text(h, lo) for h, lo in zip(sv["id_hi"].tolist(), sv["id_lo"].tolist())]
+        self.src = [ip_text(h, lo) for h, lo in zip(sv["src_ip_hi"].tolist(), sv["src_ip_lo"].tolist())]
+        self.mac = [mac_to_str(m) if has else None for m, has in zip(sv["src_mac"].tolist(), sv["has_mac"].tolist())]
+        self.index = {int(k): s for s, k in enumerate(sv["key"].tolist())}
+        self.offered = self._per_server(detector.offers)
+        self.given = self._per_server(detector.clients)
+        self.site_given = self.site.given("dhcp_servers")
+        site_duids = {fnv1a(bytes.fromhex(text)) for text in self.site.dhcp_servers
+                      if parse_mac(text) is None and _is_hex(text)}
+        self.allowed = [self.site_given and self._allowed(s, site_duids) for s in range(n)]
+        # the servers of each (VLAN, IP version): a DHCPv4 and a DHCPv6 server side by side are no rivals
+        self.peers: dict[tuple[int, int], list[int]] = {}
+        for s, (link, family) in enumerate(zip(sv["link"].tolist(), sv["family"].tolist())):
+            self.peers.setdefault((link, family), []).append(s)
+
+    def _per_server(self, rows: dict) -> dict[int, np.ndarray]:
+        owner = np.array([self.index.get(int(k), -1) for k in rows["server"].tolist()], dtype=np.int64)
+        order = np.argsort(rows["first_ns"], kind="stable")
+        out: dict[int, list] = {}
+        for row in order.tolist():
+            if owner[row] >= 0:
+                out.setdefault(int(owner[row]), []).append(row)
+        return {s: np.array(r, dtype=np.int64) for s, r in out.items()}
+
+    def _allowed(self, s: int, site_duids: set) -> bool:
+        sv = self.sv
+        if self.site.is_dhcp_server(ip=self.ip[s]) or self.site.is_dhcp_server(ip=self.src[s]):
+            return True
+        if self.mac[s] is not None and self.site.is_dhcp_server(mac=self.mac[s]):
+            return True
+        if sv["has_duid_mac"][s] and self.site.is_dhcp_server(mac=int(sv["duid_mac"][s])):
+            return True
+        return bool(sv["has_duid"][s]) and int(sv["duid_hash"][s]) in site_duids
+
+    # ---- what a server offered
+    def _routers(self, s: int) -> set[str]:
+        of = self.detector.offers
+        return {ip_text(0, of["router_lo"][r]) for r in self.offered.get(s, []) if of["has_router"][r]}
+
+    def _dns(self, s: int) -> set[str]:
+        of = self.detector.offers
+        return {ip_text(of["dns_hi"][r], of["dns_lo"][r]) for r in self.offered.get(s, []) if of["has_dns"][r]}
+
+    def _differ(self, s: int, o: int) -> list[str]:
+        """What servers s and o both offered, differently: ["routers", "DNS servers"] or a part of it."""
+        out = []
+        for what, of in (("routers", self._routers), ("DNS servers", self._dns)):
+            mine, theirs = of(s), of(o)
+            if mine and theirs and mine != theirs:
+                out.append(what)
+        return out
+
+    def _overlap(self, s: int, o: int) -> bool:
+        sv, w = self.sv, self.window_ns
+        return bool(sv["first_ns"][o] <= sv["last_ns"][s] + w and sv["first_ns"][s] <= sv["last_ns"][o] + w)
+
+    def _duid(self, s: int) -> str:
+        sv = self.sv
+        name = DUID_NAMES.get(int(sv["duid_type"][s]), f"DUID type {int(sv['duid_type'][s])}")
+        if sv["has_duid_mac"][s]:
+            return f"{name} {mac_to_str(sv['duid_mac'][s])}"
+        return f"{name} #{int(sv['duid_hash'][s]):016x}"
+
+    def _name(self, s: int) -> str:
+        sv = self.sv
+        if sv["family"][s] == 4:
+            return self.ip[s]
+        return self._duid(s) if sv["has_duid"][s] else self.src[s]
+
+    # ---- the finding
+    def finding(self, s: int) -> Finding:
+        sv = self.sv
+        link, family = int(sv["link"][s]), int(sv["family"][s])
+        others = [o for o in self.peers[(link, family)] if o != s]
+        competing = [o for o in others if self._overlap(s, o)]
+        differing = {o: self._differ(s, o) for o in competing}
+        differing = {o: what for o, what in differing.items() if what}
+        not_judged = []
+        if self.site_given:
+            if self.allowed[s]:
+                severity, verdict = "info", "one of the site's DHCP servers"
+            else:
+                severity, verdict = "high", "not among the site's DHCP servers"
+        elif differing:
+            severity = "high"
+            o, what = next(iter(differing.items()))
+            verdict = (f"one of {len(others) + 1} DHCP servers answering on this VLAN within "
+                       f"{self.window_ns // NS} s of each other, with other {' and '.join(what)} than "
+                       f"{self._name(o)} ({self._offer_text(s)} against {self._offer_text(o)})")
+            not_judged.append("which server is allowed: the site file names no dhcp_servers")
+        elif competing:
+            severity = "medium"
+            verdict = (f"one of {len(others) + 1} DHCP servers answering on this VLAN within "
+                       f"{self.window_ns // NS} s of each other (also {', '.join(self._name(o) for o in competing)})")
+            not_judged.append("which server is allowed: the site file names no dhcp_servers")
+        elif others:
+            severity = "medium"
+            verdict = (f"one of {len(others) + 1} DHCP servers seen on this VLAN (also "
+                       f"{', '.join(self._name(o) for o in others[:LISTED])}), never within "
+                       f"{self.window_ns // NS} s of each other: a replaced server, a failover pair or a rogue "
+                       f"that came and went")
+            not_judged.append("which server is allowed: the site file names no dhcp_servers")
+        else:
+            severity, verdict = "info", "the only DHCP server answering on this VLAN"
+            not_judged.append("whether it is allowed: the site file names no dhcp_servers")
+        return self._finding(s, severity, verdict, others, competing, differing, not_judged)
+
+    def _offer_text(self, s: int) -> str:
+        """router 10.0.0.1; DNS 10.0.0.53 (first of 2): the first of each list the server offered."""
+        of = self.detector.offers
+        rows = self.offered.get(s, np.zeros(0, dtype=np.int64))
+        parts = []
+        for what, values, count in (("router", sorted(self._routers(s)), of["router_count"][rows]),
+                                    ("DNS", sorted(self._dns(s)), of["dns_count"][rows])):
+            if values:
+                most = int(count.max()) if len(count) else 1
+                parts.append(f"{what} {', '.join(values[:LISTED])}" + (f" (first of {most})" if most > 1 else ""))
+        return "; ".join(parts) or "no router or DNS"
+
+    def _finding(self, s, severity, verdict, others, competing, differing, not_judged) -> Finding:
+        sv, det = self.sv, self.detector
+        link, family = int(sv["link"][s]), int(sv["family"][s])
+        t0, t1 = int(sv["first_ns"][s]), int(sv["last_ns"][s])
+        version = "DHCPv4" if family == 4 else "DHCPv6"
+        cl = det.clients
+        given = self.given.get(s, np.zeros(0, dtype=np.int64))
+        addresses = [ip_text(cl["addr_hi"][r], cl["addr_lo"][r]) for r in given[:IN_EVIDENCE]]
+        if family == 4:
+            counts = (f"{int(sv['offers'][s]):,} OFFER, {int(sv['acks'][s]):,} ACK, {int(sv['naks'][s]):,} NAK")
+        else:
+            counts = (f"{int(sv['offers'][s]):,} ADVERTISE, {int(sv['acks'][s]):,} REPLY, "
+                      f"{int(sv['reconfigures'][s]):,} RECONFIGURE")
+        lease = ""
+        if sv["lease_max"][s] >= sv["lease_min"][s] and family == 4:
+            low, high = int(sv["lease_min"][s]), int(sv["lease_max"][s])
+            lease = f", lease {low:,} s" if low == high else f", leases {low:,}-{high:,} s"
+        mac = f" {self.mac[s]}" if self.mac[s] else ""
+        if family == 4 and self.src[s] == self.ip[s]:
+            who = self.ip[s] + mac
+        else:       # a relay's or the server's own address, and the MAC the answers came from
+            who = f"{self._name(s)} (from {self.src[s]}{mac})"
+        relayed = int(sv["relayed"][s])
+        where = ", untagged" if link == 0 else f", {_vlan_text(link)}"
+        msg = (f"{version} server {who}{where}: {verdict}. Offered {self._offer_text(s)}{lease}; "
+               f"gave {len(given):,} address(es)" + (f" ({', '.join(addresses[:LISTED])}"
+                                                      + (", ..." if len(given) > LISTED else "") + ")" if given.size
+                                                      else "")
+               + f"; {counts}" + (f", {relayed:,} relayed" if relayed else "")
+               + f", {(t1 - t0) / NS:.1f} s")
+        if not_judged:
+            msg += f". Not judged: {'; '.join(not_judged)}"
+        frames = [sv["first_frame"][s], sv["last_frame"][s]]
+        of = det.offers
+        for r in self.offered.get(s, [])[:IN_EVIDENCE // 4]:
+            frames += [of["first_frame"][r], of["last_frame"][r]]
+        frames += [cl["first_frame"][r] for r in given[:IN_EVIDENCE // 2]]
+        for o in competing[:LISTED]:
+            frames.append(sv["first_frame"][o])
+        macs = sorted({m for m in (self.mac[s],) if m})
+        if sv["has_mac"][s] and sv["mac_min"][s] != sv["mac_max"][s]:
+            macs = sorted({mac_to_str(sv["mac_min"][s]), mac_to_str(sv["mac_max"][s]), *macs})
+        evidence = {
+            "family": version, "server": self._name(s), "source_ip": self.src[s], "macs": macs,
+            "messages": int(sv["messages"][s]), "offers": int(sv["offers"][s]), "acks": int(sv["acks"][s]),
+            "naks": int(sv["naks"][s]), "reconfigures": int(sv["reconfigures"][s]), "relayed": relayed,
+            "routers": sorted(self._routers(s))[:IN_EVIDENCE], "dns": sorted(self._dns(s))[:IN_EVIDENCE],
+            "clients": [{"address": a, "mac": (mac_to_str(cl["client_mac"][r]) if cl["has_client_mac"][r] else None),
+                         "first_seen": iso_time(int(cl["first_ns"][r]))} for a, r in zip(addresses, given.tolist())],
+            "clients_total": len(given),
+            "other_servers": [self._name(o) for o in others[:IN_EVIDENCE]],
+            "competing": [self._name(o) for o in competing[:IN_EVIDENCE]],
+            "allowed_server": self.allowed[s] if self.site_given else None,
+            "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
+        }
+        if family == 4 and sv["lease_max"][s] >= sv["lease_min"][s]:
+            evidence["lease_s"] = [int(sv["lease_min"][s]), int(sv["lease_max"][s])]
+        if sv["has_duid"][s]:
+            evidence["duid"] = self._duid(s)
+        if differing:
+            evidence["differs_from"] = {self._name(o): what for o, what in differing.items()}
+        if link:
+            evidence["vlan"] = link >> 16
+        if not_judged:
+            evidence["not_judged"] = not_judged
+        if any(det.dropped.values()):
+            evidence["not_kept"] = dict(det.dropped)
+        fields = {"src_ip": self.src[s], "src_port": int(sv["src_port"][s]), "proto": "UDP"}
+        if self.mac[s] is not None:
+            fields["src_mac"] = self.mac[s]
+        identifier = f"{self._name(s)} {_vlan_text(link)}"
+        return det.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1,
+                           n=int(sv["messages"][s]), evidence=evidence, **fields)
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
