@@ -27,6 +27,16 @@ ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
                              "with fe80::6600:6aff:fe5b:8eb3, the link-local (EUI-64) of 64:00:6a:5b:8e:b3, whose own "
                              "RA (frame 6) advertises lifetime 30 s (tshark icmpv6.nd.ra.router_lifetime agrees)"),
     },
+    "packetlife/pcaps/VRRP_Malformed_DoS.cap": {
+        "vrrp-dual-master": ("medium", "the capture of a VRRP denial of service: an IP packet of protocol 112 with no "
+                                       "VRRP bytes at all (IP total length 20), TTL 5, to 192.1.2.1 at the VRID 1 "
+                                       "virtual MAC: malformed VRRP"),
+    },
+    "tcpdump/tests/icmp-icmp_print-oobr-1.pcap": {
+        "vrrp-dual-master": ("medium", "frame 2 is a fuzzed VRRPv3 advertisement declaring 4 addresses in 11 bytes "
+                                       "with a wrong checksum (tshark: Malformed Packet, bad checksum): malformed "
+                                       "VRRP, never two masters"),
+    },
 }
 
 
