@@ -23,6 +23,7 @@ from common import tcp_session, write_capture
 from scapy.all import DNS, DNSQR, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, IPv6, Raw
 from scapy.contrib.ripng import RIPng, RIPngEntry
 from scapy.layers.rip import RIP, RIPAuth, RIPEntry
+from scapy.layers.vrrp import VRRP
 
 CORE_MAC, NAT_MAC = "00:1b:54:c2:00:01", "00:1b:54:c2:00:02"   # the looping pair
 R1_MAC, R2_MAC = "02:00:5e:20:00:01", "02:00:5e:20:00:02"     # two routers in a routing loop
@@ -176,9 +177,11 @@ def repeats_not_loops(out_dir: Path) -> dict:
     for i in range(4000):
         packets.append((3.0 + i * 0.0001, eth / IP(src="192.168.40.60", dst="198.51.100.90", id=i) /
                         TCP(sport=46000, dport=443, flags="A", seq=10 + i * 1400, ack=1) / Raw(bytes(64))))
-    # a keepalive frame that never changes, twice a second for a minute
-    keepalive = Ether(src=GW_MAC, dst="01:00:5e:00:00:12") / IP(src="192.168.40.1", dst="224.0.0.18", ttl=255,
-                                                                  proto=112, id=0) / Raw(bytes(20))
+    # a keepalive frame that never changes, twice a second for a minute: a lone VRRP master's advertisement
+    # (VRRPv2, VRID 40, one virtual address, interval 1 s; sent from the virtual MAC as RFC 3768 7.3 says)
+    keepalive = Ether(src="00:00:5e:00:01:28", dst="01:00:5e:00:00:12") / IP(
+        src="192.168.40.1", dst="224.0.0.18", ttl=255, id=0) / VRRP(vrid=40, priority=100, adv=1,
+                                                                     addrlist=["192.168.40.254"])
     packets += [(i * 0.5, keepalive.copy()) for i in range(120)]
     count = write_capture(path, packets)
     return {"file": path.name, "packets": count,
