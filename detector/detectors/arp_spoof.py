@@ -214,8 +214,11 @@ class _Conflicts:
         claimed = sorted({ip_text(r["ip_hi"][i], r["ip_lo"][i]) for i in own_sender.tolist()})
         listing = "; ".join(f"{a['ip']} also by {', '.join(mac_to_str(o) for o in list(a['others'])[:LISTED])}"
                             for a in addresses[:LISTED])
+        handed = ", ".join(f"{a['ip']} from {', '.join(mac_to_str(o) for o in list(a['others'])[:LISTED])}"
+                           for a in addresses[:LISTED])
         if len(addresses) > LISTED:
             listing += f"; +{len(addresses) - LISTED} more"
+            handed += f", +{len(addresses) - LISTED} more"
         t0 = int(min(r["first_ns"][i] for a in addresses for i in [*a["mine"], *sum(a["others"].values(), [])]))
         t1 = int(max(r["last_ns"][i] for a in addresses for i in [*a["mine"], *sum(a["others"].values(), [])]))
         span = (t1 - t0) / NS
@@ -226,8 +229,8 @@ class _Conflicts:
             lead = (f"{who}{where} and another MAC claim the same address, the claims changing hands {most:,} "
                     f"times ({listing}): a repeated conflict, spoofing or two hosts configured with one address")
         else:
-            lead = (f"{who}{where} took over an address another MAC held ({listing}), {total} change(s): a "
-                    f"replaced NIC, a failover or an address handed to another host, unless it repeats")
+            lead = (f"{who}{where} took over {handed} ({total} change(s)): a replaced NIC, a failover or an "
+                    f"address handed to another host, unless it repeats")
         signs = []
         if unsolicited:
             signs.append(f"{unsolicited:,} of its {replies:,} ARP replies unsolicited (no request from their "
@@ -245,7 +248,7 @@ class _Conflicts:
             signs.append(f"{mismatched:,} ARP packet(s) whose Ethernet source is not their ARP sender MAC")
         if not any(a["claims"] for a in addresses):
             signs.append("it sent no ARP claim itself: only replies to it name it")
-        msg = lead + f", {span:,.1f} s." + (f" Signs: {'; '.join(signs)}." if signs else "")
+        msg = lead + f"; claims seen over {span:,.1f} s." + (f" Signs: {'; '.join(signs)}." if signs else "")
 
         frames = []
         for a in addresses:

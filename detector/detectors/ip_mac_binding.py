@@ -39,6 +39,7 @@ nothing to hold the pairs against (arp-spoof judges them among themselves).
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import numpy as np
 
@@ -291,8 +292,9 @@ class _Judgement:
                                      n=int(r["count"][index].sum()), src_ip=ip, src_mac=who, evidence=evidence)
 
     def _sources(self, ip: str, vlan, mac: int) -> list[str]:
-        """Where the bindings of the address and of the MAC were declared (file:line)."""
-        return sorted({b.source for b in self.site.bindings
+        """Where the bindings of the address and of the MAC were declared (file name:line)."""
+        # the file's name, not its path: where the site file lies is the user's business, not the finding's
+        return sorted({Path(b.source).name for b in self.site.bindings
                        if (b.ip == ip or b.mac == mac) and (vlan is None or b.vlan is None or b.vlan == vlan)})[:LISTED]
 
     def _unknown_finding(self, link: int, index: np.ndarray) -> Finding:
