@@ -170,7 +170,8 @@ def arp_campus_nic_change(out_dir: Path) -> dict:
     return _entry(path, count,
                   "near-miss: a registered host's NIC replaced: its address answers from a new MAC after the old "
                   "one went quiet (one change, the registry stale)",
-                  [{"rule": "arp-spoof", "severity_at_least": "low"}, {"rule": "ip-mac-binding", "severity_at_least": "low"}],
+                  [{"rule": "arp-spoof", "severity_at_least": "low"},
+                   {"rule": "ip-mac-binding", "severity_at_least": "low"}],
                   [{"rule": "*", "severity_above": "low"}])
 
 
@@ -185,9 +186,9 @@ def arp_vrrp_failover(out_dir: Path) -> dict:
     path = out_dir / "arp-vrrp-failover.pcapng"
     packets = []
     # R1 master (priority 200) until 40 s, then silent; R2 (100) takes over after the master-down interval
-    packets += [_advert(R1, 200, float(t)) for t in range(0, 40)]
+    packets += [_advert(R1, 200, float(t)) for t in range(40)]
     takeover = 40.0 + 3 + (256 - 100) / 256
-    packets += [_advert(R2, 100, takeover + t) for t in range(0, 40)]
+    packets += [_advert(R2, 100, takeover + t) for t in range(40)]
     for k in range(5):               # the new master's gratuitous ARPs for the virtual address
         packets.append((takeover + 0.01 * k, _gratuitous(VIP, vlan=30)))
     packets += [(0.5, _gratuitous(VIP, vlan=30))]

@@ -68,7 +68,7 @@ IPS_IN_EVIDENCE = 64
 class ArpSpoof(Detector):
     rule_id = "arp-spoof"
     PARAMS = {
-        "conflict_window_s": Param(float, nb.CONFLICT_WINDOW_S, "seconds within which two MACs claiming one IP "
+        "conflict_window_s": Param(float, 600.0, "seconds within which two MACs claiming one IP "
                                                                 "contradict each other", Range(1, 86400),
                                    "Longer catches slow re-poisoning but counts an address handed to another "
                                    "host after a short DHCP lease as a change; shorter misses a spoofer that "
@@ -78,7 +78,7 @@ class ArpSpoof(Detector):
                                   "A failover and its failback make two; a spoofer fighting the owner makes one "
                                   "per lie. Lower reports failbacks, higher waits for more lies."),
         "gateway_min_destinations": Param(int, 8, "off-net addresses a MAC must carry traffic to for it to be "
-                                                  "the gateway", Range(1, nb.IP_ROWS_PER_MAC),
+                                                  "the gateway", Range(1, 32),
                                           "Fewer takes a host that talks to a few NATed addresses for a "
                                           "router; more needs a longer capture to see the gateway."),
     }
@@ -137,7 +137,7 @@ class _Conflicts:
         sender = np.isin(r["how"], nb.ARP_SENDER)
         # how many conflicted addresses each MAC (on its link) sends claims for
         contradicts: dict[tuple[int, int], int] = {}
-        for key, macs in claimants.items():
+        for macs in claimants.values():
             for mac, index in macs.items():
                 if sender[index].any():
                     link = int(r["link"][index[0]])
@@ -148,7 +148,8 @@ class _Conflicts:
 
             def rank(mac, macs=macs, link=link):
                 index = macs[mac]
-                loud = int(r["unsolicited"][index].sum()) + int(r["count"][index][r["how"][index] == nb.GRATUITOUS].sum())
+                loud = int(r["unsolicited"][index].sum()) + int(
+                    r["count"][index][r["how"][index] == nb.GRATUITOUS].sum())
                 return (bool(sender[index].any()), loud > 0, contradicts.get((link, mac), 0),
                         int(r["mismatched"][index].sum()) > 0, int(r["first_ns"][index].min()))
 
@@ -189,7 +190,8 @@ class _Conflicts:
             gateway = (site.given("routers") and site.is_router(ip)) or any(
                 (link, other) in self.gateway_macs for other in others)
             addresses.append({"key": key, "ip": ip, "changes": self.changes[key], "others": others,
-                              "mine": macs[mac], "gateway": bool(gateway),
+                              "mine": macs[mac], "all": [i for index in macs.values() for i in index],
+                              "gateway": bool(gateway),
                               "claims": bool(sender[macs[mac]].any())})
         # the man in the middle: two or more addresses it claims, each contradicted back and forth, by
         # different owners, with claims nobody asked for
@@ -219,8 +221,8 @@ class _Conflicts:
         if len(addresses) > LISTED:
             listing += f"; +{len(addresses) - LISTED} more"
             handed += f", +{len(addresses) - LISTED} more"
-        t0 = int(min(r["first_ns"][i] for a in addresses for i in [*a["mine"], *sum(a["others"].values(), [])]))
-        t1 = int(max(r["last_ns"][i] for a in addresses for i in [*a["mine"], *sum(a["others"].values(), [])]))
+        every = np.array([i for a in addresses for i in a["all"]])
+        t0, t1 = int(r["first_ns"][every].min()), int(r["last_ns"][every].max())
         span = (t1 - t0) / NS
         if mitm:
             lead = (f"{who}{where} claims {len(fought)} addresses that other MACs hold, each back and forth "
@@ -250,16 +252,13 @@ class _Conflicts:
             signs.append("it sent no ARP claim itself: only replies to it name it")
         msg = lead + f"; claims seen over {span:,.1f} s." + (f" Signs: {'; '.join(signs)}." if signs else "")
 
-        frames = []
-        for a in addresses:
-            for i in [*a["mine"], *sum(a["others"].values(), [])]:
-                frames += [r["first_frame"][i], r["last_frame"][i]]
+        frames = np.concatenate([r["first_frame"][every], r["last_frame"][every]])
         evidence = {
             "mac": who, "addresses_claimed": claimed,
             "conflicts": [self._conflict_evidence(a) for a in addresses[:IPS_IN_EVIDENCE]],
             "changes": total, "unsolicited_replies": unsolicited, "replies": replies, "gratuitous": gratuitous,
             "ethernet_mismatches": mismatched, "gateway_addresses": gateways, "man_in_the_middle": mitm,
-            "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
+            "evidence_frames": evidence_frames(np.unique(frames)),
         }
         vlan = nb.link_vlan(link)
         if vlan is not None:

@@ -113,7 +113,7 @@ class IpMacBinding(Detector):
     PARAMS = {
         "router_min_sources": Param(int, 16, "distinct source addresses of one MAC from which it is taken for a "
                                              "router (without routers in the site file)",
-                                    Range(2, nb.IP_ROWS_PER_MAC),
+                                    Range(2, 32),
                                     "Fewer takes a host with a few aliases for a router and stops judging its "
                                     "traffic; more judges a small router's forwarded traffic as its own."),
     }

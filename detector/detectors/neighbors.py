@@ -34,9 +34,11 @@ State (mergeable): the observation rows, folded like the other detectors'
 tables and bounded (the IP rows to `IP_ROWS_PER_MAC` addresses per MAC and
 role, all rows to `MAX_ROWS`, the rows first seen kept); the ARP requests
 of the last `UNSOLICITED_WINDOW_S`, which a reply in the next batch may
-answer; and the latest claim of each IP, which the next batch's first claim
-of it follows. Two partitions merged out of time order miss at most the one
-change and the one answered reply at their border.
+answer; and the latest and earliest claim of each IP: the next batch's
+first claim of it follows the latest, and when two partitions in time order
+merge, the later one's earliest follows the earlier one's latest. A request
+in one partition does not answer a reply in the other; partitions that
+overlap in time miss the change at their border.
 """
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ COLUMNS = {"key": np.uint64, "link": np.uint32, "ip_hi": np.uint64, "ip_lo": np.
 REDUCE = {"count": np.add, "unsolicited": np.add, "mismatched": np.add, "changes": np.add,
           "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
 REQUEST_COLUMNS = {"key": np.uint64, "ts": np.int64}
-LATEST_COLUMNS = {"key": np.uint64, "mac": np.uint64, "ts": np.int64}
+# an IP's latest (and earliest) claim: the IP's key, the claiming MAC, when, and the observation row it is in
+CLAIM_COLUMNS = {"key": np.uint64, "mac": np.uint64, "ts": np.int64, "row": np.uint64}
 
 
 def _empty(columns: dict) -> dict:
@@ -153,7 +156,8 @@ class Neighbors:
         self.ip_destinations = ip_destinations
         self.rows = _empty(COLUMNS)
         self.requests = _empty(REQUEST_COLUMNS)
-        self.latest = _empty(LATEST_COLUMNS)
+        self.latest = _empty(CLAIM_COLUMNS)
+        self.earliest = _empty(CLAIM_COLUMNS)
         self.dropped = 0
 
     # ---- one batch
@@ -251,16 +255,11 @@ class Neighbors:
         out = np.zeros(len(key), dtype=np.int64)
         out[order] = change
         last = np.concatenate((key[1:] != key[:-1], [True]))
-        self._remember({"key": key[last], "mac": mac[last], "ts": ts[last]})
+        row = mix64(rows["link"], rows["ip_hi"], rows["ip_lo"], rows["mac"], rows["how"])[order]
+        self.latest = _kept(self.latest, {"key": key[last], "mac": mac[last], "ts": ts[last], "row": row[last]})
+        self.earliest = _kept(self.earliest, {"key": key[first], "mac": mac[first], "ts": ts[first],
+                                              "row": row[first]}, latest=False)
         return out
-
-    def _remember(self, latest: dict) -> None:
-        """Keep each IP's latest claim: the later of the known and the new."""
-        both = {name: np.concatenate([self.latest[name], latest[name]]) for name in LATEST_COLUMNS}
-        order = np.lexsort((both["ts"], both["key"]))
-        both = _take(both, order)
-        last = np.concatenate((both["key"][1:] != both["key"][:-1], [True]))
-        self.latest = _take(both, np.flatnonzero(last))
 
     def _ip(self, batch: PacketBatch, how: int, side: str) -> dict | None:
         bit = L_SRC_MAC if side == "src" else L_DST_MAC
@@ -308,14 +307,40 @@ class Neighbors:
         return rows
 
     def merge(self, other: Neighbors) -> None:
-        self._fold(other.rows)
+        theirs = dict(other.rows, changes=other.rows["changes"].copy())
+        # the change at the border of two partitions in time order: the later one's first claim of an IP
+        # follows the earlier one's last
+        self._border(self.latest, other.earliest, theirs)
+        self._border(other.latest, self.earliest, self.rows)
+        self._fold(theirs)
         self.dropped += other.dropped
         both = {name: np.concatenate([self.requests[name], other.requests[name]]) for name in REQUEST_COLUMNS}
         if len(both["ts"]):
             recent = np.flatnonzero(both["ts"] >= both["ts"].max() - int(UNSOLICITED_WINDOW_S * NS))
             recent = recent[np.argsort(both["ts"][recent], kind="stable")][-MAX_CARRIED_REQUESTS:]
             self.requests = _take(both, recent)
-        self._remember(other.latest)
+        self.latest = _kept(self.latest, other.latest)
+        self.earliest = _kept(self.earliest, other.earliest, latest=False)
+
+    def _border(self, before: dict, after: dict, rows: dict) -> None:
+        """Count, in `rows`, the changes between the claims `before` (latest of the earlier partition) and
+        `after` (earliest of the later)."""
+        at = np.searchsorted(before["key"], after["key"])
+        hit = at < len(before["key"])
+        hit[hit] = before["key"][at[hit]] == after["key"][hit]
+        k, b = np.flatnonzero(hit), at[hit]
+        gap = after["ts"][k] - before["ts"][b]
+        change = (before["mac"][b] != after["mac"][k]) & (gap >= 0) & (gap <= self.conflict_window_ns)
+        target = np.isin(rows["key"], after["row"][k][change])
+        rows["changes"] = rows["changes"] + target
+
+def _kept(known: dict, new: dict, latest: bool = True) -> dict:
+    """Each IP's latest (or earliest) claim of the two tables, sorted by IP key."""
+    both = {name: np.concatenate([known[name], new[name]]) for name in CLAIM_COLUMNS}
+    order = np.lexsort((both["ts"] if latest else -both["ts"], both["key"]))
+    both = _take(both, order)
+    last = np.concatenate((both["key"][1:] != both["key"][:-1], [True]))
+    return _take(both, np.flatnonzero(last))
 
 
 def _aggregate(rows: dict) -> dict:
