@@ -179,10 +179,10 @@ def test_claims_on_two_vlans_are_two_links(tmp_path):
 
 
 def test_an_ethernet_source_other_than_the_sender_is_a_sign_except_for_a_virtual_router(tmp_path):
-    timed = fight([0.0], [10.0]) + [(11.0, reply((B[0], C[1]), A, src="02:00:00:00:00:99"))]
+    timed = [*fight([0.0], [10.0]), (11.0, reply((B[0], C[1]), A, src="02:00:00:00:00:99"))]
     (f,) = run(capture(tmp_path, timed))
     assert f.evidence["ethernet_mismatches"] == 1 and "Ethernet source is not their ARP sender MAC" in f.msg
-    timed = fight([0.0], []) + [(10.0, reply((VMAC, C[1]), A, src=B[0]))]
+    timed = [*fight([0.0], []), (10.0, reply((VMAC, C[1]), A, src=B[0]))]
     (f,) = run(capture(tmp_path, timed, name="vmac.pcap"))
     assert f.evidence["ethernet_mismatches"] == 0
 
