@@ -29,7 +29,7 @@ BROADCAST = "ff:ff:ff:ff:ff:ff"
 def registry(*pairs, pools=(), routers=(), vlan=None, local=()) -> Site:
     bindings = tuple(Binding(parse_mac(mac), ip, vlan, f"site.yaml:{k}") for k, (mac, ip) in enumerate(pairs, 1))
     pools = tuple((ipaddress.IPv4Address(a), ipaddress.IPv4Address(b)) for a, b in pools)
-    given = {"bindings", "dynamic_pools"} | ({"routers"} if routers else set()) | ({"local_networks"} if local else set())
+    given = {"bindings", "dynamic_pools", *(["routers"] if routers else []), *(["local_networks"] if local else [])}
     return Site(path="site.yaml", bindings=bindings, dynamic_pools=pools, routers=frozenset(routers),
                 local_networks=tuple(ipaddress.ip_network(net) for net in local), keys_given=frozenset(given))
 
@@ -89,7 +89,8 @@ def test_lucaderis_spoofer_against_the_registry_is_two_highs(captures_real, tmp_
            "active" in f.msg
     # without bindings the rule is silent, and explain says why
     assert run(path, site=None) == {}
-    assert "without them the rule keeps no state and reports" in " ".join(explain_text(load_rules()["ip-mac-binding"]).split())
+    explained = " ".join(explain_text(load_rules()["ip-mac-binding"]).split())
+    assert "without them the rule keeps no state and reports" in explained
 
 
 # ---- the campus captures, read with their site file ----------------------------------------------------
@@ -126,7 +127,8 @@ def test_a_registered_address_used_by_another_mac(tmp_path):
     # the stranger uses B's address in traffic while B is active: medium; claims it in a reply: high
     traffic = [(0.0, request(B, A[1])), (1.0, datagram((STRANGER, B[1]), A[1])), (2.0, request(B, C[1]))]
     (f,) = run(capture(tmp_path, traffic)).values()
-    assert f.severity == "medium" and f.identifier == f"{B[1]} {STRANGER}" and "while the registered MAC is active" in f.msg
+    assert f.severity == "medium" and f.identifier == f"{B[1]} {STRANGER}"
+    assert "while the registered MAC is active" in f.msg
     claim = [*traffic, (1.5, reply((STRANGER, B[1]), A))]
     (f,) = run(capture(tmp_path, claim, name="claim.pcap")).values()
     assert f.severity == "high"
