@@ -1,7 +1,7 @@
 """ARP and IP-MAC binding captures (seed 004): a man in the middle on the campus, and its near-misses.
 
 Seed 004's campus let hosts in by their IP-MAC pair (/etc/ethers, dhcpd host
-blocks, the switches' `address_binding ip_mac ... strict`) and gave hosts
+blocks, the switches' IP-MAC-port binding with DHCP snooping) and gave hosts
 without one an address from the pool 10.160.0.1-100. Its access segment
 here is 10.160.0.0/16 behind the gateway 10.160.0.254; the registry is
 campus.ethers, and each capture comes with the campus site file

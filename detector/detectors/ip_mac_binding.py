@@ -2,8 +2,8 @@
 
 Seed 004's campus let hosts in by their IP-MAC pair: the pairs lived in
 /etc/ethers and in ISC dhcpd host blocks, the switches enforced them
-(`address_binding ip_mac ... strict`), and unknown hosts got an address from
-a pool (10.160.0.1-100). This rule holds what a capture shows against that
+(IP-MAC-port binding with DHCP snooping), and unknown hosts got an address
+from a pool (10.160.0.1-100). This rule holds what a capture shows against that
 registry (the site file's `bindings`, `dynamic_pools`, `routers`): the
 observations of detectors/neighbors.py, as ntopng learns pairs
 (src/NetworkInterface.cpp `checkMacIPAssociation`): ARP sender pairs and
@@ -278,7 +278,7 @@ class _Judgement:
         msg = f"{who}{where} " + "; ".join(text for _, text in sorted(problems, key=lambda p: p[0] != severity))
         msg += f". {(last - first) / NS:,.1f} s" + (f"; {'; '.join(notes)}" if notes else "") + "."
         if claims and owners and severity == "high":
-            msg += " A switch enforcing the binding (address_binding ip_mac strict) would drop these frames."
+            msg += " A switch enforcing IP-MAC-port binding would drop these frames."
         frames = [f for i in index.tolist() for f in (r["first_frame"][i], r["last_frame"][i])]
         evidence = {
             "ip": ip, "mac": who, "registered_macs": [mac_to_str(o) for o in owners],
