@@ -106,7 +106,7 @@ def test_the_campus_man_in_the_middle():
     alice = found["10.160.1.10 02:a0:00:01:00:42"]
     # the relayed traffic counts as use of Alice's address; the relayed off-net sources do not
     assert alice.evidence["observations"] == {"ARP reply": 40, "IPv4 source": 24}
-    assert "the registry binds 02:a0:00:01:00:42 to 10.160.1.66" in alice.msg
+    assert "The registry binds 02:a0:00:01:00:42 to 10.160.1.66." in alice.msg
     assert alice.evidence["binding_sources"] == ["campus.ethers:3", "campus.ethers:7"]
 
 

@@ -34,7 +34,8 @@ address, is taken for one. Off-net: outside the site's `local_networks`,
 or without them, neither registered, in a pool, nor seen in ARP.
 
 Without `bindings` the rule keeps no state and says nothing: there is
-nothing to hold the pairs against (arp-spoof judges them among themselves).
+nothing to hold the pairs against (pairs that contradict each other are the
+conflict rule's business, which needs no registry).
 """
 from __future__ import annotations
 
@@ -276,7 +277,7 @@ class _Judgement:
         severity = max((sev for sev, _ in problems), key=["info", "low", "medium", "high"].index)
         where = nb.link_text(link)
         msg = f"{who}{where} " + "; ".join(text for _, text in sorted(problems, key=lambda p: p[0] != severity))
-        msg += f". {(last - first) / NS:,.1f} s" + (f"; {'; '.join(notes)}" if notes else "") + "."
+        msg += f", over {(last - first) / NS:,.1f} s." + "".join(f" {note[0].upper()}{note[1:]}." for note in notes)
         if claims and owners and severity == "high":
             msg += " A switch enforcing IP-MAC-port binding would drop these frames."
         frames = [f for i in index.tolist() for f in (r["first_frame"][i], r["last_frame"][i])]
