@@ -159,6 +159,16 @@ def test_a_man_in_the_middle_needs_two_owners(tmp_path):
              (9.0, reply((new, "10.9.0.20"), C)), (9.1, reply((new, "10.9.0.21"), C))]
     (f,) = run(capture(tmp_path, timed, name="two-addresses.pcap"))
     assert f.severity == "low" and f.src_mac == new
+    # both addresses of one owner, fought over back and forth: an impersonation, not a middle: low (2 changes each)
+    timed = [(t, request((A[0], ip), C[1])) for t in (0.0, 20.0) for ip in ("10.9.0.20", "10.9.0.21")]
+    timed += [(t, reply((SPOOFER, ip), C)) for t in (10.0,) for ip in ("10.9.0.20", "10.9.0.21")]
+    (f,) = run(capture(tmp_path, timed, name="one-owner.pcap"))
+    assert f.severity == "low" and not f.evidence["man_in_the_middle"]
+    # two owners' addresses taken over once each, never fought back: low
+    timed = [(0.0, request(A, C[1])), (0.1, request(B, C[1])), (10.0, reply((SPOOFER, A[1]), C)),
+             (10.1, reply((SPOOFER, B[1]), C))]
+    (f,) = run(capture(tmp_path, timed, name="taken-once.pcap"))
+    assert f.severity == "low" and not f.evidence["man_in_the_middle"]
 
 
 def test_what_wireshark_skips_is_no_claim(tmp_path):
