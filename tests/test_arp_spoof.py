@@ -171,6 +171,22 @@ def test_a_man_in_the_middle_needs_two_owners(tmp_path):
     assert f.severity == "low" and not f.evidence["man_in_the_middle"]
 
 
+def test_repeated_unasked_replies_for_a_taken_address_are_poisoning(tmp_path):
+    # the gateway (C) answers A once; from 10 s the spoofer tells A every 2 s that C's address is at its MAC
+    truth = [(0.0, request(A, C[1])), (0.0004, reply(C, A))]
+    lies = [(10.0 + 2 * k, reply((SPOOFER, C[1]), A)) for k in range(3)]
+    (f,) = run(capture(tmp_path, truth + lies))
+    assert f.severity == "high" and f.evidence["poisoned"] == [C[1]] and f.n == 1
+    assert "with targeted ARP replies nobody asked for, repeated" in f.msg
+    (f,) = run(capture(tmp_path, truth + lies[:2], name="twice.pcap"))
+    assert f.severity == "low"
+    # a router taking the address over broadcasts gratuitous ARP, as often as it likes: one change, low
+    garps = [(10.0 + 2 * k, Ether(src=SPOOFER, dst=BROADCAST) / ARP(op=2, hwsrc=SPOOFER, psrc=C[1], hwdst=BROADCAST,
+                                                                     pdst=C[1])) for k in range(5)]
+    (f,) = run(capture(tmp_path, truth + garps, name="failover.pcap"))
+    assert f.severity == "low" and f.evidence["gratuitous"] == 5
+
+
 def test_what_wireshark_skips_is_no_claim(tmp_path):
     timed = [(0.0, request(A, C[1])),
              # a probe from 0.0.0.0, a multicast and a zero sender MAC, a request's target pair

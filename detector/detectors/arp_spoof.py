@@ -20,7 +20,10 @@ source, then the newcomer. Per suspect MAC one finding:
 - high: it claims two or more addresses, each contradicted back and forth
   (two changes or more) by another MAC, different MACs for different
   addresses, with unsolicited replies or gratuitous ARPs: a man in the
-  middle;
+  middle; or it took an address from another MAC with `repeated_changes`
+  unsolicited replies or more, each sent to a host (not broadcast): the
+  poisoning of one direction, which announcing hosts and failing-over
+  routers do not do (they broadcast gratuitous ARP, RFC 5227 twice);
 - medium: the claims of one address changed hands `repeated_changes` times
   or more (arpwatch's "flip flop", repeated);
 - low: one or two changes: a replaced NIC, a failover, an address handed to
@@ -74,7 +77,8 @@ class ArpSpoof(Detector):
                                    "host after a short DHCP lease as a change; shorter misses a spoofer that "
                                    "repeats its lie less often than the window."),
         "repeated_changes": Param(int, 3, "changes of one address's MAC from which the conflict is repeated "
-                                          "(medium)", COUNT,
+                                          "(medium), and unsolicited replies for a taken address from which it is "
+                                          "poisoning (high)", COUNT,
                                   "A failover and its failback make two; a spoofer fighting the owner makes one "
                                   "per lie. Lower reports failbacks, higher waits for more lies."),
         "gateway_min_destinations": Param(int, 8, "off-net addresses a MAC must carry traffic to for it to be "
@@ -202,9 +206,14 @@ class _Conflicts:
         gratuitous = int(r["count"][index][r["how"][index] == nb.GRATUITOUS].sum())
         replies = int(r["count"][index][r["how"][index] == nb.REPLY].sum())
         mitm = len(fought) >= 2 and len(owners) >= 2 and unsolicited + gratuitous > 0
+        # poisoning of one direction: an address taken from its owner with targeted replies nobody asked for,
+        # repeated to keep the victims' caches (announcing hosts and failing-over routers broadcast gratuitous
+        # ARP instead: RFC 5227 ANNOUNCE_NUM is 2)
+        poisoned = [a for a in addresses if a["claims"] and int(r["unsolicited"][a["mine"]].sum())
+                    >= self.params["repeated_changes"]]
         most = max(a["changes"] for a in addresses)
         total = sum(a["changes"] for a in addresses)
-        if mitm:
+        if mitm or poisoned:
             severity = "high"
         elif most >= self.params["repeated_changes"]:
             severity = "medium"
@@ -227,6 +236,9 @@ class _Conflicts:
         if mitm:
             lead = (f"{who}{where} claims {len(fought)} addresses that other MACs hold, each back and forth "
                     f"({listing}): a man in the middle between their owners")
+        elif poisoned:
+            lead = (f"{who}{where} took over {handed} with targeted ARP replies nobody asked for, repeated: "
+                    f"poisoning the caches of the hosts it sends them to")
         elif severity == "medium":
             lead = (f"{who}{where} and another MAC claim the same address, the claims changing hands {most:,} "
                     f"times ({listing}): a repeated conflict, spoofing or two hosts configured with one address")
@@ -258,6 +270,7 @@ class _Conflicts:
             "conflicts": [self._conflict_evidence(a) for a in addresses[:IPS_IN_EVIDENCE]],
             "changes": total, "unsolicited_replies": unsolicited, "replies": replies, "gratuitous": gratuitous,
             "ethernet_mismatches": mismatched, "gateway_addresses": gateways, "man_in_the_middle": mitm,
+            "poisoned": [a["ip"] for a in poisoned],
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
         vlan = nb.link_vlan(link)
