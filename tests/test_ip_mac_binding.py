@@ -4,6 +4,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scapy.all import ARP, IP, UDP, Dot1Q, Ether, wrpcap
 
@@ -203,6 +204,26 @@ def test_a_binding_holds_in_its_vlan(tmp_path):
 
 def _detector(site):
     return next(d for d in active_detectors(load_rules(), site) if d.rule_id == "ip-mac-binding")
+
+
+def test_ip_pairs_are_grouped_with_their_packets_and_bounded_per_mac():
+    from scapy.all import raw
+
+    from detector.detectors import neighbors as nb
+    from tests.test_decode import make_batch
+    router = "02:00:00:00:00:fe"
+    frames = [raw(datagram((router, f"10.9.1.{k}"), C[1])) for k in range(40)]
+    frames += [raw(datagram(A, C[1]))] * 3 + [raw(datagram(A, C[1], vlan=20))]
+    state = nb.Neighbors(ip_sources=True)
+    state.update(decode(make_batch([(1, frame) for frame in frames])))
+    rows = state.rows
+    mine = rows["mac"] == parse_mac(router)
+    assert mine.sum() == nb.IP_ROWS_PER_MAC
+    assert sorted(rows["ip_lo"][mine] & 0xFF) == list(range(nb.IP_ROWS_PER_MAC))   # the first ones
+    host = np.flatnonzero(rows["mac"] == parse_mac(A[0]))
+    assert sorted(rows["count"][host].tolist()) == [1, 3] and sorted(rows["link"][host].tolist()) == [0, 20 << 16]
+    three = host[rows["count"][host] == 3][0]
+    assert (rows["first_frame"][three], rows["last_frame"][three]) == (41, 43)
 
 
 def test_without_bindings_nothing_is_kept():

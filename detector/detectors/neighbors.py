@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cpu import kernel
 from ..schema import L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_QINQ, L_SRC_MAC, L_TUNNEL, L_VLAN, PacketBatch
 from ..units import NS
 from .base import fold_rows, mix64
@@ -262,24 +263,32 @@ class Neighbors:
         return out
 
     def _ip(self, batch: PacketBatch, how: int, side: str) -> dict | None:
+        """The (address, MAC) pairs of one side of the batch's IPv4 packets, each once with its packets counted:
+        grouped in one compiled pass (most packets of a batch repeat a pair seen a moment before)."""
         bit = L_SRC_MAC if side == "src" else L_DST_MAC
         layers = batch["layers"]
         rows = np.flatnonzero((layers & np.uint32(L_IP4 | bit | L_TUNNEL)) == np.uint32(L_IP4 | bit))
-        if len(rows) == 0:
-            return None
         mac = batch[f"{side}_mac"][rows]
         address = (batch[f"{side}_ip_lo"][rows] & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
-        keep = unicast_mac(mac) & unicast_ipv4(address) & (address != np.uint32(0xFFFF_FFFF))
-        rows = rows[keep]
+        rows = rows[unicast_mac(mac) & unicast_ipv4(address) & (address != np.uint32(0xFFFF_FFFF))]
         if len(rows) == 0:
             return None
-        count = len(rows)
-        none = np.zeros(count, dtype=bool)
-        return _aggregate({"link": links(batch, rows), "ip_hi": batch[f"{side}_ip_hi"][rows],
-                           "ip_lo": batch[f"{side}_ip_lo"][rows], "mac": batch[f"{side}_mac"][rows],
-                           "how": np.full(count, how, dtype=np.uint8), "ts": batch["ts_ns"][rows],
-                           "frame": batch["frame"][rows], "unsolicited": none, "mismatched": none,
-                           "changes": np.zeros(count, dtype=np.int64)})
+        link = links(batch, rows)
+        hi, lo, mac = batch[f"{side}_ip_hi"][rows], batch[f"{side}_ip_lo"][rows], batch[f"{side}_mac"][rows]
+        ts = batch["ts_ns"][rows]
+        n = len(rows)
+        size = 1 << max(1, int(2 * n - 1).bit_length())
+        first, last, count = (np.empty(n, dtype=np.int64) for _ in range(3))
+        low, high = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        groups = group_pairs(link, hi, lo, mac, ts, np.full(size, -1, dtype=np.int64),
+                             np.full(size, -1, dtype=np.int64), IP_ROWS_PER_MAC, first, last, count, low, high)
+        g = first[:groups]
+        zero = np.zeros(groups, dtype=np.int64)
+        return {"key": mix64(link[g], hi[g], lo[g], mac[g], np.full(groups, how, dtype=np.uint8)),
+                "link": link[g], "ip_hi": hi[g], "ip_lo": lo[g], "mac": mac[g],
+                "how": np.full(groups, how, dtype=np.uint8), "count": count[:groups].copy(), "unsolicited": zero,
+                "mismatched": zero, "changes": zero, "first_ns": low[:groups].copy(), "last_ns": high[:groups].copy(),
+                "first_frame": batch["frame"][rows][g], "last_frame": batch["frame"][rows][last[:groups]]}
 
     # ---- the table
     def _fold(self, new: dict) -> None:
@@ -333,6 +342,60 @@ class Neighbors:
         change = (before["mac"][b] != after["mac"][k]) & (gap >= 0) & (gap <= self.conflict_window_ns)
         target = np.isin(rows["key"], after["row"][k][change])
         rows["changes"] = rows["changes"] + target
+
+@kernel("(u4[::1], u8[::1], u8[::1], u8[::1], i8[::1], i8[::1], i8[::1], i8, i8[::1], i8[::1], i8[::1], i8[::1], "
+        "i8[::1])")
+def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last, count, low, high):
+    """Group rows by (link, hi, lo, mac) in one pass: group g, numbered in order of first appearance, has its
+    first and last row, its row count and its lowest and highest time in first[g], last[g], count[g], low[g],
+    high[g]. A station (link, mac) keeps its first `per_station` addresses; rows of its others are left out.
+    `table` and `stations` are open-addressing tables of a power of two at least twice the rows, all -1.
+    Returns the number of groups."""
+    mask = np.uint64(len(table) - 1)
+    groups = 0
+    for i in range(len(link)):
+        station = (mac[i] * np.uint64(0xBF58476D1CE4E5B9)) ^ (np.uint64(link[i]) * np.uint64(0x94D049BB133111EB))
+        h = hi[i] ^ (lo[i] * np.uint64(0x9E3779B97F4A7C15)) ^ station
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xD6E8FEB86659FD93)
+        h ^= h >> np.uint64(32)
+        slot = h & mask
+        while True:
+            g = table[slot]
+            if g < 0:
+                break
+            j = first[g]
+            if link[j] == link[i] and lo[j] == lo[i] and mac[j] == mac[i] and hi[j] == hi[i]:
+                break
+            slot = (slot + np.uint64(1)) & mask
+        if g >= 0:
+            last[g] = i
+            count[g] += 1
+            low[g] = min(low[g], ts[i])
+            high[g] = max(high[g], ts[i])
+            continue
+        # a new address of this station: counted in `stations` (slot holds first row << 16 | addresses)
+        station ^= station >> np.uint64(29)
+        s = station & mask
+        while stations[s] >= 0:
+            j = stations[s] >> 16
+            if link[j] == link[i] and mac[j] == mac[i]:
+                break
+            s = (s + np.uint64(1)) & mask
+        if stations[s] < 0:
+            stations[s] = np.int64(i) << 16
+        if (stations[s] & 0xFFFF) >= per_station:
+            continue
+        stations[s] += 1
+        table[slot] = groups
+        first[groups] = i
+        last[groups] = i
+        count[groups] = 1
+        low[groups] = ts[i]
+        high[groups] = ts[i]
+        groups += 1
+    return groups
+
 
 def _kept(known: dict, new: dict, latest: bool = True) -> dict:
     """Each IP's latest (or earliest) claim of the two tables, sorted by IP key."""
