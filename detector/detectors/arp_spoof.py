@@ -119,7 +119,7 @@ class _Conflicts:
         self.detector = detector
         self.params = detector.params
         rows = detector.neighbors.rows
-        arp = np.isin(rows["how"], nb.ARP_KINDS)
+        arp = np.isin(rows["how"], nb.NEIGHBOR_KINDS)
         self.rows = {name: col[arp] for name, col in rows.items()}
         self.destinations = {name: col[~arp & (rows["how"] == nb.IP_DESTINATION)] for name, col in rows.items()}
 
@@ -138,7 +138,7 @@ class _Conflicts:
         claimants: dict[int, dict[int, list[int]]] = {}
         for i in np.flatnonzero(np.isin(ip_key, np.array(sorted(conflicted), dtype=np.uint64))).tolist():
             claimants.setdefault(int(ip_key[i]), {}).setdefault(int(r["mac"][i]), []).append(i)
-        sender = np.isin(r["how"], nb.ARP_SENDER)
+        sender = np.isin(r["how"], nb.SENDERS)
         # how many conflicted addresses each MAC (on its link) sends claims for
         contradicts: dict[tuple[int, int], int] = {}
         for macs in claimants.values():
@@ -153,7 +153,7 @@ class _Conflicts:
             def rank(mac, macs=macs, link=link):
                 index = macs[mac]
                 loud = int(r["unsolicited"][index].sum()) + int(
-                    r["count"][index][r["how"][index] == nb.GRATUITOUS].sum())
+                    r["count"][index][np.isin(r["how"][index], nb.ANNOUNCEMENTS)].sum())
                 return (bool(sender[index].any()), loud > 0, contradicts.get((link, mac), 0),
                         int(r["mismatched"][index].sum()) > 0, int(r["first_ns"][index].min()))
 
@@ -203,8 +203,8 @@ class _Conflicts:
         owners = {other for a in fought for other in a["others"]}
         index = np.concatenate([a["mine"] for a in addresses])
         unsolicited = int(r["unsolicited"][index].sum())
-        gratuitous = int(r["count"][index][r["how"][index] == nb.GRATUITOUS].sum())
-        replies = int(r["count"][index][r["how"][index] == nb.REPLY].sum())
+        gratuitous = int(r["count"][index][np.isin(r["how"][index], nb.ANNOUNCEMENTS)].sum())
+        replies = int(r["count"][index][np.isin(r["how"][index], nb.ANSWERS)].sum())
         mitm = len(fought) >= 2 and len(owners) >= 2 and unsolicited + gratuitous > 0
         # poisoning of one direction: an address taken from its owner with targeted replies nobody asked for,
         # repeated to keep the victims' caches (announcing hosts and failing-over routers broadcast gratuitous
@@ -288,7 +288,8 @@ class _Conflicts:
         best = (0, 0.0)
         for a in addresses:
             index = np.array(a["mine"])
-            loud = (r["unsolicited"][index] + np.where(r["how"][index] == nb.GRATUITOUS, r["count"][index], 0)).sum()
+            loud = (r["unsolicited"][index]
+                    + np.where(np.isin(r["how"][index], nb.ANNOUNCEMENTS), r["count"][index], 0)).sum()
             if loud >= 3 and loud > best[0]:
                 best = (int(loud), (r["last_ns"][index].max() - r["first_ns"][index].min()) / NS / (loud - 1))
         return f", about one every {best[1]:.1f} s for one address" if best[0] else ""

@@ -65,8 +65,7 @@ from .base import (
 
 LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")     # RFC 3927: configured by the host itself
 IPV4_MAPPED = 0xFFFF << 32
-USES = (nb.REQUEST, nb.REPLY_TARGET, nb.IP_SOURCE)      # a host using an address
-CLAIMS = (nb.REPLY, nb.GRATUITOUS)                      # a host telling others the address is at its MAC
+CLAIMS = (*nb.ANSWERS, *nb.ANNOUNCEMENTS)   # a host telling others the address is at its MAC (the rest: using it)
 UNKNOWN_LISTED = 64                                     # unregistered pairs listed in a finding's evidence
 LISTED = 6
 
@@ -157,7 +156,7 @@ class _Judgement:
         self.detector = detector
         self.site = site = detector.site
         rows = detector.neighbors.rows
-        keep = np.isin(rows["how"], (*nb.ARP_KINDS, nb.IP_SOURCE))
+        keep = np.isin(rows["how"], (*nb.NEIGHBOR_KINDS, nb.IP_SOURCE))
         # link-local addresses are the host's own choice, outside any registry
         address = (rows["ip_lo"] & np.uint64(0xFFFF_FFFF)).astype(np.int64)
         keep &= (address >> 16) != (int(LINK_LOCAL.network_address) >> 16)
@@ -169,7 +168,7 @@ class _Judgement:
         self.mac_registered = registry.has("mac", (np.zeros(len(self.vlan), dtype=np.uint64), r["mac"]), self.vlan)
         self.pair_registered = registry.has("pair", (r["ip_hi"], r["ip_lo"], r["mac"]), self.vlan)
         self.in_pool = site.pool_mask(r["ip_hi"], r["ip_lo"])
-        arp = np.isin(r["how"], nb.ARP_KINDS)
+        arp = np.isin(r["how"], nb.NEIGHBOR_KINDS)
         if site.given("local_networks"):
             self.local = site.local_mask(r["ip_hi"], r["ip_lo"])
         else:

@@ -57,9 +57,15 @@ IPV4_MAPPED = np.uint64(0xFFFF << 32)          # ::ffff:0:0/96, how the schema h
 REPLY, GRATUITOUS, REQUEST, REPLY_TARGET, IP_SOURCE, IP_DESTINATION = 1, 2, 3, 4, 5, 6
 HOW_NAMES = {REPLY: "ARP reply", GRATUITOUS: "gratuitous ARP", REQUEST: "ARP request sender",
              REPLY_TARGET: "ARP reply target", IP_SOURCE: "IPv4 source", IP_DESTINATION: "IPv4 destination"}
-ARP_SENDER = (REPLY, GRATUITOUS, REQUEST)
-ARP_KINDS = (*ARP_SENDER, REPLY_TARGET)         # the observations Wireshark compares for duplicates
-IP_KINDS = (IP_SOURCE, IP_DESTINATION)
+# What each kind tells the rules, which read these tuples, never the codes: another input (an IPv6
+# Neighbor Advertisement, a DHCP ACK) joins them with codes of its own.
+ANSWERS = (REPLY,)                      # "the address is at my MAC", said to one host (maybe unasked)
+ANNOUNCEMENTS = (GRATUITOUS,)           # the same, said to everyone
+QUESTIONS = (REQUEST,)                  # the sender uses the address while asking for another
+ECHOES = (REPLY_TARGET,)                # the asker's pair, as the answer repeats it
+SENDERS = (*ANSWERS, *ANNOUNCEMENTS, *QUESTIONS)       # pairs a MAC speaks for itself
+NEIGHBOR_KINDS = (*SENDERS, *ECHOES)    # what Wireshark compares for duplicate addresses
+TRAFFIC = (IP_SOURCE, IP_DESTINATION)   # pairs of IP packets, bounded per MAC
 
 # A reply is an answer when a request from its target asked for its sender address this long before it:
 # a host answers within milliseconds, and a spoofer sends without being asked.
@@ -296,7 +302,7 @@ class Neighbors:
 
     def _bounded(self, rows: dict) -> dict:
         """At most IP_ROWS_PER_MAC addresses per MAC and IP role, MAX_ROWS in all: the rows first seen."""
-        ip_rows = np.isin(rows["how"], IP_KINDS)
+        ip_rows = np.isin(rows["how"], TRAFFIC)
         if ip_rows.any():
             group = mix64(rows["link"], rows["mac"], rows["how"])
             order = np.lexsort((rows["first_ns"], group))
