@@ -26,9 +26,11 @@ unless the ARP sender MAC is a virtual router's (VRRP, HSRP, GLBP), which
 routers may announce from their own MAC.
 
 Addresses are the packet schema's 128-bit (hi, lo) halves, IPv4 mapped,
-and `how` is a small code, so another input (an IPv6 Neighbor Advertisement's
-target and link-layer address, a DHCP ACK's chaddr and yiaddr) adds rows
-of a code of its own to the same table.
+and `how` is a small code that the rules read through the tuples of what
+each code tells (ANSWERS, ANNOUNCEMENTS, QUESTIONS, ECHOES, TRAFFIC), so
+another input (an IPv6 Neighbor Advertisement's target and link-layer
+address, a DHCP ACK's chaddr and yiaddr) adds rows of codes of its own to
+the same table and those codes to the tuples.
 
 State (mergeable): the observation rows, folded like the other detectors'
 tables and bounded (the IP rows to `IP_ROWS_PER_MAC` addresses per MAC and
