@@ -243,6 +243,12 @@ def test_two_halves_merged_give_one_pass():
     assert merged[0]["evidence"]["conflicts"] == one[0]["evidence"]["conflicts"]
 
 
+def test_states_that_saw_no_arp_merge():
+    # a watch window merges the state of slices without ARP
+    empty = _detector().merge(_detector())
+    assert empty.findings(AnalysisContext(flows=None, stats=CaptureStats())) == []
+
+
 def test_a_flood_of_forged_pairs_keeps_the_first_and_counts_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(nb, "MAX_ROWS", 10)
     timed = [(k * 0.01, reply((f"02:00:00:00:01:{k:02x}", f"10.9.1.{k}"), A)) for k in range(20)]

@@ -408,6 +408,8 @@ def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last
 def _kept(known: dict, new: dict, latest: bool = True) -> dict:
     """Each IP's latest (or earliest) claim of the two tables, sorted by IP key."""
     both = {name: np.concatenate([known[name], new[name]]) for name in CLAIM_COLUMNS}
+    if len(both["key"]) == 0:
+        return both
     order = np.lexsort((both["ts"] if latest else -both["ts"], both["key"]))
     both = _take(both, order)
     last = np.concatenate((both["key"][1:] != both["key"][:-1], [True]))
