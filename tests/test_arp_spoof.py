@@ -98,7 +98,7 @@ def test_the_campus_man_in_the_middle_claims_the_gateway():
 
 
 def test_a_replaced_nic_is_one_change():
-    (f,) = run(CAPTURES / "arp-nic-change.pcapng")
+    (f,) = run(CAPTURES / "arp-campus-nic-change.pcapng")
     assert f.severity == "low" and f.src_mac == "02:a0:00:01:00:c2" and f.n == 1
     assert "took over 10.160.1.12 from 02:a0:00:01:00:0c (1 change(s))" in f.msg
 

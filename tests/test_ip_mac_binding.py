@@ -112,7 +112,7 @@ def test_the_campus_man_in_the_middle():
 
 
 def test_a_replaced_nic_is_low():
-    (f,) = campus("arp-nic-change.pcapng").values()
+    (f,) = campus("arp-campus-nic-change.pcapng").values()
     assert f.severity == "low" and f.identifier == "10.160.1.12 02:a0:00:01:00:c2"
     assert "was last seen at 2026-01-01T00:01:50.000400Z, before 02:a0:00:01:00:c2 came" in f.msg
 
