@@ -52,12 +52,18 @@ system-tools:
 	$(call ensure_tool,chromium,chromium,the browser test of report.html will skip)
 	$(call ensure_tool,tcpreplay,tcpreplay,the live tests of detector watch and its benchmark will skip)
 
-# each bundled capture is its own incident: one report folder per capture
+# each bundled capture is its own incident: one report folder per capture, read with the site file that
+# describes its network where one lies beside it (captures/NAME.site.yaml)
 demo: venv
 	@set -e; for capture in captures/*.pcap captures/*.pcapng; do \
-	  name=$$(basename "$$capture"); name=$${name%%.*}; \
-	  echo "== $$capture"; \
-	  $(BIN)/detector analyze "$$capture" -o "reports/$$name"; \
+	  name=$$(basename "$$capture"); name=$${name%%.*}; site="captures/$$name.site.yaml"; \
+	  if [ -f "$$site" ]; then \
+	    echo "== $$capture (site file $$site)"; \
+	    $(BIN)/detector analyze "$$capture" -o "reports/$$name" --site "$$site"; \
+	  else \
+	    echo "== $$capture"; \
+	    $(BIN)/detector analyze "$$capture" -o "reports/$$name"; \
+	  fi; \
 	done
 	@echo "findings written to reports/*/findings.json; open reports/*/report.html (one self-contained page each)"
 

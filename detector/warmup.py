@@ -31,7 +31,8 @@ KERNEL_MODULES = (
      "detector.decode.app.ospf", "detector.decode.app.dhcp4", "detector.decode.app.nd"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
-     "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6"),
+     "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6",
+     "detector.detectors.neighbors"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"

@@ -3,7 +3,8 @@
 Each capture runs through `detector analyze` in process (all default rules);
 the manifest lists per file the findings it must yield (rule and lowest
 severity) and must not yield (rule or "*" and the severity they must stay at
-or below).
+or below), and the site file a capture is read with, if any: NAME.site.yaml
+beside NAME.pcap(ng), as `make demo` finds it.
 """
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ MANIFEST = json.loads((CAPTURES / "MANIFEST.json").read_text())["captures"]
 MAX_CAPTURE_BYTES = 2 * 1024 * 1024
 
 
+def site_file(entry: dict) -> Path | None:
+    """The site file a bundled capture is read with (its manifest's `site`), None without one."""
+    return CAPTURES / entry["site"] if "site" in entry else None
+
+
+def test_site_files_lie_where_make_demo_finds_them():
+    named = {entry["site"] for entry in MANIFEST if "site" in entry}
+    assert named == {p.name for p in CAPTURES.glob("*.site.yaml")}
+    for entry in MANIFEST:
+        if "site" in entry:
+            assert entry["site"] == entry["file"].split(".")[0] + ".site.yaml"
+
+
 def test_manifest_lists_exactly_the_bundled_captures():
     on_disk = {p.name for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng")}
     assert on_disk == {entry["file"] for entry in MANIFEST}
@@ -30,7 +44,7 @@ def test_manifest_lists_exactly_the_bundled_captures():
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
 def test_capture_meets_its_manifest(entry, tmp_path):
-    findings, _, out = analyze([CAPTURES / entry["file"]], tmp_path)
+    findings, _, out = analyze([CAPTURES / entry["file"]], tmp_path, site_file=site_file(entry))
     document = json.loads(out.read_text())
     assert document["stats"]["packets"] == entry["packets"]
     seen = [(f.rule, f.severity) for f in findings]

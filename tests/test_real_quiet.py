@@ -18,6 +18,12 @@ QUIET_UP_TO = "low"
 
 # path -> {rule: (highest severity allowed, why the file really contains the signature)}
 ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
+    "lucaderi-sgr/2022/Favilli/tests/na-arpSpoofing.pcap": {
+        "arp-spoof": ("high", "00:e0:4d:3c:25:7b sends 36 unsolicited ARP replies in 134 s telling dc:f5:05:75:0b:cd "
+                              "that 10.0.0.157 and b0:7f:b9:4e:f0:9c that 10.0.0.153 is at its MAC, while the replies' "
+                              "target pairs name the real owners (tshark: arp.duplicate-address-detected in 18 "
+                              "frames): a man in the middle"),
+    },
     "tcpdump/tests/ripv2-invalid-length.pcap": {
         "rip-announce": ("medium", "a Cisco router's RIPv2 update whose sixth route has metric 268,435,457 (tshark "
                                    "rip.metric agrees): a route every receiver rejects"),

@@ -2,7 +2,7 @@
 
 The restructuring of issue 10 moves the code of every rule; what a user gets
 must not move with it. Each bundled capture runs through `detector analyze`
-in process with the default rules and the report; its findings.json (capture
+in process with the default rules, its site file if it has one, and the report; its findings.json (capture
 paths reduced to file names, the only thing that depends on where the run
 happens) and the list of files the run wrote must equal
 tests/snapshots/<capture>.json.
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from detector.commands import analyze
+from tests.test_manifest import site_file
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -45,7 +46,7 @@ def _snapshot(out_dir: Path) -> dict:
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
 def test_findings_equal_the_snapshot(entry, tmp_path):
-    analyze([CAPTURES / entry["file"]], tmp_path)
+    analyze([CAPTURES / entry["file"]], tmp_path, site_file=site_file(entry))
     got = _snapshot(tmp_path)
     path = SNAPSHOTS / f"{entry['file']}.json"
     if UPDATE:

@@ -1,0 +1,436 @@
+"""Who says which IP address is at which MAC: the observations the IP-MAC rules share.
+
+An observation is one (link, IP, MAC, how) seen on the capture, summed over
+its packets: how many, when first and last, in which frames. `how` says
+what the packet showed:
+
+- an ARP reply's sender pair (RFC 826), flagged unsolicited when no request
+  from the reply's target asked for the sender's address within
+  `UNSOLICITED_WINDOW_S` before it;
+- a gratuitous ARP's sender pair (sender and target protocol address equal,
+  request or reply: RFC 5227 announcements too);
+- an ARP request's sender pair (its target pair asks, it claims nothing);
+- an ARP reply's target pair: the requester as the replier knows it;
+- an IPv4 packet's source pair (src_ip, src_mac) and, for finding the
+  gateway, its destination pair (dest_ip, dest_mac).
+
+The ARP observations skip what Wireshark's `check_for_duplicate_addresses`
+(epan/dissectors/packet-arp.c) skips: group (multicast, broadcast) and zero
+MACs, the address 0.0.0.0 of RFC 5227 probes, and the target pair of a
+request. Each observation of an ARP kind also counts its `changes`: the
+claims of that IP that followed, within `CONFLICT_WINDOW_S`, a claim of the
+same IP by another MAC (arpwatch's "changed ethernet address", Wireshark's
+"duplicate IP address"). A sender whose Ethernet source differs from its
+ARP sender MAC is counted as `mismatched` (arpwatch's "ethernet mismatch"),
+unless the ARP sender MAC is a virtual router's (VRRP, HSRP, GLBP), which
+routers may announce from their own MAC.
+
+Addresses are the packet schema's 128-bit (hi, lo) halves, IPv4 mapped,
+and `how` is a small code that the rules read through the tuples of what
+each code tells (ANSWERS, ANNOUNCEMENTS, QUESTIONS, ECHOES, TRAFFIC), so
+another input (an IPv6 Neighbor Advertisement's target and link-layer
+address, a DHCP ACK's chaddr and yiaddr) adds rows of codes of its own to
+the same table and those codes to the tuples.
+
+State (mergeable): the observation rows, folded like the other detectors'
+tables and bounded (the IP rows to `IP_ROWS_PER_MAC` addresses per MAC and
+role, all rows to `MAX_ROWS`, the rows first seen kept); the ARP requests
+of the last `UNSOLICITED_WINDOW_S`, which a reply in the next batch may
+answer; and the latest and earliest claim of each IP: the next batch's
+first claim of it follows the latest, and when two partitions in time order
+merge, the later one's earliest follows the earlier one's latest. A request
+in one partition does not answer a reply in the other; partitions that
+overlap in time miss the change at their border.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import kernel
+from ..schema import L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_QINQ, L_SRC_MAC, L_TUNNEL, L_VLAN, PacketBatch
+from ..units import NS
+from .base import fold_rows, mix64
+
+ARP_REQUEST, ARP_REPLY = 1, 2                  # RFC 826 opcodes (RARP's 3 and 4 are another protocol)
+ETHERTYPE_ARP = 0x0806
+IPV4_MAPPED = np.uint64(0xFFFF << 32)          # ::ffff:0:0/96, how the schema holds IPv4
+
+# what an observation saw (the `how` column)
+REPLY, GRATUITOUS, REQUEST, REPLY_TARGET, IP_SOURCE, IP_DESTINATION = 1, 2, 3, 4, 5, 6
+HOW_NAMES = {REPLY: "ARP reply", GRATUITOUS: "gratuitous ARP", REQUEST: "ARP request sender",
+             REPLY_TARGET: "ARP reply target", IP_SOURCE: "IPv4 source", IP_DESTINATION: "IPv4 destination"}
+# What each kind tells the rules, which read these tuples, never the codes: another input (an IPv6
+# Neighbor Advertisement, a DHCP ACK) joins them with codes of its own.
+ANSWERS = (REPLY,)                      # "the address is at my MAC", said to one host (maybe unasked)
+ANNOUNCEMENTS = (GRATUITOUS,)           # the same, said to everyone
+QUESTIONS = (REQUEST,)                  # the sender uses the address while asking for another
+ECHOES = (REPLY_TARGET,)                # the asker's pair, as the answer repeats it
+SENDERS = (*ANSWERS, *ANNOUNCEMENTS, *QUESTIONS)       # pairs a MAC speaks for itself
+NEIGHBOR_KINDS = (*SENDERS, *ECHOES)    # what Wireshark compares for duplicate addresses
+TRAFFIC = (IP_SOURCE, IP_DESTINATION)   # pairs of IP packets, bounded per MAC
+
+# A reply is an answer when a request from its target asked for its sender address this long before it:
+# a host answers within milliseconds, and a spoofer sends without being asked.
+UNSOLICITED_WINDOW_S = 1.0
+# Two MACs claiming one IP this close in time contradict each other (ours): longer than the ARP cache
+# lifetimes of common hosts (Linux reachable time 15-45 s, Windows 15-45 s, Cisco 4 h aside), shorter
+# than a DHCP lease handed to another host after the first left.
+CONFLICT_WINDOW_S = 600.0
+# IP addresses kept per MAC and role (source, destination): a host has a few; a router forwards for
+# thousands, and these are enough to see that (16 distinct sources make a router).
+IP_ROWS_PER_MAC = 32
+# All observation rows: a large L2 domain has tens of thousands of hosts; floods of forged pairs keep the
+# rows first seen and count the rest (`dropped`).
+MAX_ROWS = 262_144
+# Requests carried into the next batch (the newest): an ARP storm must not grow them without bound.
+MAX_CARRIED_REQUESTS = 65_536
+
+# virtual router MACs, as (value, mask) of the 48-bit MAC: VRRP for IPv4 and IPv6 (RFC 5798 section
+# 7.3), HSRP version 1 and 2 (RFC 2281; Cisco), GLBP (Cisco)
+VIRTUAL_ROUTER_MACS = ((0x00005E000100, 0xFFFFFFFFFF00), (0x00005E000200, 0xFFFFFFFFFF00),
+                       (0x00000C07AC00, 0xFFFFFFFFFF00), (0x00000C9FF000, 0xFFFFFFFFF000),
+                       (0x0007B4000000, 0xFFFFFF000000))
+
+COLUMNS = {"key": np.uint64, "link": np.uint32, "ip_hi": np.uint64, "ip_lo": np.uint64, "mac": np.uint64,
+           "how": np.uint8, "count": np.int64, "unsolicited": np.int64, "mismatched": np.int64,
+           "changes": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64,
+           "last_frame": np.int64}
+REDUCE = {"count": np.add, "unsolicited": np.add, "mismatched": np.add, "changes": np.add,
+          "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
+REQUEST_COLUMNS = {"key": np.uint64, "ts": np.int64}
+# an IP's latest (and earliest) claim: the IP's key, the claiming MAC, when, and the observation row it is in
+CLAIM_COLUMNS = {"key": np.uint64, "mac": np.uint64, "ts": np.int64, "row": np.uint64}
+
+
+def _empty(columns: dict) -> dict:
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+def _take(rows: dict, index) -> dict:
+    return {name: col[index] for name, col in rows.items()}
+
+
+def virtual_router_mac(mac: np.ndarray) -> np.ndarray:
+    """Which MACs of the column are a virtual router's (VRRP, HSRP, GLBP), shared by the routers of a group."""
+    mac = np.asarray(mac, dtype=np.uint64)
+    out = np.zeros(len(mac), dtype=bool)
+    for value, mask in VIRTUAL_ROUTER_MACS:
+        out |= (mac & np.uint64(mask)) == np.uint64(value)
+    return out
+
+
+def unicast_mac(mac: np.ndarray) -> np.ndarray:
+    """MACs that name one station: not zero, group bit (multicast, broadcast) clear."""
+    return (mac != 0) & ((mac >> np.uint64(40)) & np.uint64(1) == 0)
+
+
+def unicast_ipv4(address: np.ndarray) -> np.ndarray:
+    """IPv4 addresses (uint32) a host may hold: not 0.0.0.0, not multicast, class E or broadcast."""
+    return (address != 0) & (address < np.uint32(0xE000_0000))
+
+
+def links(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """The L2 domain of each row: outer VLAN << 16 | inner VLAN, the top bit set inside a tunnel (its
+    inner Ethernet is another domain than the capture's own)."""
+    layers = batch["layers"][rows]
+    outer = np.where((layers & np.uint32(L_VLAN)) != 0, batch["vlan_outer"][rows], 0).astype(np.uint32)
+    inner = np.where((layers & np.uint32(L_QINQ)) != 0, batch["vlan_inner"][rows], 0).astype(np.uint32)
+    tunnel = np.where((layers & np.uint32(L_TUNNEL)) != 0, np.uint32(1 << 31), np.uint32(0))
+    return (outer << np.uint32(16)) | inner | tunnel
+
+
+def link_vlan(link: int) -> int | None:
+    """The VLAN a host of the link is in (the innermost tag), None untagged."""
+    link = int(link) & 0x7FFF_FFFF
+    vlan = link & 0xFFFF or link >> 16
+    return vlan or None
+
+
+def link_text(link: int) -> str:
+    """' on VLAN 20', ' on VLAN 20.30', ' in a tunnel', or '' untagged."""
+    value = int(link)
+    outer, inner = (value >> 16) & 0x7FFF, value & 0xFFFF
+    text = "" if not outer else f" on VLAN {outer}" + (f".{inner}" if inner else "")
+    return text + (" in a tunnel" if value & (1 << 31) else "")
+
+
+class Neighbors:
+    """The observation table of one rule, its inputs chosen: ARP always, IPv4 sources and destinations on
+    request (`ip_sources`, `ip_destinations`), and the window within which a claim changes another's."""
+
+    def __init__(self, ip_sources: bool = False, ip_destinations: bool = False,
+                 conflict_window_ns: int = int(CONFLICT_WINDOW_S * NS)):
+        self.ip_sources = ip_sources
+        self.conflict_window_ns = conflict_window_ns
+        self.ip_destinations = ip_destinations
+        self.rows = _empty(COLUMNS)
+        self.requests = _empty(REQUEST_COLUMNS)
+        self.latest = _empty(CLAIM_COLUMNS)
+        self.earliest = _empty(CLAIM_COLUMNS)
+        self.dropped = 0
+
+    # ---- one batch
+    def update(self, batch: PacketBatch) -> None:
+        parts = [self._arp(batch)]
+        if self.ip_sources:
+            parts.append(self._ip(batch, IP_SOURCE, "src"))
+        if self.ip_destinations:
+            parts.append(self._ip(batch, IP_DESTINATION, "dest"))
+        parts = [part for part in parts if part is not None]
+        if parts:
+            self._fold({name: np.concatenate([part[name] for part in parts]) for name in COLUMNS})
+
+    def _arp(self, batch: PacketBatch) -> dict | None:
+        layers = batch["layers"]
+        arp = np.flatnonzero(((layers & np.uint32(L_ARP | L_ETHERTYPE)) == np.uint32(L_ARP | L_ETHERTYPE))
+                             & (batch["ethertype"] == ETHERTYPE_ARP)
+                             & ((batch["arp_op"] == ARP_REQUEST) | (batch["arp_op"] == ARP_REPLY)))
+        if len(arp) == 0:
+            return None
+        op, sha, tha = batch["arp_op"][arp], batch["arp_sha"][arp], batch["arp_tha"][arp]
+        spa, tpa = batch["arp_spa"][arp], batch["arp_tpa"][arp]
+        ts, frame, link = batch["ts_ns"][arp], batch["frame"][arp], links(batch, arp)
+        gratuitous = spa == tpa
+        reply = op == ARP_REPLY
+        unsolicited = reply & ~gratuitous & ~self._answered(link, spa, tpa, ts, op)
+        own = layers[arp]
+        ether_src = np.where((own & np.uint32(L_SRC_MAC)) != 0, batch["src_mac"][arp], sha)
+        mismatched = ((own & np.uint32(L_TUNNEL)) == 0) & (ether_src != sha) & ~virtual_router_mac(sha)
+
+        sender = unicast_mac(sha) & unicast_ipv4(spa)
+        target = reply & ~gratuitous & unicast_mac(tha) & unicast_ipv4(tpa)
+        how = np.where(gratuitous, GRATUITOUS, np.where(reply, REPLY, REQUEST)).astype(np.uint8)
+        s, t = np.flatnonzero(sender), np.flatnonzero(target)
+        rows = {
+            "link": np.concatenate([link[s], link[t]]),
+            "ip_hi": np.zeros(len(s) + len(t), dtype=np.uint64),
+            "ip_lo": IPV4_MAPPED | np.concatenate([spa[s], tpa[t]]).astype(np.uint64),
+            "mac": np.concatenate([sha[s], tha[t]]),
+            "how": np.concatenate([how[s], np.full(len(t), REPLY_TARGET, dtype=np.uint8)]),
+            "ts": np.concatenate([ts[s], ts[t]]),
+            "frame": np.concatenate([frame[s], frame[t]]),
+            "unsolicited": np.concatenate([unsolicited[s], np.zeros(len(t), dtype=bool)]),
+            "mismatched": np.concatenate([mismatched[s], np.zeros(len(t), dtype=bool)]),
+        }
+        if len(rows["ts"]) == 0:
+            return None
+        rows["changes"] = self._changes(rows)
+        return _aggregate(rows)
+
+    def _answered(self, link, spa, tpa, ts, op) -> np.ndarray:
+        """Which rows (replies) follow, within UNSOLICITED_WINDOW_S, a request from their target for their
+        sender address; this batch's requests from the last window are kept for the next."""
+        asked = op == ARP_REQUEST
+        request_keys = mix64(link[asked], tpa[asked], spa[asked])
+        keys = np.concatenate([self.requests["key"], request_keys, mix64(link, spa, tpa)])
+        times = np.concatenate([self.requests["ts"], ts[asked], ts])
+        is_request = np.concatenate([np.ones(len(self.requests["key"]) + len(request_keys), dtype=bool),
+                                     np.zeros(len(ts), dtype=bool)])
+        # requests before replies at equal times: a host answers after the question
+        order = np.lexsort((~is_request, times, keys))
+        k, t, r = keys[order], times[order], is_request[order]
+        starts = np.concatenate(([True], k[1:] != k[:-1]))
+        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(k)), 0))
+        last_request = np.maximum.accumulate(np.where(r, np.arange(len(k)), -1))
+        found = (last_request >= group_start) & ~r
+        found[found] = t[found] - t[last_request[found]] <= int(UNSOLICITED_WINDOW_S * NS)
+        answered = np.zeros(len(keys), dtype=bool)
+        answered[order] = found
+        # carry the requests of the last window (the newest, bounded) to the next batch
+        carried = {"key": keys[is_request], "ts": times[is_request]}
+        recent = np.flatnonzero(carried["ts"] >= times.max() - int(UNSOLICITED_WINDOW_S * NS))
+        recent = recent[np.argsort(carried["ts"][recent], kind="stable")][-MAX_CARRIED_REQUESTS:]
+        self.requests = _take(carried, recent)
+        return answered[len(keys) - len(ts):]
+
+    def _changes(self, rows: dict) -> np.ndarray:
+        """1 for each claim that follows, within CONFLICT_WINDOW_S, a claim of the same IP by another MAC."""
+        ip_key = mix64(rows["link"], rows["ip_hi"], rows["ip_lo"])
+        order = np.lexsort((rows["frame"], rows["ts"], ip_key))
+        key, mac, ts = ip_key[order], rows["mac"][order], rows["ts"][order]
+        first = np.concatenate(([True], key[1:] != key[:-1]))
+        previous_mac = np.concatenate(([np.uint64(0)], mac[:-1]))
+        previous_ts = np.concatenate(([np.int64(0)], ts[:-1]))
+        known = ~first
+        # a batch's first claim of an IP follows the latest claim of it before the batch
+        at = np.searchsorted(self.latest["key"], key[first])
+        hit = at < len(self.latest["key"])
+        hit[hit] = self.latest["key"][at[hit]] == key[first][hit]
+        heads = np.flatnonzero(first)
+        previous_mac[heads[hit]] = self.latest["mac"][at[hit]]
+        previous_ts[heads[hit]] = self.latest["ts"][at[hit]]
+        known[heads[hit]] = True
+        change = known & (previous_mac != mac) & (ts - previous_ts <= self.conflict_window_ns)
+        out = np.zeros(len(key), dtype=np.int64)
+        out[order] = change
+        last = np.concatenate((key[1:] != key[:-1], [True]))
+        row = mix64(rows["link"], rows["ip_hi"], rows["ip_lo"], rows["mac"], rows["how"])[order]
+        self.latest = _kept(self.latest, {"key": key[last], "mac": mac[last], "ts": ts[last], "row": row[last]})
+        self.earliest = _kept(self.earliest, {"key": key[first], "mac": mac[first], "ts": ts[first],
+                                              "row": row[first]}, latest=False)
+        return out
+
+    def _ip(self, batch: PacketBatch, how: int, side: str) -> dict | None:
+        """The (address, MAC) pairs of one side of the batch's IPv4 packets, each once with its packets counted:
+        grouped in one compiled pass (most packets of a batch repeat a pair seen a moment before)."""
+        bit = L_SRC_MAC if side == "src" else L_DST_MAC
+        layers = batch["layers"]
+        rows = np.flatnonzero((layers & np.uint32(L_IP4 | bit | L_TUNNEL)) == np.uint32(L_IP4 | bit))
+        mac = batch[f"{side}_mac"][rows]
+        address = (batch[f"{side}_ip_lo"][rows] & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
+        rows = rows[unicast_mac(mac) & unicast_ipv4(address) & (address != np.uint32(0xFFFF_FFFF))]
+        if len(rows) == 0:
+            return None
+        link = links(batch, rows)
+        hi, lo, mac = batch[f"{side}_ip_hi"][rows], batch[f"{side}_ip_lo"][rows], batch[f"{side}_mac"][rows]
+        ts = batch["ts_ns"][rows]
+        n = len(rows)
+        size = 1 << max(1, int(2 * n - 1).bit_length())
+        first, last, count = (np.empty(n, dtype=np.int64) for _ in range(3))
+        low, high = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        groups = group_pairs(link, hi, lo, mac, ts, np.full(size, -1, dtype=np.int64),
+                             np.full(size, -1, dtype=np.int64), IP_ROWS_PER_MAC, first, last, count, low, high)
+        g = first[:groups]
+        zero = np.zeros(groups, dtype=np.int64)
+        return {"key": mix64(link[g], hi[g], lo[g], mac[g], np.full(groups, how, dtype=np.uint8)),
+                "link": link[g], "ip_hi": hi[g], "ip_lo": lo[g], "mac": mac[g],
+                "how": np.full(groups, how, dtype=np.uint8), "count": count[:groups].copy(), "unsolicited": zero,
+                "mismatched": zero, "changes": zero, "first_ns": low[:groups].copy(), "last_ns": high[:groups].copy(),
+                "first_frame": batch["frame"][rows][g], "last_frame": batch["frame"][rows][last[:groups]]}
+
+    # ---- the table
+    def _fold(self, new: dict) -> None:
+        self.rows = self._bounded(fold_rows(self.rows, new, "key", REDUCE))
+
+    def _bounded(self, rows: dict) -> dict:
+        """At most IP_ROWS_PER_MAC addresses per MAC and IP role, MAX_ROWS in all: the rows first seen."""
+        ip_rows = np.isin(rows["how"], TRAFFIC)
+        if ip_rows.any():
+            group = mix64(rows["link"], rows["mac"], rows["how"])
+            order = np.lexsort((rows["first_ns"], group))
+            g = group[order]
+            starts = np.concatenate(([True], g[1:] != g[:-1]))
+            rank = np.arange(len(g)) - np.maximum.accumulate(np.where(starts, np.arange(len(g)), 0))
+            over = np.zeros(len(g), dtype=bool)
+            over[order] = rank >= IP_ROWS_PER_MAC
+            over &= ip_rows
+            if over.any():
+                rows = _take(rows, np.flatnonzero(~over))
+        extra = len(rows["key"]) - MAX_ROWS
+        if extra > 0:
+            self.dropped += extra
+            keep = np.sort(np.argsort(rows["first_ns"], kind="stable")[:MAX_ROWS])
+            rows = _take(rows, keep)
+        return rows
+
+    def merge(self, other: Neighbors) -> None:
+        theirs = dict(other.rows, changes=other.rows["changes"].copy())
+        # the change at the border of two partitions in time order: the later one's first claim of an IP
+        # follows the earlier one's last
+        self._border(self.latest, other.earliest, theirs)
+        self._border(other.latest, self.earliest, self.rows)
+        self._fold(theirs)
+        self.dropped += other.dropped
+        both = {name: np.concatenate([self.requests[name], other.requests[name]]) for name in REQUEST_COLUMNS}
+        if len(both["ts"]):
+            recent = np.flatnonzero(both["ts"] >= both["ts"].max() - int(UNSOLICITED_WINDOW_S * NS))
+            recent = recent[np.argsort(both["ts"][recent], kind="stable")][-MAX_CARRIED_REQUESTS:]
+            self.requests = _take(both, recent)
+        self.latest = _kept(self.latest, other.latest)
+        self.earliest = _kept(self.earliest, other.earliest, latest=False)
+
+    def _border(self, before: dict, after: dict, rows: dict) -> None:
+        """Count, in `rows`, the changes between the claims `before` (latest of the earlier partition) and
+        `after` (earliest of the later)."""
+        at = np.searchsorted(before["key"], after["key"])
+        hit = at < len(before["key"])
+        hit[hit] = before["key"][at[hit]] == after["key"][hit]
+        k, b = np.flatnonzero(hit), at[hit]
+        gap = after["ts"][k] - before["ts"][b]
+        change = (before["mac"][b] != after["mac"][k]) & (gap >= 0) & (gap <= self.conflict_window_ns)
+        target = np.isin(rows["key"], after["row"][k][change])
+        rows["changes"] = rows["changes"] + target
+
+@kernel("(u4[::1], u8[::1], u8[::1], u8[::1], i8[::1], i8[::1], i8[::1], i8, i8[::1], i8[::1], i8[::1], i8[::1], "
+        "i8[::1])")
+def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last, count, low, high):
+    """Group rows by (link, hi, lo, mac) in one pass: group g, numbered in order of first appearance, has its
+    first and last row, its row count and its lowest and highest time in first[g], last[g], count[g], low[g],
+    high[g]. A station (link, mac) keeps its first `per_station` addresses; rows of its others are left out.
+    `table` and `stations` are open-addressing tables of a power of two at least twice the rows, all -1.
+    Returns the number of groups."""
+    mask = np.uint64(len(table) - 1)
+    groups = 0
+    for i in range(len(link)):
+        station = (mac[i] * np.uint64(0xBF58476D1CE4E5B9)) ^ (np.uint64(link[i]) * np.uint64(0x94D049BB133111EB))
+        h = hi[i] ^ (lo[i] * np.uint64(0x9E3779B97F4A7C15)) ^ station
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xD6E8FEB86659FD93)
+        h ^= h >> np.uint64(32)
+        slot = h & mask
+        while True:
+            g = table[slot]
+            if g < 0:
+                break
+            j = first[g]
+            if link[j] == link[i] and lo[j] == lo[i] and mac[j] == mac[i] and hi[j] == hi[i]:
+                break
+            slot = (slot + np.uint64(1)) & mask
+        if g >= 0:
+            last[g] = i
+            count[g] += 1
+            low[g] = min(low[g], ts[i])
+            high[g] = max(high[g], ts[i])
+            continue
+        # a new address of this station: counted in `stations` (slot holds first row << 16 | addresses)
+        station ^= station >> np.uint64(29)
+        s = station & mask
+        while stations[s] >= 0:
+            j = stations[s] >> 16
+            if link[j] == link[i] and mac[j] == mac[i]:
+                break
+            s = (s + np.uint64(1)) & mask
+        if stations[s] < 0:
+            stations[s] = np.int64(i) << 16
+        if (stations[s] & 0xFFFF) >= per_station:
+            continue
+        stations[s] += 1
+        table[slot] = groups
+        first[groups] = i
+        last[groups] = i
+        count[groups] = 1
+        low[groups] = ts[i]
+        high[groups] = ts[i]
+        groups += 1
+    return groups
+
+
+def _kept(known: dict, new: dict, latest: bool = True) -> dict:
+    """Each IP's latest (or earliest) claim of the two tables, sorted by IP key."""
+    both = {name: np.concatenate([known[name], new[name]]) for name in CLAIM_COLUMNS}
+    if len(both["key"]) == 0:
+        return both
+    order = np.lexsort((both["ts"] if latest else -both["ts"], both["key"]))
+    both = _take(both, order)
+    last = np.concatenate((both["key"][1:] != both["key"][:-1], [True]))
+    return _take(both, np.flatnonzero(last))
+
+
+def _aggregate(rows: dict) -> dict:
+    """Per-packet observations (ts, frame, flags) summed per (link, IP, MAC, how): one row of COLUMNS each."""
+    key = mix64(rows["link"], rows["ip_hi"], rows["ip_lo"], rows["mac"], rows["how"])
+    order = np.lexsort((rows["frame"], rows["ts"], key))
+    key = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    pick = order[starts]
+    ts, frame = rows["ts"][order], rows["frame"][order]
+    return {
+        "key": key[starts], "link": rows["link"][pick].astype(np.uint32), "ip_hi": rows["ip_hi"][pick],
+        "ip_lo": rows["ip_lo"][pick], "mac": rows["mac"][pick], "how": rows["how"][pick],
+        "count": np.diff(np.append(starts, len(key))).astype(np.int64),
+        "unsolicited": np.add.reduceat(rows["unsolicited"][order].astype(np.int64), starts),
+        "mismatched": np.add.reduceat(rows["mismatched"][order].astype(np.int64), starts),
+        "changes": np.add.reduceat(rows["changes"][order].astype(np.int64), starts),
+        "first_ns": ts[starts], "last_ns": np.maximum.reduceat(ts, starts),
+        "first_frame": np.minimum.reduceat(frame, starts), "last_frame": np.maximum.reduceat(frame, starts),
+    }

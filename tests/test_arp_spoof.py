@@ -1,0 +1,274 @@
+"""arp-spoof on real bytes: the man in the middle, a repeated conflict, one change, and what is no conflict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scapy.all import ARP, Dot1Q, Ether, raw, wrpcap
+
+from detector.analysis import analyze
+from detector.decode import decode
+from detector.detectors import active_detectors
+from detector.detectors import neighbors as nb
+from detector.detectors.base import AnalysisContext
+from detector.ingest import read_captures
+from detector.rules import load_rules
+from detector.schema import PacketBatch
+from detector.site import Site
+from detector.stats import CaptureStats
+from tests.test_decode import make_batch
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+T0 = 1_767_225_600
+A = ("02:00:00:00:00:0a", "10.9.0.10")
+B = ("02:00:00:00:00:0b", "10.9.0.11")
+C = ("02:00:00:00:00:0c", "10.9.0.12")
+SPOOFER = "02:00:00:00:00:66"
+VMAC = "00:00:5e:00:01:07"
+BROADCAST = "ff:ff:ff:ff:ff:ff"
+
+
+def spoofs(findings) -> list:
+    return [f for f in findings if f.rule == "arp-spoof"]
+
+
+def run(path, site=None, rules=None) -> list:
+    return spoofs(analyze([path], rules, label="test", site=site).findings)
+
+
+def request(asker, ip, vlan=None, src=None):
+    eth = Ether(src=src or asker[0], dst=BROADCAST)
+    eth = eth / Dot1Q(vlan=vlan) if vlan else eth
+    return eth / ARP(op=1, hwsrc=asker[0], psrc=asker[1], hwdst="00:00:00:00:00:00", pdst=ip)
+
+
+def reply(sender, target, vlan=None, src=None):
+    eth = Ether(src=src or sender[0], dst=target[0])
+    eth = eth / Dot1Q(vlan=vlan) if vlan else eth
+    return eth / ARP(op=2, hwsrc=sender[0], psrc=sender[1], hwdst=target[0], pdst=target[1])
+
+
+def capture(tmp_path, timed, name="arp.pcap") -> Path:
+    packets = []
+    for t, pkt in sorted(timed, key=lambda item: item[0]):
+        pkt.time = T0 + t
+        packets.append(pkt)
+    path = tmp_path / name
+    wrpcap(str(path), packets)
+    return path
+
+
+def fight(times_a, times_b, ip=C[1]) -> list:
+    """A and B each telling the other, unasked, that `ip` is at its own MAC: A at times_a, B at times_b."""
+    return [(t, reply((A[0], ip), B)) for t in times_a] + [(t, reply((B[0], ip), A)) for t in times_b]
+
+
+# ---- the real captures the specification names ---------------------------------------------------
+
+def test_lucaderis_man_in_the_middle_is_high(captures_real):
+    (f,) = run(captures_real / "lucaderi-sgr/2022/Favilli/tests/na-arpSpoofing.pcap")
+    assert f.severity == "high" and f.identifier == f.src_mac == "00:e0:4d:3c:25:7b"
+    assert f.evidence["man_in_the_middle"] is True and f.evidence["unsolicited_replies"] == 36
+    # only the replies' target pairs name the real owners
+    owners = {c["ip"]: [claim["mac"] for claim in c["claims"]] for c in f.evidence["conflicts"]}
+    assert owners == {"10.0.0.153": ["00:e0:4d:3c:25:7b", "dc:f5:05:75:0b:cd"],
+                      "10.0.0.157": ["00:e0:4d:3c:25:7b", "b0:7f:b9:4e:f0:9c"]}
+    assert all(c["claims"][1]["ARP reply target"] == 18 and c["claims"][0]["unsolicited"] == 18
+               for c in f.evidence["conflicts"])
+    assert "a man in the middle between their owners" in f.msg and "36 of its 36 ARP replies unsolicited" in f.msg
+
+
+@pytest.mark.parametrize("path", ["packetlife/pcaps/arp_pcap.pcapng.cap", "zeek/testing/btest/Traces/arp-who-has.pcap",
+                                  "lucaderi-sgr/2022/Favilli/tests/hs-arpScan.pcap"])
+def test_ordinary_arp_and_a_scan_are_no_conflict(captures_real, path):
+    assert run(captures_real / path) == []
+
+
+# ---- the synthetic incident and its near-misses ---------------------------------------------------
+
+def test_the_campus_man_in_the_middle_claims_the_gateway():
+    (f,) = run(CAPTURES / "arp-spoof-mitm.pcapng")
+    assert f.severity == "high" and f.src_mac == "02:a0:00:01:00:42"
+    assert f.evidence["gateway_addresses"] == ["10.160.0.254"] and f.evidence["unsolicited_replies"] == 80
+    assert "the gateway's address claimed (10.160.0.254)" in f.msg and "about one every 2.0 s" in f.msg
+    assert sorted(c["ip"] for c in f.evidence["conflicts"]) == ["10.160.0.254", "10.160.1.10"]
+    assert 0 < len(f.evidence["evidence_frames"]) <= 64
+
+
+def test_a_replaced_nic_is_one_change():
+    (f,) = run(CAPTURES / "arp-campus-nic-change.pcapng")
+    assert f.severity == "low" and f.src_mac == "02:a0:00:01:00:c2" and f.n == 1
+    assert "took over 10.160.1.12 from 02:a0:00:01:00:0c (1 change(s))" in f.msg
+
+
+@pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng"])
+def test_failover_proxy_arp_and_the_pool_are_no_conflict(name):
+    assert run(CAPTURES / name) == []
+
+
+# ---- thresholds, each with its neighbour ------------------------------------------------------------
+
+@pytest.mark.parametrize("a_times, b_times, changes, severity", [
+    ([0.0], [10.0], 1, "low"),                   # A, then B: one handover
+    ([0.0, 20.0], [10.0], 2, "low"),             # A, B, back to A: a failover and its failback
+    ([0.0, 20.0], [10.0, 30.0], 3, "medium"),    # A, B, A, B: a conflict repeated
+])
+def test_a_conflict_repeated_three_times_is_medium(tmp_path, a_times, b_times, changes, severity):
+    (f,) = run(capture(tmp_path, fight(a_times, b_times)))
+    assert (f.n, f.severity) == (changes, severity), f.msg
+
+
+@pytest.mark.parametrize("gap_s, found", [(599.0, True), (601.0, False)])
+def test_two_macs_conflict_within_the_window(tmp_path, gap_s, found):
+    assert bool(run(capture(tmp_path, fight([0.0], [gap_s])))) is found
+
+
+def test_the_window_is_a_parameter(tmp_path):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "arp.yaml").write_text("id: arp-spoof\nparams:\n  conflict_window_s: 30\n")
+    assert run(capture(tmp_path, fight([0.0], [31.0])), rules=load_rules(tmp_path / "rules")) == []
+
+
+@pytest.mark.parametrize("delay_s, unsolicited", [(0.9, 0), (1.1, 1)])
+def test_a_reply_after_the_request_within_a_second_is_an_answer(tmp_path, delay_s, unsolicited):
+    # B asks who has C's address; A answers after delay_s (for C's address, which C also claims)
+    timed = [(0.0, request(B, C[1])), (delay_s, reply((A[0], C[1]), B)), (5.0, request(C, B[1]))]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.evidence["unsolicited_replies"] == unsolicited
+
+
+def test_the_answer_may_come_in_the_next_batch(tmp_path, monkeypatch):
+    import detector.schema
+    monkeypatch.setattr(detector.schema, "BATCH_PACKETS", 1)
+    timed = [(0.0, request(B, C[1])), (0.5, reply((A[0], C[1]), B)), (5.0, request(C, B[1]))]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.evidence["unsolicited_replies"] == 0
+
+
+def test_a_man_in_the_middle_needs_two_owners(tmp_path):
+    # the spoofer claims A's and B's addresses against both, unasked, back and forth: high
+    lies = [(t, reply((SPOOFER, A[1]), B)) for t in (1.0, 11.0)] + [(t, reply((SPOOFER, B[1]), A)) for t in (1.0, 11.0)]
+    truth = [(t, request(A, C[1])) for t in (5.0, 15.0)] + [(t, request(B, C[1])) for t in (5.0, 15.0)]
+    (f,) = run(capture(tmp_path, lies + truth))
+    assert f.severity == "high" and f.src_mac == SPOOFER
+    # one host with two addresses replaced by another NIC claiming both: one owner, one change each: low
+    new = "02:00:00:00:00:77"
+    timed = [(0.0, request((A[0], "10.9.0.20"), C[1])), (0.1, request((A[0], "10.9.0.21"), C[1])),
+             (9.0, reply((new, "10.9.0.20"), C)), (9.1, reply((new, "10.9.0.21"), C))]
+    (f,) = run(capture(tmp_path, timed, name="two-addresses.pcap"))
+    assert f.severity == "low" and f.src_mac == new
+    # both addresses of one owner, fought over back and forth: an impersonation, not a middle: low (2 changes each)
+    timed = [(t, request((A[0], ip), C[1])) for t in (0.0, 20.0) for ip in ("10.9.0.20", "10.9.0.21")]
+    timed += [(t, reply((SPOOFER, ip), C)) for t in (10.0,) for ip in ("10.9.0.20", "10.9.0.21")]
+    (f,) = run(capture(tmp_path, timed, name="one-owner.pcap"))
+    assert f.severity == "low" and not f.evidence["man_in_the_middle"]
+    # two owners' addresses taken over once each, never fought back: low
+    timed = [(0.0, request(A, C[1])), (0.1, request(B, C[1])), (10.0, reply((SPOOFER, A[1]), C)),
+             (10.1, reply((SPOOFER, B[1]), C))]
+    (f,) = run(capture(tmp_path, timed, name="taken-once.pcap"))
+    assert f.severity == "low" and not f.evidence["man_in_the_middle"]
+
+
+def test_repeated_unasked_replies_for_a_taken_address_are_poisoning(tmp_path):
+    # the gateway (C) answers A once; from 10 s the spoofer tells A every 2 s that C's address is at its MAC
+    truth = [(0.0, request(A, C[1])), (0.0004, reply(C, A))]
+    lies = [(10.0 + 2 * k, reply((SPOOFER, C[1]), A)) for k in range(3)]
+    (f,) = run(capture(tmp_path, truth + lies))
+    assert f.severity == "high" and f.evidence["poisoned"] == [C[1]] and f.n == 1
+    assert "with targeted ARP replies nobody asked for, repeated" in f.msg
+    (f,) = run(capture(tmp_path, truth + lies[:2], name="twice.pcap"))
+    assert f.severity == "low"
+    # a router taking the address over broadcasts gratuitous ARP, as often as it likes: one change, low
+    garps = [(10.0 + 2 * k, Ether(src=SPOOFER, dst=BROADCAST) / ARP(op=2, hwsrc=SPOOFER, psrc=C[1], hwdst=BROADCAST,
+                                                                     pdst=C[1])) for k in range(5)]
+    (f,) = run(capture(tmp_path, truth + garps, name="failover.pcap"))
+    assert f.severity == "low" and f.evidence["gratuitous"] == 5
+
+
+def test_what_wireshark_skips_is_no_claim(tmp_path):
+    timed = [(0.0, request(A, C[1])),
+             # a probe from 0.0.0.0, a multicast and a zero sender MAC, a request's target pair
+             (1.0, request((B[0], "0.0.0.0"), A[1])), (2.0, reply(("01:00:5e:00:00:01", A[1]), B)),
+             (3.0, reply(("00:00:00:00:00:00", A[1]), B)),
+             (4.0, Ether(src=B[0], dst=BROADCAST) / ARP(op=1, hwsrc=B[0], psrc=B[1], hwdst=C[0], pdst=A[1]))]
+    assert run(capture(tmp_path, timed)) == []
+
+
+def test_claims_on_two_vlans_are_two_links(tmp_path):
+    timed = [(0.0, reply((A[0], C[1]), B, vlan=10)), (5.0, reply((B[0], C[1]), A, vlan=20))]
+    assert run(capture(tmp_path, timed)) == []
+    timed = [(0.0, reply((A[0], C[1]), B, vlan=10)), (5.0, reply((B[0], C[1]), A, vlan=10))]
+    (f,) = run(capture(tmp_path, timed, name="one-vlan.pcap"))
+    assert f.evidence["vlan"] == 10 and "on VLAN 10" in f.msg
+
+
+def test_an_ethernet_source_other_than_the_sender_is_a_sign_except_for_a_virtual_router(tmp_path):
+    timed = [*fight([0.0], [10.0]), (11.0, reply((B[0], C[1]), A, src="02:00:00:00:00:99"))]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.evidence["ethernet_mismatches"] == 1 and "Ethernet source is not their ARP sender MAC" in f.msg
+    timed = [*fight([0.0], []), (10.0, reply((VMAC, C[1]), A, src=B[0]))]
+    (f,) = run(capture(tmp_path, timed, name="vmac.pcap"))
+    assert f.evidence["ethernet_mismatches"] == 0
+
+
+def test_the_gateway_is_a_site_router(tmp_path):
+    path = capture(tmp_path, fight([0.0], [10.0]))
+    assert run(path)[0].evidence["gateway_addresses"] == []
+    site = Site(path="site.yaml", routers=frozenset({C[1]}))
+    (f,) = run(path, site=site)
+    assert f.evidence["gateway_addresses"] == [C[1]] and "the gateway's address claimed" in f.msg
+
+
+# ---- state: merging partitions, bounds, damaged input --------------------------------------------------
+
+def _detector():
+    return next(d for d in active_detectors(load_rules()) if d.rule_id == "arp-spoof")
+
+
+def test_two_halves_merged_give_one_pass():
+    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "arp-spoof-mitm.pcapng")])]
+    ctx = AnalysisContext(flows=None, stats=CaptureStats())
+    whole = _detector()
+    whole.update(batch)
+    cut = len(batch) // 2
+    left, right = _detector(), _detector()
+    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
+    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
+    one = [f.to_json() for f in whole.findings(ctx)]
+    merged = [f.to_json() for f in left.merge(right).findings(ctx)]
+    # partitions in time order: the same conflicts, the change at the border counted once
+    assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
+    assert merged[0]["evidence"]["conflicts"] == one[0]["evidence"]["conflicts"]
+
+
+def test_states_that_saw_no_arp_merge():
+    # a watch window merges the state of slices without ARP
+    empty = _detector().merge(_detector())
+    assert empty.findings(AnalysisContext(flows=None, stats=CaptureStats())) == []
+
+
+def test_a_flood_of_forged_pairs_keeps_the_first_and_counts_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(nb, "MAX_ROWS", 10)
+    timed = [(k * 0.01, reply((f"02:00:00:00:01:{k:02x}", f"10.9.1.{k}"), A)) for k in range(20)]
+    timed += [(0.005, reply((SPOOFER, "10.9.1.0"), A))]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.evidence["observations_not_kept"] > 0 and f.evidence["conflicts"][0]["ip"] == "10.9.1.0"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 3, 4]), st.sampled_from([A[0], B[0], SPOOFER, BROADCAST, VMAC]),
+                          st.sampled_from(["0.0.0.0", A[1], B[1], C[1], "255.255.255.255", "224.0.0.1"]),
+                          st.sampled_from([A[0], "00:00:00:00:00:00", BROADCAST]),
+                          st.sampled_from([A[1], B[1], C[1], "0.0.0.0"]), st.integers(0, 700)),
+                min_size=1, max_size=30))
+def test_any_mix_of_arp_packets_is_judged_never_crashes(packets):
+    frames = [(t, raw(Ether(src=sha, dst=BROADCAST) / ARP(op=op, hwsrc=sha, psrc=spa, hwdst=tha, pdst=tpa)))
+              for op, sha, spa, tha, tpa, t in sorted(packets, key=lambda p: p[-1])]
+    detector = _detector()
+    records = make_batch([(1, frame) for _, frame in frames])
+    records.cols["ts_ns"][:] = [(T0 + t) * 10**9 for t, _ in frames]
+    detector.update(decode(records))
+    for f in detector.findings(AnalysisContext(flows=None, stats=CaptureStats())):
+        assert f.severity in ("low", "medium", "high") and len(f.evidence["evidence_frames"]) <= 64
