@@ -284,6 +284,9 @@ def _read_document(path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:
+            # libyaml (0.2.5 and later) refuses more than 1,000 levels before anything recurses
+            problem = "nested more than 1,000 levels deep"
         raise RuleError(path, None, f"not valid YAML: {where}{problem}") from None
     if not isinstance(document, dict):
         raise RuleError(path, None, "a rule file holds one mapping (id: ..., title: ..., params: ...)")

@@ -63,6 +63,7 @@ MAX_BINDINGS = 262_144
 # Levels of YAML nesting: a site file needs three (key, list, entry). libyaml's composer recurses per
 # level and crashes the process on a few tens of thousands, so deeper files are refused before composing.
 MAX_YAML_DEPTH = 8
+_TOO_DEEP = f"nested more than {MAX_YAML_DEPTH} levels deep; a site file needs 3"
 # RFC 8415 sec. 11.1: a DUID is a 2-octet type code and 1 to 128 octets of identifier.
 DUID_MIN_BYTES, DUID_MAX_BYTES = 3, 130
 # IEEE 802.1Q: VLAN ids 0 (priority tag only) and 4095 are reserved.
@@ -392,8 +393,7 @@ def _compose(name: str, text: str):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
-                    raise RuleError(f"{name}:{event.start_mark.line + 1}", None,
-                                    f"nested more than {MAX_YAML_DEPTH} levels deep; a site file needs 3")
+                    raise RuleError(f"{name}:{event.start_mark.line + 1}", None, _TOO_DEEP)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
         return yaml.compose(text, Loader=SAFE_LOADER)
@@ -401,6 +401,9 @@ def _compose(name: str, text: str):
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:
+            # libyaml (0.2.5 and later) refuses deep nesting itself, as it scans ahead of the first event
+            raise RuleError(where, None, _TOO_DEEP) from None
         raise RuleError(where, None, f"not valid YAML: {problem}") from None
 
 

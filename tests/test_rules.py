@@ -194,7 +194,7 @@ def test_deeply_nested_rule_file_is_one_line_error_not_a_dead_process(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done
     assert done.stderr.strip() == (f"detector: error: {tmp_path / 'rip-trigger.yaml'}: not valid YAML: line 3: "
-                                   "exceeded maximum nesting depth")
+                                   "nested more than 1,000 levels deep")
 
 
 def test_rule_file_limits(tmp_path):
