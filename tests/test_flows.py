@@ -104,6 +104,9 @@ def make_batch(packets: list[dict], first_frame: int = 1) -> PacketBatch:
             cols["l3_off"][i] = 14 + 20 + 8 + 8 + 14
         else:
             cols["l3_off"][i] = 14
+        # captured in full unless the packet says how many bytes the snapshot length kept
+        cols["payload_off"][i] = cols["l3_off"][i] + (40 if v6 else 20) + l4
+        cols["caplen"][i] = p.get("caplen", cols["l3_off"][i] + cols["ip_len"][i])
         cols["layers"][i] = layers
     return PacketBatch(data=np.zeros(0, np.uint8), cols=cols)
 

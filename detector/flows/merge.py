@@ -150,6 +150,15 @@ def _combine_handshake(out, mF, tF, same):
     out[:, k.F_SYN_RETX] = mF[:, k.F_SYN_RETX] + np.where(same, tF[:, k.F_SYN_RETX], 0) + resent
 
 
+def _continue_gap_tracking(out, side, theirs):
+    """The capture-gap state of `side` (kernel.F_ACKED ..) after the cut: the later part's, which started
+    from its own first packets; the earlier part's only where the later part never saw the side's bytes
+    nor an ack of them."""
+    later_known = theirs(k.F_ACKED, side) >= 0
+    for base in (k.F_ACKED, k.F_REACH, k.F_HOLE_LO, k.F_HOLE_HI, k.F_HOLE_OPEN):
+        out[:, base + side] = np.where(later_known, theirs(base, side), out[:, base + side])
+
+
 def _combine(mF, mH, tF, tH):
     """Earlier open flows + their continuation in the later table, with the earlier one's direction."""
     out = mF.copy()
@@ -160,8 +169,10 @@ def _combine(mF, mH, tF, tH):
         return np.where(same, tF[:, base + side], tF[:, base + 1 - side])
 
     for side in (0, 1):
-        for base in (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX):
+        for base in (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX, k.F_ACK_EVENTS, k.F_GAP_EVENTS, k.F_GAP_BYTES,
+                     k.F_SEQ_HOLES, k.F_HOLE_BYTES):
             out[:, base + side] += theirs(base, side)
+        _continue_gap_tracking(out, side, theirs)
         out[:, k.F_FLAGS + side] |= theirs(k.F_FLAGS, side)
         out[:, k.F_MAXPAY + side] = np.maximum(out[:, k.F_MAXPAY + side], theirs(k.F_MAXPAY, side))
         out[:, k.F_MSS + side] = np.where(out[:, k.F_MSS + side] > 0, out[:, k.F_MSS + side], theirs(k.F_MSS, side))
