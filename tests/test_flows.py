@@ -421,6 +421,21 @@ def test_syn_data_is_captured_data_and_a_cut_segment_is_not():
     assert gaps(f) == (2, 1, 50, 0, 0)
 
 
+def test_gap_tracking_follows_a_role_flip():
+    # B's first packet has no readable TCP header (B stays the originator, in no state), then B's SYN-ACK and
+    # A's bare SYN: Zeek's SYN/SYN-ACK reversal makes A the originator; each side's tracking moves with it
+    pkts = [tcp(0.0, B, A, 40000, 6000, "A", 2000, 1001), tcp(0.1, B, A, 40000, 6000, "SA", 2000, 1001),
+            tcp(0.2, A, B, 6000, 40000, "S", 1000), tcp(0.3, A, B, 6000, 40000, "PA", 1001, 2001, payload=100),
+            tcp(0.4, B, A, 40000, 6000, "A", 2001, 1101)]
+    batch = make_batch(pkts)
+    batch.cols["layers"][0] &= ~np.uint32(L_TCP)
+    table = FlowTable()
+    table.update(batch)
+    f = frame(table).iloc[0]
+    assert f.src_ip == A and "^" in f.history
+    assert gaps(f) == (1, 0, 0, 0, 0) and gaps(f, "dst2src") == (0, 0, 0, 0, 0)
+
+
 def test_icmp_echo_request_and_reply_form_one_flow_and_errors_do_not():
     pkts = [{"t": 0.0, "src": A, "dst": B, "proto": 1, "type": 8, "payload": 56},
             {"t": 0.01, "src": B, "dst": A, "proto": 1, "type": 0, "payload": 56},
