@@ -12,6 +12,14 @@ a segment after the boundary cannot be recognised as a retransmission of
 one before it, nor the handshake RTT measured when the boundary falls
 between the SYN-ACK and the originator's ACK of it, as the merge keeps no
 packets.
+
+Capture gaps (kernel.F_ACK_EVENTS ..) are summed, each part counting what
+it saw on its own, so a cut inside a connection makes them lower bounds:
+the later part sees the connection mid-stream, a partial connection in
+which Zeek's rule counts no ack or gap events (its holes still count); a
+hole open at the cut is not found by an ack after it, and bytes missing
+right at the cut are no hole to either part. The tracking state continues
+from the later part's own.
 """
 from __future__ import annotations
 
