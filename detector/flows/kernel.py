@@ -361,7 +361,10 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
 # ack and gap events, into capture-loss.zeek's ratio. Here no bytes are kept: each side keeps how far
 # its captured bytes reached and the span of the holes below that point, which is exact while one hole
 # is open at a time (holes that overlap in time are joined into one span: their bytes stay exact once
-# an ack passes the span, the events may be fewer).
+# an ack passes the span, the events may be fewer). Not modelled: Zeek stops reassembling a side that
+# sent more than 16 KB above a hole before any of its bytes was acknowledged, or 10 MB without a further
+# ack (tcp_max_above_hole_without_any_acks, tcp_excessive_data_without_further_acks), and so reports no
+# gap after that; it drops segments with a bad checksum, which are captured bytes here.
 
 
 @njit(_nrt=False, inline="always")
