@@ -402,6 +402,9 @@ def test_keepalives_and_fin_are_no_gap():
     f = frame(flows_of([*pkts[:-3], keepalive, its_ack, *pkts[-3:]])).iloc[0]
     assert gaps(f) == (2, 0, 0, 0, 0) and gaps(f, "dst2src") == (0, 0, 0, 0, 0)
     assert fin_ack == (pkts[-2]["seq"] + 1) and f.src2dst_retransmits == 0
+    # B's ACK after its FIN (at the FIN's sequence number + 1) before A acknowledges that FIN
+    after = [*pkts[:-1], tcp(pkts[-1]["t"] - 0.005, B, A, 80, 40000, "A", pkts[-2]["seq"] + 1, fin_ack), pkts[-1]]
+    assert gaps(frame(flows_of(after)).iloc[0], "dst2src") == (0, 0, 0, 0, 0)
     # the data a FIN carries is captured data, the FIN itself no byte
     with_data = [*pkts[:-3], dict(pkts[-3], payload=300), dict(pkts[-2], ack=end + 301), dict(pkts[-1], seq=end + 301)]
     f = frame(flows_of(with_data)).iloc[0]

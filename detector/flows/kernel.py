@@ -72,7 +72,8 @@ F_GAP_EVENTS = 53    # +side: those of them that advanced over bytes never captu
 F_GAP_BYTES = 55     # +side: the bytes never captured they advanced over (Zeek's content gaps, missed_bytes)
 F_SEQ_HOLES = 57     # +side: segments that started above F_REACH (a hole opened in the sequence space)
 F_HOLE_BYTES = 59    # +side: the bytes of those holes
-NF = 61
+F_FIN_AT = 61        # +side: sequence number of the side's last FIN (Zeek's FIN_seq - 1), -1 none
+NF = 63
 
 FIRST_TCP = 0x10000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
@@ -151,7 +152,7 @@ def _flip_roles(F, H, row):
     """Swap originator and responder (Zeek's FlipRoles)."""
     for base in (F_PKTS, F_BYTES, F_PAY, F_FLAGS, F_MSS, F_MAXPAY, F_RETX, F_SEQEND, F_SYNSEQ,
                  F_STATE, F_PREV, F_HSEEN, F_ACKED, F_REACH, F_HOLE_LO, F_HOLE_HI, F_HOLE_OPEN,
-                 F_ACK_EVENTS, F_GAP_EVENTS, F_GAP_BYTES, F_SEQ_HOLES, F_HOLE_BYTES):
+                 F_ACK_EVENTS, F_GAP_EVENTS, F_GAP_BYTES, F_SEQ_HOLES, F_HOLE_BYTES, F_FIN_AT):
         t = F[row, base]
         F[row, base] = F[row, base + 1]
         F[row, base + 1] = t
@@ -252,7 +253,8 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
     F[row, F_SEQEND + 1] = -1
     F[row, F_SYNSEQ] = -1
     F[row, F_SYNSEQ + 1] = -1
-    for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS, F_ACKED, F_ACKED + 1, F_REACH, F_REACH + 1):
+    for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS, F_ACKED, F_ACKED + 1, F_REACH, F_REACH + 1,
+              F_FIN_AT, F_FIN_AT + 1):
         F[row, j] = -1
     F[row, F_FIRST_FLAGS] = (flags | FIRST_TCP) if tcp_ok else 0
     F[row, F_FIRST_SEQ] = seq
@@ -384,9 +386,9 @@ def _ack_received(F, row, side, ack):
     both ends are established or cleanly closing; a partial connection
     (picked up mid-stream) or an ack in a RST advances the point uncounted.
     """
-    end = F[row, F_SEQEND + side]
-    if (F[row, F_FLAGS + side] & TH_FIN) and end >= 0 and _seq_delta(ack, end) > 0:
-        ack = end                  # the side's FIN takes a sequence number but is no byte
+    fin_at = F[row, F_FIN_AT + side]
+    if fin_at >= 0 and _seq_delta(ack, fin_at) > 0:
+        ack = fin_at               # the side's FIN takes a sequence number but is no byte
     acked = F[row, F_ACKED + side]
     if acked < 0:                  # the first packet of the connection we see from either side of `side`
         F[row, F_ACKED + side] = ack
@@ -426,6 +428,8 @@ def _data_captured(F, row, side, flags, seq, pay, captured):
     if F[row, F_ACKED + side] < 0:
         F[row, F_ACKED + side] = start
         F[row, F_REACH + side] = start
+    if flags & TH_FIN:
+        F[row, F_FIN_AT + side] = (start + pay) % _SEQ_MOD
     if pay <= 0 or (flags & TH_RST) or not captured:
         return
     end = (start + pay) % _SEQ_MOD
