@@ -151,8 +151,12 @@ def test_zeek_connections_are_our_flows(pcap, baseline):
                 == sorted(comparable(z, fields, directed) for z in theirs))
 
 
-# (trace, baseline test directory) -> why our gap counters cannot match Zeek's there
-GAP_XFAIL = {key: reason for key, reason in XFAIL.items() if reason == NESTED_UDP}
+# (trace, baseline test directory) -> why our gap counters cannot match Zeek's there. The checksum cases
+# of XFAIL agree on gaps (none in Zeek's connections there, none in our flows), so they are no exception.
+GAP_XFAIL = {
+    ("geneve-vxlan-dns-truncated.pcap", "core.tunnels.geneve-vxlan-truncated"): NESTED_UDP,
+    ("gtp8_teredo.pcap", "core.tunnels.gtp.inner_teredo"): NESTED_UDP,
+}
 
 
 def gap_record(record: dict, fields, directed: bool) -> tuple:
