@@ -390,7 +390,7 @@ def _ack_received(F, row, side, ack):
     if fin_at >= 0 and _seq_delta(ack, fin_at) > 0:
         ack = fin_at               # the side's FIN takes a sequence number but is no byte
     acked = F[row, F_ACKED + side]
-    if acked < 0:                  # the first packet of the connection we see from either side of `side`
+    if acked < 0:                  # nothing of the side seen yet: its bytes start here (Zeek's init_peer)
         F[row, F_ACKED + side] = ack
         F[row, F_REACH + side] = ack
         return
