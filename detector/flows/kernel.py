@@ -60,7 +60,20 @@ F_FIRST_FROM_A = 37  # 1 when the first packet was sent by endpoint `a`
 F_ACK_NS = 38        # the originator's first ACK without SYN after the first SYN-ACK
 F_ACK1_NS = 39       # the originator's first ACK without SYN at all (merge.py: the ACK of an earlier part's SYN-ACK)
 F_SYN_RETX = 40      # the originator's SYNs after its first (same sequence number: a new one starts a new flow)
-NF = 41
+# Capture gaps, per side's byte stream, as Zeek's TCP reassembler finds them (_ack_received, _data_captured).
+# Positions are 32-bit sequence numbers, -1 unknown.
+F_ACKED = 41         # +side: the peer's highest acknowledgement of the side's bytes (Zeek's trim_seq)
+F_REACH = 43         # +side: highest sequence number the side's captured bytes, or the peer's acks, reached
+F_HOLE_LO = 45       # +side: the open holes (never-captured bytes below F_REACH) lie in [F_HOLE_LO, F_HOLE_HI)
+F_HOLE_HI = 47       # +side
+F_HOLE_OPEN = 49     # +side: bytes of those holes not yet captured nor acknowledged (0: no open hole)
+F_ACK_EVENTS = 51    # +side: acks that advanced over the side's bytes while both ends were established
+F_GAP_EVENTS = 53    # +side: those of them that advanced over bytes never captured
+F_GAP_BYTES = 55     # +side: the bytes never captured they advanced over (Zeek's content gaps, missed_bytes)
+F_SEQ_HOLES = 57     # +side: segments that started above F_REACH (a hole opened in the sequence space)
+F_HOLE_BYTES = 59    # +side: the bytes of those holes
+F_FIN_AT = 61        # +side: sequence number of the side's last FIN (Zeek's FIN_seq - 1), -1 none
+NF = 63
 
 FIRST_TCP = 0x10000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
@@ -138,7 +151,8 @@ def _set_state(F, row, side, state):
 def _flip_roles(F, H, row):
     """Swap originator and responder (Zeek's FlipRoles)."""
     for base in (F_PKTS, F_BYTES, F_PAY, F_FLAGS, F_MSS, F_MAXPAY, F_RETX, F_SEQEND, F_SYNSEQ,
-                 F_STATE, F_PREV, F_HSEEN):
+                 F_STATE, F_PREV, F_HSEEN, F_ACKED, F_REACH, F_HOLE_LO, F_HOLE_HI, F_HOLE_OPEN,
+                 F_ACK_EVENTS, F_GAP_EVENTS, F_GAP_BYTES, F_SEQ_HOLES, F_HOLE_BYTES, F_FIN_AT):
         t = F[row, base]
         F[row, base] = F[row, base + 1]
         F[row, base + 1] = t
@@ -239,7 +253,8 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
     F[row, F_SEQEND + 1] = -1
     F[row, F_SYNSEQ] = -1
     F[row, F_SYNSEQ + 1] = -1
-    for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS):
+    for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS, F_ACKED, F_ACKED + 1, F_REACH, F_REACH + 1,
+              F_FIN_AT, F_FIN_AT + 1):
         F[row, j] = -1
     F[row, F_FIRST_FLAGS] = (flags | FIRST_TCP) if tcp_ok else 0
     F[row, F_FIRST_SEQ] = seq
@@ -277,7 +292,7 @@ def must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
 
 
 @njit(_nrt=False, inline="always")
-def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_tcp, is_udp):
+def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, is_tcp, is_udp):
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1
     F[row, F_BYTES + side] += ip_len
@@ -334,6 +349,118 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, mss, is_
     if retx:
         record_history(F, H, row, side, H_RETX)
     _tcp_state_machine(F, H, row, side, flags, pay)
+    side = 0 if from_a == F[row, F_ORIG_IS_A] else 1      # the state machine may have flipped the roles
+    # Zeek's order: the state machine, then the ack (of the peer's bytes), then this side's bytes
+    if has_ack:
+        _ack_received(F, row, 1 - side, ack)
+    _data_captured(F, row, side, flags, seq, pay, captured)
+
+
+# ---- capture gaps -------------------------------------------------------------
+# Zeek's reassembler (src/analyzer/protocol/tcp/TCP_Reassembler.cc) keeps each side's bytes until the
+# peer acknowledges them; an ack that advances over bytes it never received is a content gap
+# (`AckReceived` -> `TrimToSeq` -> `Undelivered` -> `Gap`), summed into conn.log's missed_bytes and, as
+# ack and gap events, into capture-loss.zeek's ratio. Here no bytes are kept: each side keeps how far
+# its captured bytes reached and the span of the holes below that point, which is exact while one hole
+# is open at a time (holes that overlap in time are joined into one span: their bytes stay exact once
+# an ack passes the span, the events may be fewer). Not modelled: Zeek stops reassembling a side that
+# sent more than 16 KB above a hole before any of its bytes was acknowledged, or 10 MB without a further
+# ack (tcp_max_above_hole_without_any_acks, tcp_excessive_data_without_further_acks), and so reports no
+# gap after that; it drops segments with a bad checksum, which are captured bytes here.
+
+
+@njit(_nrt=False, inline="always")
+def _clean(F, row, side):
+    """Zeek's is_clean: the endpoint is established, or closed after being established."""
+    state = F[row, F_STATE + side]
+    return state == TCP_ESTABLISHED or (state == TCP_CLOSED and F[row, F_PREV + side] == TCP_ESTABLISHED)
+
+
+@njit(_nrt=False, inline="always")
+def _ack_received(F, row, side, ack):
+    """The peer acknowledged the bytes of `side` up to `ack` (Zeek's TCP_Reassembler::AckReceived).
+
+    An ack at or below the highest one before does nothing. Otherwise the
+    open holes below it and the bytes between the side's reach and it were
+    never captured: a gap. Counted, as Zeek reports content gaps, only while
+    both ends are established or cleanly closing; a partial connection
+    (picked up mid-stream) or an ack in a RST advances the point uncounted.
+    """
+    fin_at = F[row, F_FIN_AT + side]
+    if fin_at >= 0 and _seq_delta(ack, fin_at) > 0:
+        ack = fin_at               # the side's FIN takes a sequence number but is no byte
+    acked = F[row, F_ACKED + side]
+    if acked < 0:                  # nothing of the side seen yet: its bytes start here (Zeek's init_peer)
+        F[row, F_ACKED + side] = ack
+        F[row, F_REACH + side] = ack
+        return
+    if _seq_delta(ack, acked) <= 0:
+        return
+    F[row, F_ACKED + side] = ack
+    missing = 0
+    open_bytes = F[row, F_HOLE_OPEN + side]
+    if open_bytes > 0:
+        into = _seq_delta(ack, F[row, F_HOLE_LO + side])
+        if into > 0:
+            if _seq_delta(ack, F[row, F_HOLE_HI + side]) >= 0:
+                missing = open_bytes
+            else:
+                missing = min(open_bytes, into)
+                F[row, F_HOLE_LO + side] = ack
+            F[row, F_HOLE_OPEN + side] = open_bytes - missing
+    beyond = _seq_delta(ack, F[row, F_REACH + side])
+    if beyond > 0:
+        missing += beyond
+        F[row, F_REACH + side] = ack
+    if _clean(F, row, side) and _clean(F, row, 1 - side):
+        F[row, F_ACK_EVENTS + side] += 1
+        if missing > 0:
+            F[row, F_GAP_EVENTS + side] += 1
+            F[row, F_GAP_BYTES + side] += missing
+
+
+@njit(_nrt=False, inline="always")
+def _data_captured(F, row, side, flags, seq, pay, captured):
+    """The bytes of one segment of `side` (Zeek's DataSent): a hole when they start above the side's reach,
+    filling the open holes they overlap when below it. A SYN's sequence number is no byte, a RST's
+    payload is not part of the stream, and a segment cut by the snapshot length was not captured."""
+    start = (seq + 1) % _SEQ_MOD if flags & TH_SYN else seq
+    if F[row, F_ACKED + side] < 0:
+        F[row, F_ACKED + side] = start
+        F[row, F_REACH + side] = start
+    if flags & TH_FIN:
+        F[row, F_FIN_AT + side] = (start + pay) % _SEQ_MOD
+    if pay <= 0 or (flags & TH_RST) or not captured:
+        return
+    end = (start + pay) % _SEQ_MOD
+    reach = F[row, F_REACH + side]
+    ahead = _seq_delta(start, reach)
+    if ahead > 0:
+        F[row, F_SEQ_HOLES + side] += 1
+        F[row, F_HOLE_BYTES + side] += ahead
+        if F[row, F_HOLE_OPEN + side] == 0:
+            F[row, F_HOLE_LO + side] = reach
+        F[row, F_HOLE_HI + side] = start
+        F[row, F_HOLE_OPEN + side] += ahead
+        F[row, F_REACH + side] = end
+        return
+    if _seq_delta(end, reach) > 0:
+        F[row, F_REACH + side] = end
+    open_bytes = F[row, F_HOLE_OPEN + side]
+    if open_bytes > 0:
+        lo = F[row, F_HOLE_LO + side]
+        span = _seq_delta(F[row, F_HOLE_HI + side], lo)
+        from_lo = _seq_delta(start, lo)
+        to_hi = min(_seq_delta(end, lo), span)
+        filled = to_hi - max(from_lo, 0)
+        if filled > 0:
+            open_bytes = max(open_bytes - filled, 0)
+            if from_lo <= 0:
+                F[row, F_HOLE_LO + side] = (lo + to_hi) % _SEQ_MOD
+            elif to_hi == span:
+                F[row, F_HOLE_HI + side] = start
+            F[row, F_HOLE_OPEN + side] = min(open_bytes, _seq_delta(F[row, F_HOLE_HI + side],
+                                                                   F[row, F_HOLE_LO + side]))
 
 
 # ---- the open-flow hash table and the per-batch pass ------------------------
@@ -367,11 +494,12 @@ def build_table(h, tab_row, tab_h):
     return True
 
 
-@kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u2[::1], "
-        "u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
+@kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u4[::1], u2[::1], "
+        "u4[::1], u2[::1], u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
         "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[::1])", _nrt=False, nogil=True)
-def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_mss, payload_len, ip_len,
-                 vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK, DF, DH, DK, counts):
+def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss, payload_len,
+                 payload_off, caplen, ip_len, vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK,
+                 DF, DH, DK, counts):
     """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.
 
     Packet i has key row K[i] and hash h[i]; its other fields are valid under
@@ -416,7 +544,12 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         tcp_ok = (lay & L_TCP) != 0
         flags = np.int64(tcp_flags[i]) if tcp_ok else np.int64(0)
         seq = np.int64(tcp_seq[i]) if tcp_ok else np.int64(0)
-        pay = np.int64(payload_len[i]) if (lay & L_PAYLOAD) != 0 else np.int64(0)
+        pay = np.int64(0)
+        captured = False
+        if (lay & L_PAYLOAD) != 0:
+            pay = np.int64(payload_len[i])
+            captured = np.int64(payload_off[i]) + pay <= np.int64(caplen[i])
+        ack = np.int64(tcp_ack[i]) if tcp_ok else np.int64(0)
         mss = np.int64(tcp_mss[i]) if (lay & L_MSS) != 0 else np.int64(0)
         word = K[i, 4]
         proto = np.int64(word >> np.uint64(32))
@@ -454,7 +587,8 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
             vl = np.int64(vlan[i]) if (lay & L_VLAN) != 0 else np.int64(0)
             _start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
                         is_tcp, is_udp, sender_server, receiver_server, sender_port, receiver_port)
-        _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, mss, is_tcp, is_udp)
+        _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, ack, captured, mss, is_tcp,
+                    is_udp)
         if ts > newest:
             newest = ts
     counts[C_OPEN], counts[C_DONE], counts[C_NEWEST] = n_open, n_done, newest

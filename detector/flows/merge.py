@@ -12,6 +12,14 @@ a segment after the boundary cannot be recognised as a retransmission of
 one before it, nor the handshake RTT measured when the boundary falls
 between the SYN-ACK and the originator's ACK of it, as the merge keeps no
 packets.
+
+Capture gaps (kernel.F_ACK_EVENTS ..) are summed, each part counting what
+it saw on its own, so a cut inside a connection makes them lower bounds:
+the later part sees the connection mid-stream, a partial connection in
+which Zeek's rule counts no ack or gap events (its holes still count); a
+hole open at the cut is not found by an ack after it, and bytes missing
+right at the cut are no hole to either part. The tracking state continues
+from the later part's own.
 """
 from __future__ import annotations
 
@@ -150,6 +158,17 @@ def _combine_handshake(out, mF, tF, same):
     out[:, k.F_SYN_RETX] = mF[:, k.F_SYN_RETX] + np.where(same, tF[:, k.F_SYN_RETX], 0) + resent
 
 
+def _continue_gap_tracking(out, side, theirs):
+    """The capture-gap state of `side` (kernel.F_ACKED ..) after the cut: the later part's, which started
+    from its own first packets; the earlier part's only where the later part never saw the side's bytes
+    nor an ack of them."""
+    later_known = theirs(k.F_ACKED, side) >= 0
+    for base in (k.F_ACKED, k.F_REACH, k.F_HOLE_LO, k.F_HOLE_HI, k.F_HOLE_OPEN):
+        out[:, base + side] = np.where(later_known, theirs(base, side), out[:, base + side])
+    later_fin = theirs(k.F_FIN_AT, side)
+    out[:, k.F_FIN_AT + side] = np.where(later_fin >= 0, later_fin, out[:, k.F_FIN_AT + side])
+
+
 def _combine(mF, mH, tF, tH):
     """Earlier open flows + their continuation in the later table, with the earlier one's direction."""
     out = mF.copy()
@@ -160,8 +179,10 @@ def _combine(mF, mH, tF, tH):
         return np.where(same, tF[:, base + side], tF[:, base + 1 - side])
 
     for side in (0, 1):
-        for base in (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX):
+        for base in (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX, k.F_ACK_EVENTS, k.F_GAP_EVENTS, k.F_GAP_BYTES,
+                     k.F_SEQ_HOLES, k.F_HOLE_BYTES):
             out[:, base + side] += theirs(base, side)
+        _continue_gap_tracking(out, side, theirs)
         out[:, k.F_FLAGS + side] |= theirs(k.F_FLAGS, side)
         out[:, k.F_MAXPAY + side] = np.maximum(out[:, k.F_MAXPAY + side], theirs(k.F_MAXPAY, side))
         out[:, k.F_MSS + side] = np.where(out[:, k.F_MSS + side] > 0, out[:, k.F_MSS + side], theirs(k.F_MSS, side))

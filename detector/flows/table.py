@@ -152,8 +152,8 @@ class FlowTable:
             self._attach_fragments(batch, sport, dport)
             self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dest_ip_hi"], batch["dest_ip_lo"], sport, dport,
                       batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
-                      batch["tcp_mss"], batch["payload_len"], batch["ip_len"], batch["vlan_outer"],
-                      batch["ip_version"])
+                      batch["tcp_ack"], batch["tcp_mss"], batch["payload_len"], batch["payload_off"], batch["caplen"],
+                      batch["ip_len"], batch["vlan_outer"], batch["ip_version"])
         if carrier is not None:
             self._run(*carrier)
         newest = int(self._counts[k.C_NEWEST])
@@ -161,14 +161,15 @@ class FlowTable:
         self._expire()
 
     def _run(self, src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto, layers, ts_ns, frame, tcp_flags, tcp_seq,
-             tcp_mss, payload_len, ip_len, vlan, ip_version) -> None:
+             tcp_ack, tcp_mss, payload_len, payload_off, caplen, ip_len, vlan, ip_version) -> None:
         """One compiled pass over the packets, resumed after a rehash."""
         K, from_a = K_.canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto)
         at = 0
         while True:
             h = K_.hash_rows(K, self._seed)
-            at = k.update_flows(at, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_mss, payload_len,
-                                ip_len, vlan, ip_version, self._timeout_ns, K_.SERVER_PORT, self._tab_row,
+            at = k.update_flows(at, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss,
+                                payload_len, payload_off, caplen, ip_len, vlan, ip_version, self._timeout_ns,
+                                K_.SERVER_PORT, self._tab_row,
                                 self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK,
                                 self._counts)
             if at == len(K):
@@ -289,8 +290,9 @@ class FlowTable:
         carrier_layers = np.uint32(L_IP4 | L_PAYLOAD) | (lay & np.uint32(L_VLAN))
         return (shi, slo, batch["outer_dest_ip_hi"][rows], batch["outer_dest_ip_lo"][rows],
                 batch["outer_src_port"][rows], batch["outer_dest_port"][rows], np.full(len(rows), PROTO_UDP, np.uint8),
-                carrier_layers, batch["ts_ns"][rows], batch["frame"][rows], zero.astype(np.uint16), zero,
-                zero.astype(np.uint16), pay, ip_len, batch["vlan_outer"][rows], np.where(v4, 4, 6).astype(np.uint8))
+                carrier_layers, batch["ts_ns"][rows], batch["frame"][rows], zero.astype(np.uint16), zero, zero,
+                zero.astype(np.uint16), pay, zero.astype(np.uint16), batch["caplen"][rows], ip_len,
+                batch["vlan_outer"][rows], np.where(v4, 4, 6).astype(np.uint8))
 
     # ---- results ---------------------------------------------------------
     def _all(self):

@@ -50,6 +50,11 @@ FLOW_COLUMNS: dict[str, type] = {
     "src_mss": np.uint16, "dest_mss": np.uint16,
     "src2dst_max_payload_bytes": np.int64, "dst2src_max_payload_bytes": np.int64,
     "src2dst_retransmits": np.int64, "dst2src_retransmits": np.int64,
+    "src2dst_ack_events": np.int64, "dst2src_ack_events": np.int64,
+    "src2dst_gap_events": np.int64, "dst2src_gap_events": np.int64,
+    "src2dst_gap_bytes": np.int64, "dst2src_gap_bytes": np.int64,
+    "src2dst_seq_holes": np.int64, "dst2src_seq_holes": np.int64,
+    "src2dst_seq_hole_bytes": np.int64, "dst2src_seq_hole_bytes": np.int64,
     "handshake_rtt_ms": np.float64, "handshake_syn_synack_ms": np.float64, "handshake_synack_ack_ms": np.float64,
     "syn_retransmits": np.int64, "state": object, "history": object,
     "vlan": np.uint16, "first_frame": np.int64,
@@ -84,6 +89,11 @@ def flow_columns(F, H, K) -> dict:
         out[f"{prefix}_tcp_flags"] = F[:, k.F_FLAGS + side]
         out[f"{prefix}_max_payload_bytes"] = F[:, k.F_MAXPAY + side]
         out[f"{prefix}_retransmits"] = F[:, k.F_RETX + side]
+        out[f"{prefix}_ack_events"] = F[:, k.F_ACK_EVENTS + side]
+        out[f"{prefix}_gap_events"] = F[:, k.F_GAP_EVENTS + side]
+        out[f"{prefix}_gap_bytes"] = F[:, k.F_GAP_BYTES + side]
+        out[f"{prefix}_seq_holes"] = F[:, k.F_SEQ_HOLES + side]
+        out[f"{prefix}_seq_hole_bytes"] = F[:, k.F_HOLE_BYTES + side]
     out["src_mss"], out["dest_mss"] = F[:, k.F_MSS], F[:, k.F_MSS + 1]
     out.update(handshake_columns(F))
     out["history"] = _history_codes(H, F[:, k.F_HLEN])
