@@ -19,20 +19,20 @@ from .decode.kernel import decode_batch
 
 # What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
 # compiled once for this processor and kept in the __pycache__ folders (numba's cache).
-FIRST_COMPILE_S = 30
+FIRST_COMPILE_S = 40
 
-# Every module that declares kernels, in two halves of about equal compile time (some 20 s each on
-# this machine). A first run compiles the first half (the record walks and the decoder, which every
+# Every module that declares kernels, in two halves of about equal compile time (some 30 s each on
+# this machine, 2026-11-26: the decoder and the flow pass 13-14 s each, every application table 2-4 s). A first run compiles the first half (the record walks and the decoder, which every
 # command needs first, and the writers) in its own process while a second process compiles the other
 # (flows, hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
-     "detector.decode.app.ospf", "detector.decode.app.dhcp4", "detector.decode.app.nd"),
+     "detector.decode.app.ospf", "detector.decode.app.dhcp4"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
      "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6",
-     "detector.detectors.neighbors"),
+     "detector.detectors.neighbors", "detector.decode.app.nd"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"
