@@ -22,9 +22,10 @@ from .decode.kernel import decode_batch
 FIRST_COMPILE_S = 40
 
 # Every module that declares kernels, in two halves of about equal compile time (some 30 s each on
-# this machine, 2026-11-26: the decoder and the flow pass 13-14 s each, every application table 2-4 s). A first run compiles the first half (the record walks and the decoder, which every
-# command needs first, and the writers) in its own process while a second process compiles the other
-# (flows, hashes, detectors): numba compiles one function at a time per process.
+# this machine, 2026-11-26: the decoder and the flow pass 13-14 s each, every application table 2-4 s).
+# A first run compiles the first half (the record walks and the decoder, which every command needs
+# first, and the writers) in its own process while a second process compiles the other (flows,
+# hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
