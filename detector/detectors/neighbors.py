@@ -79,21 +79,22 @@ IPV4_MAPPED = np.uint64(0xFFFF << 32)          # ::ffff:0:0/96, how the schema h
 
 # what an observation saw (the `how` column)
 REPLY, GRATUITOUS, REQUEST, REPLY_TARGET, IP_SOURCE, IP_DESTINATION = 1, 2, 3, 4, 5, 6
-NA, NA_ANNOUNCEMENT, NS, DHCP_ACK = 7, 8, 9, 10
+ADVERTISEMENT, MULTICAST_ADVERTISEMENT, SOLICITATION, DHCP_ACK = 7, 8, 9, 10
 HOW_NAMES = {REPLY: "ARP reply", GRATUITOUS: "gratuitous ARP", REQUEST: "ARP request sender",
              REPLY_TARGET: "ARP reply target", IP_SOURCE: "IPv4 source", IP_DESTINATION: "IPv4 destination",
-             NA: "Neighbor Advertisement", NA_ANNOUNCEMENT: "unsolicited multicast Neighbor Advertisement",
-             NS: "Neighbor Solicitation sender", DHCP_ACK: "DHCP ACK"}
+             ADVERTISEMENT: "Neighbor Advertisement",
+             MULTICAST_ADVERTISEMENT: "unsolicited multicast Neighbor Advertisement",
+             SOLICITATION: "Neighbor Solicitation sender", DHCP_ACK: "DHCP ACK"}
 # What each kind tells the rules, which read these tuples, never the codes.
-ANSWERS = (REPLY, NA)                   # "the address is at my MAC", said to one host (maybe unasked)
-ANNOUNCEMENTS = (GRATUITOUS, NA_ANNOUNCEMENT)   # the same, said to everyone
-QUESTIONS = (REQUEST, NS)               # the sender uses the address while asking for another
+ANSWERS = (REPLY, ADVERTISEMENT)                # "the address is at my MAC", said to one host (maybe unasked)
+ANNOUNCEMENTS = (GRATUITOUS, MULTICAST_ADVERTISEMENT)   # the same, said to everyone
+QUESTIONS = (REQUEST, SOLICITATION)             # the sender uses the address while asking for another
 ECHOES = (REPLY_TARGET,)                # the asker's pair, as the answer repeats it
 SENDERS = (*ANSWERS, *ANNOUNCEMENTS, *QUESTIONS)       # pairs a MAC speaks for itself
 NEIGHBOR_KINDS = (*SENDERS, *ECHOES)    # what Wireshark compares for duplicate addresses
 TRAFFIC = (IP_SOURCE, IP_DESTINATION)   # pairs of IP packets, bounded per MAC
 LEASES = (DHCP_ACK,)                    # a DHCP server giving the address to the MAC: no claim on the wire
-ND_KINDS = (NA, NA_ANNOUNCEMENT, NS)    # the IPv6 ones (the rules name them in their messages)
+ND_KINDS = (ADVERTISEMENT, MULTICAST_ADVERTISEMENT, SOLICITATION)     # IPv6's (the rules' messages name them)
 
 # A reply is an answer when a request from its target asked for its sender address this long before it:
 # a host answers within milliseconds, and a spoofer sends without being asked.
@@ -287,7 +288,8 @@ class Neighbors:
         keep = unicast_mac(mac) & unicast_ipv6(hi, lo) & ~(advert & to_group & ~unasked)
         mismatched = has_mac & has_lladdr & (ether_src != lladdr) & ~virtual_router_mac(lladdr)
         mismatched &= (batch["layers"][rows] & np.uint32(L_TUNNEL)) == 0
-        how = np.where(advert, np.where(unasked & to_group, NA_ANNOUNCEMENT, NA), NS).astype(np.uint8)
+        how = np.where(advert, np.where(unasked & to_group, MULTICAST_ADVERTISEMENT, ADVERTISEMENT),
+                       SOLICITATION).astype(np.uint8)
         k = np.flatnonzero(keep)
         if len(k) == 0:
             return None
