@@ -37,10 +37,10 @@ addresses whose MACs never appear on the link, traffic a router forwards
 (its source addresses are other hosts'), a virtual router MAC (VRRP, HSRP,
 GLBP) that the routers share, hosts in the dynamic pools, link-local
 (169.254.0.0/16, fe80::/10: the host's own choice, never registered) and
-0.0.0.0 addresses. IPv6 addresses are held against IPv6 bindings: a MAC's
-IPv6 address is foreign to it only when the MAC has an IPv6 binding, and
-unregistered IPv6 pairs are listed only when the registry holds IPv6 at
-all (an IPv4 registry says nothing of the SLAAC addresses of its hosts). Routers are the site's `routers`
+0.0.0.0 addresses. Each family is held against its own bindings: a MAC's
+address is foreign to it only when the MAC has a binding of that family
+(an IPv4 registry says nothing of the SLAAC addresses of its hosts), and
+unregistered IPv6 pairs are listed only when the registry holds IPv6. Routers are the site's `routers`
 (by MAC, or by IP through the registry); without that key, a MAC that is
 the source of `router_min_sources` addresses or more, or of an off-net
 address, is taken for one. Off-net: outside the site's `local_networks`,
@@ -106,7 +106,8 @@ class _Registry:
         self.v6 = bool(v6.any())
         self.sets = {}
         for name, cols, which in (("ip", (b["ip_hi"], b["ip_lo"]), None), ("mac", mac_cols, None),
-                                  ("pair", (b["ip_hi"], b["ip_lo"], b["mac"]), None), ("mac6", mac_cols, v6)):
+                                  ("pair", (b["ip_hi"], b["ip_lo"], b["mac"]), None), ("mac4", mac_cols, ~v6),
+                                  ("mac6", mac_cols, v6)):
             if which is not None:
                 cols, v = tuple(c[which] for c in cols), vlan[which]
             else:
@@ -191,10 +192,12 @@ class _Judgement:
         self.ip_registered = registry.has("ip", (r["ip_hi"], r["ip_lo"]), self.vlan)
         self.mac_registered = registry.has("mac", (np.zeros(len(self.vlan), dtype=np.uint64), r["mac"]), self.vlan)
         self.pair_registered = registry.has("pair", (r["ip_hi"], r["ip_lo"], r["mac"]), self.vlan)
-        # an IPv6 address is judged as a MAC's own or as unregistered only where the registry speaks IPv6: the
-        # MAC has an IPv6 binding, the registry has one at all (else every host's SLAAC address breaks it)
-        self.mac_registered_v6 = registry.has("mac6", (np.zeros(len(self.vlan), dtype=np.uint64), r["mac"]),
-                                              self.vlan)
+        # an address is foreign to a registered MAC only when the MAC has a binding of its family (an IPv4
+        # binding says nothing of the host's SLAAC addresses, an IPv6 one nothing of its IPv4 address), and an
+        # IPv6 pair is unregistered only where the registry holds IPv6 at all
+        no_mac = np.zeros(len(self.vlan), dtype=np.uint64)
+        self.mac_registered_family = np.where(self.v6, registry.has("mac6", (no_mac, r["mac"]), self.vlan),
+                                              registry.has("mac4", (no_mac, r["mac"]), self.vlan))
         self.registry_v6 = registry.v6
         self.in_pool = site.pool_mask(r["ip_hi"], r["ip_lo"])
         arp = np.isin(r["how"], nb.NEIGHBOR_KINDS)
@@ -239,7 +242,7 @@ class _Judgement:
         judged = ~source | (self.local & ~self.router & ~self.virtual)
         foreign_ip = judged & self.ip_registered & ~self.pair_registered
         foreign_mac = (judged & ~self.ip_registered & self.mac_registered & ~self.pair_registered
-                       & (~self.v6 | self.mac_registered_v6))
+                       & self.mac_registered_family)
         unknown = (judged & ~self.ip_registered & ~self.mac_registered & ~self.in_pool & self.local
                    & ~self.router & ~self.virtual & (~self.v6 | self.registry_v6))
         out = []
