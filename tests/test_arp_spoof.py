@@ -184,7 +184,8 @@ def test_unasked_override_advertisements_to_one_host_are_poisoning(tmp_path):
 def test_neighbor_discovery_hosts_ignore_is_no_claim(tmp_path, what):
     # what a host discards (RFC 4861 7.1.2) or does not let override its cache (7.2.5): no change
     if what == "dad":
-        lies = [(10.0 + 2 * k, ns((SPOOFER, "::"), GW6[1], source="::")) for k in range(3)]
+        # two hosts probing from ::, each in turn: the unspecified address is nobody's
+        lies = [(10.0 + 2 * k, ns((SPOOFER if k % 2 else B[0], "::"), GW6[1], source="::")) for k in range(3)]
     else:
         kind = {"hop limit": {"hlim": 64}, "checksum": {"cksum": 0x1234}, "no override": {"override": False},
                 "solicited to all nodes": {"solicited": True, "dst_ip": "ff02::1"}}[what]
