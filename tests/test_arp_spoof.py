@@ -200,6 +200,15 @@ def test_an_advertisement_without_override_is_no_claim_a_later_one_changes(tmp_p
     assert run(capture(tmp_path, timed)) == []
 
 
+def test_an_advertisement_from_another_ethernet_source_is_a_sign_on_its_vlan(tmp_path):
+    # the lie sent from another Ethernet source than its target link-layer address, on VLAN 20
+    lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6, lladdr="02:00:00:00:00:99")) for k in range(3)]
+    timed = [(t, Ether(src=p.src, dst=p.dst) / Dot1Q(vlan=20) / p.payload) for t, p in TRUTH6 + lies]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.src_mac == "02:00:00:00:00:99" and f.evidence["vlan"] == 20 and f.evidence["ethernet_mismatches"] == 3
+    assert "3 ND packet(s) whose Ethernet source is not their link-layer address option" in f.msg
+
+
 def test_a_solicitation_speaks_for_its_source(tmp_path):
     # B solicits from A's address with its own MAC in the option: A's address changes hands
     timed = [(0.0, ns(A6, GW6[1])), (5.0, ns((B[0], A6[1]), GW6[1]))]
