@@ -20,14 +20,40 @@ campus.ethers, and each capture comes with the campus site file
   arp_proxy");
   unregistered hosts in the dynamic pool, one pool address handed to a
   second host 700 s after the first left.
+- arp-nd-spoof: the same man in the middle over IPv6 (parasite6, THC's
+  fake_advertise6): Mallory tells Alice every 2 s, in Neighbor
+  Advertisements with the override flag and no solicited flag, unicast to
+  her, that the gateway's fe80::1 is at Mallory's MAC, while the gateway
+  answers Alice's solicitations for it with its own;
+- arp-dhcp-registered-ack: the campus DHCP server ACKs Bob's registered
+  address to another MAC (a host block edited apart from /etc/ethers);
+- near-misses over IPv6: Carol's new NIC announcing her addresses with
+  unsolicited Neighbor Advertisements to all nodes (one change: low);
+  Duplicate Address Detection (solicitations from ::), the gateway's
+  solicited advertisements with the router flag, and a proxy's
+  advertisements without the override flag for another host's address.
 """
 from __future__ import annotations
 
+import ipaddress
 import random
 from pathlib import Path
 
 from common import tcp_session, write_capture
-from scapy.all import ARP, IP, UDP, Dot1Q, Ether
+from scapy.all import (
+    ARP,
+    BOOTP,
+    DHCP,
+    IP,
+    UDP,
+    Dot1Q,
+    Ether,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6NDOptDstLLAddr,
+    ICMPv6NDOptSrcLLAddr,
+    IPv6,
+)
 from scapy.layers.vrrp import VRRP
 
 GATEWAY = ("02:a0:00:00:00:fe", "10.160.0.254")
@@ -239,4 +265,123 @@ def arp_dynamic_pool(out_dir: Path) -> dict:
                   [], [QUIET])
 
 
-CAPTURES = [arp_spoof_mitm, arp_campus_nic_change, arp_vrrp_failover, arp_proxy_router, arp_dynamic_pool]
+GATEWAY6 = (GATEWAY[0], "fe80::1")
+ALICE6 = (ALICE[0], "fe80::a0:ff:fe01:a")
+CAROL6 = (CAROL[0], "2001:db8:a0:1::12")
+ALL_NODES = ("33:33:00:00:00:01", "ff02::1")
+STRANGER = "02:b0:00:00:00:99"                  # a MAC the registry does not know
+
+
+def _solicited_node(ip: str) -> tuple[str, str]:
+    """The solicited-node multicast group of `ip` and its MAC (RFC 4291 2.7.1, RFC 2464 7)."""
+    low = int(ipaddress.ip_address(ip)) & 0xFFFFFF
+    group = ipaddress.ip_address(int(ipaddress.ip_address("ff02::1:ff00:0")) | low)
+    return f"33:33:ff:{low >> 16:02x}:{(low >> 8) & 0xFF:02x}:{low & 0xFF:02x}", str(group)
+
+
+def _ns(asker, target, source=None, dst=None):
+    """asker (MAC, IP) solicits target's address: to its solicited-node group, or `dst` (MAC, IP) when unicast
+    (reachability confirmation); from `source` (:: for Duplicate Address Detection, without the option)."""
+    dst_mac, dst_ip = dst or _solicited_node(target)
+    source = source or asker[1]
+    pkt = (Ether(src=asker[0], dst=dst_mac) / IPv6(src=source, dst=dst_ip, hlim=255) / ICMPv6ND_NS(tgt=target))
+    return pkt if source == "::" else pkt / ICMPv6NDOptSrcLLAddr(lladdr=asker[0])
+
+
+def _na(sender_mac, target, to, solicited=True, override=True, router=False, lladdr=None):
+    """sender_mac says `target` is at `lladdr` (its own MAC by default), to `to` (MAC, IP)."""
+    return (Ether(src=sender_mac, dst=to[0]) / IPv6(src=target, dst=to[1], hlim=255)
+            / ICMPv6ND_NA(R=int(router), S=int(solicited), O=int(override), tgt=target)
+            / ICMPv6NDOptDstLLAddr(lladdr=lladdr or sender_mac))
+
+
+def _resolve6(asker, answerer, t, router=False):
+    return [(t, _ns(asker, answerer[1])), (t + 0.0004, _na(answerer[0], answerer[1], asker, router=router))]
+
+
+def arp_nd_spoof(out_dir: Path) -> dict:
+    path = out_dir / "arp-nd-spoof.pcapng"
+    packets = []
+    # the truth: Alice resolves the gateway's link-local every 20 s, the gateway answers (router flag)
+    for k in range(8):
+        packets += _resolve6(ALICE6, GATEWAY6, 5.0 + 20 * k, router=True)
+    # the lie, every 2 s from 60 s: unsolicited, override, unicast to Alice
+    for k in range(30):
+        packets.append((60.0 + 2 * k, _na(MALLORY[0], GATEWAY6[1], ALICE6, solicited=False)))
+    count = write_capture(path, packets)
+    return _entry(path, count,
+                  "Neighbor Discovery spoofing on seed 004's campus: a registered host tells Alice every 2 s, "
+                  "unasked and with the override flag, that the gateway's fe80::1 is at its MAC",
+                  [{"rule": "arp-spoof", "severity_at_least": "high"}],
+                  [{"rule": "ip-mac-binding", "severity_above": "info"}])
+
+
+def _dhcp_ack(server, client_mac, yiaddr, t, xid):
+    """The server's DHCPACK of `yiaddr` to `client_mac`, broadcast (the client has no address yet)."""
+    return (t, Ether(src=server[0], dst=BROADCAST) / IP(src=server[1], dst="255.255.255.255")
+            / UDP(sport=67, dport=68)
+            / BOOTP(op=2, xid=xid, yiaddr=yiaddr, siaddr=server[1],
+                    chaddr=bytes.fromhex(client_mac.replace(":", "")) + bytes(10))
+            / DHCP(options=[("message-type", "ack"), ("server_id", server[1]), ("lease_time", 3600),
+                            ("subnet_mask", "255.255.0.0"), ("router", GATEWAY[1]), "end"]))
+
+
+def arp_dhcp_registered_ack(out_dir: Path) -> dict:
+    path = out_dir / "arp-dhcp-registered-ack.pcapng"
+    packets = _resolve(BOB, GATEWAY, 0.0) + _resolve(GATEWAY, BOB, 1.0)
+    # a pool host's lease (as it should be), then Bob's address leased to a MAC the registry does not know
+    packets.append(_dhcp_ack(GATEWAY, POOL_HOSTS[0][0], POOL_HOSTS[0][1], 10.0, 0x4101))
+    packets.append(_dhcp_ack(GATEWAY, STRANGER, BOB[1], 40.0, 0x4102))
+    count = write_capture(path, packets)
+    return _entry(path, count,
+                  "the campus DHCP server ACKs Bob's registered address to a MAC the registry does not know",
+                  [{"rule": "ip-mac-binding", "severity_at_least": "high"}],
+                  [{"rule": "arp-spoof", "severity_above": "info"}])
+
+
+def arp_nd_nic_change(out_dir: Path) -> dict:
+    path = out_dir / "arp-nd-nic-change.pcapng"
+    packets = []
+    for k in range(4):
+        packets += _resolve6(CAROL6, (GATEWAY[0], "2001:db8:a0:1::1"), 5.0 + 30 * k, router=True)
+    # the new NIC from 180 s: DAD for the address, then two unsolicited advertisements to all nodes (RFC 4861
+    # 7.2.6: MAX_NEIGHBOR_ADVERTISEMENT is 3)
+    new = (CAROL_NEW_MAC, CAROL6[1])
+    packets += [(180.0 + k, _ns(new, CAROL6[1], source="::")) for k in range(2)]
+    packets += [(183.0 + k, _na(CAROL_NEW_MAC, CAROL6[1], ALL_NODES, solicited=False)) for k in range(2)]
+    for k in range(4):
+        packets += _resolve6(new, (GATEWAY[0], "2001:db8:a0:1::1"), 190.0 + 30 * k, router=True)
+    count = write_capture(path, packets)
+    return _entry(path, count,
+                  "near-miss: a host's NIC replaced: its IPv6 address announced from the new MAC to all nodes after "
+                  "the old one went quiet (one change)",
+                  [{"rule": "arp-spoof", "severity_at_least": "low"}],
+                  [{"rule": "*", "severity_above": "low"}])
+
+
+def arp_nd_near_misses(out_dir: Path) -> dict:
+    path = out_dir / "arp-nd-near-misses.pcapng"
+    far = "2001:db8:a0:5::10"                   # a host of another building, behind the gateway (RFC 4389 proxy)
+    packets = []
+    for k in range(6):
+        t = 5.0 + 20 * k
+        # Duplicate Address Detection of a new address: from ::, claims nothing
+        packets.append((t, _ns((BOB[0], "::"), f"2001:db8:a0:1::b{k}", source="::")))
+        # the gateway answers for itself with the router flag, Alice confirms it by unicast
+        packets += _resolve6(ALICE6, GATEWAY6, t + 1.0, router=True)
+        packets += [(t + 2.0, _ns(ALICE6, GATEWAY6[1], dst=GATEWAY6)),
+                    (t + 2.0004, _na(GATEWAY[0], GATEWAY6[1], ALICE6, router=True))]
+        # a proxy (the gateway, override clear) and the far host itself (once, moved here) answer for `far`
+        packets += [(t + 3.0, _ns(ALICE6, far)),
+                    (t + 3.0004, _na(GATEWAY[0], far, ALICE6, router=True, override=False))]
+        if k == 3:
+            packets.append((t + 3.0008, _na(ELSEWHERE[0][0], far, ALICE6)))
+    count = write_capture(path, packets)
+    return _entry(path, count,
+                  "near-miss: Duplicate Address Detection, a router's solicited advertisements, and a proxy's "
+                  "advertisements without the override flag for a host that also answers",
+                  [], [QUIET])
+
+
+CAPTURES = [arp_spoof_mitm, arp_campus_nic_change, arp_vrrp_failover, arp_proxy_router, arp_dynamic_pool,
+            arp_nd_spoof, arp_dhcp_registered_ack, arp_nd_nic_change, arp_nd_near_misses]

@@ -6,7 +6,18 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scapy.all import ARP, Dot1Q, Ether, raw, wrpcap
+from scapy.all import (
+    ARP,
+    Dot1Q,
+    Ether,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6NDOptDstLLAddr,
+    ICMPv6NDOptSrcLLAddr,
+    IPv6,
+    raw,
+    wrpcap,
+)
 
 from detector.analysis import analyze
 from detector.decode import decode
@@ -80,6 +91,18 @@ def test_lucaderis_man_in_the_middle_is_high(captures_real):
     assert "a man in the middle between their owners" in f.msg and "36 of its 36 ARP replies unsolicited" in f.msg
 
 
+def test_packetlifes_neighbor_spoofing_is_high(captures_real):
+    # fe80::1 answers fe80::2 from :0a (frames 2, 15); from frame 33 :0c tells fe80::2 every 5 s, unasked and with
+    # the override flag, that fe80::1 is at its MAC (frames 33, 39, 45): one change, then poisoning
+    (f,) = run(captures_real / "packetlife/pcaps/ipv6_neighbor_spoofing.cap")
+    assert f.severity == "high" and f.src_mac == "00:00:00:00:00:0c" and f.n == 1
+    assert f.evidence["poisoned"] == ["fe80::1"] and f.evidence["unsolicited_replies"] == 3
+    (conflict,) = f.evidence["conflicts"]
+    assert [c["mac"] for c in conflict["claims"]] == ["00:00:00:00:00:0c", "00:00:00:00:00:0a"]
+    assert f.evidence["evidence_frames"] == [2, 15, 33, 45]
+    assert "with targeted Neighbor Advertisements nobody asked for" in f.msg and "(S flag clear" in f.msg
+
+
 @pytest.mark.parametrize("path", ["packetlife/pcaps/arp_pcap.pcapng.cap", "zeek/testing/btest/Traces/arp-who-has.pcap",
                                   "lucaderi-sgr/2022/Favilli/tests/hs-arpScan.pcap"])
 def test_ordinary_arp_and_a_scan_are_no_conflict(captures_real, path):
@@ -103,9 +126,94 @@ def test_a_replaced_nic_is_one_change():
     assert "took over 10.160.1.12 from 02:a0:00:01:00:0c (1 change(s))" in f.msg
 
 
-@pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng"])
+@pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng",
+                                  "arp-nd-near-misses.pcapng", "arp-dhcp-registered-ack.pcapng"])
 def test_failover_proxy_arp_and_the_pool_are_no_conflict(name):
     assert run(CAPTURES / name) == []
+
+
+def test_the_campus_neighbor_spoofer_takes_the_gateways_link_local():
+    (f,) = run(CAPTURES / "arp-nd-spoof.pcapng")
+    assert f.severity == "high" and f.src_mac == "02:a0:00:01:00:42" and f.evidence["poisoned"] == ["fe80::1"]
+    assert f.evidence["unsolicited_replies"] == 30 and "about one every 2.0 s" in f.msg
+
+
+def test_a_replaced_nic_announcing_its_ipv6_address_is_one_change():
+    (f,) = run(CAPTURES / "arp-nd-nic-change.pcapng")
+    assert f.severity == "low" and f.src_mac == "02:a0:00:01:00:c2" and f.n == 1
+    assert f.evidence["gratuitous"] == 2 and "2 unsolicited multicast advertisement(s)" in f.msg
+
+
+# ---- IPv6: Neighbor Discovery -------------------------------------------------------------------------
+
+A6, B6 = (A[0], "fe80::a"), (B[0], "fe80::b")
+GW6 = (C[0], "fe80::1")
+
+
+def na(sender_mac, target, to, solicited=False, override=True, hlim=255, lladdr=None, dst_ip=None, cksum=None):
+    icmp = ICMPv6ND_NA(R=0, S=int(solicited), O=int(override), tgt=target)
+    if cksum is not None:
+        icmp.cksum = cksum
+    return (Ether(src=sender_mac, dst=to[0]) / IPv6(src=target, dst=dst_ip or to[1], hlim=hlim) / icmp
+            / ICMPv6NDOptDstLLAddr(lladdr=lladdr or sender_mac))
+
+
+def ns(asker, target, source=None):
+    return (Ether(src=asker[0], dst="33:33:ff:00:00:01") / IPv6(src=source or asker[1], dst="ff02::1:ff00:1", hlim=255)
+            / ICMPv6ND_NS(tgt=target) / ICMPv6NDOptSrcLLAddr(lladdr=asker[0]))
+
+
+TRUTH6 = [(0.0, ns(A6, GW6[1])), (0.0004, na(GW6[0], GW6[1], A6, solicited=True))]
+
+
+def test_unasked_override_advertisements_to_one_host_are_poisoning(tmp_path):
+    lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6)) for k in range(3)]
+    (f,) = run(capture(tmp_path, TRUTH6 + lies))
+    assert f.severity == "high" and f.evidence["poisoned"] == [GW6[1]] and f.n == 1
+    # solicited ones answer a question: a change, not poisoning
+    (f,) = run(capture(tmp_path, TRUTH6 + [(t, na(SPOOFER, GW6[1], A6, solicited=True)) for t, _ in lies],
+                       name="solicited.pcap"))
+    assert f.severity == "low" and f.evidence["unsolicited_replies"] == 0
+    # the same to all nodes: an announcement (a host's own after a NIC change), one change
+    (f,) = run(capture(tmp_path, TRUTH6 + [(t, na(SPOOFER, GW6[1], ("33:33:00:00:00:01", "ff02::1")))
+                                           for t, _ in lies], name="all-nodes.pcap"))
+    assert f.severity == "low" and f.evidence["gratuitous"] == 3
+
+
+@pytest.mark.parametrize("what", ["hop limit", "checksum", "no override", "solicited to all nodes", "dad"])
+def test_neighbor_discovery_hosts_ignore_is_no_claim(tmp_path, what):
+    # what a host discards (RFC 4861 7.1.2) or does not let override its cache (7.2.5): no change
+    if what == "dad":
+        # two hosts probing from ::, each in turn: the unspecified address is nobody's
+        lies = [(10.0 + 2 * k, ns((SPOOFER if k % 2 else B[0], "::"), GW6[1], source="::")) for k in range(3)]
+    else:
+        kind = {"hop limit": {"hlim": 64}, "checksum": {"cksum": 0x1234}, "no override": {"override": False},
+                "solicited to all nodes": {"solicited": True, "dst_ip": "ff02::1"}}[what]
+        lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6, **kind)) for k in range(3)]
+    assert run(capture(tmp_path, TRUTH6 + lies)) == []
+
+
+def test_an_advertisement_without_override_is_no_claim_a_later_one_changes(tmp_path):
+    # a proxy answers (O clear) between the owner's answers: the owner's next answer is no change
+    timed = [*TRUTH6, (5.0, na(SPOOFER, GW6[1], A6, solicited=True, override=False)),
+             (10.0, na(GW6[0], GW6[1], A6, solicited=True))]
+    assert run(capture(tmp_path, timed)) == []
+
+
+def test_an_advertisement_from_another_ethernet_source_is_a_sign_on_its_vlan(tmp_path):
+    # the lie sent from another Ethernet source than its target link-layer address, on VLAN 20
+    lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6, lladdr="02:00:00:00:00:99")) for k in range(3)]
+    timed = [(t, Ether(src=p.src, dst=p.dst) / Dot1Q(vlan=20) / p.payload) for t, p in TRUTH6 + lies]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.src_mac == "02:00:00:00:00:99" and f.evidence["vlan"] == 20 and f.evidence["ethernet_mismatches"] == 3
+    assert "3 ND packet(s) whose Ethernet source is not their link-layer address option" in f.msg
+
+
+def test_a_solicitation_speaks_for_its_source(tmp_path):
+    # B solicits from A's address with its own MAC in the option: A's address changes hands
+    timed = [(0.0, ns(A6, GW6[1])), (5.0, ns((B[0], A6[1]), GW6[1]))]
+    (f,) = run(capture(tmp_path, timed))
+    assert f.src_mac == B[0] and f.evidence["conflicts"][0]["ip"] == A6[1] and f.n == 1
 
 
 # ---- thresholds, each with its neighbour ------------------------------------------------------------
@@ -241,6 +349,23 @@ def test_two_halves_merged_give_one_pass():
     # partitions in time order: the same conflicts, the change at the border counted once
     assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
     assert merged[0]["evidence"]["conflicts"] == one[0]["evidence"]["conflicts"]
+
+
+def test_two_halves_of_neighbor_discovery_merged_give_one_pass(tmp_path):
+    lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6)) for k in range(4)]
+    path = capture(tmp_path, [*TRUTH6, (5.0, ns(A6, GW6[1])), *lies])
+    (batch,) = [decode(raw) for _, raw in read_captures([str(path)])]
+    ctx = AnalysisContext(flows=None, stats=CaptureStats())
+    whole = _detector()
+    whole.update(batch)
+    one = [f.to_json() for f in whole.findings(ctx)]
+    for cut in range(1, len(batch)):
+        left, right = _detector(), _detector()
+        left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
+        right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
+        merged = [f.to_json() for f in left.merge(right).findings(ctx)]
+        assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
+        assert merged[0]["evidence"] == one[0]["evidence"] and merged[0]["n"] == one[0]["n"] == 1
 
 
 def test_states_that_saw_no_arp_merge():

@@ -6,7 +6,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scapy.all import ARP, IP, UDP, Dot1Q, Ether, wrpcap
+from scapy.all import (
+    ARP,
+    BOOTP,
+    DHCP,
+    IP,
+    UDP,
+    Dot1Q,
+    Ether,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6NDOptDstLLAddr,
+    ICMPv6NDOptSrcLLAddr,
+    IPv6,
+    wrpcap,
+)
 
 from detector.analysis import analyze
 from detector.decode import decode
@@ -117,7 +131,16 @@ def test_a_replaced_nic_is_low():
     assert "was last seen at 2026-01-01T00:01:50.000400Z, before 02:a0:00:01:00:c2 came" in f.msg
 
 
-@pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng"])
+def test_the_campus_dhcp_server_leasing_a_registered_address_to_a_stranger_is_high():
+    # the pool host's lease (frame 5) is as it should be; Bob's address leased to a stranger (frame 6) is not
+    (f,) = campus("arp-dhcp-registered-ack.pcapng").values()
+    assert f.severity == "high" and f.identifier == "10.160.1.11 02:b0:00:00:00:99"
+    assert f.evidence["observations"] == {"DHCP ACK": 1} and f.evidence["evidence_frames"] == [6]
+    assert "was leased 10.160.1.11, registered to 02:a0:00:01:00:0b, by a DHCP server (1 ACK(s))" in f.msg
+
+
+@pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng",
+                                  "arp-nd-spoof.pcapng", "arp-nd-nic-change.pcapng", "arp-nd-near-misses.pcapng"])
 def test_a_virtual_router_proxy_arp_and_the_pool_are_no_finding(name):
     assert campus(name) == {}
 
@@ -202,6 +225,82 @@ def test_a_binding_holds_in_its_vlan(tmp_path):
 
 # ---- state ---------------------------------------------------------------------------------------------------
 
+# ---- DHCP ACKs -----------------------------------------------------------------------------------------
+
+SERVER = ("02:00:00:00:00:fe", "10.9.0.254")
+
+
+def ack(client_mac, yiaddr, giaddr="0.0.0.0", vlan=None, msg="ack"):
+    eth = Ether(src=SERVER[0], dst=BROADCAST)
+    eth = eth / Dot1Q(vlan=vlan) if vlan else eth
+    return (eth / IP(src=SERVER[1], dst="255.255.255.255") / UDP(sport=67, dport=68)
+            / BOOTP(op=2, xid=7, yiaddr=yiaddr, giaddr=giaddr,
+                    chaddr=bytes.fromhex(client_mac.replace(":", "")) + bytes(10))
+            / DHCP(options=[("message-type", msg), ("server_id", SERVER[1]), "end"]))
+
+
+@pytest.mark.parametrize("msg, severity", [("ack", "high"), ("offer", None)])
+def test_a_dhcp_ack_of_a_registered_address_to_another_mac_is_high(tmp_path, msg, severity):
+    found = run(capture(tmp_path, [(0.0, ack(STRANGER, B[1], msg=msg))]))
+    assert {f.severity for f in found.values()} == ({severity} if severity else set())
+
+
+@pytest.mark.parametrize("address, severity", [("10.9.0.50", "high"), ("10.9.0.150", "low"), (A[1], None)])
+def test_a_dhcp_ack_to_a_registered_mac_of_another_address(tmp_path, address, severity):
+    # outside the pools: the host block says otherwise (high); a pool address: low; its own: nothing
+    found = run(capture(tmp_path, [(0.0, ack(A[0], address))]))
+    assert {f.severity for f in found.values()} == ({severity} if severity else set())
+
+
+def test_a_relayed_ack_is_held_against_every_vlan(tmp_path):
+    # B is bound on VLAN 10; the relayed ACK is captured on the server's VLAN 99: its link is unknown
+    site = registry(B, vlan=10)
+    (f,) = run(capture(tmp_path, [(0.0, ack(STRANGER, B[1], giaddr="10.9.0.1", vlan=99))]), site=site).values()
+    assert f.severity == "high" and "vlan" not in f.evidence
+    # the same ACK sent directly on VLAN 99 is the client's own link, where B is not bound
+    assert run(capture(tmp_path, [(0.0, ack(STRANGER, B[1], vlan=99))], name="direct.pcap"), site=site) == {}
+
+
+# ---- IPv6: Neighbor Discovery --------------------------------------------------------------------------
+
+def na(sender_mac, target, to_mac="33:33:00:00:00:01", to_ip="ff02::1", solicited=False):
+    return (Ether(src=sender_mac, dst=to_mac) / IPv6(src=target, dst=to_ip, hlim=255)
+            / ICMPv6ND_NA(S=int(solicited), O=1, tgt=target) / ICMPv6NDOptDstLLAddr(lladdr=sender_mac))
+
+
+def ns(sender_mac, source, target="2001:db8::1"):
+    return (Ether(src=sender_mac, dst="33:33:ff:00:00:01") / IPv6(src=source, dst="ff02::1:ff00:1", hlim=255)
+            / ICMPv6ND_NS(tgt=target) / ICMPv6NDOptSrcLLAddr(lladdr=sender_mac))
+
+
+SITE6 = registry(A, B, (B[0], "2001:db8::b"), pools=[("10.9.0.100", "10.9.0.199")])
+
+
+def test_a_registered_ipv6_address_claimed_by_another_mac_is_high(tmp_path):
+    timed = [(0.0, ns(B[0], "2001:db8::b")), (1.0, na(STRANGER, "2001:db8::b", B[0], "2001:db8::b"))]
+    (f,) = run(capture(tmp_path, timed), site=SITE6).values()
+    assert f.severity == "high" and f.identifier == f"2001:db8::b {STRANGER}"
+    assert "in Neighbor Discovery (1x Neighbor Advertisement)" in f.msg
+
+
+def test_ipv6_is_judged_where_the_registry_speaks_ipv6(tmp_path):
+    # A (IPv4 binding only) and an unregistered host with global addresses: no finding against an IPv4 registry
+    timed = [(0.0, ns(A[0], "2001:db8::a")), (1.0, ns(STRANGER, "2001:db8::66"))]
+    path = capture(tmp_path, timed)
+    assert run(path) == {}
+    # with an IPv6 binding in the registry: the unregistered pair is listed; A's address is its own business
+    # until A has an IPv6 binding
+    (f,) = run(path, site=SITE6).values()
+    assert f.severity == "low" and [p["ip"] for p in f.evidence["pairs"]] == ["2001:db8::66"]
+    found = run(path, site=registry(A, (A[0], "2001:db8::aa"), B))
+    assert found[f"2001:db8::a {A[0]}"].severity == "medium"
+
+
+def test_ipv6_link_local_is_not_judged(tmp_path):
+    timed = [(0.0, ns(B[0], "fe80::b")), (1.0, na(STRANGER, "fe80::b", B[0], "fe80::b"))]
+    assert run(capture(tmp_path, timed), site=registry(A, (B[0], "fe80::b"))) == {}
+
+
 def _detector(site):
     return next(d for d in active_detectors(load_rules(), site) if d.rule_id == "ip-mac-binding")
 
@@ -243,3 +342,20 @@ def test_two_halves_merged_give_one_pass():
     one = [f.to_json() for f in whole.findings(ctx)]
     assert [f.to_json() for f in right.merge(left).findings(ctx)] == one
     assert {f["severity"] for f in one} == {"high"}
+
+
+@pytest.mark.parametrize("name, severities", [("arp-dhcp-registered-ack", ["high", "low"]),      # + unregistered pairs
+                                              ("arp-nd-nic-change", ["low", "low"])])
+def test_halves_with_dhcp_and_neighbor_discovery_merged_give_one_pass(name, severities):
+    site = registry(("02:a0:00:01:00:0b", "10.160.1.11"), ("02:a0:00:01:00:0c", "2001:db8:a0:1::12"))
+    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / f"{name}.pcapng")])]
+    ctx = AnalysisContext(flows=None, stats=CaptureStats())
+    whole = _detector(site)
+    whole.update(batch)
+    one = [f.to_json() for f in whole.findings(ctx)]
+    for cut in range(1, len(batch)):
+        left, right = _detector(site), _detector(site)
+        left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
+        right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
+        assert [f.to_json() for f in left.merge(right).findings(ctx)] == one
+    assert [f["severity"] for f in one] == severities

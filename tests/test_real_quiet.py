@@ -24,6 +24,13 @@ ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
                               "target pairs name the real owners (tshark: arp.duplicate-address-detected in 18 "
                               "frames): a man in the middle"),
     },
+    "packetlife/pcaps/ipv6_neighbor_spoofing.cap": {
+        "arp-spoof": ("high", "fe80::1 answers fe80::2 from 00:00:00:00:00:0a (frames 2, 15); from frame 33 "
+                              "00:00:00:00:00:0c sends fe80::2 Neighbor Advertisements for fe80::1 with the override "
+                              "flag, the solicited flag clear and its own target link-layer address, every 5 s "
+                              "(frames 33, 39, 45; tshark icmpv6.nd.na.flag.s 0, o 1), and fe80::2's pings go to "
+                              ":0c from then on: Neighbor Discovery spoofing"),
+    },
     "tcpdump/tests/ripv2-invalid-length.pcap": {
         "rip-announce": ("medium", "a Cisco router's RIPv2 update whose sixth route has metric 268,435,457 (tshark "
                                    "rip.metric agrees): a route every receiver rejects"),

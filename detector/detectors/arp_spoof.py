@@ -37,6 +37,16 @@ carries traffic to `gateway_min_destinations` off-net addresses or more),
 an Ethernet source other than the ARP sender (arpwatch's "ethernet
 mismatch").
 
+IPv6 is judged alike over Neighbor Discovery (RFC 4861), which believes
+the latest advertisement with the O (override) flag as ARP believes the
+latest reply: a Neighbor Advertisement's target and target link-layer
+address option are its claim (an answer; unsolicited when its S flag is
+clear and it is sent to one host; an announcement when sent unsolicited to
+all nodes), a Neighbor Solicitation's source and source link-layer
+address its sender pair. Link-local addresses are judged too: the
+router's fe80:: address is the one a spoofer takes. Advertisements without
+the O flag (proxies, anycast) change no cached address and no claim.
+
 An IP claimed by a virtual router MAC (VRRP, HSRP, GLBP) stays with that
 MAC when the routers fail over, and a proxy-ARP router claims many
 addresses that nobody else claims on the link: neither is a conflict.
@@ -70,6 +80,7 @@ IPS_IN_EVIDENCE = 64
 @register
 class ArpSpoof(Detector):
     rule_id = "arp-spoof"
+    APP_TABLES = ("nd",)
     PARAMS = {
         "conflict_window_s": Param(float, 600.0, "seconds within which two MACs claiming one IP "
                                                                 "contradict each other", Range(1, 86400),
@@ -97,7 +108,7 @@ class ArpSpoof(Detector):
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
         # the window is the observations' own (each change is counted as the claims arrive)
-        self.neighbors = nb.Neighbors(ip_destinations=True,
+        self.neighbors = nb.Neighbors(ip_destinations=True, nd=True,
                                       conflict_window_ns=int(self.params["conflict_window_s"] * NS))
 
     def update(self, batch) -> None:
@@ -222,6 +233,12 @@ class _Conflicts:
 
         who = mac_to_str(mac)
         where = nb.link_text(link)
+        # IPv6 rows (Neighbor Discovery) say advertisements, IPv4 rows (ARP) replies
+        v6 = bool(np.isin(r["how"][index], nb.ND_KINDS).any())
+        v4 = bool((~np.isin(r["how"][index], nb.ND_KINDS)).any())
+        answers = " and ".join((["ARP replies"] if v4 else []) + (["Neighbor Advertisements"] if v6 else []))
+        unasked = " and ".join((["no request from their target in the second before"] if v4 else [])
+                               + (["S flag clear, sent to one host"] if v6 else []))
         claimed = sorted({ip_text(r["ip_hi"][i], r["ip_lo"][i]) for i in own_sender.tolist()})
         listing = "; ".join(f"{a['ip']} also by {', '.join(mac_to_str(o) for o in list(a['others'])[:LISTED])}"
                             for a in addresses[:LISTED])
@@ -237,7 +254,7 @@ class _Conflicts:
             lead = (f"{who}{where} claims {len(fought)} addresses that other MACs hold, each back and forth "
                     f"({listing}): a man in the middle between their owners")
         elif poisoned:
-            lead = (f"{who}{where} took over {handed} with targeted ARP replies nobody asked for, repeated: "
+            lead = (f"{who}{where} took over {handed} with targeted {answers} nobody asked for, repeated: "
                     f"poisoning the caches of the hosts it sends them to")
         elif severity == "medium":
             lead = (f"{who}{where} and another MAC claim the same address, the claims changing hands {most:,} "
@@ -247,10 +264,10 @@ class _Conflicts:
                     f"address handed to another host, unless it repeats")
         signs = []
         if unsolicited:
-            signs.append(f"{unsolicited:,} of its {replies:,} ARP replies unsolicited (no request from their "
-                         f"target in the second before){self._period(addresses)}")
+            signs.append(f"{unsolicited:,} of its {replies:,} {answers} unsolicited ({unasked})"
+                         f"{self._period(addresses)}")
         if gratuitous:
-            signs.append(f"{gratuitous:,} gratuitous ARP(s)")
+            signs.append(f"{gratuitous:,} {'unsolicited multicast advertisement(s)' if v6 else 'gratuitous ARP(s)'}")
         if len(claimed) >= 2:
             signs.append(f"it claims {len(claimed)} addresses ({', '.join(claimed[:LISTED])}"
                          + (", ..." if len(claimed) > LISTED else "") + ")")
@@ -259,9 +276,10 @@ class _Conflicts:
             signs.append(f"the gateway's address claimed ({', '.join(gateways)})")
         mismatched = int(r["mismatched"][mine].sum())
         if mismatched:
-            signs.append(f"{mismatched:,} ARP packet(s) whose Ethernet source is not their ARP sender MAC")
+            signs.append(f"{mismatched:,} {'ND' if v6 else 'ARP'} packet(s) whose Ethernet source is not their "
+                         f"{'link-layer address option' if v6 else 'ARP sender MAC'}")
         if not any(a["claims"] for a in addresses):
-            signs.append("it sent no ARP claim itself: only replies to it name it")
+            signs.append(f"it sent no {'' if v6 else 'ARP '}claim itself: only replies to it name it")
         msg = lead + f"; claims seen over {span:,.1f} s." + (f" Signs: {'; '.join(signs)}." if signs else "")
 
         frames = np.concatenate([r["first_frame"][every], r["last_frame"][every]])

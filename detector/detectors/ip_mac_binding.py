@@ -7,13 +7,22 @@ from a pool (10.160.0.1-100). This rule holds what a capture shows against that
 registry (the site file's `bindings`, `dynamic_pools`, `routers`): the
 observations of detectors/neighbors.py, as ntopng learns pairs
 (src/NetworkInterface.cpp `checkMacIPAssociation`): ARP sender pairs and
-reply target pairs, and the (source IP, source MAC) of IPv4 packets from
-local sources and MACs that are no router's.
+reply target pairs, the (source IP, source MAC) of IPv4 packets from
+local sources and MACs that are no router's, the pairs of IPv6 Neighbor
+Advertisements (target, target link-layer address) and Solicitations
+(source, source link-layer address), and DHCPv4 ACKs (yiaddr, chaddr).
 
 Per (address, MAC) that breaks the registry, one finding:
 
+- a DHCP ACK contradicting the registry: high, whether it leases a
+  registered address to another MAC or a registered MAC an address outside
+  the pools that is not bound to it (the dhcpd host blocks say otherwise:
+  a server configured apart from the registry, or a rogue one). A relayed
+  ACK is captured on the server's link: its pair is held against the
+  bindings of every VLAN;
 - a registered address used by another MAC: high when that MAC claims it
-  in ARP replies or gratuitous ARPs while the registered MAC is active too
+  in ARP replies, gratuitous ARPs or Neighbor Advertisements while the
+  registered MAC is active too
   (seen after the other's first use), or in unsolicited replies; medium
   when the other MAC uses it (ARP requests, IP traffic) while the
   registered MAC is active; low when the registered MAC left before the
@@ -27,7 +36,11 @@ Near-misses left alone: a router's proxy-ARP replies for registered
 addresses whose MACs never appear on the link, traffic a router forwards
 (its source addresses are other hosts'), a virtual router MAC (VRRP, HSRP,
 GLBP) that the routers share, hosts in the dynamic pools, link-local
-(169.254.0.0/16) and 0.0.0.0 addresses. Routers are the site's `routers`
+(169.254.0.0/16, fe80::/10: the host's own choice, never registered) and
+0.0.0.0 addresses. Each family is held against its own bindings: a MAC's
+address is foreign to it only when the MAC has a binding of that family
+(an IPv4 registry says nothing of the SLAAC addresses of its hosts), and
+unregistered IPv6 pairs are listed only when the registry holds IPv6. Routers are the site's `routers`
 (by MAC, or by IP through the registry); without that key, a MAC that is
 the source of `router_min_sources` addresses or more, or of an off-net
 address, is taken for one. Off-net: outside the site's `local_networks`,
@@ -64,6 +77,7 @@ from .base import (
 )
 
 LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")     # RFC 3927: configured by the host itself
+LINK_LOCAL6 = int(ipaddress.ip_network("fe80::/10").network_address) >> 64     # RFC 4291 2.5.6: the same, IPv6
 IPV4_MAPPED = 0xFFFF << 32
 CLAIMS = (*nb.ANSWERS, *nb.ANNOUNCEMENTS)   # a host telling others the address is at its MAC (the rest: using it)
 UNKNOWN_LISTED = 64                                     # unregistered pairs listed in a finding's evidence
@@ -88,11 +102,18 @@ class _Registry:
         b = site.binding_columns()
         vlan = b["vlan"].astype(np.int64)
         mac_cols = (np.zeros(len(vlan), dtype=np.uint64), b["mac"])
+        v6 = ~((b["ip_hi"] == 0) & ((b["ip_lo"] >> np.uint64(32)) == np.uint64(0xFFFF)))
+        self.v6 = bool(v6.any())
         self.sets = {}
-        for name, cols in (("ip", (b["ip_hi"], b["ip_lo"])), ("mac", mac_cols),
-                           ("pair", (b["ip_hi"], b["ip_lo"], b["mac"]))):
+        for name, cols, which in (("ip", (b["ip_hi"], b["ip_lo"]), None), ("mac", mac_cols, None),
+                                  ("pair", (b["ip_hi"], b["ip_lo"], b["mac"]), None), ("mac4", mac_cols, ~v6),
+                                  ("mac6", mac_cols, v6)):
+            if which is not None:
+                cols, v = tuple(c[which] for c in cols), vlan[which]
+            else:
+                v = vlan
             anywhere = np.unique(_keys(*cols))
-            in_vlan = np.unique(_keys(*cols, vlan=vlan))       # NO_VLAN for a binding valid in every VLAN
+            in_vlan = np.unique(_keys(*cols, vlan=v))          # NO_VLAN for a binding valid in every VLAN
             self.sets[name] = (anywhere, in_vlan)
 
     def has(self, name: str, cols: tuple, vlan: np.ndarray) -> np.ndarray:
@@ -110,6 +131,7 @@ class _Registry:
 @register
 class IpMacBinding(Detector):
     rule_id = "ip-mac-binding"
+    APP_TABLES = ("nd", "dhcp4")
     PARAMS = {
         "router_min_sources": Param(int, 16, "distinct source addresses of one MAC from which it is taken for a "
                                              "router (without routers in the site file)",
@@ -128,7 +150,7 @@ class IpMacBinding(Detector):
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
         # without a registry nothing is judged, so nothing is kept
-        self.neighbors = nb.Neighbors(ip_sources=True) if self._registered() else None
+        self.neighbors = nb.Neighbors(ip_sources=True, nd=True, dhcp=True) if self._registered() else None
 
     def _registered(self) -> bool:
         return self.site.given("bindings") and bool(self.site.bindings)
@@ -156,17 +178,27 @@ class _Judgement:
         self.detector = detector
         self.site = site = detector.site
         rows = detector.neighbors.rows
-        keep = np.isin(rows["how"], (*nb.NEIGHBOR_KINDS, nb.IP_SOURCE))
-        # link-local addresses are the host's own choice, outside any registry
+        keep = np.isin(rows["how"], (*nb.NEIGHBOR_KINDS, nb.IP_SOURCE, *nb.LEASES))
+        # link-local addresses (169.254.0.0/16, fe80::/10) are the host's own choice, outside any registry
+        v4 = (rows["ip_hi"] == 0) & ((rows["ip_lo"] >> np.uint64(32)) == np.uint64(0xFFFF))
         address = (rows["ip_lo"] & np.uint64(0xFFFF_FFFF)).astype(np.int64)
-        keep &= (address >> 16) != (int(LINK_LOCAL.network_address) >> 16)
+        keep &= ~(v4 & ((address >> 16) == (int(LINK_LOCAL.network_address) >> 16)))
+        keep &= ~(~v4 & ((rows["ip_hi"] >> np.uint64(54)) == np.uint64(LINK_LOCAL6 >> 54)))
         self.rows = r = {name: col[keep] for name, col in rows.items()}
+        self.v6 = ~v4[keep]
         self.vlan = np.array([v if v is not None else -1 for v in map(nb.link_vlan, r["link"].tolist())],
                              dtype=np.int64)
         registry = _Registry(site)
         self.ip_registered = registry.has("ip", (r["ip_hi"], r["ip_lo"]), self.vlan)
         self.mac_registered = registry.has("mac", (np.zeros(len(self.vlan), dtype=np.uint64), r["mac"]), self.vlan)
         self.pair_registered = registry.has("pair", (r["ip_hi"], r["ip_lo"], r["mac"]), self.vlan)
+        # an address is foreign to a registered MAC only when the MAC has a binding of its family (an IPv4
+        # binding says nothing of the host's SLAAC addresses, an IPv6 one nothing of its IPv4 address), and an
+        # IPv6 pair is unregistered only where the registry holds IPv6 at all
+        no_mac = np.zeros(len(self.vlan), dtype=np.uint64)
+        self.mac_registered_family = np.where(self.v6, registry.has("mac6", (no_mac, r["mac"]), self.vlan),
+                                              registry.has("mac4", (no_mac, r["mac"]), self.vlan))
+        self.registry_v6 = registry.v6
         self.in_pool = site.pool_mask(r["ip_hi"], r["ip_lo"])
         arp = np.isin(r["how"], nb.NEIGHBOR_KINDS)
         if site.given("local_networks"):
@@ -209,9 +241,10 @@ class _Judgement:
         # what is judged: ARP pairs, and the traffic of local sources from MACs that are no router's
         judged = ~source | (self.local & ~self.router & ~self.virtual)
         foreign_ip = judged & self.ip_registered & ~self.pair_registered
-        foreign_mac = judged & ~self.ip_registered & self.mac_registered & ~self.pair_registered
+        foreign_mac = (judged & ~self.ip_registered & self.mac_registered & ~self.pair_registered
+                       & self.mac_registered_family)
         unknown = (judged & ~self.ip_registered & ~self.mac_registered & ~self.in_pool & self.local
-                   & ~self.router & ~self.virtual)
+                   & ~self.router & ~self.virtual & (~self.v6 | self.registry_v6))
         out = []
         pairs: dict[tuple[int, int, int, int], list[int]] = {}
         for i in np.flatnonzero(foreign_ip | foreign_mac).tolist():
@@ -234,6 +267,9 @@ class _Judgement:
         who = mac_to_str(mac)
         hows = {int(r["how"][i]): int(r["count"][i]) for i in index}
         claims = sum(hows.get(h, 0) for h in CLAIMS)
+        leases = sum(hows.get(h, 0) for h in nb.LEASES)
+        uses = any(h not in nb.LEASES for h in hows)     # on the wire, not only leased
+        protocol = "Neighbor Discovery" if any(h in nb.ND_KINDS for h in hows) else "ARP"
         unsolicited = int(r["unsolicited"][index].sum())
         first, last = int(r["first_ns"][index].min()), int(r["last_ns"][index].max())
         owners = sorted(site.macs_for_ip(ip, vlan))
@@ -246,14 +282,19 @@ class _Judgement:
             if bool(self.router[index].any()) and not active:
                 return None       # a router answering for a host elsewhere: proxy ARP
             how_text = ", ".join(f"{n:,}x {nb.HOW_NAMES[h]}" for h, n in sorted(hows.items()))
+            if leases:
+                problems.append(("high", f"was leased {ip}, registered to {owner_text}, by a DHCP server "
+                                         f"({leases:,} ACK(s)): the server's configuration contradicts the registry, "
+                                         f"or a rogue server answers"))
             if claims and (active or unsolicited):
                 why = "while the registered MAC is active" if active else "with no owner in sight"
                 why += f", {unsolicited:,} replies unsolicited" if unsolicited else ""
-                problems.append(("high", f"claims {ip}, registered to {owner_text}, in ARP ({how_text}) {why}"))
-            elif active:
+                problems.append(("high", f"claims {ip}, registered to {owner_text}, in {protocol} ({how_text}) "
+                                         f"{why}"))
+            elif active and uses:
                 problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), while the "
                                            f"registered MAC is active"))
-            else:
+            elif uses:
                 if seen:
                     gone = iso_time(max(seen))
                     when = f"the registered MAC {owner_text} was last seen at {gone}, before {who} came"
@@ -265,7 +306,11 @@ class _Judgement:
         own = sorted(site.ips_for_mac(mac, vlan))
         if own:
             pool = bool(site.in_pool(ip))
-            if not owners:
+            if not owners and leases and not pool:
+                problems.append(("high", f"was leased {ip} by a DHCP server ({leases:,} ACK(s)), while the "
+                                         f"registry binds it to {', '.join(own[:LISTED])}: the server's "
+                                         f"configuration contradicts the registry, or a rogue server answers"))
+            elif not owners:
                 problems.append(("low" if pool else "medium",
                                  f"uses {ip}{' (a dynamic pool address)' if pool else ''}, while the registry "
                                  f"binds it to {', '.join(own[:LISTED])}"))

@@ -12,7 +12,26 @@ what the packet showed:
 - an ARP request's sender pair (its target pair asks, it claims nothing);
 - an ARP reply's target pair: the requester as the replier knows it;
 - an IPv4 packet's source pair (src_ip, src_mac) and, for finding the
-  gateway, its destination pair (dest_ip, dest_mac).
+  gateway, its destination pair (dest_ip, dest_mac);
+- on request (`nd`), IPv6 Neighbor Discovery (RFC 4861), the IPv6 side of
+  the same: a Neighbor Advertisement's target and its target link-layer
+  address option (else the Ethernet source), an answer when sent to one
+  host, unsolicited when its S flag is clear, an announcement when sent
+  unsolicited to a multicast group (RFC 4861 section 7.2.6); a Neighbor
+  Solicitation's source and its source link-layer address option (else
+  the Ethernet source), not the unspecified source of Duplicate Address
+  Detection. Only what hosts accept counts (hop limit 255, code 0, a
+  checksum that verifies where the whole message was captured, options
+  well formed: RFC 4861 sections 7.1.1, 7.1.2), and an advertisement with
+  the O flag clear (a proxy's, an anycast address's: RFC 4861 section
+  7.2.8) does not change a cached address, so it counts no change and
+  is no claim that a later one changes. Link-local addresses (fe80::/10)
+  are judged like the others, on their link: Neighbor Discovery spoofing
+  takes the router's fe80:: address first;
+- on request (`dhcp`), a DHCPv4 ACK's pair (yiaddr, chaddr): the server
+  gave the address to the MAC. A relayed ACK (giaddr set) is captured on
+  the server's link, not the client's, so its link is left unknown (0,
+  the untagged link) rather than the server's VLAN; ACKs count no change.
 
 The ARP observations skip what Wireshark's `check_for_duplicate_addresses`
 (epan/dissectors/packet-arp.c) skips: group (multicast, broadcast) and zero
@@ -47,27 +66,35 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu import kernel
+from ..decode import app
+from ..decode.app.nd import ND_HOP_LIMIT, NEIGHBOR_ADVERTISEMENT, NEIGHBOR_SOLICITATION
 from ..schema import L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_QINQ, L_SRC_MAC, L_TUNNEL, L_VLAN, PacketBatch
 from ..units import NS
 from .base import fold_rows, mix64
 
 ARP_REQUEST, ARP_REPLY = 1, 2                  # RFC 826 opcodes (RARP's 3 and 4 are another protocol)
 ETHERTYPE_ARP = 0x0806
+DHCP_ACK_TYPE, BOOTP_REPLY = 5, 2              # RFC 2132 section 9.6 message type; RFC 951 op
 IPV4_MAPPED = np.uint64(0xFFFF << 32)          # ::ffff:0:0/96, how the schema holds IPv4
 
 # what an observation saw (the `how` column)
 REPLY, GRATUITOUS, REQUEST, REPLY_TARGET, IP_SOURCE, IP_DESTINATION = 1, 2, 3, 4, 5, 6
+ADVERTISEMENT, MULTICAST_ADVERTISEMENT, SOLICITATION, DHCP_ACK = 7, 8, 9, 10
 HOW_NAMES = {REPLY: "ARP reply", GRATUITOUS: "gratuitous ARP", REQUEST: "ARP request sender",
-             REPLY_TARGET: "ARP reply target", IP_SOURCE: "IPv4 source", IP_DESTINATION: "IPv4 destination"}
-# What each kind tells the rules, which read these tuples, never the codes: another input (an IPv6
-# Neighbor Advertisement, a DHCP ACK) joins them with codes of its own.
-ANSWERS = (REPLY,)                      # "the address is at my MAC", said to one host (maybe unasked)
-ANNOUNCEMENTS = (GRATUITOUS,)           # the same, said to everyone
-QUESTIONS = (REQUEST,)                  # the sender uses the address while asking for another
+             REPLY_TARGET: "ARP reply target", IP_SOURCE: "IPv4 source", IP_DESTINATION: "IPv4 destination",
+             ADVERTISEMENT: "Neighbor Advertisement",
+             MULTICAST_ADVERTISEMENT: "unsolicited multicast Neighbor Advertisement",
+             SOLICITATION: "Neighbor Solicitation sender", DHCP_ACK: "DHCP ACK"}
+# What each kind tells the rules, which read these tuples, never the codes.
+ANSWERS = (REPLY, ADVERTISEMENT)                # "the address is at my MAC", said to one host (maybe unasked)
+ANNOUNCEMENTS = (GRATUITOUS, MULTICAST_ADVERTISEMENT)   # the same, said to everyone
+QUESTIONS = (REQUEST, SOLICITATION)             # the sender uses the address while asking for another
 ECHOES = (REPLY_TARGET,)                # the asker's pair, as the answer repeats it
 SENDERS = (*ANSWERS, *ANNOUNCEMENTS, *QUESTIONS)       # pairs a MAC speaks for itself
 NEIGHBOR_KINDS = (*SENDERS, *ECHOES)    # what Wireshark compares for duplicate addresses
 TRAFFIC = (IP_SOURCE, IP_DESTINATION)   # pairs of IP packets, bounded per MAC
+LEASES = (DHCP_ACK,)                    # a DHCP server giving the address to the MAC: no claim on the wire
+ND_KINDS = (ADVERTISEMENT, MULTICAST_ADVERTISEMENT, SOLICITATION)     # IPv6's (the rules' messages name them)
 
 # A reply is an answer when a request from its target asked for its sender address this long before it:
 # a host answers within milliseconds, and a spoofer sends without being asked.
@@ -129,6 +156,16 @@ def unicast_ipv4(address: np.ndarray) -> np.ndarray:
     return (address != 0) & (address < np.uint32(0xE000_0000))
 
 
+def unicast_ipv6(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """IPv6 addresses a host may hold on a link: not multicast (ff00::/8), the unspecified address (the source
+    of Duplicate Address Detection), loopback, or IPv4-mapped (the schema's IPv4 rows). Link-local fe80::/10
+    addresses are kept: they are the ones Neighbor Discovery spoofing takes first (the router's)."""
+    hi, lo = np.asarray(hi, dtype=np.uint64), np.asarray(lo, dtype=np.uint64)
+    multicast = (hi >> np.uint64(56)) == np.uint64(0xFF)
+    low = (hi == 0) & ((lo <= np.uint64(1)) | ((lo >> np.uint64(32)) == np.uint64(0xFFFF)))
+    return ~multicast & ~low
+
+
 def links(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
     """The L2 domain of each row: outer VLAN << 16 | inner VLAN, the top bit set inside a tunnel (its
     inner Ethernet is another domain than the capture's own)."""
@@ -155,12 +192,15 @@ def link_text(link: int) -> str:
 
 
 class Neighbors:
-    """The observation table of one rule, its inputs chosen: ARP always, IPv4 sources and destinations on
-    request (`ip_sources`, `ip_destinations`), and the window within which a claim changes another's."""
+    """The observation table of one rule, its inputs chosen: ARP always, IPv4 sources and destinations,
+    Neighbor Discovery and DHCPv4 ACKs on request (`ip_sources`, `ip_destinations`, `nd`, `dhcp`), and the
+    window within which a claim changes another's."""
 
-    def __init__(self, ip_sources: bool = False, ip_destinations: bool = False,
-                 conflict_window_ns: int = int(CONFLICT_WINDOW_S * NS)):
+    def __init__(self, ip_sources: bool = False, ip_destinations: bool = False, nd: bool = False,
+                 dhcp: bool = False, conflict_window_ns: int = int(CONFLICT_WINDOW_S * NS)):
         self.ip_sources = ip_sources
+        self.nd = nd
+        self.dhcp = dhcp
         self.conflict_window_ns = conflict_window_ns
         self.ip_destinations = ip_destinations
         self.rows = _empty(COLUMNS)
@@ -176,6 +216,10 @@ class Neighbors:
             parts.append(self._ip(batch, IP_SOURCE, "src"))
         if self.ip_destinations:
             parts.append(self._ip(batch, IP_DESTINATION, "dest"))
+        if self.nd:
+            parts.append(self._nd(batch))
+        if self.dhcp:
+            parts.append(self._dhcp(batch))
         parts = [part for part in parts if part is not None]
         if parts:
             self._fold({name: np.concatenate([part[name] for part in parts]) for name in COLUMNS})
@@ -216,6 +260,70 @@ class Neighbors:
             return None
         rows["changes"] = self._changes(rows)
         return _aggregate(rows)
+
+    def _nd(self, batch: PacketBatch) -> dict | None:
+        """The pairs of the Neighbor Advertisements and Solicitations hosts accept (see the module's text)."""
+        tab = app.table(batch, "nd")
+        kind = tab["type"]
+        whole = tab.valid("checksum_ok")
+        accepted = ((tab["hop_limit"] == ND_HOP_LIMIT) & (tab["code"] == 0) & tab.valid("target_hi")
+                    & ~(whole & ((tab["checksum_ok"] == 0) | tab.truncated)))
+        messages = np.flatnonzero(accepted & ((kind == NEIGHBOR_ADVERTISEMENT) | (kind == NEIGHBOR_SOLICITATION)))
+        if len(messages) == 0:
+            return None
+        m = messages
+        rows, advert = tab["row"][m], kind[m] == NEIGHBOR_ADVERTISEMENT
+        has_mac = (batch["layers"][rows] & np.uint32(L_SRC_MAC)) != 0
+        ether_src = np.where(has_mac, batch["src_mac"][rows], np.uint64(0))
+        has_lladdr = np.where(advert, tab.valid("tgt_lladdr")[m], tab.valid("src_lladdr")[m])
+        lladdr = np.where(advert, tab["tgt_lladdr"][m], tab["src_lladdr"][m])
+        mac = np.where(has_lladdr, lladdr, ether_src)
+        # an advertisement speaks for its target, a solicitation for its source
+        hi = np.where(advert, tab["target_hi"][m], batch["src_ip_hi"][rows])
+        lo = np.where(advert, tab["target_lo"][m], batch["src_ip_lo"][rows])
+        to_group = (batch["dest_ip_hi"][rows] >> np.uint64(56)) == np.uint64(0xFF)
+        unasked = advert & (tab["na_solicited"][m] == 0)
+        override = tab["na_override"][m] != 0
+        # RFC 4861 7.1.2: a multicast advertisement with the S flag set is discarded
+        keep = unicast_mac(mac) & unicast_ipv6(hi, lo) & ~(advert & to_group & ~unasked)
+        mismatched = has_mac & has_lladdr & (ether_src != lladdr) & ~virtual_router_mac(lladdr)
+        mismatched &= (batch["layers"][rows] & np.uint32(L_TUNNEL)) == 0
+        how = np.where(advert, np.where(unasked & to_group, MULTICAST_ADVERTISEMENT, ADVERTISEMENT),
+                       SOLICITATION).astype(np.uint8)
+        k = np.flatnonzero(keep)
+        if len(k) == 0:
+            return None
+        out = {"link": links(batch, rows[k]), "ip_hi": hi[k], "ip_lo": lo[k], "mac": mac[k], "how": how[k],
+               "ts": batch["ts_ns"][rows[k]], "frame": batch["frame"][rows[k]],
+               "unsolicited": (unasked & ~to_group)[k], "mismatched": mismatched[k]}
+        # an advertisement without the O flag updates no cached address (RFC 4861 7.2.5, 7.2.8): it neither
+        # changes a claim nor is one that a later claim changes
+        overrides = ~advert[k] | override[k]
+        out["changes"] = np.zeros(len(k), dtype=np.int64)
+        if overrides.any():
+            out["changes"][overrides] = self._changes(_take(out, np.flatnonzero(overrides)))
+        return _aggregate(out)
+
+    def _dhcp(self, batch: PacketBatch) -> dict | None:
+        """The (yiaddr, chaddr) pairs of the batch's DHCPv4 ACKs (see the module's text)."""
+        tab = app.table(batch, "dhcp4")
+        ack = np.flatnonzero((tab["msg_type"] == DHCP_ACK_TYPE) & tab.valid("msg_type") & (tab["op"] == BOOTP_REPLY)
+                             & tab.valid("op") & tab.valid("chaddr") & tab.valid("yiaddr_lo"))
+        if len(ack) == 0:
+            return None
+        rows, mac = tab["row"][ack], tab["chaddr"][ack]
+        address = (tab["yiaddr_lo"][ack] & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
+        keep = np.flatnonzero(unicast_mac(mac) & unicast_ipv4(address) & (address != np.uint32(0xFFFF_FFFF)))
+        if len(keep) == 0:
+            return None
+        rows, mac, address = rows[keep], mac[keep], address[keep]
+        relayed = (tab["giaddr_lo"][ack][keep] & np.uint64(0xFFFF_FFFF)) != 0
+        n = len(rows)
+        return _aggregate({"link": np.where(relayed, np.uint32(0), links(batch, rows)).astype(np.uint32),
+                           "ip_hi": np.zeros(n, dtype=np.uint64), "ip_lo": IPV4_MAPPED | address.astype(np.uint64),
+                           "mac": mac, "how": np.full(n, DHCP_ACK, dtype=np.uint8), "ts": batch["ts_ns"][rows],
+                           "frame": batch["frame"][rows], "unsolicited": np.zeros(n, dtype=bool),
+                           "mismatched": np.zeros(n, dtype=bool), "changes": np.zeros(n, dtype=np.int64)})
 
     def _answered(self, link, spa, tpa, ts, op) -> np.ndarray:
         """Which rows (replies) follow, within UNSOLICITED_WINDOW_S, a request from their target for their
