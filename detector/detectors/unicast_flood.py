@@ -117,6 +117,8 @@ MAX_CELLS = 1 << 18
 # Seconds kept: a capture of three days at one second per bin; beyond, the latest seconds are dropped.
 MAX_BINS = 1 << 18
 PARTS_MAX = 32                   # per-batch partial tables kept before they are folded into one
+# Seconds below min_share_ratio that do not end an episode: a flood whose share dips for a second goes on.
+BRIDGED_S = 2
 MIN_BASELINE_FRAMES = 60         # frames the baseline must hold for a share below onset_share_ratio to mean anything
 # A finding of a rule in AFTER chains with a flood within this many seconds of it: a switch reacts to a MAC
 # fight within minutes (seed 002: "after a few minutes").
@@ -562,19 +564,15 @@ class UnicastFlood(Detector):
         return out + quiet[:1]
 
     def _episodes(self, seconds, frames, foreign) -> list[tuple[int, int]]:
-        """Runs (first, last index) of consecutive seconds whose foreign share is at least min_share_ratio."""
-        hot = (frames > 0) & (foreign >= self.params["min_share_ratio"] * frames)
-        runs, k, n = [], 0, len(seconds)
-        while k < n:
-            if not hot[k]:
-                k += 1
-                continue
-            j = k
-            while j + 1 < n and hot[j + 1] and seconds[j + 1] == seconds[j] + 1:
-                j += 1
-            runs.append((k, j))
-            k = j + 1
-        return runs
+        """Runs (first, last index) of seconds whose foreign share is at least min_share_ratio, a gap of up to
+        BRIDGED_S seconds below it joined (a flood that dips for a second is one flood)."""
+        hot = np.flatnonzero((frames > 0) & (foreign >= self.params["min_share_ratio"] * frames))
+        if len(hot) == 0:
+            return []
+        breaks = np.flatnonzero(seconds[hot[1:]] - seconds[hot[:-1]] > BRIDGED_S + 1)
+        firsts = np.concatenate(([0], breaks + 1))
+        lasts = np.concatenate((breaks, [len(hot) - 1]))
+        return list(zip(hot[firsts].tolist(), hot[lasts].tolist()))
 
     def _judge(self, ctx, bins, foreign, cells, start, end) -> Finding | None:
         p = self.params
@@ -589,16 +587,16 @@ class UnicastFlood(Detector):
         before = np.unique(cells["key"][(cells["bin"] < onset_bin) & (cells["key"] != 0)])
         silent_cell = in_run & np.isin(cells["key"], before)
         silent = np.zeros(end - start + 1, dtype=np.int64)
-        np.add.at(silent, cells["bin"][silent_cell] - onset_bin,
+        np.add.at(silent, np.searchsorted(seconds[start:end + 1], cells["bin"][silent_cell]),
                   cells["foreign"][silent_cell] + cells["pending"][silent_cell])
         run_frames = frames[start:end + 1]
         raw = foreign[start:end + 1]
         flood = raw - silent
         hot = flood >= p["min_share_ratio"] * run_frames
-        longest = _longest(hot)
+        longest = _longest(hot, seconds[start:end + 1])
         count = int(flood.sum())
         medium = longest >= p["min_duration_s"] and count >= p["min_foreign_frames"]
-        if not medium and not (_longest(np.ones(len(raw), bool)) >= p["min_duration_s"]
+        if not medium and not (_longest(raw >= p["min_share_ratio"] * run_frames, seconds[start:end + 1]) >= p["min_duration_s"]
                                and int(raw.sum()) >= p["min_foreign_frames"]):
             return None                        # too short or too small even counting silent receivers
         share = count / max(int(run_frames.sum()), 1)
@@ -677,7 +675,7 @@ class UnicastFlood(Detector):
         seconds, frames = bins["bin"], bins["frames"]
         base_frames, base_foreign, covered = base
         t0, t1 = int(seconds[start]) * BIN_NS, (int(seconds[end]) + 1) * BIN_NS - 1
-        duration = end - start + 1
+        duration = int(seconds[end] - seconds[start]) + 1
         base_share = base_foreign / base_frames if base_frames else None
         proven = int(bins["proven"][start:end + 1].sum())
         named = [t for t in tops if t.get("mac") and not t.get("silent_receiver")][:LISTED]
@@ -768,11 +766,13 @@ def _other_host(batch: PacketBatch) -> np.ndarray:
     return np.array([int(linked.sum() - proven.sum()), int(proven.sum())], dtype=np.int64)
 
 
-def _longest(mask: np.ndarray) -> int:
-    """The longest run of True."""
+def _longest(mask: np.ndarray, seconds: np.ndarray) -> int:
+    """The most consecutive seconds where `mask` holds."""
     best = run = 0
-    for value in mask.tolist():
-        run = run + 1 if value else 0
+    previous = None
+    for value, second in zip(mask.tolist(), seconds.tolist()):
+        run = (run + 1 if previous is not None and second == previous + 1 else 1) if value else 0
+        previous = second
         best = max(best, run)
     return best
 
