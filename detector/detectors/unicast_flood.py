@@ -116,6 +116,8 @@ MAX_MACS = 1 << 20
 MAX_CELLS = 1 << 18
 # Seconds kept: a capture of three days at one second per bin; beyond, the latest seconds are dropped.
 MAX_BINS = 1 << 18
+# A batch spanning fewer seconds than this is counted per second by the kernel into a dense grid.
+DENSE_SECONDS = 1 << 16
 PARTS_MAX = 32                   # per-batch partial tables kept before they are folded into one
 # Seconds below min_share_ratio that do not end an episode: a flood whose share dips for a second goes on.
 BRIDGED_S = 2
@@ -155,11 +157,12 @@ def _slot(keys, key, mask):
 
 
 @kernel("(i8[::1], u4[::1], u8[::1], u8[::1], u2[::1], u2[::1], u2[::1], u4[::1], i8, "
-        "u8[::1], i8[:, ::1], i8, i8, i8, u1[::1])")
+        "u8[::1], i8[:, ::1], i8, i8, i8, u1[::1], i8[:, ::1], i8)")
 def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, keys, values, used, limit, first_bin,
-              status):
-    """Classify frames from `start` on (status S_*) and learn their source MACs, in frame order, until the
-    table is half full; returns (next frame, slots used, keys refused at the cap)."""
+              status, grid, low):
+    """Classify frames from `start` on (status S_*), count them per second and state in `grid` (row = second -
+    `low`; an empty grid counts nothing) and learn their source MACs, in frame order, until the table is half
+    full; returns (next frame, slots used, keys refused at the cap)."""
     size = len(keys)
     mask = np.uint64(size - 1)
     refused = 0
@@ -213,6 +216,8 @@ def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, keys, val
                 else:
                     state = S_FOREIGN
         status[i] = state
+        if len(grid):
+            grid[b - low, state] += 1
         if (lay & L_SRC_MAC) and src[i] != 0 and ((src[i] >> np.uint64(40)) & np.uint64(1)) == 0 \
                 and not (lay & L_PKT_TYPE and pkt_type[i] == PACKET_OUTGOING):
             key = src[i] | link
@@ -370,16 +375,20 @@ class UnicastFlood(Detector):
         if self.first_bin is None:
             self.first_bin = int(ts.min() // BIN_NS)
         status = np.empty(n, dtype=np.uint8)
+        low, high = int(ts.min()) // BIN_NS, int(ts.max()) // BIN_NS
+        # per second and state, counted by the kernel; wild timestamps are counted afterwards, sparsely
+        dense = high - low < DENSE_SECONDS
+        grid = np.zeros((high - low + 1 if dense else 0, STATES), dtype=np.int64)
         args = (ts, layers, batch["src_mac"], batch["dest_mac"], batch["vlan_outer"], batch["iface"],
                 batch["pkt_type"], batch["epb_flags"])
         done = 0
         while done < n:
             done, self.used, refused = _classify(*args, done, self.keys, self.values, self.used, MAX_MACS,
-                                                 self.first_bin, status)
+                                                 self.first_bin, status, grid, low)
             self.refused += refused
             if done < n:
                 self._grow()
-        self._count(batch, status, ts // BIN_NS)
+        self._count(batch, status, grid, low)
 
     def _grow(self) -> None:
         used = self.keys != 0
@@ -392,16 +401,13 @@ class UnicastFlood(Detector):
         _insert_rows(table, vals, np.ascontiguousarray(keys), np.ascontiguousarray(values))
         return table, vals
 
-    def _count(self, batch: PacketBatch, status: np.ndarray, bins: np.ndarray) -> None:
-        counted = status != S_NONE
-        low, high = int(bins.min()), int(bins.max())
-        if high - low < 1 << 16:
-            grid = np.bincount((bins - low) * STATES + status, minlength=(high - low + 1) * STATES)
-            grid = grid.reshape(-1, STATES)
+    def _count(self, batch: PacketBatch, status: np.ndarray, grid: np.ndarray, low: int) -> None:
+        if len(grid):
             present = np.flatnonzero(grid[:, S_FRAME:].sum(axis=1))
             grid, present_bins = grid[present], present + low
-        else:                              # wild timestamps: count the bins present only
-            present_bins, inverse = np.unique(bins[counted], return_inverse=True)
+        else:
+            counted = status != S_NONE
+            present_bins, inverse = np.unique(batch["ts_ns"][counted] // BIN_NS, return_inverse=True)
             grid = np.zeros((len(present_bins), STATES), dtype=np.int64)
             np.add.at(grid, (inverse, status[counted]), 1)
         if len(present_bins) == 0:
@@ -411,9 +417,9 @@ class UnicastFlood(Detector):
             "unicast": grid[:, S_KNOWN:].sum(axis=1).astype(np.int64),
             "foreign": (grid[:, S_FOREIGN] + grid[:, S_PROVEN]).astype(np.int64),
             "pending": grid[:, S_PENDING].astype(np.int64), "proven": grid[:, S_PROVEN].astype(np.int64)})
-        rows = np.flatnonzero(status >= S_PENDING)
-        if len(rows):
-            self.cell_parts.append(self._cells(batch, status, bins, rows))
+        if grid[:, S_PENDING:].any():
+            rows = np.flatnonzero(status >= S_PENDING)
+            self.cell_parts.append(self._cells(batch, status, batch["ts_ns"][rows] // BIN_NS, rows))
         if len(self.bin_parts) > PARTS_MAX or len(self.cell_parts) > PARTS_MAX:
             self._fold()
 
@@ -429,7 +435,7 @@ class UnicastFlood(Detector):
         has_ip = batch["ip_version"][rows] != 0
         state = status[rows]
         tcp = (layers & np.uint32(L_TCP)) != 0
-        part = {"bin": bins[rows].astype(np.int64), "key": key,
+        part = {"bin": bins.astype(np.int64), "key": key,
                 "foreign": ((state == S_FOREIGN) | (state == S_PROVEN)).astype(np.int64),
                 "pending": (state == S_PENDING).astype(np.int64),
                 "tcp": (tcp & (state != S_PENDING)).astype(np.int64),
@@ -596,8 +602,8 @@ class UnicastFlood(Detector):
         longest = _longest(hot, seconds[start:end + 1])
         count = int(flood.sum())
         medium = longest >= p["min_duration_s"] and count >= p["min_foreign_frames"]
-        if not medium and not (_longest(raw >= p["min_share_ratio"] * run_frames, seconds[start:end + 1]) >= p["min_duration_s"]
-                               and int(raw.sum()) >= p["min_foreign_frames"]):
+        raw_longest = _longest(raw >= p["min_share_ratio"] * run_frames, seconds[start:end + 1])
+        if not medium and not (raw_longest >= p["min_duration_s"] and int(raw.sum()) >= p["min_foreign_frames"]):
             return None                        # too short or too small even counting silent receivers
         share = count / max(int(run_frames.sum()), 1)
         peak = int(flood.max())
