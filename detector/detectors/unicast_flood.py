@@ -119,6 +119,8 @@ MAX_BINS = 1 << 18
 # A batch spanning fewer seconds than this is counted per second by the kernel into a dense grid.
 DENSE_SECONDS = 1 << 16
 PARTS_MAX = 32                   # per-batch partial tables kept before they are folded into one
+# A destination that sends at most this share of the frames it receives "rarely sends" (a silent receiver).
+RARELY_SENDS_RATIO = 0.01
 # Seconds below min_share_ratio that do not end an episode: a flood whose share dips for a second goes on.
 BRIDGED_S = 2
 MIN_BASELINE_FRAMES = 60         # frames the baseline must hold for a share below onset_share_ratio to mean anything
@@ -589,37 +591,53 @@ class UnicastFlood(Detector):
         covered = self.first_bin is not None and self.first_bin <= onset_bin - p["baseline_s"]
         onset = covered and base_frames >= MIN_BASELINE_FRAMES and base_foreign < p["onset_share_ratio"] * base_frames
         in_run = (cells["bin"] >= onset_bin) & (cells["bin"] <= int(seconds[end]))
-        # destinations foreign before the onset are silent receivers, not the flood
-        before = np.unique(cells["key"][(cells["bin"] < onset_bin) & (cells["key"] != 0)])
-        silent_cell = in_run & np.isin(cells["key"], before)
-        silent = np.zeros(end - start + 1, dtype=np.int64)
-        np.add.at(silent, np.searchsorted(seconds[start:end + 1], cells["bin"][silent_cell]),
-                  cells["foreign"][silent_cell] + cells["pending"][silent_cell])
         run_frames = frames[start:end + 1]
         raw = foreign[start:end + 1]
+        run_seconds = seconds[start:end + 1]
+        hot_raw = _longest(raw >= p["min_share_ratio"] * run_frames, run_seconds)
+        if hot_raw < p["min_duration_s"] or int(raw.sum()) < p["min_foreign_frames"]:
+            return None                        # too short or too small to be anything
+        # after an onset, destinations that were foreign before it and rarely send are silent receivers
+        before = self._silent(cells, onset_bin) if onset else np.zeros(0, dtype=np.uint64)
+        silent_cell = in_run & np.isin(cells["key"], before)
+        silent = np.zeros(end - start + 1, dtype=np.int64)
+        np.add.at(silent, np.searchsorted(run_seconds, cells["bin"][silent_cell]),
+                  cells["foreign"][silent_cell] + cells["pending"][silent_cell])
         flood = raw - silent
-        hot = flood >= p["min_share_ratio"] * run_frames
-        longest = _longest(hot, seconds[start:end + 1])
+        longest = _longest(flood >= p["min_share_ratio"] * run_frames, run_seconds)
         count = int(flood.sum())
-        medium = longest >= p["min_duration_s"] and count >= p["min_foreign_frames"]
-        raw_longest = _longest(raw >= p["min_share_ratio"] * run_frames, seconds[start:end + 1])
-        if not medium and not (raw_longest >= p["min_duration_s"] and int(raw.sum()) >= p["min_foreign_frames"]):
-            return None                        # too short or too small even counting silent receivers
         share = count / max(int(run_frames.sum()), 1)
         peak = int(flood.max())
-        severity, why = "info", ""
-        if onset and medium:
+        severity, why = "info", "no onset"
+        if onset and longest >= p["min_duration_s"] and count >= p["min_foreign_frames"]:
             severity = "high" if share >= p["high_share_ratio"] or peak >= p["high_rate_fps"] else "medium"
+            why = ""
         elif onset:
             why = "silent"
-        else:
-            why = "no onset"
         tops = self._destinations(cells, in_run, before)
         chained = self._chained(ctx, cells, in_run, onset_bin, int(seconds[end])) if severity != "info" else []
         if chained:
             severity = "critical"
+        if why == "silent":
+            count = int(raw.sum())
         return self._write(severity, why, bins, foreign, start, end, count, share, peak, longest,
                            (base_frames, base_foreign, covered), tops, chained, cells, in_run, before)
+
+    def _silent(self, cells, onset_bin: int) -> np.ndarray:
+        """Destinations that received foreign frames before `onset_bin` and send at most RARELY_SENDS_RATIO of
+        what they receive (sorted keys): a printer or a collector, flooded all along."""
+        keys = np.unique(cells["key"][(cells["bin"] < onset_bin) & (cells["key"] != 0)])
+        if len(keys) == 0:
+            return keys
+        table_keys, table_values = self._rows()
+        if len(table_keys) == 0:
+            return keys
+        order = np.argsort(table_keys)
+        at = np.minimum(np.searchsorted(table_keys[order], keys), len(order) - 1)
+        found = table_keys[order][at] == keys
+        sent = np.where(found, table_values[order][at, SENT], 0)
+        received = np.where(found, table_values[order][at, RECEIVED], 0)
+        return keys[sent <= RARELY_SENDS_RATIO * received]
 
     def _destinations(self, cells, in_run, before) -> list[dict]:
         """The destinations with the most foreign frames in the episode, with what the MAC table knows of them."""
@@ -689,31 +707,34 @@ class UnicastFlood(Detector):
                               for t in named)
         proof = (f"; {proven:,} of them marked as received for another host by the capture itself (Linux "
                  f"PACKET_OTHERHOST or pcapng promiscuous reception)" if proven else "")
-        before_text = (f"{base_share:.1%} in the {p['baseline_s']} s before" if base_share is not None
-                       else "no baseline before")
+        if not covered:
+            before_text = f"a capture that began {(t0 - (self.first_bin or 0) * BIN_NS) // BIN_NS:,} s before"
+        elif base_frames < MIN_BASELINE_FRAMES:
+            before_text = f"only {base_frames:,} frames in the {p['baseline_s']} s before"
+        else:
+            before_text = f"a foreign share of {base_share:.1%} in the {p['baseline_s']} s before"
         if severity == "info":
             if why == "silent":
                 silent = [t for t in tops if t.get("silent_receiver")][:LISTED]
-                msg = (f"{count:,} foreign frames without the silent receivers: the unicast frames of the "
-                       f"{duration} s from {iso_time(t0)} go to destinations this capture point never hears from "
-                       f"and that received foreign frames before as well (silent receivers: "
-                       + ", ".join(t["mac"] for t in silent) + "): a switch floods frames to a host that does "
-                       "not send, which is not a switch losing its MAC table")
+                msg = (f"{count:,} frames of the {duration} s from {iso_time(t0)} go to MACs this capture point "
+                       f"does not hear from, after {before_text}; but these destinations received such frames "
+                       f"before and send next to nothing themselves (silent receivers: "
+                       + ", ".join(t["mac"] for t in silent) + "): a switch floods the traffic of a host that "
+                       "never sends, which is no switch losing its MAC table")
             else:
                 offnet = [t for t in tops if t.get("local") is False]
                 routed = (" Their destination addresses are off-net (site local_networks): frames to a router whose "
                           "own frames take another path." if offnet and len(offnet) * 2 >= len(tops) else "")
                 msg = (f"{share:.0%} of the frames of the {duration} s from {iso_time(t0)} go to MACs this capture "
-                       f"point has not seen as sources ({dest_text or 'destination not recorded'}), and it was so "
-                       f"before ({before_text}"
-                       + ("" if covered else f"; the capture began less than {p['baseline_s']} s before")
-                       + "): no onset, so asymmetric routing (return traffic on another path) or a mirror of "
+                       f"point has not seen as sources ({dest_text or 'destination not recorded'}), after "
+                       f"{before_text}: no quiet baseline, no onset, so asymmetric routing (return traffic on "
+                       "another path) or a mirror of "
                        "one direction, not a switch that started flooding." + routed)
         else:
             msg = (f"Unicast flooding from {iso_time(t0)} for {duration} s ({longest} s in a row at "
                    f"{p['min_share_ratio']:.0%} or more): {count:,} frames to MACs this capture point had not "
                    f"seen as sources on their VLAN within {AGEING_BINS} s (the switch ageing time), {share:.0%} of "
-                   f"its frames, up to {peak:,}/s, after {before_text}{proof}. Top destinations: "
+                   f"the frames, up to {peak:,}/s, after {before_text}{proof}. Top destinations: "
                    f"{dest_text or 'not recorded'}. A switch floods a frame it cannot place to every port of the "
                    f"VLAN: its MAC table lost these hosts (table overflow, a MAC moving between ports, a topology "
                    f"change) or their traffic stopped coming back through it")
