@@ -32,9 +32,9 @@ asymmetric route or a one-sided mirror, not a switch that lost its table):
   seconds at the share;
 - high: a foreign share of the episode of at least high_share_ratio, or a
   second of at least high_rate_fps foreign frames;
-- critical: a vrrp-dual-master or garp-war finding (medium or more) about a
-  MAC among the episode's foreign destinations within CHAIN_SLACK_S: the
-  seed 002 chain;
+- critical: a finding (medium or more) of a rule in AFTER (two VRRP
+  masters, a GARP fight) about a MAC among the episode's foreign
+  destinations within CHAIN_SLACK_S: the seed 002 chain;
 - near-misses: an episode without onset is info ("asymmetric routing or a
   one-sided capture point"), or nothing at all when more than
   ingress_only_ratio of the whole capture's frames are foreign (an
