@@ -360,6 +360,7 @@ class UnicastFlood(Detector):
         self.used = 0
         self.refused = 0                    # (vlan, MAC) keys not learnt at MAX_MACS
         self.first_bin: int | None = None   # the second of the first frame this state saw
+        self.first: tuple[int, int] = (0, 0)  # that frame's time and number: which of two states came first
         self.bin_parts: list[dict] = []
         self.cell_parts: list[dict] = []
         self.cells_dropped = 0              # foreign frames whose cells were dropped at MAX_CELLS
@@ -376,6 +377,7 @@ class UnicastFlood(Detector):
         ts = batch["ts_ns"]
         if self.first_bin is None:
             self.first_bin = int(ts.min() // BIN_NS)
+            self.first = (int(ts.min()), int(batch["frame"].min()))
         status = np.empty(n, dtype=np.uint8)
         low, high = int(ts.min()) // BIN_NS, int(ts.max()) // BIN_NS
         # per second and state, counted by the kernel; wild timestamps are counted afterwards, sparsely
@@ -487,7 +489,7 @@ class UnicastFlood(Detector):
         if self.first_bin is None:
             self.__dict__.update({k: v for k, v in other.__dict__.items() if k not in ("rule", "site", "params")})
             return self
-        early, late = (self, other) if self.first_bin <= other.first_bin else (other, self)
+        early, late = (self, other) if self.first <= other.first else (other, self)
         bins, cells = early._bins(), early._cells_table()
         late_bins, late_cells = dict(late._bins()), dict(late._cells_table())
         late_cells = self._resolve(early, late_cells, late_bins)
@@ -513,7 +515,7 @@ class UnicastFlood(Detector):
             size <<= 1
         self.keys, self.values = self._table(keys, values, size)
         self.used, self.refused = len(keys), refused
-        self.first_bin = early.first_bin
+        self.first_bin, self.first = early.first_bin, early.first
         self.cells_dropped = early.cells_dropped + late.cells_dropped
         self.bins_dropped = early.bins_dropped + late.bins_dropped
         self.bin_parts = [b for b in (bins, late_bins) if len(b["bin"])]
