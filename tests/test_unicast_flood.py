@@ -184,7 +184,8 @@ def test_epb_flags_reception_type_replaces_the_inference(tmp_path, reception, ex
 def test_sll_otherhost_is_counted_live():
     detector = _detector()
     (counter,) = detector.live_counters()
-    counts = sum(counter.count(decode(raw)) for _, raw in read_captures([str(CAPTURES / "unicast-flood-sll-otherhost.pcap")]))
+    path = CAPTURES / "unicast-flood-sll-otherhost.pcap"
+    counts = sum(counter.count(decode(raw)) for _, raw in read_captures([str(path)]))
     assert counts.tolist() == [4000, 2000]
 
 
@@ -216,7 +217,8 @@ def test_real_asymmetric_routing_is_info_at_most(captures_real):
     assert findings[0].evidence["destinations"][0]["mac"] == "50:c5:8d:ac:41:01"
 
 
-@pytest.mark.parametrize("name", ["lucaderi-sgr/2022/Favilli/tests/hs-udpScan.pcap", "ndpi/tests/cfgs/default/pcap/EAQ.pcap"])
+@pytest.mark.parametrize("name", ["lucaderi-sgr/2022/Favilli/tests/hs-udpScan.pcap",
+                                  "ndpi/tests/cfgs/default/pcap/EAQ.pcap"])
 def test_real_one_sided_captures_are_not_reported(captures_real, name):
     """One-sided captures (every unicast frame to a MAC that never answers here) are ingress-only: nothing."""
     detector = _fed(captures_real / name)
