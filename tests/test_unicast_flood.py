@@ -297,3 +297,25 @@ def test_the_figure_draws_share_and_rate():
     figure.draw(ax, None)
     assert ax.get_ylabel() == "foreign share" and len(ax.lines) == 1
     plt.close(fig)
+
+
+def test_the_later_half_asks_the_earlier_at_the_ageing_boundary(tmp_path):
+    """Host 7 speaks at 100.2 s, just before the cut at 100.5 s; 300 s later (same second + 300) a frame to it is
+    still known, one second later it is foreign: the later half holds the first as pending until the merge."""
+    timed = [(100.2, build._tcp_frame(7, 1, 0)), (100.6, build._tcp_frame(3, 4, 0))]     # the later half's first
+    timed += [(t + 0.1, build._tcp_frame(3, 4, t)) for t in range(410)]
+    timed += [(t + 0.2, build._tcp_frame(4, 3, t)) for t in range(410)]
+    timed += [(s + 0.3, build._tcp_frame(1, 7, k)) for k, s in enumerate((400, 401))]
+    path = tmp_path / "boundary.pcap"
+    build._write_pcap(path, timed)
+    (batch,) = [decode(raw) for _, raw in read_captures([str(path)])]
+    cut = int(np.searchsorted(batch["ts_ns"], (build.T0 + 100.5) * 10**9))
+    first, second = _detector(), _detector()
+    first.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
+    second.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
+    whole = _detector()
+    whole.update(batch)
+    assert _state(first.merge(second)) == _state(whole)
+    bins = whole._bins()
+    late = bins["bin"] >= build.T0 + 400
+    assert (bins["foreign"][late] + bins["pending"][late]).tolist() == [0, 1] + [0] * (int(late.sum()) - 2)
