@@ -135,9 +135,9 @@ SERIES_MAX = 600                 # points of that series
 # what the kernel says of each frame
 S_NONE, S_FRAME, S_KNOWN, S_PENDING, S_FOREIGN, S_PROVEN = range(6)
 STATES = 6
-# the columns of the MAC table's values
-LAST_BIN, SENT, RECEIVED = range(3)
-VALUE_COLUMNS = 3
+# the columns of the MAC table: one row of 32 bytes per (vlan, MAC), the key's bits first
+KEY, LAST_BIN, SENT, RECEIVED = range(4)
+TABLE_COLUMNS = 4
 NEVER = np.iinfo(np.int64).min // 2
 GOLDEN = 0x9E3779B97F4A7C15
 
@@ -150,22 +150,38 @@ CELL_SUMS = ("foreign", "pending", "tcp", "tcp_pending")
 
 
 @njit
-def _slot(keys, key, mask):
-    """The slot of `key`, or the empty slot where it would go (linear probing; key 0 marks an empty slot)."""
-    slot = ((key * np.uint64(GOLDEN)) >> np.uint64(29)) & mask
-    while keys[slot] != 0 and keys[slot] != key:
+def _slot(table, key, mask):
+    """The row of `key` (an int64 bit pattern), or the empty row where it would go (linear probing; key 0 marks
+    an empty row)."""
+    slot = ((np.uint64(key) * np.uint64(GOLDEN)) >> np.uint64(29)) & mask
+    while table[slot, KEY] != 0 and table[slot, KEY] != key:
         slot = (slot + np.uint64(1)) & mask
     return slot
 
 
+@njit
+def _learn(table, key, mask, used, limit):
+    """The row of `key`, inserted (last seen NEVER, no frames) if new and the table has room; -1 at the cap."""
+    slot = _slot(table, key, mask)
+    if table[slot, KEY] == key:
+        return np.int64(slot), used
+    if used >= limit:
+        return np.int64(-1), used
+    table[slot, KEY] = key
+    table[slot, LAST_BIN] = NEVER
+    table[slot, SENT] = 0
+    table[slot, RECEIVED] = 0
+    return np.int64(slot), used + 1
+
+
 @kernel("(i8[::1], u4[::1], u8[::1], u8[::1], u2[::1], u2[::1], u2[::1], u4[::1], i8, "
-        "u8[::1], i8[:, ::1], i8, i8, i8, u1[::1], i8[:, ::1], i8)")
-def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, keys, values, used, limit, first_bin,
-              status, grid, low):
+        "i8[:, ::1], i8, i8, i8, u1[::1], i8[:, ::1], i8)")
+def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, table, used, limit, first_bin, status, grid,
+              low):
     """Classify frames from `start` on (status S_*), count them per second and state in `grid` (row = second -
     `low`; an empty grid counts nothing) and learn their source MACs, in frame order, until the table is half
-    full; returns (next frame, slots used, keys refused at the cap)."""
-    size = len(keys)
+    full; returns (next frame, rows used, keys refused at the cap)."""
+    size = len(table)
     mask = np.uint64(size - 1)
     refused = 0
     i = start
@@ -193,22 +209,13 @@ def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, keys, val
         elif lay & (L_SRC_MAC | L_DST_MAC):
             state = S_FRAME
         if has_dst and state >= S_KNOWN:
-            key = dst[i] | link
-            slot = _slot(keys, key, mask)
-            if keys[slot] == 0:
-                if used < limit:
-                    keys[slot] = key
-                    values[slot, LAST_BIN] = NEVER
-                    values[slot, SENT] = 0
-                    values[slot, RECEIVED] = 0
-                    used += 1
-                else:
-                    refused += 1
-            if keys[slot] == key:
-                values[slot, RECEIVED] += 1
-                last = values[slot, LAST_BIN]
+            slot, used = _learn(table, np.int64(dst[i] | link), mask, used, limit)
+            last = NEVER
+            if slot >= 0:
+                table[slot, RECEIVED] += 1
+                last = table[slot, LAST_BIN]
             else:
-                last = NEVER
+                refused += 1
             if not direct:
                 if last != NEVER:
                     if b - last > AGEING_BINS:
@@ -222,45 +229,36 @@ def _classify(ts, layers, src, dst, vlan, iface, pkt_type, epb, start, keys, val
             grid[b - low, state] += 1
         if (lay & L_SRC_MAC) and src[i] != 0 and ((src[i] >> np.uint64(40)) & np.uint64(1)) == 0 \
                 and not (lay & L_PKT_TYPE and pkt_type[i] == PACKET_OUTGOING):
-            key = src[i] | link
-            slot = _slot(keys, key, mask)
-            if keys[slot] == 0:
-                if used < limit:
-                    keys[slot] = key
-                    values[slot, LAST_BIN] = NEVER
-                    values[slot, SENT] = 0
-                    values[slot, RECEIVED] = 0
-                    used += 1
-                else:
-                    refused += 1
-            if keys[slot] == key:
-                values[slot, LAST_BIN] = max(values[slot, LAST_BIN], b)
-                values[slot, SENT] += 1
+            slot, used = _learn(table, np.int64(src[i] | link), mask, used, limit)
+            if slot >= 0:
+                table[slot, LAST_BIN] = max(table[slot, LAST_BIN], b)
+                table[slot, SENT] += 1
+            else:
+                refused += 1
         i += 1
     return i, used, refused
 
 
-@kernel("(u8[::1], i8[:, ::1], u8[::1], i8[:, ::1])")
-def _insert_rows(keys, values, new_keys, new_values):
-    """Put rows into an empty table large enough for them (growth and merges)."""
-    mask = np.uint64(len(keys) - 1)
-    for r in range(len(new_keys)):
-        slot = _slot(keys, new_keys[r], mask)
-        keys[slot] = new_keys[r]
-        for c in range(new_values.shape[1]):
-            values[slot, c] = new_values[r, c]
+@kernel("(i8[:, ::1], i8[:, ::1])")
+def _insert_rows(table, rows):
+    """Put rows (key first) into an empty table large enough for them (growth and merges)."""
+    mask = np.uint64(len(table) - 1)
+    for r in range(len(rows)):
+        slot = _slot(table, rows[r, KEY], mask)
+        for c in range(rows.shape[1]):
+            table[slot, c] = rows[r, c]
     return 0
 
 
-@kernel("(u8[::1], i8[:, ::1], u8[::1])")
-def _last_seen(keys, values, queries):
-    """The last bin each queried key was seen as a source (NEVER if it was not)."""
-    mask = np.uint64(len(keys) - 1)
+@kernel("(i8[:, ::1], i8[::1])")
+def _last_seen(table, queries):
+    """The last bin each queried key (int64 bit pattern) was seen as a source (NEVER if it was not)."""
+    mask = np.uint64(len(table) - 1)
     out = np.full(len(queries), NEVER, dtype=np.int64)
     for r in range(len(queries)):
-        slot = _slot(keys, queries[r], mask)
-        if keys[slot] == queries[r] and queries[r] != 0:
-            out[r] = values[slot, LAST_BIN]
+        slot = _slot(table, queries[r], mask)
+        if table[slot, KEY] == queries[r] and queries[r] != 0:
+            out[r] = table[slot, LAST_BIN]
     return out
 
 
@@ -355,8 +353,7 @@ class UnicastFlood(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.keys = np.zeros(1024, dtype=np.uint64)
-        self.values = np.zeros((1024, VALUE_COLUMNS), dtype=np.int64)
+        self.table = np.zeros((1024, TABLE_COLUMNS), dtype=np.int64)
         self.used = 0
         self.refused = 0                    # (vlan, MAC) keys not learnt at MAX_MACS
         self.first_bin: int | None = None   # the second of the first frame this state saw
@@ -387,23 +384,21 @@ class UnicastFlood(Detector):
                 batch["pkt_type"], batch["epb_flags"])
         done = 0
         while done < n:
-            done, self.used, refused = _classify(*args, done, self.keys, self.values, self.used, MAX_MACS,
-                                                 self.first_bin, status, grid, low)
+            done, self.used, refused = _classify(*args, done, self.table, self.used, MAX_MACS, self.first_bin,
+                                                 status, grid, low)
             self.refused += refused
             if done < n:
                 self._grow()
         self._count(batch, status, grid, low)
 
     def _grow(self) -> None:
-        used = self.keys != 0
-        size = 2 * len(self.keys)
-        self.keys, self.values = self._table(self.keys[used], self.values[used], size)
+        self.table = self._table(self.table[self.table[:, KEY] != 0], 2 * len(self.table))
 
     @staticmethod
-    def _table(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-        table, vals = np.zeros(size, dtype=np.uint64), np.zeros((size, VALUE_COLUMNS), dtype=np.int64)
-        _insert_rows(table, vals, np.ascontiguousarray(keys), np.ascontiguousarray(values))
-        return table, vals
+    def _table(rows: np.ndarray, size: int) -> np.ndarray:
+        table = np.zeros((size, TABLE_COLUMNS), dtype=np.int64)
+        _insert_rows(table, np.ascontiguousarray(rows))
+        return table
 
     def _count(self, batch: PacketBatch, status: np.ndarray, grid: np.ndarray, low: int) -> None:
         if len(grid):
@@ -478,8 +473,8 @@ class UnicastFlood(Detector):
         return self.cell_parts[0] if self.cell_parts else _empty(CELL_COLUMNS)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray]:
-        used = self.keys != 0
-        return self.keys[used], self.values[used]
+        rows = self.table[self.table[:, KEY] != 0]
+        return rows[:, KEY].view(np.uint64), rows
 
     # ---- merge ------------------------------------------------------------
     def merge(self, other: Detector) -> Detector:
@@ -500,7 +495,8 @@ class UnicastFlood(Detector):
             order = np.argsort(keys, kind="stable")
             keys, values = keys[order], values[order]
             starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-            merged = np.empty((len(starts), VALUE_COLUMNS), dtype=np.int64)
+            merged = np.empty((len(starts), TABLE_COLUMNS), dtype=np.int64)
+            merged[:, KEY] = keys[starts].view(np.int64)
             merged[:, LAST_BIN] = np.maximum.reduceat(values[:, LAST_BIN], starts)
             merged[:, SENT] = np.add.reduceat(values[:, SENT], starts)
             merged[:, RECEIVED] = np.add.reduceat(values[:, RECEIVED], starts)
@@ -513,7 +509,7 @@ class UnicastFlood(Detector):
         size = 1024
         while size < 2 * (len(keys) + 2):
             size <<= 1
-        self.keys, self.values = self._table(keys, values, size)
+        self.table = self._table(values, size)
         self.used, self.refused = len(keys), refused
         self.first_bin, self.first = early.first_bin, early.first
         self.cells_dropped = early.cells_dropped + late.cells_dropped
@@ -532,7 +528,7 @@ class UnicastFlood(Detector):
             return cells
         cells = {name: col.copy() for name, col in cells.items()}
         bins.update({name: bins[name].copy() for name in ("foreign", "pending")})
-        last = _last_seen(early.keys, early.values, np.ascontiguousarray(cells["key"][pending]))
+        last = _last_seen(early.table, np.ascontiguousarray(cells["key"][pending]).view(np.int64))
         cell_bin = cells["bin"][pending]
         seen = last != NEVER
         known = seen & (cell_bin - last <= AGEING_BINS)
