@@ -319,3 +319,22 @@ def test_the_later_half_asks_the_earlier_at_the_ageing_boundary(tmp_path):
     bins = whole._bins()
     late = bins["bin"] >= build.T0 + 400
     assert (bins["foreign"][late] + bins["pending"][late]).tolist() == [0, 1] + [0] * (int(late.sum()) - 2)
+
+
+@pytest.mark.parametrize("local, routed", [(None, False), (["10.70.0.0/16"], True), (["198.51.100.0/24"], False)])
+def test_local_networks_label_the_destinations(tmp_path, local, routed):
+    """With the site's local_networks the destinations are labelled, and frames mostly to off-net addresses
+    without onset are named as a router's (asymmetric routing); without it nothing is labelled."""
+    from detector.site import load_site
+
+    site = None
+    if local:
+        path = tmp_path / "site.yaml"
+        path.write_text("local_networks:\n" + "".join(f"  - {net}\n" for net in local))
+        site = load_site(path)
+    chosen = {k: v for k, v in load_rules().items() if k == RULE}
+    (f,) = analyze([CAPTURES / "unicast-flood-asymmetric.pcap"], chosen, label="test", site=site).findings
+    top = f.evidence["destinations"][0]
+    assert f.severity == "info" and top["ip"] == "198.51.100.7"
+    assert ("local" in top) == bool(local)
+    assert ("off-net" in f.msg) == routed

@@ -721,8 +721,10 @@ class UnicastFlood(Detector):
                        "never sends, which is no switch losing its MAC table")
             else:
                 offnet = [t for t in tops if t.get("local") is False]
+                offnet_frames = sum(t["frames"] for t in offnet)
                 routed = (" Their destination addresses are off-net (site local_networks): frames to a router whose "
-                          "own frames take another path." if offnet and len(offnet) * 2 >= len(tops) else "")
+                          "own frames take another path." if offnet_frames * 2 >= sum(t["frames"] for t in tops)
+                          and offnet else "")
                 msg = (f"{share:.0%} of the frames of the {duration} s from {iso_time(t0)} go to MACs this capture "
                        f"point has not seen as sources ({dest_text or 'destination not recorded'}), after "
                        f"{before_text}: no quiet baseline, no onset, so asymmetric routing (return traffic on "
