@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -366,6 +367,23 @@ def test_two_halves_of_neighbor_discovery_merged_give_one_pass(tmp_path):
         merged = [f.to_json() for f in left.merge(right).findings(ctx)]
         assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
         assert merged[0]["evidence"] == one[0]["evidence"] and merged[0]["n"] == one[0]["n"] == 1
+
+
+@pytest.mark.parametrize("every", [1, 3, 1000])
+def test_batches_folded_together_give_the_table_of_one_batch(monkeypatch, every):
+    # the observations of many batches wait and fold together: the table is the one a single batch gives
+    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "arp-spoof-mitm.pcapng")])]
+    whole = nb.Neighbors(ip_destinations=True, nd=True)
+    whole.update(batch)
+    monkeypatch.setattr(nb, "FOLD_EVERY_BATCHES", every)
+    parts = nb.Neighbors(ip_destinations=True, nd=True)
+    for k in range(len(batch)):
+        parts.update(PacketBatch(data=batch.data, cols={name: v[k:k + 1] for name, v in batch.cols.items()}))
+        assert len(parts._pending) < every
+    order = np.argsort(whole.rows["key"])
+    assert len(whole.rows["key"]) > 10
+    for name, column in parts.rows.items():
+        assert np.array_equal(column[np.argsort(parts.rows["key"])], whole.rows[name][order]), name
 
 
 def test_states_that_saw_no_arp_merge():
