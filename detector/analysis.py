@@ -97,7 +97,7 @@ def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrop
             name = totals.get("name") or str(totals["interface"])
             out.append(CaptureDrops(source=str(capture.get("file")), interface=name, dropped=dropped,
                                     received=received, first_ns=first, last_ns=last,
-                                    counter="pcapng interface statistics (isb_ifdrop, isb_osdrop)"))
+                                    counter="pcapng interface statistics: isb_ifdrop + isb_osdrop"))
     return out
 
 

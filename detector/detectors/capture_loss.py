@@ -45,6 +45,7 @@ from ..units import NS
 from .base import (
     ALERT_SECONDS,
     COUNT,
+    MIN_RATE_WINDOW_S,
     RATE_PPS,
     RATIO,
     AnalysisContext,
@@ -248,6 +249,8 @@ class CaptureLoss(Detector):
         span_acks, span_gaps = int(acks[span].sum()), int(gaps[span].sum())
         ratio = gaps / np.maximum(acks, 1)
         bin_s = p["bin_s"]
+        # the packet rate over the part of each bin the capture covers (a capture shorter than a bin)
+        rates = packets / np.maximum((ends - starts + 1) / NS, MIN_RATE_WINDOW_S)
         snapped, mid = int(counts[:, C_SNAPPED].sum()), int(counts[:, C_MID_STREAM].sum())
         if severity == "info":
             if total_acks < p["min_acks"] and not judged.any():
@@ -259,12 +262,13 @@ class CaptureLoss(Detector):
                        f"is taken to lose traffic")
         else:
             worst = span[np.argmax(np.where(judged[span], ratio[span], -1.0))]
-            rate = packets[worst] / bin_s
+            rate = rates[worst]
             msg = (f"the capture lost traffic: {span_gaps:,} of {span_acks:,} TCP ack events "
                    f"({span_gaps / max(span_acks, 1):.1%}) acknowledged bytes it never held, in {len(span)} of "
                    f"{len(bins)} bin(s) of {bin_s:g} s from {iso_time(int(starts[span[0]]))} to "
                    f"{iso_time(int(ends[span[-1]]))}; worst bin {iso_time(int(starts[worst]))}: "
-                   f"{ratio[worst]:.1%} at {rate:,.0f} packets/s (capture-wide {rate_text(packets, bin_s)}); "
+                   f"{ratio[worst]:.1%} at {rate:,.0f} packets/s (all bins: median {np.median(rates):,.0f}, peak "
+                   f"{rates.max():,.0f} packets/s); "
                    f"every other finding's counts over that time are lower bounds")
         if snapped:
             msg += (f"; {snapped:,} more gap(s) over bytes cut by the snapshot length are not counted as loss")
@@ -281,7 +285,7 @@ class CaptureLoss(Detector):
             "first_lossy": iso_time(int(starts[span[0]])) if severity != "info" else None,
             "last_lossy": iso_time(int(ends[span[-1]])) if severity != "info" else None,
             "per_bin": [{"start": iso_time(int(starts[i])), "packets": int(packets[i]),
-                         "packet_rate_pps": round(packets[i] / bin_s, 1), "ack_events": int(acks[i]),
+                         "packet_rate_pps": round(float(rates[i]), 1), "ack_events": int(acks[i]),
                          "gap_events": int(gaps[i]), "loss_ratio": round(float(ratio[i]), ROUND)}
                         for i in order.tolist()],
             "evidence_frames": self.gap_frames.tolist(),
@@ -307,15 +311,15 @@ class CaptureLoss(Detector):
         if received is None or received <= 0:
             ratio, rate = None, None
             severity = "info"
-            msg = (f"the capture point dropped {drops.dropped:,} packet(s) on {where} ({drops.counter}); how many "
-                   f"it received is not recorded, so the share is unknown")
+            msg = (f"the capture point dropped {drops.dropped:,} packet(s) on {where} (by its {drops.counter}); how "
+                   f"many it received is not recorded, so the share is unknown")
         else:
             ratio = drops.dropped / received
             rate = received / minutes
             busy = rate > p["min_drop_rate_ppm"] and received > p["min_drop_rate_ppm"]
             severity = "medium" if ratio > p["drop_ratio"] and busy else "info"
-            msg = (f"the capture point dropped {drops.dropped:,} of {received:,} packets ({ratio:.1%}) on {where} "
-                   f"({drops.counter}), at {rate:,.0f} packets/min")
+            msg = (f"the capture point dropped {drops.dropped:,} of {received:,} packets ({ratio:.1%}) on {where}, "
+                   f"at {rate:,.0f} packets/min (by its {drops.counter})")
             if severity == "medium":
                 self._drop_ratio = max(self._drop_ratio, ratio)
                 msg += "; every finding's counts are lower bounds"
@@ -362,12 +366,6 @@ def _event_counts(batch: PacketBatch) -> np.ndarray:
         return np.zeros(2, dtype=np.int64)
     counts = np.bincount(events, minlength=8)
     return np.array([counts[EV_ACK] + counts[EV_GAP] + counts[EV_SNAPPED], counts[EV_GAP]], dtype=np.int64)
-
-
-def rate_text(packets: np.ndarray, bin_s: float) -> str:
-    """The bins' median and peak packet rate, in words."""
-    rates = packets / bin_s
-    return f"median {np.median(rates):,.0f}, peak {rates.max():,.0f} packets/s"
 
 
 def _worst_flows(ctx: AnalysisContext) -> list[dict]:
