@@ -213,6 +213,7 @@ class Detector(ABC):
     def annotate(self, findings: list[Finding], ctx: AnalysisContext) -> None:
         """After every rule's findings of the run: add to `findings` (all rules', this one's included) what this
         rule knows about them, e.g. that the capture lost packets while they happened."""
+        return None
 
 
 def register(cls: type[Detector]) -> type[Detector]:

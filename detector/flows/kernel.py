@@ -374,8 +374,8 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
 # Zeek's reassembler (src/analyzer/protocol/tcp/TCP_Reassembler.cc) keeps each side's bytes until the
 # peer acknowledges them; an ack that advances over bytes it never received is a content gap
 # (`AckReceived` -> `TrimToSeq` -> `Undelivered` -> `Gap`), summed into conn.log's missed_bytes and, as
-# ack and gap events, into capture-loss.zeek's ratio. Here no bytes are kept: each side keeps how far
-# its captured bytes reached and the span of the holes below that point, which is exact while one hole
+# ack and gap events, into the ratio of Zeek's capture loss script. Here no bytes are kept: each side keeps
+# how far its captured bytes reached and the span of the holes below that point, which is exact while one hole
 # is open at a time (holes that overlap in time are joined into one span: their bytes stay exact once
 # an ack passes the span, the events may be fewer). Not modelled: Zeek stops reassembling a side that
 # sent more than 16 KB above a hole before any of its bytes was acknowledged, or 10 MB without a further

@@ -132,7 +132,8 @@ class FlowTable:
     # ---- batches ---------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
         """Add one decoded batch (batches in capture order), and set its `flow_events`: what each packet did to
-        the capture gaps (kernel.EV_*), for the consumers after this one (the capture-loss rule bins them)."""
+        the capture gaps (kernel.EV_*), for the consumers after this one (the rule that measures capture loss
+        bins them)."""
         n = len(batch)
         given = batch
         given.flow_events = events = np.zeros(n, np.int8)
