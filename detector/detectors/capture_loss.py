@@ -326,7 +326,7 @@ class CaptureLoss(Detector):
         evidence = {"dropped": drops.dropped, "received": received, "drop_ratio": round(ratio, ROUND)
                     if ratio is not None else None, "packets_per_min": round(rate, 1) if rate is not None else None,
                     "interface": drops.interface, "source": drops.source, "counter": drops.counter}
-        return self.finding(severity, msg, identifier=f"drops {drops.source} {drops.interface}", first_seen=first,
+        return self.finding(severity, msg, identifier=f"drops on {where}", first_seen=first,
                             last_seen=last, n=drops.dropped,
                             evidence={k: v for k, v in evidence.items() if v is not None})
 
