@@ -131,6 +131,18 @@ def test_near_misses_mid_stream_and_one_sided_are_silent():
     assert found(NEAR_MISSES) == []
 
 
+def test_connections_whose_syn_the_capture_missed_are_left_out(tmp_path):
+    # the capture starts between each SYN and its SYN-ACK: what the connection sent before is unknown
+    frames = []
+    for k, (client, port) in enumerate(build_loss._clients(4)):
+        frames += build_loss.transfer(0.5 + k * 0.7, client, build_loss.SERVER, port, 120,
+                                      missing=lambda i: i % 2 == 1)[1:]
+    path = tmp_path / "no-syn.pcap"
+    build_loss.write_pcap(path, frames)
+    assert np.count_nonzero(events_of(path) == EV_GAP + EV_MID_STREAM) == 240
+    assert found(path) == []
+
+
 def test_a_snaplen_96_capture_is_silent():
     assert found(SNAPLEN) == []
 
