@@ -153,7 +153,7 @@ def test_bins_below_min_acks_are_not_judged(tmp_path):
     path = tmp_path / "small.pcap"
     build_loss.write_pcap(path, frames)
     (f,) = found(path)
-    assert f.severity == "info" and "too little TCP" in f.msg
+    assert f.severity == "info" and "too few acks to judge" in f.msg
 
 
 def test_loss_spread_thin_over_small_bins_is_judged_overall(tmp_path):
@@ -265,9 +265,13 @@ def test_batches_without_flow_events_count_packets_only():
 
 
 # ---- named real captures -----------------------------------------------------------------------------------
-def test_ndpi_http_ipv6_is_below_min_acks_info(captures_real):
-    (f,) = found(captures_real / "ndpi/tests/cfgs/default/pcap/http_ipv6.pcap")
-    assert f.severity == "info" and f.evidence["ack_events"] == 43 and "too little TCP" in f.msg
+def test_ndpi_http_ipv6_below_min_acks_and_without_a_gap_is_silent(captures_real):
+    # tshark flags 6 acks of unseen segments (frames 2, 31, 137, 141, 143, 171), each in a connection picked up
+    # at the capture's start ("common at capture start"): 43 ack events are counted, none over lost bytes
+    path = captures_real / "ndpi/tests/cfgs/default/pcap/http_ipv6.pcap"
+    assert found(path) == []
+    events = events_of(path)
+    assert np.count_nonzero((events > 0) & (events < EV_MID_STREAM)) == 43 and not np.any(events == EV_GAP)
 
 
 def test_ndpi_tls_missing_client_hello_fragment_is_mid_stream_and_left_out(captures_real):
@@ -275,6 +279,7 @@ def test_ndpi_tls_missing_client_hello_fragment_is_mid_stream_and_left_out(captu
     assert found(captures_real / "ndpi/tests/cfgs/default/pcap/tls_missing_ch_frag.pcap") == []
 
 
-def test_zeek_entity_gap_is_silent(captures_real):
-    # one real gap (frame 7: previous segment not captured) in three ack events: no measurement
-    assert found(captures_real / "zeek/testing/btest/Traces/http/entity_gap.pcap") == []
+def test_zeek_entity_gap_is_one_gap_in_too_few_acks_info(captures_real):
+    # one real gap (frame 7: previous segment not captured; frame 9 acks it) in three ack events: too few to judge
+    (f,) = found(captures_real / "zeek/testing/btest/Traces/http/entity_gap.pcap")
+    assert f.severity == "info" and f.evidence["evidence_frames"] == [9] and "too few acks" in f.msg

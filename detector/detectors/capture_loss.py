@@ -8,7 +8,10 @@ Two signs, as Zeek and ntopng read them:
   (flows/kernel.py, Zeek's reassembler `AckReceived`) marks every packet's
   ack event and gap event (PacketBatch.flow_events); this rule counts them
   per time bin. A bin's gaps over acks at or above Zeek's `too_much_loss`
-  (0.1) is lost traffic, when the bin holds enough acks to say so. Left
+  (0.1) is lost traffic, when the bin holds enough acks to say so; a gap
+  in too few acks, or below that ratio, is said at info (once a gap is
+  counted the finding stays, however many acks follow: a watch's alert
+  does not come and go with the traffic). Left
   out: connections whose opening SYN the capture does not hold (picked up
   mid-stream, where what came before is unknown), connections seen in one
   direction only (no acks of the bytes seen: a one-sided capture, not loss;
@@ -71,10 +74,6 @@ GAP_FRAMES_MAX = 64
 # Bins listed in a finding's evidence (the lossiest first), and flows named.
 BINS_LISTED = 32
 FLOWS_NAMED = 5
-# Below min_acks in every bin and overall, the capture is too small to judge (Zeek's CaptureLoss::
-# Too_Little_Traffic); from this share of min_acks on that is said at info, below it nothing: a handful of
-# acks is no measurement worth a line.
-TOO_LITTLE_SHARE = 0.1
 # Decimal places of ratios in findings.
 ROUND = 4
 
@@ -229,7 +228,7 @@ class CaptureLoss(Detector):
         else:
             picked = None
         if picked is None:
-            if (total_gaps == 0) if overall_judged else (total_acks < TOO_LITTLE_SHARE * p["min_acks"]):
+            if total_gaps == 0:
                 return None
             severity = "info"
             span = np.arange(len(bins))
@@ -253,8 +252,8 @@ class CaptureLoss(Detector):
         snapped, mid = int(counts[:, C_SNAPPED].sum()), int(counts[:, C_MID_STREAM].sum())
         if severity == "info":
             if total_acks < p["min_acks"] and not judged.any():
-                msg = (f"too little TCP to judge capture loss: {total_acks:,} ack events, fewer than min_acks "
-                       f"{p['min_acks']:,}; {total_gaps:,} of them advanced over bytes the capture never held")
+                msg = (f"{total_gaps:,} of {total_acks:,} TCP ack events advanced over bytes the capture never "
+                       f"held: too few acks to judge the capture's loss (min_acks {p['min_acks']:,})")
             else:
                 msg = (f"{total_gaps:,} of {total_acks:,} TCP ack events ({total_gaps / total_acks:.1%}) advanced "
                        f"over bytes the capture never held: below the {p['loss_ratio']:.0%} from which the capture "
