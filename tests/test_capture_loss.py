@@ -224,7 +224,10 @@ def test_reports_and_findings_json_show_the_loss_ratio(tmp_path):
     assert loops and all(f["capture_loss_ratio"] > 0.5 for f in loops)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "of the traffic was lost by the capture meanwhile: the counts are lower bounds" in report
-    assert "capture_loss_ratio" in (tmp_path / "out" / "report.html").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "capture_loss_ratio" in html
+    # the loss beside the packet rate per bin
+    assert 'alt="Capture loss (TCP ack gaps) and packet rate per bin"' in html
 
 
 # ---- state -------------------------------------------------------------------------------------------------

@@ -406,8 +406,10 @@ class LossFigure(ReportFigure):
         ax.bar(self.x, self.ratio, width=self.width_s, align="edge", color="tab:red", alpha=0.6,
                label="gap events / ack events")
         ax.set_ylim(0, 1)
-        ax.set_ylabel("loss ratio")
+        ax.set_ylabel("loss ratio (red)")
         ax.set_xlabel(self.label)
         rate_ax = ax.twinx()
-        rate_ax.step(self.x, self.rate, where="post", color="tab:blue", label="packets/s")
-        rate_ax.set_ylabel("packets/s")
+        for x, rate in zip(self.x, self.rate):      # each bin's rate over its width (bins may be sparse)
+            rate_ax.hlines(rate, x, x + self.width_s, color="tab:blue")
+        rate_ax.set_ylim(0, max(float(self.rate.max(initial=0.0)) * 1.1, 1.0))
+        rate_ax.set_ylabel("packets/s (blue)")
