@@ -126,7 +126,6 @@ class CaptureLoss(Detector):
         self.bin_ns = int(self.params["bin_s"] * NS)
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.gap_frames = np.zeros(0, dtype=np.int64)      # the first GAP_FRAMES_MAX gap events' frames
-        self.flow_events_seen = False                      # a flow table marked the batches (else no ack data)
         # set by findings() for annotate(): the spans (start, end ns) of lossy bins with their gaps and acks,
         # and the drop ratio of counters that fired
         self._lossy = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -139,9 +138,7 @@ class CaptureLoss(Detector):
             return
         ts = batch["ts_ns"]
         lo, hi = int(ts.min()) // self.bin_ns, int(ts.max()) // self.bin_ns
-        events = batch.flow_events
-        if events is not None:
-            self.flow_events_seen = True
+        events = batch.flow_events     # None where no flow table saw the batch: packets are counted, no acks
         if lo == hi:        # the common case, a batch inside one bin: counts without a pass per packet in Python
             row = np.zeros((1, COUNTERS), dtype=np.int64)
             row[0, C_PACKETS] = n
@@ -180,7 +177,6 @@ class CaptureLoss(Detector):
         if len(self.parts) > PARTS_MAX:
             self.parts = [_fold(self.parts)]
         self._keep_frames(other.gap_frames)
-        self.flow_events_seen = self.flow_events_seen or other.flow_events_seen
         return self
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
@@ -313,9 +309,8 @@ class CaptureLoss(Detector):
                    f"many it received is not recorded, so the share is unknown")
         else:
             ratio = drops.dropped / received
-            rate = received / minutes
-            busy = rate > p["min_drop_rate_ppm"] and received > p["min_drop_rate_ppm"]
-            severity = "medium" if ratio > p["drop_ratio"] and busy else "info"
+            rate = received / minutes       # over a minute at least: a short capture needs that many packets
+            severity = "medium" if ratio > p["drop_ratio"] and rate > p["min_drop_rate_ppm"] else "info"
             msg = (f"the capture point dropped {drops.dropped:,} of {received:,} packets ({ratio:.1%}) on {where}, "
                    f"at {rate:,.0f} packets/min (by its {drops.counter})")
             if severity == "medium":
