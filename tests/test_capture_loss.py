@@ -286,3 +286,12 @@ def test_zeek_entity_gap_is_one_gap_in_too_few_acks_info(captures_real):
     # one real gap (frame 7: previous segment not captured; frame 9 acks it) in three ack events: too few to judge
     (f,) = found(captures_real / "zeek/testing/btest/Traces/http/entity_gap.pcap")
     assert f.severity == "info" and f.evidence["evidence_frames"] == [9] and "too few acks" in f.msg
+
+
+def test_a_watch_counts_ack_and_gap_events_live():
+    (counter,) = REGISTRY[RULE](load_rules()[RULE]).live_counters()
+    assert counter.name == "tcp_ack_events" and counter.values == 2
+    totals = np.zeros(2, dtype=np.int64)
+    for batch in _batches(EVERY_NTH):
+        totals += counter.count(batch)
+    assert totals.tolist() == [244, 240]
