@@ -49,7 +49,8 @@ MIN_RATE_WINDOW_S = 0.001
 
 class AnalysisContext:
     """What findings() may consult: the flow table of the whole input, capture statistics, the findings
-    of the detectors that ran before (by rule id), and the site file (detector.site; EMPTY without one).
+    of the detectors that ran before (by rule id), the site file (detector.site; EMPTY without one), and
+    what the capture itself counted as dropped (`drops`: one CaptureDrops per interface that said).
 
     `flows` is given as a pandas DataFrame (FlowTable.to_frame()), or as the
     FlowTable itself, whose frame is then built on first use: most analyses
@@ -57,17 +58,32 @@ class AnalysisContext:
     """
 
     def __init__(self, flows, stats: CaptureStats, findings: dict[str, list[Finding]] | None = None,
-                 site: Site | None = None):
+                 site: Site | None = None, drops: list[CaptureDrops] | None = None):
         self._flows = flows
         self.stats = stats
         self.findings = {} if findings is None else findings
         self.site = EMPTY if site is None else site
+        self.drops = [] if drops is None else drops
 
     @property
     def flows(self):
         if hasattr(self._flows, "to_frame"):
             self._flows = self._flows.to_frame()
         return self._flows
+
+
+@dataclass(frozen=True)
+class CaptureDrops:
+    """Packets a capture point says it dropped on one interface: a pcapng interface statistics block's totals
+    (isb_ifdrop + isb_osdrop, with isb_ifrecv or isb_usrdeliv) or a watch's capture socket counters."""
+
+    source: str                     # the file, or the interface watched
+    interface: str                  # the interface's name, else its number
+    dropped: int
+    received: int | None            # packets that reached the capture point, dropped ones included; None: unknown
+    first_ns: int | None            # the span the counters cover (ns since the epoch); None: unknown
+    last_ns: int | None
+    counter: str                    # where the numbers come from, in words
 
 
 @dataclass(frozen=True)
@@ -193,6 +209,11 @@ class Detector(ABC):
     def live_counters(self) -> list[LiveCounter]:
         """What a watch counts for this rule in every batch and serves as metrics."""
         return []
+
+    def annotate(self, findings: list[Finding], ctx: AnalysisContext) -> None:
+        """After every rule's findings of the run: add to `findings` (all rules', this one's included) what this
+        rule knows about them, e.g. that the capture lost packets while they happened."""
+        return None
 
 
 def register(cls: type[Detector]) -> type[Detector]:
