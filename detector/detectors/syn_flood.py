@@ -64,6 +64,7 @@ HALF_OPEN_WINDOW_S = 63
 # sources from which a flood is "distributed"
 DISTRIBUTED_SOURCES = 100
 TOP_SOURCES = 32
+TOP_SOURCE_SHARE = 0.1
 # capture-loss's medium threshold (gaps per ack, Zeek's too_much_loss): counts below it are lower bounds
 CAPTURE_LOSS_CRITICAL_RATIO = 0.1
 # Bins rows kept: one per (victim, port, second) with SYNs. Past this many, the rows of the quietest
@@ -259,8 +260,10 @@ class SynFlood(Detector):
             msg += ("; completion unknown: the victim is never seen sending (an ingress-only mirror, or a capture "
                     "point on one direction only)")
         top = self._top_sources(group)
-        if top and top[0]["syn"] > 1:
-            msg += f"; top source {top[0]['src_ip']} ({top[0]['syn']:,} SYNs)"
+        # a source named in the message sent at least a tenth of the SYNs for sure (space-saving counts are
+        # upper bounds; count - error is a lower one)
+        if top and top[0]["syn"] - top[0]["syn_error"] >= TOP_SOURCE_SHARE * new_total:
+            msg += f"; top source {top[0]['src_ip']} (at least {top[0]['syn'] - top[0]['syn_error']:,} SYNs)"
         series = [{"second": iso_time(int(rows["bin"][k]) * NS), "syn": int(syn[k]), "new_syn": int(new[k]),
                    "synack": int(rows["synack"][k]), "rst": int(rows["rst"][k]),
                    "completed": int(completions[k])} for k in np.flatnonzero(flooded)[:BINS_IN_EVIDENCE]]
@@ -288,7 +291,7 @@ class SynFlood(Detector):
             evidence["bin_rows_not_kept"] = self.dropped_rows
         return self.finding(severity, msg, identifier=where, first_seen=t0, last_seen=t1, n=new_total,
                             dest_ip=victim, dest_port=port, proto="TCP",
-                            src_ip=top[0]["src_ip"] if len(top) == 1 else None,
+                            src_ip=top[0]["src_ip"] if sources == 1 and top else None,
                             evidence={k: v for k, v in evidence.items() if v is not None})
 
     def _top_sources(self, group) -> list[dict]:
