@@ -15,8 +15,8 @@ pcap (microsecond stamps). scapy would take minutes for the same.
   2 minutes; after 80 s the server side's leg grows from 20 ms to 350 ms:
   high.
 - handshake-rtt-distant: near servers at 20 ms and three distant ones at
-  300 ms all along, the distant ones taking a larger share of the handshakes
-  later: the near-miss (per-server baselines), silent.
+  300 ms all along, the distant ones taking most of the handshakes for the
+  last 40 s: the near-miss (per-server baselines), silent.
 """
 from __future__ import annotations
 
@@ -226,8 +226,8 @@ def handshake_rtt_distant(out_dir: Path) -> dict:
     distant = np.array([_ip4(f"203.0.113.{k}") for k in (7, 8, 9)], np.uint32)
 
     def servers(t):
-        # the distant servers' share grows from 20 % to 70 % of the handshakes halfway through
-        share = np.where(t >= 60.0, 0.7, 0.2)
+        # the distant servers' share grows from 20 % to 70 % of the handshakes for the last 40 s
+        share = np.where(t >= 80.0, 0.7, 0.2)
         far = rng.random(len(t)) < share
         return np.where(far, distant[rng.integers(0, 3, len(t))], near[rng.integers(0, len(near), len(t))])
 
@@ -235,7 +235,7 @@ def handshake_rtt_distant(out_dir: Path) -> dict:
     count = p.write(path)
     return {"file": path.name, "packets": count,
             "what": "near-miss: handshakes with near servers at 20 ms and three distant ones at 300 ms all along, "
-                    "the distant ones rising from 20 % to 70 % of the handshakes after 60 s",
+                    "the distant ones rising from 20 % to 70 % of the handshakes after 80 s",
             "must_yield": [],
             "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
 

@@ -106,7 +106,8 @@ def test_suricatas_200_syns_silent_at_defaults_found_at_100(captures_real, tmp_p
     assert f.evidence["sources_estimate"] == 1 and f.src_ip == "192.0.2.10"
 
 
-@pytest.mark.parametrize("name", ["zeek/testing/btest/Traces/tcp/syn.pcap", "zeek/testing/btest/Traces/tcp/syn-bad.pcap",
+@pytest.mark.parametrize("name", ["zeek/testing/btest/Traces/tcp/syn.pcap",
+                                  "zeek/testing/btest/Traces/tcp/syn-bad.pcap",
                                   "zeek/testing/btest/Traces/tcp/syn-synack.pcap",
                                   "zeek/testing/btest/Traces/tcp/syn-then-rst.pcap",
                                   "zeek/testing/btest/Traces/tcp/syn-then-ack-then-rst.pcap",

@@ -166,12 +166,19 @@ class HandshakeRtt(Detector):
         order = np.argsort(-counts, kind="stable")[:SERVERS_IN_EVIDENCE]
         median_of = {s: float(np.median(hs["rtt"][in_run & (hs["server"] == s)])) for s in servers[order]}
         seconds = (int(run_bins[-1]) - int(run_bins[0]) + 1) * BIN_S
-        retx_text = (f"; {retx_ratio:.0%} of them needed a SYN retransmission" if retx_ratio > SYN_RETX_CRITICAL_RATIO
-                     else "")
-        msg = (f"{what.capitalize()} slowed from a median of {base:,.0f} ms to {peak:,.0f} ms (p90 "
-               f"{float(p90.max()):,.0f} ms) over {len(run_bins)} bins of {BIN_S} s from {iso_time(t0)} "
-               f"({int(np.count_nonzero(in_run)):,} handshakes){retx_text}; the time grew on "
-               f"{LEGS[leg].split(':')[0]}, {LEGS[leg].split(': ', 1)[1]}, by {growth[leg]:,.0f} ms")
+        handshakes_text = f"{int(np.count_nonzero(in_run)):,} handshakes"
+        slowed = _grown(peak, base)
+        if slowed:
+            retx_text = (f"; {retx_ratio:.0%} of them needed a SYN retransmission"
+                         if retx_ratio > SYN_RETX_CRITICAL_RATIO else "")
+            side, where = LEGS[leg].split(": ", 1)
+            msg = (f"{what.capitalize()} slowed from a median of {base:,.0f} ms to {peak:,.0f} ms (p90 "
+                   f"{float(p90.max()):,.0f} ms) over {len(run_bins)} bins of {BIN_S} s from {iso_time(t0)} "
+                   f"({handshakes_text}){retx_text}; the time grew on {side}, {where}, by {growth[leg]:,.0f} ms")
+        else:
+            msg = (f"{retx_ratio:.0%} of {what} needed a SYN retransmission (a lost SYN or SYN-ACK costs the client "
+                   f"1 s) over {len(run_bins)} bins of {BIN_S} s from {iso_time(t0)} ({handshakes_text}); from the "
+                   f"last SYN the median stayed {peak:,.0f} ms (baseline {base:,.0f} ms)")
         if server is None and median_of:
             msg += "; most handshakes with " + ", ".join(f"{s} ({m:,.0f} ms)" for s, m in
                                                          list(median_of.items())[:3])
@@ -183,13 +190,14 @@ class HandshakeRtt(Detector):
             "class": cls_name, "server": server, "baseline_p50_ms": round(base, 1), "peak_p50_ms": round(peak, 1),
             "peak_p90_ms": round(float(p90.max()), 1), "slow_bins": len(run_bins), "slow_seconds": seconds,
             "bin_s": BIN_S, "handshakes": int(np.count_nonzero(in_run)), "syn_retransmit_ratio": round(retx_ratio, 4),
-            "leg_grown": "syn_synack" if leg == "handshake_syn_synack_ms" else "synack_ack",
+            "leg_grown": ("syn_synack" if leg == "handshake_syn_synack_ms" else "synack_ack") if slowed else None,
             "leg_growth_ms": {("syn_synack" if k == "handshake_syn_synack_ms" else "synack_ack"): round(v, 1)
                               for k, v in growth.items()},
-            "side": LEGS[leg], "classes_from": hs["classes_from"],
+            "side": LEGS[leg] if slowed else None, "classes_from": hs["classes_from"],
             "servers": [{"server": s, "handshakes": int(c), "p50_ms": round(median_of[s], 1)}
                         for s, c in zip(servers[order], counts[order])],
-            "slowest": [{"src_ip": str(hs["client"][k]), "dest_ip": str(hs["server"][k]),
+            "slowest": [{"src_ip": str(hs["client"][k]), "src_port": int(hs["client_port"][k]),
+                         "dest_ip": str(hs["server"][k]),
                          "dest_port": int(hs["port"][k]), "rtt_ms": round(float(hs["rtt"][k]), 1),
                          "community_id": hs["community_id"][k]} for k in slow[:SLOW_FLOWS_IN_EVIDENCE]],
             "per_bin": series,
@@ -233,7 +241,8 @@ def handshakes(flows, site) -> dict | None:
            "handshake_synack_ack_ms": f["handshake_synack_ack_ms"].to_numpy(np.float64),
            "syn_retx": f["syn_retransmits"].to_numpy(np.int64),
            "client": f["src_ip"].to_numpy(object), "server": f["dest_ip"].to_numpy(object),
-           "port": f["dest_port"].to_numpy(np.int64), "frame": f["first_frame"].to_numpy(np.int64),
+           "port": f["dest_port"].to_numpy(np.int64), "client_port": f["src_port"].to_numpy(np.int64),
+           "frame": f["first_frame"].to_numpy(np.int64),
            "community_id": f["community_id"].to_numpy(object)}
     out["rtt"] = out["handshake_syn_synack_ms"] + out["handshake_synack_ack_ms"]
     out["bin"] = out["time"] // (BIN_S * NS)
