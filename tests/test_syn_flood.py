@@ -234,8 +234,10 @@ def test_space_saving_keeps_the_heavy_hitter_with_bounded_error():
     rng.shuffle(items)
     groups = np.zeros(len(items), np.uint64)
     summary = top_counts(groups[:0], items[:0], 4)
-    for start in range(0, len(items), 300):
-        summary = top_merge(summary, top_counts(groups[start:start + 300], items[start:start + 300], 4), 4)
+    for start in range(0, len(items), 900):
+        # the summaries of three batches merged at once into the running one
+        batches = [top_counts(groups[at:at + 300], items[at:at + 300], 4) for at in range(start, start + 900, 300)]
+        summary = top_merge([summary, *batches], 4)
     assert len(summary["item"]) == 4 and summary["item"][0] == 42
     true = {int(v): int(c) for v, c in zip(*np.unique(items, return_counts=True))}
     for item, count, error in zip(summary["item"], summary["count"], summary["error"]):

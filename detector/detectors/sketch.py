@@ -96,37 +96,50 @@ def top_counts(groups: np.ndarray, items: np.ndarray, k: int, **payload: np.ndar
     return _keep_top(_sum_pairs(table), k, exact=True)
 
 
-def top_merge(a: dict, b: dict, k: int) -> dict:
-    """Two top-k summaries as one: an item one summary lacks is counted there as that summary's smallest
-    count when it was full (it may have been dropped with that many), else 0."""
-    floor_a, floor_b = _floors(a, k), _floors(b, k)
-    both = {name: np.concatenate([a[name], b[name]]) for name in a}
-    from_a = np.concatenate([np.ones(len(a["group"]), bool), np.zeros(len(b["group"]), bool)])
-    summed, in_a, in_b = _sum_pairs(both, from_a)
-    for floor, present in ((floor_a, in_a), (floor_b, in_b)):
-        extra = _lookup(floor, summed["group"]) * ~present
-        summed["count"] = summed["count"] + extra
-        summed["error"] = summed["error"] + extra
+def top_merge(summaries: list[dict], k: int) -> dict:
+    """Several top-k summaries of the same groups as one: an item a summary lacks is counted there as that
+    summary's smallest count when it was full (it may have been dropped with that many), else 0; those
+    additions go to its error too, so count - error <= true count <= count still holds."""
+    given = summaries
+    summaries = [t for t in given if len(t["group"])]
+    if len(summaries) <= 1:
+        return summaries[0] if summaries else given[0]
+    both = {name: np.concatenate([t[name] for t in summaries]) for name in summaries[0]}
+    # each summary's floor per group, and each row's
+    floors = [_floors(t, k) for t in summaries]
+    row_floor = np.concatenate([_lookup(floor, t["group"]) for floor, t in zip(floors, summaries)])
+    all_groups = np.concatenate([g for g, _ in floors])
+    all_floors = np.concatenate([f for _, f in floors])
+    total = _sum_by_key(all_groups, all_floors)
+    both["present_floor"] = row_floor
+    summed = _sum_pairs(both, extra_sums=("present_floor",))
+    extra = _lookup(total, summed["group"]) - summed.pop("present_floor")
+    summed["count"] = summed["count"] + extra
+    summed["error"] = summed["error"] + extra
     return _keep_top(summed, k)
 
 
-def _sum_pairs(table: dict, from_a: np.ndarray | None = None):
-    """One row per (group, item): counts and errors summed (and, given `from_a`, which side had it)."""
+def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the sum of values of each)."""
+    if len(keys) == 0:
+        return keys, values
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    return distinct, np.bincount(inverse.reshape(-1), weights=values, minlength=len(distinct)).astype(np.int64)
+
+
+def _sum_pairs(table: dict, extra_sums: tuple[str, ...] = ()) -> dict:
+    """One row per (group, item): counts, errors and the `extra_sums` columns summed; the other columns are
+    those of the item's first row."""
     order = np.lexsort((table["item"], table["group"]))
     t = {name: col[order] for name, col in table.items()}
-    n = len(t["group"])
-    if n == 0:
-        return t if from_a is None else (t, np.zeros(0, bool), np.zeros(0, bool))
+    if len(t["group"]) == 0:
+        return t
     starts = np.flatnonzero(np.concatenate(([True], (t["group"][1:] != t["group"][:-1])
                                             | (t["item"][1:] != t["item"][:-1]))))
     out = {name: col[starts] for name, col in t.items()}
-    out["count"], out["error"] = np.add.reduceat(t["count"], starts), np.add.reduceat(t["error"], starts)
-    if from_a is None:
-        return out
-    a = from_a[order].astype(np.int64)
-    in_a = np.add.reduceat(a, starts) > 0
-    in_b = np.add.reduceat(1 - a, starts) > 0
-    return out, in_a, in_b
+    for name in ("count", "error", *extra_sums):
+        out[name] = np.add.reduceat(t[name], starts)
+    return out
 
 
 def _keep_top(t: dict, k: int, exact: bool = False) -> dict:

@@ -88,10 +88,9 @@ SYN_OR_RST = np.uint16(TH_SYN | TH_RST)
 
 
 def _fold(tables: list[dict]) -> dict:
-    out = tables[0]
-    for table in tables[1:]:
-        out = fold_rows(out, table, "key", BIN_REDUCE)
-    return out
+    """The bin tables as one, one row per key (one sort, whatever their number)."""
+    both = {name: np.concatenate([t[name] for t in tables]) for name in BIN_COLUMNS}
+    return fold_rows(both, sketch.empty(BIN_COLUMNS), "key", BIN_REDUCE)
 
 
 @register
@@ -176,8 +175,7 @@ class SynFlood(Detector):
             self.cells = sketch.hll_fold({name: np.concatenate([self.cells[name], *(c[name] for _, c, _ in
                                                                                    self.pending)])
                                           for name in sketch.CELL_COLUMNS})
-            for _, _, top in self.pending:
-                self.top = sketch.top_merge(self.top, top, TOP_SOURCES)
+            self.top = sketch.top_merge([self.top, *(top for _, _, top in self.pending)], TOP_SOURCES)
             self.pending, self.pending_rows = [], 0
         extra = len(self.bins["key"]) - MAX_BIN_ROWS
         if extra > 0:
