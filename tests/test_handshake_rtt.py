@@ -146,3 +146,10 @@ def test_figure_draws_p50_and_p90():
     p50 = ax.get_lines()[0]
     assert p50.get_label() == "external p50" and np.max(p50.get_ydata()) > 300
     plt.close(fig)
+
+
+def test_private_addresses_without_a_site_file():
+    texts = np.array(["10.1.2.3", "100.1.2.3", "172.15.0.1", "172.16.0.1", "172.31.255.1", "172.32.0.1",
+                      "192.168.1.1", "192.169.0.1", "fd00::1", "fc12:3::1", "fe80::1", "2001:db8::fc", "fd1::1"])
+    assert texts[hr._private(texts)].tolist() == ["10.1.2.3", "172.16.0.1", "172.31.255.1", "192.168.1.1",
+                                                   "fd00::1", "fc12:3::1"]
