@@ -97,6 +97,10 @@ def test_thresholds_medium_critical_and_the_run_length():
     # 30 -> 150 ms: grown (>= max(3 x 30, 30 + 100)), below 300 ms: medium
     [f] = _findings(_flows([30] * 6 + [150] * 3))
     assert f.severity == "medium" and f.evidence["slow_bins"] == 3
+    assert [b["p50_ms"] for b in f.evidence["per_bin"]] == [30.2] * 6 + [150.2] * 3
+    # a long capture: the bins shown are the run's and the twelve before it
+    [f] = _findings(_flows([30] * 100 + [150] * 3))
+    assert [b["p50_ms"] for b in f.evidence["per_bin"]] == [30.2] * 12 + [150.2] * 3
     # two slow bins are a hiccup
     assert _findings(_flows([30] * 6 + [150] * 2 + [30])) == []
     # 120 ms is no growth over 30 (below baseline + 100 ms)

@@ -41,6 +41,8 @@ def test_spoofed_flood_is_high_and_distributed(tshark):
     assert f.identifier == "10.30.0.80:443" and f.src_ip is None
     assert ev["flooding_seconds"] == 3 and len(ev["episodes"]) == 1
     assert ev["distributed"] is True and "distributed" in f.msg
+    # each spoofed source sent one SYN: none stands out, none is named
+    assert ev["top_sources"] == [] and "top source" not in f.msg
     # the flooding seconds are T0+1 .. T0+4: tshark counts the same SYNs and SYN-ACKs there
     window = f"frame.time_epoch >= {T0 + 1} && frame.time_epoch < {T0 + 4}"
     syns = tshark.count(SPOOFED, f"{window} && tcp.flags.syn == 1 && tcp.flags.ack == 0 && ip.dst == 10.30.0.80")
@@ -72,11 +74,17 @@ def test_flash_crowd_completing_its_handshakes_is_quiet():
     assert d.bins["syn"].max() >= 2 * d.params["min_syn_pps"]
 
 
-def test_ingress_only_mirror_is_low_completion_unknown():
-    [f] = run(CAPTURES / "syn-flood-ingress-only.pcap")
+def test_ingress_only_mirror_is_low_completion_unknown(tshark):
+    path = CAPTURES / "syn-flood-ingress-only.pcap"
+    [f] = run(path)
     assert f.severity == "low" and "completion unknown" in f.msg
     assert f.evidence["completion_known"] is False and "half_open_estimate" not in f.evidence
     assert f.evidence["sources_estimate"] in range(38, 42) and f.evidence["distributed"] is False
+    # 40 sources of about 45 SYNs each in 32 places: every count kept is bounded by the truth (tshark's)
+    sources, counts = np.unique([row[0] for row in tshark.fields(path, "ip.src")], return_counts=True)
+    true = dict(zip(sources.tolist(), counts.tolist()))
+    top = f.evidence["top_sources"]
+    assert len(top) > 16 and all(s["syn"] - s["syn_error"] <= true[s["src_ip"]] <= s["syn"] for s in top)
 
 
 def test_critical_above_a_hundred_times_the_rate(monkeypatch):

@@ -56,6 +56,7 @@ PRIVATE_PREFIXES = ("10.", "192.168.", *(f"172.{n}." for n in range(16, 32)), "f
 SLOW_FLOWS_IN_EVIDENCE = 16
 SERVERS_IN_EVIDENCE = 8
 BINS_IN_EVIDENCE = 60
+BINS_BEFORE = 12
 LEGS = {"handshake_syn_synack_ms": "SYN -> SYN-ACK: the server's side of the capture point (the path beyond it, or "
                                    "the server itself)",
         "handshake_synack_ack_ms": "SYN-ACK -> ACK: the client's side of the capture point (the path toward the "
@@ -180,16 +181,19 @@ class HandshakeRtt(Detector):
         if server is None and median_of:
             msg += "; most handshakes with " + ", ".join(f"{s} ({m:,.0f} ms)" for s, m in
                                                          list(median_of.items())[:3])
+        # the bins of the run and those just before it (the baseline it grew from), BINS_IN_EVIDENCE at most
+        start = max(0, first - BINS_BEFORE)
+        around = slice(start, start + BINS_IN_EVIDENCE)
         series = [{"bin": iso_time(int(b) * BIN_S * NS), "flows": int(n), "p50_ms": round(float(a), 1),
                    "p90_ms": round(float(c), 1), "syn_retransmit_ratio": round(float(r), 4)}
-                  for b, n, a, c, r in zip(table["bin"], table["flows"], table["p50"], table["p90"],
-                                           table["retx_ratio"])][:BINS_IN_EVIDENCE]
+                  for b, n, a, c, r in zip(*(table[name][around] for name in ("bin", "flows", "p50", "p90",
+                                                                               "retx_ratio")))]
         evidence = {
             "class": cls_name, "server": server, "baseline_p50_ms": round(base, 1), "peak_p50_ms": round(peak, 1),
             "peak_p90_ms": round(float(p90.max()), 1), "slow_bins": len(run_bins), "slow_seconds": seconds,
             "bin_s": BIN_S, "handshakes": int(np.count_nonzero(in_run)), "syn_retransmit_ratio": round(retx_ratio, 4),
             "leg_grown": ("syn_synack" if leg == "handshake_syn_synack_ms" else "synack_ack") if slowed else None,
-            "leg_growth_ms": {("syn_synack" if k == "handshake_syn_synack_ms" else "synack_ack"): round(v, 1)
+            "leg_growth_ms": {("syn_synack" if k == "handshake_syn_synack_ms" else "synack_ack"): round(v, 1) + 0.0
                               for k, v in growth.items()},
             "side": LEGS[leg] if slowed else None, "classes_from": hs["classes_from"],
             "servers": [{"server": s, "handshakes": int(c), "p50_ms": round(median_of[s], 1)}

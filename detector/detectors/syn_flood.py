@@ -296,8 +296,9 @@ class SynFlood(Detector):
         t = self.top
         mine = np.flatnonzero(t["group"] == group)
         mine = mine[np.lexsort((t["item"][mine], -t["count"][mine]))]
+        # a source whose count may be all error (a spoofed flood's, seen once each) is no top source
         return [{"src_ip": ip_text(t["src_hi"][k], t["src_lo"][k]), "syn": int(t["count"][k]),
-                 "syn_error": int(t["error"][k])} for k in mine]
+                 "syn_error": int(t["error"][k])} for k in mine if t["count"][k] > t["error"][k]]
 
     @staticmethod
     def with_capture_loss(finding: Finding, loss_ratio: float) -> Finding:
