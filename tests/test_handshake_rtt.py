@@ -157,3 +157,20 @@ def test_private_addresses_without_a_site_file():
                       "192.168.1.1", "192.169.0.1", "fd00::1", "fc12:3::1", "fe80::1", "2001:db8::fc", "fd1::1"])
     assert texts[hr._private(texts)].tolist() == ["10.1.2.3", "172.16.0.1", "172.31.255.1", "192.168.1.1",
                                                    "fd00::1", "fc12:3::1"]
+
+
+def test_watch_alerts_on_the_slow_class():
+    from detector.decode import decode
+    from detector.ingest import open_capture
+    from detector.live.alerts import AlertBook
+    from detector.live.window import SlidingWindow
+    rules = {RULE: load_rules()[RULE]}
+    window = SlidingWindow(rules, now=0.0, slice_s=1.0, slices=1000)
+    book = AlertBook(rules)
+    events = []
+    with open_capture(JUMP, batch_packets=100) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=float(k))
+            events += book.observe(window.analysis().findings, float(k), 0.0)
+    alerts = [e for e in events if e.kind == "alert"]
+    assert [e.tracked.finding.identifier for e in alerts] == ["external handshakes"]

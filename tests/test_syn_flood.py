@@ -250,3 +250,22 @@ def test_space_saving_keeps_the_heavy_hitter_with_bounded_error():
     true = {int(v): int(c) for v, c in zip(*np.unique(items, return_counts=True))}
     for item, count, error in zip(summary["item"], summary["count"], summary["error"]):
         assert count - error <= true[int(item)] <= count
+
+
+# ---- live -------------------------------------------------------------------------------------------------
+
+def test_watch_alerts_once_on_the_victim_while_the_flood_grows():
+    from detector.ingest import open_capture
+    from detector.live.alerts import AlertBook
+    from detector.live.window import SlidingWindow
+    rules = {RULE: load_rules()[RULE]}
+    window = SlidingWindow(rules, now=0.0, slice_s=1.0, slices=1000)
+    book = AlertBook(rules)
+    events = []
+    with open_capture(SPOOFED, batch_packets=1000) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=float(k))
+            events += book.observe(window.analysis().findings, float(k), 0.0)
+    alerts = [e for e in events if e.kind == "alert"]
+    assert [(e.tracked.finding.rule, e.tracked.finding.identifier) for e in alerts] == [(RULE, "10.30.0.80:443")]
+    assert alerts[0].tracked.finding.severity == "high"
