@@ -195,6 +195,21 @@ def test_bin_rows_are_bounded(monkeypatch):
     assert (d.bins["syn"] > 2_000).all()
 
 
+def test_source_sketches_are_bounded(monkeypatch):
+    monkeypatch.setattr(sf, "MAX_CELLS", 100)
+    d = _detector()
+    (batch,) = _batches(CAPTURES / "syn-flood-spoofed.pcap")
+    d.update(batch)
+    d._compact()
+    # the flood's victim alone has some 3,600 registers set (9,000 sources over 4,096): it does not fit
+    assert len(d.cells["group"]) == 0 and d.dropped_cells > 3_000
+    ingress = _detector()
+    (batch,) = _batches(CAPTURES / "syn-flood-ingress-only.pcap")
+    ingress.update(batch)
+    ingress._compact()
+    assert 30 < len(ingress.cells["group"]) <= 40 and ingress.dropped_cells == 0
+
+
 def test_live_counter_counts_syns_and_synacks(tshark):
     (batch,) = _batches(SPOOFED)
     [counter] = _detector().live_counters()

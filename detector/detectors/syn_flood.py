@@ -44,6 +44,7 @@ from .base import (
     check_merge,
     endpoint,
     evidence_frames,
+    find_sorted,
     flow_time_ns,
     fold_rows,
     ip_halves,
@@ -71,6 +72,9 @@ CAPTURE_LOSS_CRITICAL_RATIO = 0.1
 # keys are dropped (and counted): a capture of millions of ordinary connections then loses rows that
 # could never fire.
 MAX_BIN_ROWS = 2_000_000
+# Registers of the source sketches kept (4,096 at most per victim and port; 9 bytes each): past this many,
+# those of the victims with fewest SYNs are dropped (and counted)
+MAX_CELLS = 4_000_000
 # pending per-batch rows folded into the state at once: folding each batch into a large state would cost
 # the whole state per batch
 FOLD_EVERY_ROWS = 1 << 16
@@ -125,6 +129,7 @@ class SynFlood(Detector):
         self.top = {**sketch.empty(sketch.TOP_COLUMNS), "src_hi": np.zeros(0, np.uint64),
                     "src_lo": np.zeros(0, np.uint64)}
         self.dropped_rows = 0
+        self.dropped_cells = 0
 
     # ---- state ----------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -182,12 +187,33 @@ class SynFlood(Detector):
             keep = np.sort(np.argsort(-self.bins["syn"], kind="stable")[:MAX_BIN_ROWS])
             self.bins = {name: col[keep] for name, col in self.bins.items()}
             self.dropped_rows += extra
+        if len(self.cells["group"]) > MAX_CELLS:
+            self._drop_quiet_sketches()
+
+    def _drop_quiet_sketches(self) -> None:
+        """Keep the source sketches of the groups with most SYNs, MAX_CELLS registers at most (a group has up to
+        4,096; millions of ports each with a few sources would otherwise fill memory)."""
+        b = self.bins
+        groups, inverse = np.unique(b["group"], return_inverse=True)
+        syns = np.bincount(inverse.reshape(-1), weights=b["syn"], minlength=len(groups))
+        cell_groups, cells_of = np.unique(self.cells["group"], return_counts=True)
+        at, found = find_sorted(groups, cell_groups)
+        weight = np.zeros(len(cell_groups))
+        weight[found] = syns[at[found]]
+        order = np.argsort(-weight, kind="stable")
+        kept = cell_groups[order][np.cumsum(cells_of[order]) <= MAX_CELLS]
+        keep = np.isin(self.cells["group"], kept)
+        self.dropped_cells += int(np.count_nonzero(~keep))
+        self.cells = {name: col[keep] for name, col in self.cells.items()}
+        top = np.isin(self.top["group"], kept)
+        self.top = {name: col[top] for name, col in self.top.items()}
 
     def merge(self, other: Detector) -> Detector:
         check_merge(self, other)
         other._compact()
         self._add(other.bins, other.cells, other.top)
         self.dropped_rows += other.dropped_rows
+        self.dropped_cells += other.dropped_cells
         return self
 
     # ---- findings ---------------------------------------------------------------
@@ -287,6 +313,8 @@ class SynFlood(Detector):
             evidence["new_syn_from"] = "SYN packets (no flow table: retransmissions counted again)"
         if self.dropped_rows:
             evidence["bin_rows_not_kept"] = self.dropped_rows
+        if self.dropped_cells:
+            evidence["sketch_registers_not_kept"] = self.dropped_cells
         return self.finding(severity, msg, identifier=where, first_seen=t0, last_seen=t1, n=new_total,
                             dest_ip=victim, dest_port=port, proto="TCP",
                             src_ip=top[0]["src_ip"] if sources == 1 and top else None,
