@@ -51,10 +51,18 @@ def test_rtt_jump_is_high_on_the_servers_side(tshark):
 
 
 def test_distant_servers_slow_all_along_are_quiet(monkeypatch):
-    assert run(DISTANT) == []
+    analysis = analyze([str(DISTANT)], {RULE: load_rules()[RULE]})
+    assert analysis.findings == []
+    d = next(d for d in active_detectors(load_rules()) if d.rule_id == RULE)
+    hs = hr.handshakes(analysis.context.flows, d.site)
+    distant = ["203.0.113.7", "203.0.113.8", "203.0.113.9"]
+    assert d._distant_servers(hs, ~hs["internal"]) == (distant, distant)
+    monkeypatch.setattr(hr, "MAX_DISTANT_SERVERS", 1)
+    judged, kept_apart = d._distant_servers(hs, ~hs["internal"])
+    assert len(judged) == 1 and kept_apart == distant
     # the per-server baselines are what keeps it so: without them the shift of handshakes toward the distant
     # servers moves the class's median from 20 to 300 ms
-    monkeypatch.setattr(hr.HandshakeRtt, "_distant_servers", lambda self, hs, cls: [])
+    monkeypatch.setattr(hr.HandshakeRtt, "_distant_servers", lambda self, hs, cls: ([], []))
     [f] = run(DISTANT)
     assert f.severity in ("medium", "high") and f.evidence["slow_bins"] == 4
 

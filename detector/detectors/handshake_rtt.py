@@ -54,6 +54,8 @@ SYN_RETX_CRITICAL_RATIO = 0.1
 # Without a site file: RFC 1918 and RFC 4193 (ULA) addresses are internal
 PRIVATE_PREFIXES = ("10.", "192.168.", *(f"172.{n}." for n in range(16, 32)), "fc", "fd")
 SLOW_FLOWS_IN_EVIDENCE = 16
+# distant servers judged each against its own baseline (the busiest); the others are only left out of their class
+MAX_DISTANT_SERVERS = 64
 SERVERS_IN_EVIDENCE = 8
 BINS_IN_EVIDENCE = 60
 BINS_BEFORE = 12
@@ -103,15 +105,15 @@ class HandshakeRtt(Detector):
             if not cls.any():
                 continue
             name = "internal" if internal else "external"
-            distant = self._distant_servers(hs, cls)
+            judged, distant = self._distant_servers(hs, cls)
             rest = cls & ~np.isin(hs["server"], distant)
             out += self._series(hs, rest, name, f"{name} handshakes", server=None)
-            for server in distant:
+            for server in judged:
                 out += self._series(hs, cls & (hs["server"] == server), name, f"handshakes with {server}",
                                     server=server)
         return out
 
-    def _distant_servers(self, hs: dict, cls: np.ndarray) -> list[str]:
+    def _distant_servers(self, hs: dict, cls: np.ndarray) -> tuple[list[str], list[str]]:
         """Servers of the class slow all along: seen in at least half its bins (and 3), with min_flows
         handshakes, whose own baseline (the median of their bins' medians) already meets the growth test
         against the class's typical server (the median of the own baselines of the servers seen in 3 bins)."""
@@ -122,11 +124,14 @@ class HandshakeRtt(Detector):
                                            flows=("size", "sum"))
         seen = own[own["bins"] >= 3]
         if len(seen) < 2:
-            return []
+            return [], []
         typical = float(seen["baseline"].median())
         bins_total = frame["bin"].nunique()
         candidates = seen[(seen["bins"] >= bins_total / 2) & (seen["flows"] >= self.params["min_flows"])]
-        return sorted(str(server) for server, row in candidates.iterrows() if _grown(row["baseline"], typical))
+        distant = candidates[candidates["baseline"] >= np.maximum(GROWTH_FACTOR * typical, typical + GROWTH_MIN_MS)]
+        # each is a series of its own: the busiest MAX_DISTANT_SERVERS; the others are only kept apart
+        judged = distant.sort_values("flows", ascending=False, kind="stable").index[:MAX_DISTANT_SERVERS]
+        return sorted(str(server) for server in judged), sorted(str(server) for server in distant.index)
 
     def _series(self, hs: dict, rows: np.ndarray, cls_name: str, what: str, server: str | None) -> list[Finding]:
         table = _bin_table(hs, rows, self.params["min_flows"])
