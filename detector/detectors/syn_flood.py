@@ -436,4 +436,4 @@ class SynRateFigure(ReportFigure):
                         color=line.get_color(), label="completed handshakes")
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("per second")
-        ax.legend(loc="upper left", fontsize="small")
+        ax.legend(loc="upper right", fontsize="small")
