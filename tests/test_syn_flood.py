@@ -287,3 +287,33 @@ def test_watch_alerts_once_on_the_victim_while_the_flood_grows():
     alerts = [e for e in events if e.kind == "alert"]
     assert [(e.tracked.finding.rule, e.tracked.finding.identifier) for e in alerts] == [(RULE, "10.30.0.80:443")]
     assert alerts[0].tracked.finding.severity == "high"
+
+
+def test_ipv6_victim_on_a_vlan_with_completions_counted(tmp_path):
+    """The victim's address as the flow table writes it (IPv6 text) is the one its handshakes are looked up
+    by: 400 SYNs in a second from 400 sources, 30 answered and completed."""
+    from scapy.all import TCP, Dot1Q, Ether, IPv6, wrpcap
+    victim, packets = "2001:db8:30::80", []
+    # both MACs given: scapy would otherwise resolve them on the network
+    eth, eth_r = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02"), Ether(src="02:00:00:00:00:02",
+                                                                                 dst="02:00:00:00:00:01")
+    for k in range(400):
+        client = f"2001:db8:99::{k + 1:x}"
+        t = T0 + 10 + k / 400
+        syn = eth / Dot1Q(vlan=30) / IPv6(src=client, dst=victim) / TCP(sport=40000 + k, dport=80, flags="S",
+                                                                            seq=1000)
+        syn.time = t
+        packets.append(syn)
+        if k % 13 == 0:
+            answer = eth_r / Dot1Q(vlan=30) / IPv6(src=victim, dst=client) / TCP(sport=80, dport=40000 + k,
+                                                                                  flags="SA", seq=5000, ack=1001)
+            answer.time = t + 0.0005
+            ack = eth / Dot1Q(vlan=30) / IPv6(src=client, dst=victim) / TCP(sport=40000 + k, dport=80,
+                                                                                flags="A", seq=1001, ack=5001)
+            ack.time = t + 0.0010
+            packets += [answer, ack]
+    wrpcap(str(tmp_path / "v6.pcap"), packets)
+    [f] = run(tmp_path / "v6.pcap")
+    assert (f.dest_ip, f.dest_port, f.n) == (victim, 80, 400)
+    assert f.evidence["completed_handshakes"] == f.evidence["synack"] == 31
+    assert f.severity == "high" and f.evidence["synack_per_syn_ratio"] < 0.1
