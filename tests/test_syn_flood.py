@@ -164,11 +164,27 @@ def test_two_halves_merged_give_one_pass(name):
         left.update(_slice(batch, 0, cut))
         right.update(_slice(batch, cut, len(batch)))
         assert _comparable(left.merge(right).findings(ctx)) == one
+        # the later half first: merge does not depend on the order it is called in
+        left, right = _detector(), _detector()
+        left.update(_slice(batch, 0, cut))
+        right.update(_slice(batch, cut, len(batch)))
+        assert _comparable(right.merge(left).findings(ctx)) == one
     # batch by batch through one state, as a watch feeds it, with the folds of pending rows in between
     stream = _detector()
     for start in range(0, len(batch), 700):
         stream.update(_slice(batch, start, start + 700))
     assert _comparable(stream.findings(ctx)) == one
+
+
+def test_without_a_flow_table_the_syn_packets_are_the_attempts():
+    from detector.detectors import AnalysisContext
+    from detector.stats import CaptureStats
+    d = _detector()
+    for batch in _batches(SPOOFED):
+        d.update(batch)
+    [f] = d.findings(AnalysisContext(flows=None, stats=CaptureStats()))
+    assert f.severity == "high" and f.evidence["new_syn"] == f.evidence["syn_packets"]
+    assert f.evidence["completed_handshakes"] == 0 and "retransmissions counted again" in f.evidence["new_syn_from"]
 
 
 def test_batches_without_syn_cost_nothing():
