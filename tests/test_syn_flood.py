@@ -333,3 +333,17 @@ def test_ipv6_victim_on_a_vlan_with_completions_counted(tmp_path):
     assert (f.dest_ip, f.dest_port, f.n) == (victim, 80, 400)
     assert f.evidence["completed_handshakes"] == f.evidence["synack"] == 31
     assert f.severity == "high" and f.evidence["synack_per_syn_ratio"] < 0.1
+
+
+def test_a_flood_the_capture_could_not_keep_up_with_is_critical():
+    # seed 002: "mostly SYN flood, but our mirror port couldn't keep up": the spoofed flood read together with a
+    # transfer that lost every n-th segment from the capture in the same seconds
+    rules = {k: v for k, v in load_rules().items() if k in ("syn-flood", "capture-loss")}
+    findings = analyze([CAPTURES / "syn-flood-spoofed.pcap", CAPTURES / "loss-every-nth-segment.pcap"], rules,
+                       label="test").findings
+    (flood,) = [f for f in findings if f.rule == "syn-flood"]
+    (loss,) = [f for f in findings if f.rule == "capture-loss" and f.severity != "info"]
+    assert flood.severity == "critical" and loss.severity == "high"
+    assert flood.evidence["capture_loss_ratio"] == pytest.approx(loss.evidence["loss_ratio"], abs=1e-4)
+    # alone, the same flood is high
+    assert [f.severity for f in run(CAPTURES / "syn-flood-spoofed.pcap")] == ["high"]

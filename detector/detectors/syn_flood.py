@@ -52,6 +52,7 @@ from .base import (
     mix64,
     register,
 )
+from .capture_loss import CaptureLoss
 
 # ntopng's former syn_flood default (ntop/ntopng scripts/lua/modules/check_definitions/host/syn_flood.lua, removed
 # in 1117e71d); high and critical are ten and a hundred times it
@@ -100,6 +101,8 @@ def _fold(tables: list[dict]) -> dict:
 @register
 class SynFlood(Detector):
     rule_id = "syn-flood"
+    # a flood the capture could not keep up with is critical (seed 002): capture-loss's findings are read
+    AFTER = (CaptureLoss.rule_id,)
     PARAMS = {
         "min_syn_pps": Param(int, 256, "new SYNs per second to one address and port from which a bin counts",
                              RATE_PPS,
@@ -229,7 +232,8 @@ class SynFlood(Detector):
             mine = mine[np.argsort(b["bin"][mine], kind="stable")]
             finding = self._victim_finding(ctx, group, {name: col[mine] for name, col in b.items()})
             if finding is not None:
-                out.append(finding)
+                loss = _loss_during(ctx, finding)
+                out.append(finding if loss is None else self.with_capture_loss(finding, loss))
         return out
 
     def _victim_finding(self, ctx: AnalysisContext, group, rows: dict) -> Finding | None:
@@ -347,6 +351,17 @@ class SynFlood(Detector):
     def live_counters(self) -> list[LiveCounter]:
         return [LiveCounter("tcp_handshake_packets", "TCP SYNs (kind 0) and SYN-ACKs (kind 1) seen", "kind", 2,
                             _syn_counts)]
+
+
+def _loss_during(ctx: AnalysisContext, finding: Finding) -> float | None:
+    """The worst loss ratio of capture-loss's findings (medium or above) that overlap the flood in time: ACK
+    gaps over its lossy bins, or the capture point's drop counters; None when the capture kept up."""
+    ratios = [f.evidence.get("loss_ratio", f.evidence.get("drop_ratio"))
+              for f in ctx.findings.get(CaptureLoss.rule_id, [])
+              if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["medium"]
+              and f.first_seen <= finding.last_seen and finding.first_seen <= f.last_seen]
+    ratios = [float(r) for r in ratios if r is not None]
+    return max(ratios) if ratios else None
 
 
 def _syn_counts(batch: PacketBatch) -> np.ndarray:
