@@ -67,7 +67,7 @@ HALF_OPEN_WINDOW_S = 63
 DISTRIBUTED_SOURCES = 100
 TOP_SOURCES = 32
 TOP_SOURCE_SHARE = 0.1
-# capture-loss's medium threshold (gaps per ack, Zeek's too_much_loss): counts below it are lower bounds
+# the capture loss rule's medium threshold (gaps per ack, Zeek's too_much_loss): counts below it are lower bounds
 CAPTURE_LOSS_CRITICAL_RATIO = 0.1
 # Bins rows kept: one per (victim, port, second) with SYNs. Past this many, the rows of the quietest
 # keys are dropped (and counted): a capture of millions of ordinary connections then loses rows that
@@ -101,7 +101,7 @@ def _fold(tables: list[dict]) -> dict:
 @register
 class SynFlood(Detector):
     rule_id = "syn-flood"
-    # a flood the capture could not keep up with is critical (seed 002): capture-loss's findings are read
+    # a flood the capture could not keep up with is critical (seed 002): CaptureLoss's findings are read
     AFTER = (CaptureLoss.rule_id,)
     PARAMS = {
         "min_syn_pps": Param(int, 256, "new SYNs per second to one address and port from which a bin counts",
@@ -334,9 +334,9 @@ class SynFlood(Detector):
 
     @staticmethod
     def with_capture_loss(finding: Finding, loss_ratio: float) -> Finding:
-        """The finding with what capture-loss measured: a flood seen through a capture that lost at least
+        """The finding with what CaptureLoss measured: a flood seen through a capture that lost at least
         CAPTURE_LOSS_CRITICAL_RATIO of its packets is critical (seed 002: the mirror port could not keep
-        up; every count above is then a lower bound). The lead's merge calls it with capture-loss's ratio."""
+        up; every count above is then a lower bound). findings() calls it with the worst ratio of CaptureLoss's findings over the flood."""
         evidence = {**finding.evidence, "capture_loss_ratio": round(float(loss_ratio), 4)}
         severity = finding.severity
         if loss_ratio >= CAPTURE_LOSS_CRITICAL_RATIO and SEVERITY_RANK[severity] >= SEVERITY_RANK["medium"]:
@@ -354,7 +354,7 @@ class SynFlood(Detector):
 
 
 def _loss_during(ctx: AnalysisContext, finding: Finding) -> float | None:
-    """The worst loss ratio of capture-loss's findings (medium or above) that overlap the flood in time: ACK
+    """The worst loss ratio of CaptureLoss's findings (medium or above) that overlap the flood in time: ACK
     gaps over its lossy bins, or the capture point's drop counters; None when the capture kept up."""
     ratios = [f.evidence.get("loss_ratio", f.evidence.get("drop_ratio"))
               for f in ctx.findings.get(CaptureLoss.rule_id, [])
