@@ -336,7 +336,8 @@ class SynFlood(Detector):
     def with_capture_loss(finding: Finding, loss_ratio: float) -> Finding:
         """The finding with what CaptureLoss measured: a flood seen through a capture that lost at least
         CAPTURE_LOSS_CRITICAL_RATIO of its packets is critical (seed 002: the mirror port could not keep
-        up; every count above is then a lower bound). findings() calls it with the worst ratio of CaptureLoss's findings over the flood."""
+        up; every count above is then a lower bound). findings() calls it with the worst ratio of
+        CaptureLoss's findings over the flood."""
         evidence = {**finding.evidence, "capture_loss_ratio": round(float(loss_ratio), 4)}
         severity = finding.severity
         if loss_ratio >= CAPTURE_LOSS_CRITICAL_RATIO and SEVERITY_RANK[severity] >= SEVERITY_RANK["medium"]:
