@@ -193,11 +193,14 @@ def _column(flows, name: str) -> np.ndarray:
     return column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
 
 
-def _factorize(values) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) of a column; hashing, not sorting, as strings of a million flows need."""
+def _factorize(flows, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column: hashing, not sorting, and on the frame's own column (its Arrow
+    strings), never a million Python strings."""
     import pandas as pd
-    codes, uniques = pd.factorize(np.asarray(values), use_na_sentinel=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+    column = flows[name]
+    codes, uniques = pd.factorize(column if isinstance(column, pd.Series) else np.asarray(column),
+                                  use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
 
 
 def _proto_numbers(texts) -> np.ndarray:
@@ -265,47 +268,45 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     out = Occupancy(profile=profile, flows=len(flows))
     if len(flows) == 0:
         return out
-    src, src_ips = _factorize(_column(flows, "src_ip"))
-    dest, dest_ips = _factorize(_column(flows, "dest_ip"))
+    src, src_ips = _factorize(flows, "src_ip")
+    dest, dest_ips = _factorize(flows, "dest_ip")
     sport = _column(flows, "src_port").astype(np.int64)
     dport = _column(flows, "dest_port").astype(np.int64)
-    proto_codes, proto_names = _factorize(_column(flows, "proto"))
+    proto_codes, proto_names = _factorize(flows, "proto")
     proto = _proto_numbers(proto_names)[proto_codes]
     first, last = flow_time_ns(flows["first_seen"]), flow_time_ns(flows["last_seen"])
     replied = _column(flows, "dst2src_packets") > 0
-    state_codes, state_names = _factorize(_column(flows, "state"))
+    state_codes, state_names = _factorize(flows, "state")
     end_state = _end_states(proto, state_codes, state_names, replied)
     frames = _column(flows, "first_frame").astype(np.int64)
     out.first_ns, out.last_ns = int(first.min()), int(last.max())
 
-    keep = np.ones(len(first), bool)
     if untracked:
-        keep = ~_untracked_mask(dest, dest_ips, dport, untracked)
-        out.untracked_flows = int(np.count_nonzero(~keep))
-    rows = np.flatnonzero(keep)
-    if len(rows) == 0:
-        return out
+        tracked = ~_untracked_mask(dest, dest_ips, dport, untracked)
+        out.untracked_flows = int(np.count_nonzero(~tracked))
+        if not tracked.any():
+            return out
+        src, dest, sport, dport, proto, first, last, replied, end_state, frames = (
+            col[tracked] for col in (src, dest, sport, dport, proto, first, last, replied, end_state, frames))
 
     # one key per 5-tuple, whichever side originated: the kernel's entry holds both directions
-    a = (src[rows] << 16) | sport[rows]
-    b = (dest[rows] << 16) | dport[rows]
-    key = mix64(np.minimum(a, b), np.maximum(a, b), proto[rows])
+    a, b = (src << 16) | sport, (dest << 16) | dport
+    key = mix64(np.minimum(a, b), np.maximum(a, b), proto)
     # rows of one key in time order (the flow table comes in first-packet order; a stable sort keeps it)
-    if np.all(first[rows][1:] >= first[rows][:-1]):
-        perm = np.argsort(key, kind="stable")
-    else:
-        perm = np.lexsort((first[rows], key))
-    order, key = rows[perm], key[perm]
+    order = np.argsort(key, kind="stable") if np.all(first[1:] >= first[:-1]) else np.lexsort((first, key))
+    key = key[order]
     start = first[order]
     end = last[order] + timeouts[end_state[order]]
-    group_start = np.concatenate(([True], key[1:] != key[:-1]))
-    new_entry = group_start.copy()
-    repeated = np.flatnonzero(~group_start)
+    new_entry = np.concatenate(([True], key[1:] != key[:-1]))
+    repeated = np.flatnonzero(~new_entry)
     if len(repeated):
-        # a row continues its 5-tuple's entry when it starts before every earlier row's entry expired
-        group = np.cumsum(group_start) - 1
-        reach = _running_max_per_group(end, group)
-        new_entry[repeated] = start[repeated] >= reach[repeated - 1]
+        # a row continues its 5-tuple's entry when it starts before every earlier row's entry expired; only
+        # the rows of repeated 5-tuples take part (a few, in most captures)
+        members = np.unique(np.concatenate([repeated - 1, repeated]))
+        group = np.cumsum(new_entry[members]) - 1
+        reach = _running_max_per_group(end[members], group)
+        at = np.searchsorted(members, repeated)
+        new_entry[repeated] = start[repeated] >= reach[at - 1]
     heads = np.flatnonzero(new_entry)
     entry_start = start[heads]
     entry_end = np.maximum.reduceat(end, heads)
