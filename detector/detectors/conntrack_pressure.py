@@ -426,7 +426,7 @@ class ConntrackPressure(Detector):
         if fill >= 1:
             severity, verdict = "high", "the table is full: Linux drops new connections (\"table full\")"
         elif source_fill >= p["source_ratio"]:
-            severity, verdict = "high", (f"one source, {top['source']}, holds {source_fill:.0%} of the table "
+            severity, verdict = "high", (f"one source, {top['source']}, holds {source_fill:.1%} of the table "
                                          f"({top['unreplied_ratio']:.0%} of its entries unanswered)")
         elif fill >= p["warn_fill_ratio"]:
             severity, verdict = "medium", f"above {p['warn_fill_ratio']:.0%} of the table"
@@ -436,7 +436,7 @@ class ConntrackPressure(Detector):
                f"{size:,}-entry table ({fill:.1%}) at {iso_time(occ.peak_ns)}, up to {occ.peak_insert_rate:,} "
                f"new entries in one second; {verdict}")
         span_s = max((occ.last_ns - occ.first_ns) / NS, 0.0)
-        bin_ns = max(NS, -(-(occ.last_ns - occ.first_ns + 1) // SERIES_POINTS))
+        bin_ns = NS * max(1, -(-(occ.last_ns - occ.first_ns + 1) // (SERIES_POINTS * NS)))     # whole seconds
         count = int(-(-(occ.last_ns - occ.first_ns + 1) // bin_ns))
         peaks, inserts = occ.series(occ.first_ns, bin_ns, count)
         evidence = {
