@@ -193,14 +193,18 @@ def _column(flows, name: str) -> np.ndarray:
     return column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
 
 
-def _factorize(flows, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) of a column: hashing, not sorting, and on the frame's own column (its Arrow
-    strings), never a million Python strings."""
+def _factorize(flows, *names: str) -> tuple[np.ndarray, ...]:
+    """Codes of the columns `names` (one code per distinct value across all of them: an address has the same
+    code as source and as destination), then the distinct values. Hashing, not sorting, and on the frame's
+    own columns (Arrow strings), never a million Python strings."""
     import pandas as pd
-    column = flows[name]
-    codes, uniques = pd.factorize(column if isinstance(column, pd.Series) else np.asarray(column),
+    columns = [flows[name] if isinstance(flows[name], pd.Series) else pd.Series(np.asarray(flows[name]))
+               for name in names]
+    codes, uniques = pd.factorize(pd.concat(columns, ignore_index=True) if len(columns) > 1 else columns[0],
                                   use_na_sentinel=False)
-    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+    codes = codes.astype(np.int64, copy=False)
+    n = len(columns[0])
+    return (*(codes[i * n:(i + 1) * n] for i in range(len(columns))), np.asarray(uniques, dtype=object))
 
 
 def _proto_numbers(texts) -> np.ndarray:
@@ -213,15 +217,15 @@ def _proto_numbers(texts) -> np.ndarray:
     return out
 
 
-def _untracked_mask(dest_codes, dest_ips, dest_ports, listeners) -> np.ndarray:
+def _untracked_mask(dest_codes, addresses, dest_ports, listeners) -> np.ndarray:
     """Rows whose responder (address, port) a NOTRACK listener covers."""
     mask = np.zeros(len(dest_codes), bool)
     for network, port in listeners:
         if network is None:
-            hit_address = np.ones(len(dest_ips), bool)
+            hit_address = np.ones(len(addresses), bool)
         else:
-            hit_address = np.zeros(len(dest_ips), bool)
-            for i, text in enumerate(dest_ips):
+            hit_address = np.zeros(len(addresses), bool)
+            for i, text in enumerate(addresses):
                 try:
                     hit_address[i] = ipaddress.ip_address(str(text)) in network
                 except ValueError:
@@ -268,8 +272,7 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     out = Occupancy(profile=profile, flows=len(flows))
     if len(flows) == 0:
         return out
-    src, src_ips = _factorize(flows, "src_ip")
-    dest, dest_ips = _factorize(flows, "dest_ip")
+    src, dest, addresses = _factorize(flows, "src_ip", "dest_ip")
     sport = _column(flows, "src_port").astype(np.int64)
     dport = _column(flows, "dest_port").astype(np.int64)
     proto_codes, proto_names = _factorize(flows, "proto")
@@ -282,7 +285,7 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     out.first_ns, out.last_ns = int(first.min()), int(last.max())
 
     if untracked:
-        tracked = ~_untracked_mask(dest, dest_ips, dport, untracked)
+        tracked = ~_untracked_mask(dest, addresses, dport, untracked)
         out.untracked_flows = int(np.count_nonzero(~tracked))
         if not tracked.any():
             return out
@@ -333,10 +336,10 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     mix = np.bincount(entry_state[alive], minlength=len(END_STATES))
     out.state_mix = {END_STATES[i]: int(mix[i]) for i in np.flatnonzero(mix)}
     unreplied = ~entry_replied
-    held = np.bincount(entry_src[alive], minlength=len(src_ips))
-    held_unreplied = np.bincount(entry_src[alive & unreplied], minlength=len(src_ips))
+    held = np.bincount(entry_src[alive], minlength=len(addresses))
+    held_unreplied = np.bincount(entry_src[alive & unreplied], minlength=len(addresses))
     ranked = np.lexsort((np.arange(len(held)), -held))[:top_sources]
-    out.top_sources = [{"source": str(src_ips[i]), "entries": int(held[i]),
+    out.top_sources = [{"source": str(addresses[i]), "entries": int(held[i]),
                         "unreplied_ratio": round(float(held_unreplied[i] / held[i]), 4)}
                        for i in ranked if held[i] > 0]
     if out.top_sources:
@@ -443,7 +446,7 @@ class ConntrackPressure(Detector):
             "profile": occ.profile, "table_size": size, "hashsize": p["hashsize"],
             "peak_entries": occ.peak, "peak_time": iso_time(occ.peak_ns), "peak_fill_ratio": round(fill, 6),
             "peak_insert_rate_per_s": occ.peak_insert_rate, "peak_insert_time": iso_time(occ.peak_insert_ns),
-            "average_chain_length": round(occ.peak / p["hashsize"], 4),
+            "average_chain_length": round(occ.peak / p["hashsize"], 6),
             "state_mix_at_peak": occ.state_mix, "top_sources_at_peak": occ.top_sources,
             "entries": occ.entries, "flows": occ.flows, "untracked_flows": occ.untracked_flows,
             "censored_entries": occ.censored, "capture_s": round(span_s, 3),
