@@ -270,3 +270,27 @@ def test_explain_says_watch_sees_a_lower_bound():
     text = " ".join(explain_text(load_rules()[RULE]).split())
     assert "in `detector watch` the rule reads only the window's flows" in text
     assert "is a lower bound" in text
+
+
+def test_the_flow_tables_columns_and_its_frame_give_one_model():
+    from detector import engine
+    from detector.flows import FlowTable
+
+    table = FlowTable()
+    engine.run([str(SWEEP), str(NAT)], [table])
+    coded, frame = occupancy(table.coded_columns()), occupancy(table.to_frame())
+    for name in ("entries", "peak", "peak_ns", "peak_insert_rate", "censored", "state_mix", "top_sources",
+                 "top_source_frames"):
+        assert getattr(coded, name) == getattr(frame, name), name
+    assert coded.top_sources[0]["source"] == "100.64.7.7"
+
+
+def test_findings_read_the_flow_table_without_building_its_frame():
+    from detector import engine
+    from detector.flows import FlowTable
+
+    table = FlowTable()
+    engine.run([str(NAT)], [table])
+    ctx = AnalysisContext(table, CaptureStats())
+    [finding] = detector().findings(ctx)
+    assert finding.src_ip == "203.0.113.1" and ctx._flows is table

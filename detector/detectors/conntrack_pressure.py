@@ -55,6 +55,7 @@ from .base import (
     check_merge,
     evidence_frames,
     flow_time_ns,
+    ip_text,
     mix64,
     register,
 )
@@ -207,6 +208,61 @@ def _factorize(flows, *names: str) -> tuple[np.ndarray, ...]:
     return (*(codes[i * n:(i + 1) * n] for i in range(len(columns))), np.asarray(uniques, dtype=object))
 
 
+@dataclass
+class _Flows:
+    """What the model reads of each flow, from either shape of the flow table."""
+
+    src: np.ndarray             # address codes, one space for sources and destinations
+    dest: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+    proto: np.ndarray           # IANA numbers
+    first: np.ndarray           # ns
+    last: np.ndarray
+    replied: np.ndarray         # the responder sent something
+    state_codes: np.ndarray     # Zeek conn_state, as codes into state_names
+    state_names: np.ndarray
+    frames: np.ndarray          # first frame of each flow
+    address_text: object        # address code -> text
+
+    @classmethod
+    def read(cls, flows) -> _Flows:
+        if "src_ip_hi" in flows:
+            return cls._from_coded(flows)
+        src, dest, addresses = _factorize(flows, "src_ip", "dest_ip")
+        proto_codes, proto_names = _factorize(flows, "proto")
+        state_codes, state_names = _factorize(flows, "state")
+        return cls(src=src, dest=dest, sport=_column(flows, "src_port").astype(np.int64),
+                   dport=_column(flows, "dest_port").astype(np.int64), proto=_proto_numbers(proto_names)[proto_codes],
+                   first=flow_time_ns(flows["first_seen"]), last=flow_time_ns(flows["last_seen"]),
+                   replied=_column(flows, "dst2src_packets") > 0, state_codes=state_codes, state_names=state_names,
+                   frames=_column(flows, "first_frame").astype(np.int64), address_text=lambda code: addresses[code])
+
+    @classmethod
+    def _from_coded(cls, cols: dict) -> _Flows:
+        """FlowTable.coded_columns(): addresses as uint64 halves, protocol numbers, conn_state as TextCodes."""
+        n = len(cols["first_seen"])
+        hi = np.concatenate([cols["src_ip_hi"], cols["dest_ip_hi"]]).astype(np.uint64)
+        lo = np.concatenate([cols["src_ip_lo"], cols["dest_ip_lo"]]).astype(np.uint64)
+        order = np.lexsort((lo, hi))
+        fresh = np.concatenate(([True], (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1])))
+        codes = np.empty(2 * n, np.int64)
+        codes[order] = np.cumsum(fresh) - 1
+        first_row = order[fresh]                   # a row holding each address, by code
+        state = cols["state"]
+        return cls(src=codes[:n], dest=codes[n:], sport=np.asarray(cols["src_port"], np.int64),
+                   dport=np.asarray(cols["dest_port"], np.int64), proto=np.asarray(cols["proto"], np.int64),
+                   first=np.asarray(cols["first_seen"], np.int64), last=np.asarray(cols["last_seen"], np.int64),
+                   replied=np.asarray(cols["dst2src_packets"]) > 0, state_codes=np.asarray(state.codes, np.int64),
+                   state_names=state.value_texts(), frames=np.asarray(cols["first_frame"], np.int64),
+                   address_text=lambda code: ip_text(hi[first_row[code]], lo[first_row[code]]))
+
+    def address_texts(self) -> np.ndarray:
+        """Every address code's text (only where listeners must be matched against them)."""
+        count = int(max(self.src.max(initial=-1), self.dest.max(initial=-1))) + 1
+        return np.array([self.address_text(code) for code in range(count)], dtype=object)
+
+
 def _proto_numbers(texts) -> np.ndarray:
     """IANA numbers of the flow table's protocol names ('tcp', 'udp', '47'...), 0 for anything else."""
     names = {"tcp": PROTO_TCP, "udp": PROTO_UDP, "icmp": PROTO_ICMP, "icmpv6": PROTO_ICMP6}
@@ -269,23 +325,18 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     (bench/conntrack_model.py).
     """
     timeouts = np.array([PROFILES[profile][name] * NS for name in END_STATES], np.int64)
-    out = Occupancy(profile=profile, flows=len(flows))
-    if len(flows) == 0:
+    rows = len(flows["first_seen"])
+    out = Occupancy(profile=profile, flows=rows)
+    if rows == 0:
         return out
-    src, dest, addresses = _factorize(flows, "src_ip", "dest_ip")
-    sport = _column(flows, "src_port").astype(np.int64)
-    dport = _column(flows, "dest_port").astype(np.int64)
-    proto_codes, proto_names = _factorize(flows, "proto")
-    proto = _proto_numbers(proto_names)[proto_codes]
-    first, last = flow_time_ns(flows["first_seen"]), flow_time_ns(flows["last_seen"])
-    replied = _column(flows, "dst2src_packets") > 0
-    state_codes, state_names = _factorize(flows, "state")
-    end_state = _end_states(proto, state_codes, state_names, replied)
-    frames = _column(flows, "first_frame").astype(np.int64)
+    f = _Flows.read(flows)
+    src, dest, sport, dport, proto, first, last, replied, frames = (
+        f.src, f.dest, f.sport, f.dport, f.proto, f.first, f.last, f.replied, f.frames)
+    end_state = _end_states(proto, f.state_codes, f.state_names, replied)
     out.first_ns, out.last_ns = int(first.min()), int(last.max())
 
     if untracked:
-        tracked = ~_untracked_mask(dest, addresses, dport, untracked)
+        tracked = ~_untracked_mask(dest, f.address_texts(), dport, untracked)
         out.untracked_flows = int(np.count_nonzero(~tracked))
         if not tracked.any():
             return out
@@ -336,10 +387,10 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     mix = np.bincount(entry_state[alive], minlength=len(END_STATES))
     out.state_mix = {END_STATES[i]: int(mix[i]) for i in np.flatnonzero(mix)}
     unreplied = ~entry_replied
-    held = np.bincount(entry_src[alive], minlength=len(addresses))
-    held_unreplied = np.bincount(entry_src[alive & unreplied], minlength=len(addresses))
+    held = np.bincount(entry_src[alive])
+    held_unreplied = np.bincount(entry_src[alive & unreplied], minlength=len(held))
     ranked = np.lexsort((np.arange(len(held)), -held))[:top_sources]
-    out.top_sources = [{"source": str(addresses[i]), "entries": int(held[i]),
+    out.top_sources = [{"source": str(f.address_text(i)), "entries": int(held[i]),
                         "unreplied_ratio": round(float(held_unreplied[i] / held[i]), 4)}
                        for i in ranked if held[i] > 0]
     if out.top_sources:
@@ -351,6 +402,7 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
 @register
 class ConntrackPressure(Detector):
     rule_id = "conntrack-pressure"
+    needs_fingerprint = False       # it reads no packet, only the flow table
     PARAMS = {
         # 262,144: what Linux sets on a 64-bit host with more than 4 GiB (nf_conntrack_core.c, "sanitize table
         # size default settings", 2021); seed 003's CGNAT ran 3,145,728
@@ -412,10 +464,7 @@ class ConntrackPressure(Detector):
         return occupancy(flows, self.params["profile"], self.untracked)
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        flows = ctx.flows
-        if flows is None or len(flows) == 0:
-            return []
-        occ = self.model(flows)
+        occ = self.model(ctx.flow_columns())
         if occ.entries == 0:
             return []
         return [self._finding(occ)]
