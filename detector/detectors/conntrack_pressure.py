@@ -437,10 +437,11 @@ class ConntrackPressure(Detector):
         "suppress_s": Param(float, 300.0, "least seconds between two events about the table", ALERT_SECONDS,
                             "A filling table is news when it crosses a threshold; shorter repeats the same "
                             "capacity report every window."),
-        "resolve_s": Param(float, 120.0, "seconds the table must stay below the warning before it is resolved",
-                           ALERT_SECONDS,
-                           "Entries expire over minutes (SYN_SENT 2 min in Linux), so the table stays full that "
-                           "long after a sweep stops."),
+        "resolve_s": Param(float, 120.0, "seconds without a new packet in the window before the table's alert is "
+                                         "resolved (while traffic flows, the alert follows the report's severity "
+                                         "down to info)", ALERT_SECONDS,
+                           "Entries expire over minutes (SYN_SENT 2 min in Linux), so a table stays full that long "
+                           "after a sweep stops; shorter resolves a link that merely paused."),
     }
 
     def __init__(self, rule, site=None):
