@@ -538,6 +538,8 @@ class ConcurrencyFigure(ReportFigure):
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("entries")
         rate = ax.twinx()
-        rate.plot(x, inserts / self.bins.width_s, color="tab:gray", linewidth=0.8, label="new entries/s")
-        rate.set_ylabel("new entries per second")
+        per_second = inserts / self.bins.width_s
+        rate.step(x, per_second, where="post", color="tab:gray", linewidth=0.6, alpha=0.6)
+        rate.set_ylim(0, max(float(per_second.max(initial=0)), 1.0) * 1.1)
+        rate.set_ylabel("new entries per second (grey)")
         ax.legend(loc="upper left", fontsize="small")
