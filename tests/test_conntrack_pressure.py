@@ -294,3 +294,12 @@ def test_findings_read_the_flow_table_without_building_its_frame():
     ctx = AnalysisContext(table, CaptureStats())
     [finding] = detector().findings(ctx)
     assert finding.src_ip == "203.0.113.1" and ctx._flows is table
+
+
+def test_clock_at_the_end_of_int64_saturates_instead_of_wrapping():
+    frame = flows(("10.0.0.1", 40000, "192.0.2.1", 80, "tcp", 0, 1, "S0", 0))
+    frame["last_seen"] = pd.to_datetime([np.iinfo(np.int64).max - 5], unit="ns", utc=True)
+    occ = occupancy(frame)
+    assert occ.ends.tolist() == [np.iinfo(np.int64).max] and occ.peak == 1
+    finding = judge(frame)
+    assert len(finding.evidence["concurrency_series"]) <= 61

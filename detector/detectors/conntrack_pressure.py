@@ -350,7 +350,9 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     order = np.argsort(key, kind="stable") if np.all(first[1:] >= first[:-1]) else np.lexsort((first, key))
     key = key[order]
     start = first[order]
-    end = last[order] + timeouts[end_state[order]]
+    # a timestamp near the end of int64 (a damaged pcapng clock) saturates instead of wrapping to the past
+    last_sorted = last[order]
+    end = last_sorted + np.minimum(timeouts[end_state[order]], np.iinfo(np.int64).max - np.maximum(last_sorted, 0))
     new_entry = np.concatenate(([True], key[1:] != key[:-1]))
     repeated = np.flatnonzero(~new_entry)
     if len(repeated):
