@@ -69,8 +69,6 @@ END_STATES = ("syn_sent", "syn_recv", "established", "fin_wait", "close_wait", "
               "other_replied")
 _STATE_CODE = {name: i for i, name in enumerate(END_STATES)}
 ESTABLISHED = _STATE_CODE["established"]
-# The states whose entry nobody answered: what a sweep or a flood leaves behind.
-UNREPLIED_STATES = ("syn_sent", "udp_unreplied", "icmp_unreplied", "other_unreplied")
 
 # Zeek's conn_state of a TCP flow -> the conntrack state its entry ends in.
 END_STATE_OF = {
@@ -87,7 +85,7 @@ DAY_S = 86400
 # Timeouts in seconds per end state.
 PROFILES: dict[str, dict[str, float]] = {
     # Linux defaults: net/netfilter/nf_conntrack_proto_tcp.c tcp_timeouts[], nf_conntrack_proto_udp.c
-    # udp_timeouts[] (unreplied 30 s, stream 120 s; 180 s before Linux 5.x), nf_conntrack_proto_icmp.c (30 s),
+    # udp_timeouts[] (unreplied 30 s, stream 120 s; older kernels kept streams 180 s), nf_conntrack_proto_icmp.c (30 s),
     # nf_conntrack_proto_generic.c (600 s)
     "linux": {"syn_sent": 120, "syn_recv": 60, "established": 5 * DAY_S, "fin_wait": 120, "close_wait": 60,
               "last_ack": 30, "time_wait": 120, "close": 10, "udp_unreplied": 30, "udp_replied": 120,
