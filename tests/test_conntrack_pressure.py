@@ -303,3 +303,35 @@ def test_clock_at_the_end_of_int64_saturates_instead_of_wrapping():
     assert occ.ends.tolist() == [np.iinfo(np.int64).max] and occ.peak == 1
     finding = judge(frame)
     assert len(finding.evidence["concurrency_series"]) <= 61
+
+
+# ---- real captures (../shared/captures-real) ---------------------------------------------------------------
+
+SYN_FLOOD = "suricata-verify/tests/firewall/tcp-session-syn-flood-drop-precedence/input.pcap"
+ICMP_SCAN = "lucaderi-sgr/2022/Favilli/tests/hs-icmpScan.pcapng"
+
+
+def test_suricata_verify_syn_flood_is_a_capacity_report_of_unanswered_syns(captures_real, tshark):
+    path = captures_real / SYN_FLOOD
+    assert tshark.count(path, "ip.src == 192.0.2.10 && tcp.flags == 0x002") == 200
+    assert tshark.count(path, "ip.dst == 192.0.2.10") == 0
+    [finding] = run(path)
+    assert finding.severity == "info" and finding.n == 200
+    ev = finding.evidence
+    assert ev["state_mix_at_peak"] == {"syn_sent": 200} and ev["peak_insert_rate_per_s"] == 200
+    assert ev["top_sources_at_peak"] == [{"source": "192.0.2.10", "entries": 200, "unreplied_ratio": 1.0}]
+    # on a box with a 1,000-entry table the one source holds a fifth of it
+    [small] = run(path, table_size=1000)
+    assert small.severity == "high" and "192.0.2.10, holds 20.0% of the table" in small.msg
+
+
+def test_ntop_icmp_scan_names_the_scanner_and_its_unanswered_share(captures_real, tshark):
+    path = captures_real / ICMP_SCAN
+    # 512 echo requests from 10.0.0.128, two to each of 256 hosts; only 10.0.0.1 and 10.0.0.3 answer
+    assert tshark.count(path, "ip.src == 10.0.0.128 && icmp.type == 8") == 512
+    assert {row[0] for row in tshark.fields(path, "ip.src", display_filter="icmp.type == 0")} == \
+        {"10.0.0.1", "10.0.0.3"}
+    [finding] = run(path)
+    assert finding.severity == "info" and finding.src_ip == "10.0.0.128"
+    top = finding.evidence["top_sources_at_peak"][0]
+    assert top == {"source": "10.0.0.128", "entries": 256, "unreplied_ratio": round(254 / 256, 4)}
