@@ -156,7 +156,15 @@ def test_unknown_profile_is_a_rule_error():
 
 
 def test_empty_flow_table_gives_no_finding():
-    assert detector().findings(AnalysisContext(flows(), CaptureStats())) == []
+    assert detector(report_fill_ratio=0.0).findings(AnalysisContext(flows(), CaptureStats())) == []
+
+
+def test_an_idle_table_gets_no_capacity_report():
+    # 262 entries are 0.1 % of the default table: the least a capacity report needs
+    assert detector().findings(AnalysisContext(flows(*sweep_rows(261)), CaptureStats())) == []
+    assert judge(flows(*sweep_rows(263))).severity == "info"
+    # medium and high are written whatever the floor
+    assert judge(flows(*sweep_rows(80)), table_size=100, source_ratio=1.0, report_fill_ratio=0.9).severity == "medium"
 
 
 def test_series_peaks_within_bins_and_counts_inserts():
@@ -301,7 +309,7 @@ def test_clock_at_the_end_of_int64_saturates_instead_of_wrapping():
     frame["last_seen"] = pd.to_datetime([np.iinfo(np.int64).max - 5], unit="ns", utc=True)
     occ = occupancy(frame)
     assert occ.ends.tolist() == [np.iinfo(np.int64).max] and occ.peak == 1
-    finding = judge(frame)
+    finding = judge(frame, report_fill_ratio=0.0)
     assert len(finding.evidence["concurrency_series"]) <= 61
 
 
@@ -315,7 +323,9 @@ def test_suricata_verify_syn_flood_is_a_capacity_report_of_unanswered_syns(captu
     path = captures_real / SYN_FLOOD
     assert tshark.count(path, "ip.src == 192.0.2.10 && tcp.flags == 0x002") == 200
     assert tshark.count(path, "ip.dst == 192.0.2.10") == 0
-    [finding] = run(path)
+    # 200 entries are under the 0.1 % of a default table a capacity report needs
+    assert run(path) == []
+    [finding] = run(path, report_fill_ratio=0.0)
     assert finding.severity == "info" and finding.n == 200
     ev = finding.evidence
     assert ev["state_mix_at_peak"] == {"syn_sent": 200} and ev["peak_insert_rate_per_s"] == 200
@@ -331,7 +341,7 @@ def test_ntop_icmp_scan_names_the_scanner_and_its_unanswered_share(captures_real
     assert tshark.count(path, "ip.src == 10.0.0.128 && icmp.type == 8") == 512
     assert {row[0] for row in tshark.fields(path, "ip.src", display_filter="icmp.type == 0")} == \
         {"10.0.0.1", "10.0.0.3"}
-    [finding] = run(path)
+    [finding] = run(path, table_size=65536)
     assert finding.severity == "info" and finding.src_ip == "10.0.0.128"
     top = finding.evidence["top_sources_at_peak"][0]
     assert top == {"source": "10.0.0.128", "entries": 256, "unreplied_ratio": round(254 / 256, 4)}
