@@ -176,8 +176,8 @@ def conntrack_busy_resolver(out_dir: Path) -> dict:
     count = write_pcap(path, parts)
     return {"file": path.name, "packets": count,
             "what": "near-miss: a resolver sends 2,000 queries over 200 s, each from its own port and answered; "
-                    "the entries expire and the modelled table never holds more than ~1,200",
-            "must_yield": [{"rule": RULE, "severity_at_least": "info"}],
+                    "the entries expire and the modelled table never holds more than ~1,200 (under 1 %: no report)",
+            "must_yield": [],
             "must_not_yield": [{"rule": RULE, "severity_above": "info"}]}
 
 
@@ -192,8 +192,8 @@ def conntrack_nat_gateway(out_dir: Path) -> dict:
     count = write_pcap(path, _sessions(rng, gateway, servers, 443, starts))
     return {"file": path.name, "packets": count,
             "what": "near-miss: a NAT gateway's public address opens 5 web connections a second for 200 s, each "
-                    "completed and closed; their TIME_WAIT entries expire and the table stays small",
-            "must_yield": [{"rule": RULE, "severity_at_least": "info"}],
+                    "completed and closed; their TIME_WAIT entries expire and the table stays small (no report)",
+            "must_yield": [],
             "must_not_yield": [{"rule": RULE, "severity_above": "info"}]}
 
 

@@ -106,9 +106,6 @@ PROFILES: dict[str, dict[str, float]] = {
 TOP_SOURCES = 5
 # Points of the concurrency series a finding carries (the report's figure draws it at full resolution).
 SERIES_POINTS = 60
-# The figure is drawn when the peak fills at least this much of the table: below, it is a flat line at
-# the bottom of the axis and tells nothing the numbers do not.
-FIGURE_MIN_FILL_RATIO = 0.01
 
 
 @dataclass
@@ -428,9 +425,10 @@ class ConntrackPressure(Detector):
                                              "medium (at 1, high: Linux drops new connections)", RATIO,
                                  "Lower warns earlier, on boxes that may still cope; higher leaves less room "
                                  "between the warning and dropped connections."),
-        # 0.1 %: 262 entries of the default table, 3,146 of seed 003's
-        "report_fill_ratio": Param(float, 0.001, "share of the table filled at the peak from which the capacity "
-                                                 "report (info) is written; medium and high always are", RATIO,
+        # 1 %: 2,621 entries of the default table, 31,457 of seed 003's
+        "report_fill_ratio": Param(float, 0.01, "share of the table filled at the peak from which the capacity "
+                                                "report (info, with its figure) is written; medium and high always "
+                                                "are", RATIO,
                                    "At 0 every capture with a flow gets a report; higher keeps the report for "
                                    "tables that carry real load. An idle table's report says nothing."),
         "source_ratio": Param(float, 0.1, "share of the table one source's entries fill at the peak from which "
@@ -516,9 +514,7 @@ class ConntrackPressure(Detector):
                             last_seen=occ.last_ns, n=occ.peak, src_ip=top["source"], evidence=evidence)
 
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
-        drawn = [f for f in findings if f.evidence.get("peak_fill_ratio", 0) >= FIGURE_MIN_FILL_RATIO
-                 or f.severity != "info"]
-        return [ConcurrencyFigure(self, bins)] if drawn else []
+        return [ConcurrencyFigure(self, bins)] if findings else []
 
 
 class ConcurrencyFigure(ReportFigure):
