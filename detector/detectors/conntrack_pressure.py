@@ -192,15 +192,22 @@ def _column(flows, name: str) -> np.ndarray:
 def _factorize(flows, *names: str) -> tuple[np.ndarray, ...]:
     """Codes of the columns `names` (one code per distinct value across all of them: an address has the same
     code as source and as destination), then the distinct values. Hashing, not sorting, and on the frame's
-    own columns (Arrow strings), never a million Python strings."""
+    own columns (Arrow strings), never a million Python strings; the columns' distinct values, far fewer
+    than their rows, are then matched to each other."""
     import pandas as pd
-    columns = [flows[name] if isinstance(flows[name], pd.Series) else pd.Series(np.asarray(flows[name]))
-               for name in names]
-    codes, uniques = pd.factorize(pd.concat(columns, ignore_index=True) if len(columns) > 1 else columns[0],
-                                  use_na_sentinel=False)
-    codes = codes.astype(np.int64, copy=False)
-    n = len(columns[0])
-    return (*(codes[i * n:(i + 1) * n] for i in range(len(columns))), np.asarray(uniques, dtype=object))
+    parts = [pd.factorize(flows[name] if isinstance(flows[name], pd.Series) else np.asarray(flows[name]),
+                          use_na_sentinel=False) for name in names]
+    if len(parts) == 1:
+        codes, uniques = parts[0]
+        return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+    joint, uniques = pd.factorize(pd.concat([pd.Series(np.asarray(u, dtype=object)) for _, u in parts],
+                                            ignore_index=True), use_na_sentinel=False)
+    joint = joint.astype(np.int64, copy=False)
+    out, offset = [], 0
+    for codes, distinct in parts:
+        out.append(joint[offset:offset + len(distinct)][codes])
+        offset += len(distinct)
+    return (*out, np.asarray(uniques, dtype=object))
 
 
 @dataclass
