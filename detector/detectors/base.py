@@ -71,6 +71,14 @@ class AnalysisContext:
             self._flows = self._flows.to_frame()
         return self._flows
 
+    def flow_columns(self):
+        """The flow table as FlowTable.coded_columns() (addresses as uint64 halves, numeric protocols, text as
+        TextCodes) while no one has built the pandas frame: a rule reading every flow needs neither pandas
+        nor a string per flow. Otherwise the frame (`flows`)."""
+        if hasattr(self._flows, "coded_columns"):
+            return self._flows.coded_columns()
+        return self.flows
+
 
 @dataclass(frozen=True)
 class CaptureDrops:
