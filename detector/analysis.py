@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from . import engine
 from .detectors import AnalysisContext, Detector, DetectorFailure, DetectorSet, active_detectors
+from .detectors.base import CaptureDrops
 from .findings import Finding, canonical_order
 from .flows import FlowTable
+from .ingest.reader import interface_totals
 from .stats import CaptureStats
 
 
@@ -66,11 +68,48 @@ class AnalysisState:
         self.detectors.update(batch)
 
 
-def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engine.RunResult | None = None) -> Analysis:
+def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrops]:
+    """What the captures' pcapng interface statistics say was dropped, one entry per interface that gave a drop
+    counter (engine.RunResult.captures; `stats`: the packets read, for a file of one interface without
+    isb_ifrecv and isb_usrdeliv).
+
+    Received packets are isb_ifrecv when it covers the drops (Linux's libpcap counts dropped packets in it, as
+    dumpcap writes it), else the delivered ones (isb_usrdeliv, else the file's packets) plus the drops.
+    """
+    out = []
+    for capture in captures:
+        interfaces = capture.get("interfaces", [])
+        for totals in interface_totals(interfaces, capture.get("interface_stats", [])):
+            counters = [totals.get(name) for name in ("ifdrop", "osdrop")]
+            if all(value is None for value in counters):
+                continue
+            dropped = sum(value for value in counters if value is not None)
+            received = totals.get("ifrecv")
+            if received is None or received < dropped:
+                delivered = totals.get("usrdeliv")
+                if delivered is None and len(interfaces) == 1:
+                    delivered = capture.get("packets")
+                received = None if delivered is None else delivered + dropped
+            first = totals.get("start_ns")
+            last = totals.get("end_ns") or totals.get("time_ns")
+            if first is None and len(captures) == 1:
+                first = stats.first_ns
+            name = totals.get("name") or str(totals["interface"])
+            out.append(CaptureDrops(source=str(capture.get("file")), interface=name, dropped=dropped,
+                                    received=received, first_ns=first, last_ns=last,
+                                    counter="pcapng interface statistics: isb_ifdrop + isb_osdrop"))
+    return out
+
+
+def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engine.RunResult | None = None,
+             drops: list[CaptureDrops] | None = None) -> Analysis:
     """The findings of `detectors` over `flow_table` (a FlowTable, or anything with its flow_count and a
     to_frame() called only if a detector consults the flows) and `stats`, in canonical order; the context
-    carries the site file the detectors were built with."""
-    context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site)
+    carries the site file the detectors were built with, and the capture's drop counters: `drops`, else
+    those of the run's pcapng interface statistics."""
+    if drops is None:
+        drops = capture_drops(run.captures, stats) if run is not None else []
+    context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site, drops=drops)
     findings = canonical_order(detectors.findings(context))
     analysis = Analysis(findings=findings, failures=detectors.failure_list(), detectors=detectors.running(),
                         stats=stats, context=context, flow_table=flow_table)

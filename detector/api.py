@@ -6,9 +6,11 @@ reads the capture once into columns, the first use of `.flows` or
 strings, times are UTC timestamps, fields a packet does not carry are <NA>
 (pandas nullable integers), never a made-up 0.
 
-The packet table holds every packet of the capture in memory (about 100
-bytes a packet): meant for incident captures, not for multi-gigabyte ones,
-which `detector analyze` streams.
+`.packets` holds every decoded column of every packet in memory (detector.
+packet_view documents each; `Capture.describe()` lists them): meant for
+incident captures. For a large one, `packets_frame(columns=[...], where=...)`
+builds only the asked columns of the kept rows, batch by batch, so memory
+holds what the question needs; `has("tcp")` reads the layer bits by name.
 
 A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
@@ -27,67 +29,54 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import engine
+from . import engine, packet_view
 from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
 from .rss import DEFAULT_QUEUES, RssModel
-from .schema import IP, L_DST_MAC, L_MSS, L_PAYLOAD, L_PORTS, L_SRC_MAC, L_TCP, L_VLAN, PROTO_NAMES, PacketBatch
+from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from .site import EMPTY, Site, load_site
 
 __all__ = ["open", "Capture"]
 
-# decoded column -> (packet table column, layer bits that make it valid, pandas dtype)
-_MASKED = {
-    "vlan_outer": ("vlan", L_VLAN, "UInt16"),
-    "ttl": ("ttl", IP, "UInt8"),
-    "src_port": ("src_port", L_PORTS, "UInt16"),
-    "dest_port": ("dest_port", L_PORTS, "UInt16"),
-    "tcp_flags": ("tcp_flags", L_TCP, "UInt16"),
-    "tcp_mss": ("tcp_mss", L_MSS, "UInt16"),
-    "payload_len": ("payload_len", L_PAYLOAD, "UInt32"),
-    "ip_len": ("ip_len", IP, "UInt32"),
-}
-_RAW = {"frame": "int64", "caplen": "uint32", "wirelen": "uint32", "linktype": "uint16"}
-
-
 class _PacketColumns:
-    """Consumer that keeps the packet table's columns of every batch (vectorised slices, no per-packet work)."""
+    """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
+    pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
+    batch's columns at a time are built, so memory holds what is kept."""
 
     needs_fingerprint = False
 
-    def __init__(self, rss: RssModel):
+    def __init__(self, rss: RssModel, names, where=None):
         self.rss = rss
-        self.parts: list[dict[str, np.ndarray]] = []
+        self.names = list(names)
+        self.where = where
+        built = self.names
+        if isinstance(where, str):
+            built = list(dict.fromkeys([*self.names, *packet_view.referenced(where)]))
+        self.built = built
+        self.needs_fingerprint = "fingerprint" in built
+        self.parts: list[pd.DataFrame] = []
 
     def update(self, batch: PacketBatch) -> None:
-        layers = batch["layers"]
-        part = {name: batch[name].copy() for name in _RAW}
-        part["ts_ns"] = batch["ts_ns"].copy()
-        part["layers"] = layers.copy()
-        for name in ("src_mac", "dest_mac", "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto",
-                     *_MASKED):
-            part[name] = batch[name].copy()
-        part["rss_queue"] = self.rss.queue(batch)
-        self.parts.append(part)
+        extra = {"rss_queue": self.rss.queue(batch)} if "rss_queue" in self.built else None
+        part = packet_view.frame_of(packet_view.batch_columns(batch, self.built, extra), self.built)
+        if self.where is not None:
+            keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
+            # a comparison with a field the packet lacks is <NA>: not kept
+            part = part[pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)]
+        self.parts.append(part[self.names])
 
     def frame(self) -> pd.DataFrame:
-        cols = {k: np.concatenate([p[k] for p in self.parts]) if self.parts else np.zeros(0)
-                for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype", "layers", "src_mac", "dest_mac",
-                          "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto", "rss_queue", *_MASKED)}
-        layers = cols["layers"].astype(np.uint32)
-        has_ip = (layers & np.uint32(IP)) != 0
-        out = {name: pd.array(cols[name].astype(dtype), dtype=dtype) for name, dtype in _RAW.items()}
-        out.update(_addresses(cols))
-        proto = cols["proto"].astype(np.uint8)
-        out["proto"] = pd.array(np.where(has_ip, _proto_texts(proto), None), dtype="string")
-        for source, (name, bit, dtype) in _MASKED.items():
-            valid = (layers & np.uint32(bit)) != 0
-            out[name] = pd.arrays.IntegerArray(cols[source].astype(dtype.lower()), ~valid)
-        # a NIC hashes IP packets only; the model's queue of anything else means nothing
-        out["rss_queue"] = pd.arrays.IntegerArray(cols["rss_queue"].astype(np.uint16), ~has_ip)
-        return pd.DataFrame(out)
+        if not self.parts:
+            empty = {name: np.zeros(0, dtype=np.uint64) for name in packet_view.sources(self.names) | {"rss_queue"}}
+            return packet_view.frame_of(empty, self.names)
+        frame = pd.concat(self.parts, ignore_index=True) if len(self.parts) > 1 else self.parts[0]
+        # categories differ from batch to batch: concat leaves object columns, made categorical again here
+        for name in self.names:
+            if packet_view.COLUMNS[name].dtype == "category" and frame[name].dtype != "category":
+                frame[name] = frame[name].astype("category")
+        return frame.reset_index(drop=True)
 
 
 def _addresses(cols: dict[str, np.ndarray]) -> dict[str, object]:
@@ -187,12 +176,36 @@ class Capture:
 
     @property
     def packets(self) -> pd.DataFrame:
-        """One row per packet: frame, time, lengths, link type, MACs, addresses, ports, TCP fields, RSS queue."""
+        """One row per packet, every decoded column (`describe()` says what each is): read in one pass, kept."""
         if self._packets is None:
-            columns = _PacketColumns(RssModel(queues=DEFAULT_QUEUES))
-            engine.run(self.paths, [columns], label="packets")
-            self._packets = columns.frame()
+            self._packets = self.packets_frame()
         return self._packets
+
+    def packets_frame(self, columns=None, where=None) -> pd.DataFrame:
+        """The packet table's `columns` (default all) of the packets `where` keeps, read batch by batch so
+        that memory holds only what is asked for: `where` is a pandas query string over any packet columns
+        (`"proto == 'tcp' and dest_port == 443"`; the columns it names need not be among `columns`) or a
+        callable from a batch's frame of `columns` to a boolean mask."""
+        names = packet_view.check_names(packet_view.COLUMNS if columns is None else
+                                        ([columns] if isinstance(columns, str) else columns))
+        if where is not None and not isinstance(where, str) and not callable(where):
+            raise UsageError("where: a query string or a callable")
+        consumer = _PacketColumns(RssModel(queues=DEFAULT_QUEUES), names, where)
+        engine.run(self.paths, [consumer], label="packets")
+        return consumer.frame()
+
+    def has(self, layer: str) -> pd.Series:
+        """Boolean per packet of `packets`: whether it carries `layer` (packet_view.LAYERS: "tcp", "vlan",
+        "arp", "tunnel", "truncated", ...)."""
+        if layer not in packet_view.LAYERS:
+            raise UsageError(f"no layer '{layer}' (known: {', '.join(packet_view.LAYERS)})")
+        layers = self.packets["layers"].to_numpy(dtype=np.uint32)
+        return pd.Series((layers & np.uint32(packet_view.LAYERS[layer])) != 0, name=layer)
+
+    @staticmethod
+    def describe() -> pd.DataFrame:
+        """What each packet column is: dtype, unit, when it is <NA>, description."""
+        return packet_view.describe()
 
     def app(self, name: str) -> pd.DataFrame:
         """An application table (detector.decode.app: "vrrp", ...) as a DataFrame, one row per message: its

@@ -50,6 +50,9 @@ class Finding:
     src_mac: str | None = None
     dest_mac: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    # the share of the traffic the capture lost while this finding's packets passed (a rule that measures
+    # capture loss sets it on the other rules' findings: Detector.annotate): its counts are lower bounds
+    capture_loss_ratio: float | None = None
     evidence_pcap: str | None = None
     remediation: str | None = None
     references: list[str] = field(default_factory=list)

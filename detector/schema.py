@@ -239,6 +239,9 @@ class PacketBatch:
     warnings: list[str] = field(default_factory=list)
     # application side-tables built for these rows (detector.decode.app.table), by name
     app: dict = field(default_factory=dict)
+    # what each packet did to TCP's capture gaps (flows.kernel.EV_*, int8), set by the flow table's update for
+    # the consumers after it; None where no flow table saw the batch
+    flow_events: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.cols["frame"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,6 @@ from scapy.all import (
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
 from detector.detectors import neighbors as nb
 from detector.detectors.base import AnalysisContext
 from detector.ingest import read_captures
@@ -29,6 +29,7 @@ from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.site import Site
 from detector.stats import CaptureStats
+from tests._rules import batch_of, detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -332,20 +333,11 @@ def test_the_gateway_is_a_site_router(tmp_path):
 # ---- state: merging partitions, bounds, damaged input --------------------------------------------------
 
 def _detector():
-    return next(d for d in active_detectors(load_rules()) if d.rule_id == "arp-spoof")
+    return detector("arp-spoof")
 
 
 def test_two_halves_merged_give_one_pass():
-    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "arp-spoof-mitm.pcapng")])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(), _detector()
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    merged = [f.to_json() for f in left.merge(right).findings(ctx)]
+    one, merged = one_pass_and_halves(CAPTURES / "arp-spoof-mitm.pcapng", _detector, later_first=False)
     # partitions in time order: the same conflicts, the change at the border counted once
     assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
     assert merged[0]["evidence"]["conflicts"] == one[0]["evidence"]["conflicts"]
@@ -354,18 +346,27 @@ def test_two_halves_merged_give_one_pass():
 def test_two_halves_of_neighbor_discovery_merged_give_one_pass(tmp_path):
     lies = [(10.0 + 2 * k, na(SPOOFER, GW6[1], A6)) for k in range(4)]
     path = capture(tmp_path, [*TRUTH6, (5.0, ns(A6, GW6[1])), *lies])
-    (batch,) = [decode(raw) for _, raw in read_captures([str(path)])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    one = [f.to_json() for f in whole.findings(ctx)]
-    for cut in range(1, len(batch)):
-        left, right = _detector(), _detector()
-        left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-        right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-        merged = [f.to_json() for f in left.merge(right).findings(ctx)]
+    for cut in range(1, len(batch_of(path))):
+        one, merged = one_pass_and_halves(path, _detector, cut=cut, later_first=False)
         assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
         assert merged[0]["evidence"] == one[0]["evidence"] and merged[0]["n"] == one[0]["n"] == 1
+
+
+@pytest.mark.parametrize("every", [1, 3, 1000])
+def test_batches_folded_together_give_the_table_of_one_batch(monkeypatch, every):
+    # the observations of many batches wait and fold together: the table is the one a single batch gives
+    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "arp-spoof-mitm.pcapng")])]
+    whole = nb.Neighbors(ip_destinations=True, nd=True)
+    whole.update(batch)
+    monkeypatch.setattr(nb, "FOLD_EVERY_BATCHES", every)
+    parts = nb.Neighbors(ip_destinations=True, nd=True)
+    for k in range(len(batch)):
+        parts.update(PacketBatch(data=batch.data, cols={name: v[k:k + 1] for name, v in batch.cols.items()}))
+        assert len(parts._pending) < every
+    order = np.argsort(whole.rows["key"])
+    assert len(whole.rows["key"]) > 10
+    for name, column in parts.rows.items():
+        assert np.array_equal(column[np.argsort(parts.rows["key"])], whole.rows[name][order]), name
 
 
 def test_states_that_saw_no_arp_merge():

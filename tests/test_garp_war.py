@@ -9,12 +9,9 @@ from scapy.utils import PcapNgWriter
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
-from detector.detectors.base import AnalysisContext
 from detector.ingest import read_captures
 from detector.rules import load_rules
-from detector.schema import PacketBatch
-from detector.stats import CaptureStats
+from tests._rules import detector, one_pass_and_halves
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -180,7 +177,7 @@ def test_single_garps_and_copies_are_silent(captures_real, name):
 # ---- state -----------------------------------------------------------------------------------------
 
 def _detector():
-    return next(d for d in active_detectors(load_rules()) if d.rule_id == "garp-war")
+    return detector("garp-war")
 
 
 def _storm(tmp_path) -> Path:
@@ -189,17 +186,8 @@ def _storm(tmp_path) -> Path:
 
 @pytest.mark.parametrize("name", ["arp-flip-flop.pcapng", "vrrp-dual-master-garp.pcapng", "storm"])
 def test_two_halves_merged_give_one_pass(tmp_path, name):
-    path = _storm(tmp_path) if name == "storm" else CAPTURES / name
-    (batch,) = [decode(raw) for _, raw in read_captures([str(path)])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(), _detector()
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    assert one and [f.to_json() for f in right.merge(left).findings(ctx)] == one
+    one, merged = one_pass_and_halves(_storm(tmp_path) if name == "storm" else CAPTURES / name, _detector)
+    assert one and merged == one
 
 
 def test_forged_claims_by_the_million_stay_bounded(tmp_path, monkeypatch):

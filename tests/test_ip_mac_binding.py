@@ -24,13 +24,13 @@ from scapy.all import (
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
 from detector.detectors.base import AnalysisContext
 from detector.ingest import read_captures
 from detector.rules import explain_text, load_rules
 from detector.schema import PacketBatch
 from detector.site import Binding, Site, load_site, parse_mac
 from detector.stats import CaptureStats
+from tests._rules import detector, one_pass_and_halves
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -302,7 +302,7 @@ def test_ipv6_link_local_is_not_judged(tmp_path):
 
 
 def _detector(site):
-    return next(d for d in active_detectors(load_rules(), site) if d.rule_id == "ip-mac-binding")
+    return detector("ip-mac-binding", site)
 
 
 def test_ip_pairs_are_grouped_with_their_packets_and_bounded_per_mac():
@@ -331,16 +331,8 @@ def test_without_bindings_nothing_is_kept():
 
 def test_two_halves_merged_give_one_pass():
     site = load_site(CAPTURES / "arp-spoof-mitm.site.yaml")
-    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "arp-spoof-mitm.pcapng")])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector(site)
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(site), _detector(site)
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    assert [f.to_json() for f in right.merge(left).findings(ctx)] == one
+    one, merged = one_pass_and_halves(CAPTURES / "arp-spoof-mitm.pcapng", lambda: _detector(site))
+    assert merged == one
     assert {f["severity"] for f in one} == {"high"}
 
 

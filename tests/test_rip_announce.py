@@ -13,13 +13,11 @@ from scapy.layers.rip import RIP, RIPEntry
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
 from detector.detectors.base import AnalysisContext
-from detector.ingest import read_captures
 from detector.rules import load_rules
-from detector.schema import PacketBatch
 from detector.site import Site
 from detector.stats import CaptureStats
+from tests._rules import detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -256,20 +254,12 @@ def test_routers_named_by_mac_and_speakers_on_another_vlan(tmp_path):
 # ---- state: merging partitions, bounds -------------------------------------------------------------
 
 def _detector():
-    return next(d for d in active_detectors(load_rules(), ROUTERS) if d.rule_id == "rip-announce")
+    return detector("rip-announce", ROUTERS)
 
 
 def test_two_halves_merged_give_one_pass():
-    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "rip-poisoning.pcapng")])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(), _detector()
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    assert [f.to_json() for f in right.merge(left).findings(ctx)] == one
+    one, merged = one_pass_and_halves(CAPTURES / "rip-poisoning.pcapng", _detector)
+    assert merged == one
     assert {f["severity"] for f in one} == {"high", "info"}
 
 

@@ -17,13 +17,11 @@ from scapy.layers.inet6 import (
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
 from detector.detectors.base import AnalysisContext
-from detector.ingest import read_captures
 from detector.rules import load_rules
-from detector.schema import PacketBatch
 from detector.site import Site
 from detector.stats import CaptureStats
+from tests._rules import detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -233,20 +231,12 @@ def test_a_site_of_macs_and_addresses_needs_both(tmp_path):
 # ---- state: merging partitions, bounds, damage ---------------------------------------------------------
 
 def _detector(site_=None):
-    return next(d for d in active_detectors(load_rules(), site_) if d.rule_id == "rogue-ra")
+    return detector("rogue-ra", site_)
 
 
 def test_two_halves_merged_give_one_pass():
-    (batch,) = [decode(raw_batch) for _, raw_batch in read_captures([str(CAPTURES / "nd-kill-router.pcapng")])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(), _detector()
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    assert [f.to_json() for f in right.merge(left).findings(ctx)] == one
+    one, merged = one_pass_and_halves(CAPTURES / "nd-kill-router.pcapng", _detector)
+    assert merged == one
     assert {f["severity"] for f in one} == {"high", "info"}
 
 

@@ -13,13 +13,11 @@ from scapy.utils import checksum
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import active_detectors
 from detector.detectors.base import AnalysisContext, TimeBins
 from detector.findings import SEVERITY_RANK
-from detector.ingest import read_captures
 from detector.rules import load_rules
-from detector.schema import PacketBatch
 from detector.stats import CaptureStats
+from tests._rules import detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -241,20 +239,12 @@ def test_a_message_cut_by_the_snapshot_length_is_not_malformed(tmp_path):
 # ---- state: merging partitions, hostile bytes, the report's figure -------------------------------
 
 def _detector():
-    return next(d for d in active_detectors(load_rules()) if d.rule_id == "vrrp-dual-master")
+    return detector("vrrp-dual-master")
 
 
 def test_two_halves_merged_give_one_pass():
-    (batch,) = [decode(raw) for _, raw in read_captures([str(CAPTURES / "vrrp-election.pcapng")])]
-    ctx = AnalysisContext(flows=None, stats=CaptureStats())
-    whole = _detector()
-    whole.update(batch)
-    cut = len(batch) // 2
-    left, right = _detector(), _detector()
-    left.update(PacketBatch(data=batch.data, cols={k: v[:cut] for k, v in batch.cols.items()}))
-    right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
-    one = [f.to_json() for f in whole.findings(ctx)]
-    assert [f.to_json() for f in right.merge(left).findings(ctx)] == one
+    one, merged = one_pass_and_halves(CAPTURES / "vrrp-election.pcapng", _detector)
+    assert merged == one
     assert len(one) == 1 and one[0]["evidence"]["timeline"][1]["adverts"] == 89
 
 

@@ -207,7 +207,8 @@ class DetectorSet:
         return self
 
     def findings(self, ctx: AnalysisContext) -> list:
-        """Every running detector's findings, in the detectors' order (analysis.conclude sorts them)."""
+        """Every running detector's findings, in the detectors' order (analysis.conclude sorts them), each
+        annotated by every detector once all are known (Detector.annotate)."""
         out = []
         for det in self.detectors:
             ctx.findings[det.rule_id] = []
@@ -215,7 +216,10 @@ class DetectorSet:
                 continue
             with self._guard(det, "findings"):
                 out.extend(run_findings([det], ctx))
-        return out
+        for det in self.running():
+            with self._guard(det, "findings"):
+                det.annotate(out, ctx)
+        return [f for f in out if f.rule not in self.failures]     # a rule that failed annotating is suspect
 
     def failure_list(self) -> list[DetectorFailure]:
         """The failures in the detectors' order."""

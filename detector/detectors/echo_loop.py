@@ -59,7 +59,7 @@ from .base import (
     keep_ends,
     member,
     register,
-    repeated_keys,
+    repeated_rows,
 )
 
 # Bytes of a looping frame kept to show it decoded in the finding: every
@@ -150,7 +150,7 @@ class EchoLoop(Detector):
             return
         ts = batch["ts_ns"]
         fp = batch["fingerprint"]
-        picked = member(fp, repeated_keys(fp)) | member(fp, self.state["fp"]) | batch_tail(ts)
+        picked = repeated_rows(fp) | member(fp, self.state["fp"]) | batch_tail(ts)
         rows = np.flatnonzero(picked)
         if len(rows):
             order, starts, counts = group_by(fp[rows])

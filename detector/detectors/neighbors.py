@@ -109,6 +109,10 @@ IP_ROWS_PER_MAC = 32
 # All observation rows: a large L2 domain has tens of thousands of hosts; floods of forged pairs keep the
 # rows first seen and count the rest (`dropped`).
 MAX_ROWS = 262_144
+# Batches' rows are folded into the table together, once this many rows or batches wait (a bound on the
+# memory they hold: each batch adds at most a row per distinct pair it carries).
+FOLD_EVERY_ROWS = 65_536
+FOLD_EVERY_BATCHES = 16
 # Requests carried into the next batch (the newest): an ARP storm must not grow them without bound.
 MAX_CARRIED_REQUESTS = 65_536
 
@@ -203,7 +207,9 @@ class Neighbors:
         self.dhcp = dhcp
         self.conflict_window_ns = conflict_window_ns
         self.ip_destinations = ip_destinations
-        self.rows = _empty(COLUMNS)
+        self._rows = _empty(COLUMNS)
+        self._pending: list[dict] = []      # batches' rows not yet folded into _rows (see FOLD_EVERY_ROWS)
+        self._pending_rows = 0
         self.requests = _empty(REQUEST_COLUMNS)
         self.latest = _empty(CLAIM_COLUMNS)
         self.earliest = _empty(CLAIM_COLUMNS)
@@ -407,8 +413,28 @@ class Neighbors:
                 "first_frame": batch["frame"][rows][g], "last_frame": batch["frame"][rows][last[:groups]]}
 
     # ---- the table
+    @property
+    def rows(self) -> dict:
+        """The observation table (COLUMNS), every batch so far folded in."""
+        self._flush()
+        return self._rows
+
     def _fold(self, new: dict) -> None:
-        self.rows = self._bounded(fold_rows(self.rows, new, "key", REDUCE))
+        # Folding (a sort of the whole table) and bounding it once per batch cost more than every other
+        # part of the update on busy links, where each batch only repeats the pairs already known: the
+        # batches' rows wait and fold together. The sums, minima and maxima of a fold do not depend on how
+        # the rows are grouped, and the bound keeps the rows first seen either way.
+        self._pending.append(new)
+        self._pending_rows += len(new["key"])
+        if self._pending_rows >= FOLD_EVERY_ROWS or len(self._pending) >= FOLD_EVERY_BATCHES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        new = {name: np.concatenate([part[name] for part in self._pending]) for name in COLUMNS}
+        self._pending, self._pending_rows = [], 0
+        self._rows = self._bounded(fold_rows(self._rows, new, "key", REDUCE))
 
     def _bounded(self, rows: dict) -> dict:
         """At most IP_ROWS_PER_MAC addresses per MAC and IP role, MAX_ROWS in all: the rows first seen."""
@@ -432,12 +458,14 @@ class Neighbors:
         return rows
 
     def merge(self, other: Neighbors) -> None:
+        self._flush()
         theirs = dict(other.rows, changes=other.rows["changes"].copy())
         # the change at the border of two partitions in time order: the later one's first claim of an IP
         # follows the earlier one's last
         self._border(self.latest, other.earliest, theirs)
-        self._border(other.latest, self.earliest, self.rows)
+        self._border(other.latest, self.earliest, self._rows)
         self._fold(theirs)
+        self._flush()
         self.dropped += other.dropped
         both = {name: np.concatenate([self.requests[name], other.requests[name]]) for name in REQUEST_COLUMNS}
         if len(both["ts"]):

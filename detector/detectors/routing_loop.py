@@ -45,7 +45,7 @@ from .base import (
     member,
     mix64,
     register,
-    repeated_keys,
+    repeated_rows,
 )
 
 # A packet identity not seen for this long is finished: a looping packet
@@ -209,7 +209,7 @@ class RoutingLoop(Detector):
         coarse = _identity(batch)
         tracked = np.unique(self.cand["coarse"])
         tail = batch_tail(batch["ts_ns"])
-        picked = (member(coarse, repeated_keys(coarse)) | member(coarse, tracked) | tail) \
+        picked = (repeated_rows(coarse) | member(coarse, tracked) | tail) \
             & ((batch["layers"] & np.uint32(IP)) != 0)
         rows = np.flatnonzero(picked)
         if len(rows):

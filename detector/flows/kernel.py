@@ -73,7 +73,18 @@ F_GAP_BYTES = 55     # +side: the bytes never captured they advanced over (Zeek'
 F_SEQ_HOLES = 57     # +side: segments that started above F_REACH (a hole opened in the sequence space)
 F_HOLE_BYTES = 59    # +side: the bytes of those holes
 F_FIN_AT = 61        # +side: sequence number of the side's last FIN (Zeek's FIN_seq - 1), -1 none
-NF = 63
+F_SNAP_OPEN = 63     # +side: payload bytes of the side's segments cut by the snapshot length, not yet acked over
+NF = 65
+
+# What each packet did to the capture gaps (update_flows' `events`, one code per packet of the batch): the
+# per-packet view of F_ACK_EVENTS/F_GAP_EVENTS that lets a rule bin them in time. A gap over bytes that were on
+# the wire but cut by the snapshot length (caplen < wire length) is no loss: it has its own code.
+EV_NONE = 0
+EV_ACK = 1           # an ack event without a gap
+EV_GAP = 2           # an ack event over bytes never captured: capture loss
+EV_SNAPPED = 3       # an ack event over bytes whose segments were captured but cut by the snapshot length
+EV_MID_STREAM = 4    # added to the above in a connection whose opening SYN the capture does not hold (picked up
+                     # mid-stream or mid-handshake): what came before is unknown, so a rule may leave it out
 
 FIRST_TCP = 0x10000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
@@ -152,7 +163,7 @@ def _flip_roles(F, H, row):
     """Swap originator and responder (Zeek's FlipRoles)."""
     for base in (F_PKTS, F_BYTES, F_PAY, F_FLAGS, F_MSS, F_MAXPAY, F_RETX, F_SEQEND, F_SYNSEQ,
                  F_STATE, F_PREV, F_HSEEN, F_ACKED, F_REACH, F_HOLE_LO, F_HOLE_HI, F_HOLE_OPEN,
-                 F_ACK_EVENTS, F_GAP_EVENTS, F_GAP_BYTES, F_SEQ_HOLES, F_HOLE_BYTES, F_FIN_AT):
+                 F_ACK_EVENTS, F_GAP_EVENTS, F_GAP_BYTES, F_SEQ_HOLES, F_HOLE_BYTES, F_FIN_AT, F_SNAP_OPEN):
         t = F[row, base]
         F[row, base] = F[row, base + 1]
         F[row, base + 1] = t
@@ -293,6 +304,7 @@ def must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
 
 @njit(_nrt=False, inline="always")
 def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, is_tcp, is_udp):
+    """Fold one packet into flow `row`; returns what it did to the capture gaps (EV_*)."""
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1
     F[row, F_BYTES + side] += ip_len
@@ -306,7 +318,7 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
     if is_udp:
         record_history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
     if not (is_tcp and tcp_ok):
-        return
+        return EV_NONE
     syn = (flags & TH_SYN) != 0
     has_ack = (flags & TH_ACK) != 0
     F[row, F_FLAGS + side] |= flags
@@ -351,17 +363,19 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
     _tcp_state_machine(F, H, row, side, flags, pay)
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1      # the state machine may have flipped the roles
     # Zeek's order: the state machine, then the ack (of the peer's bytes), then this side's bytes
+    event = EV_NONE
     if has_ack:
-        _ack_received(F, row, 1 - side, ack)
+        event = _ack_received(F, row, 1 - side, ack)
     _data_captured(F, row, side, flags, seq, pay, captured)
+    return event
 
 
 # ---- capture gaps -------------------------------------------------------------
 # Zeek's reassembler (src/analyzer/protocol/tcp/TCP_Reassembler.cc) keeps each side's bytes until the
 # peer acknowledges them; an ack that advances over bytes it never received is a content gap
 # (`AckReceived` -> `TrimToSeq` -> `Undelivered` -> `Gap`), summed into conn.log's missed_bytes and, as
-# ack and gap events, into capture-loss.zeek's ratio. Here no bytes are kept: each side keeps how far
-# its captured bytes reached and the span of the holes below that point, which is exact while one hole
+# ack and gap events, into the ratio of Zeek's capture loss script. Here no bytes are kept: each side keeps
+# how far its captured bytes reached and the span of the holes below that point, which is exact while one hole
 # is open at a time (holes that overlap in time are joined into one span: their bytes stay exact once
 # an ack passes the span, the events may be fewer). Not modelled: Zeek stops reassembling a side that
 # sent more than 16 KB above a hole before any of its bytes was acknowledged, or 10 MB without a further
@@ -385,6 +399,8 @@ def _ack_received(F, row, side, ack):
     never captured: a gap. Counted, as Zeek reports content gaps, only while
     both ends are established or cleanly closing; a partial connection
     (picked up mid-stream) or an ack in a RST advances the point uncounted.
+    Returns the event (EV_*): a gap over no more bytes than the side's segments
+    cut by the snapshot length held is EV_SNAPPED, not loss.
     """
     fin_at = F[row, F_FIN_AT + side]
     if fin_at >= 0 and _seq_delta(ack, fin_at) > 0:
@@ -393,9 +409,9 @@ def _ack_received(F, row, side, ack):
     if acked < 0:                  # nothing of the side seen yet: its bytes start here (Zeek's init_peer)
         F[row, F_ACKED + side] = ack
         F[row, F_REACH + side] = ack
-        return
+        return EV_NONE
     if _seq_delta(ack, acked) <= 0:
-        return
+        return EV_NONE
     F[row, F_ACKED + side] = ack
     missing = 0
     open_bytes = F[row, F_HOLE_OPEN + side]
@@ -412,11 +428,16 @@ def _ack_received(F, row, side, ack):
     if beyond > 0:
         missing += beyond
         F[row, F_REACH + side] = ack
-    if _clean(F, row, side) and _clean(F, row, 1 - side):
-        F[row, F_ACK_EVENTS + side] += 1
-        if missing > 0:
-            F[row, F_GAP_EVENTS + side] += 1
-            F[row, F_GAP_BYTES + side] += missing
+    snapped = min(missing, F[row, F_SNAP_OPEN + side])
+    F[row, F_SNAP_OPEN + side] -= snapped
+    if not (_clean(F, row, side) and _clean(F, row, 1 - side)):
+        return EV_NONE
+    F[row, F_ACK_EVENTS + side] += 1
+    if missing <= 0:
+        return EV_ACK
+    F[row, F_GAP_EVENTS + side] += 1
+    F[row, F_GAP_BYTES + side] += missing
+    return EV_SNAPPED if missing == snapped else EV_GAP
 
 
 @njit(_nrt=False, inline="always")
@@ -430,7 +451,11 @@ def _data_captured(F, row, side, flags, seq, pay, captured):
         F[row, F_REACH + side] = start
     if flags & TH_FIN:
         F[row, F_FIN_AT + side] = (start + pay) % _SEQ_MOD
-    if pay <= 0 or (flags & TH_RST) or not captured:
+    if pay <= 0 or (flags & TH_RST):
+        return
+    if not captured:
+        # on the wire, not in the capture: Zeek's gap all the same, but not loss (the ack's EV_SNAPPED)
+        F[row, F_SNAP_OPEN + side] += pay
         return
     end = (start + pay) % _SEQ_MOD
     reach = F[row, F_REACH + side]
@@ -496,10 +521,10 @@ def build_table(h, tab_row, tab_h):
 
 @kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u4[::1], u2[::1], "
         "u4[::1], u2[::1], u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
-        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[::1])", _nrt=False, nogil=True)
+        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[::1], i1[::1])", _nrt=False, nogil=True)
 def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss, payload_len,
                  payload_off, caplen, ip_len, vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK,
-                 DF, DH, DK, counts):
+                 DF, DH, DK, counts, events):
     """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.
 
     Packet i has key row K[i] and hash h[i]; its other fields are valid under
@@ -507,7 +532,8 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
     one at the end of the open arena (OF, OH, OK) and in the table; a packet
     that must start a new flow of an open key moves the old one to the done
     arena (DF, DH, DK) first. The caller reserves room for one new open and
-    one new done row per packet. Returns len(K), or the packet at which two
+    one new done row per packet. events[i] is set to what packet i did to
+    the capture gaps (EV_*; rows skipped are left alone). Returns len(K), or the packet at which two
     keys share a hash or a probe run grew too long: rehash, then resume there.
     """
     mask = np.uint64(len(tab_row) - 1)
@@ -587,8 +613,11 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
             vl = np.int64(vlan[i]) if (lay & L_VLAN) != 0 else np.int64(0)
             _start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
                         is_tcp, is_udp, sender_server, receiver_server, sender_port, receiver_port)
-        _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, ack, captured, mss, is_tcp,
-                    is_udp)
+        event = _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, ack, captured, mss,
+                            is_tcp, is_udp)
+        if event != EV_NONE and OF[row, F_SYN_NS] < 0:
+            event += EV_MID_STREAM
+        events[i] = event
         if ts > newest:
             newest = ts
     counts[C_OPEN], counts[C_DONE], counts[C_NEWEST] = n_open, n_done, newest

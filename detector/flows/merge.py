@@ -163,7 +163,7 @@ def _continue_gap_tracking(out, side, theirs):
     from its own first packets; the earlier part's only where the later part never saw the side's bytes
     nor an ack of them."""
     later_known = theirs(k.F_ACKED, side) >= 0
-    for base in (k.F_ACKED, k.F_REACH, k.F_HOLE_LO, k.F_HOLE_HI, k.F_HOLE_OPEN):
+    for base in (k.F_ACKED, k.F_REACH, k.F_HOLE_LO, k.F_HOLE_HI, k.F_HOLE_OPEN, k.F_SNAP_OPEN):
         out[:, base + side] = np.where(later_known, theirs(base, side), out[:, base + side])
     later_fin = theirs(k.F_FIN_AT, side)
     out[:, k.F_FIN_AT + side] = np.where(later_fin >= 0, later_fin, out[:, k.F_FIN_AT + side])

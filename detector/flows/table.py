@@ -131,8 +131,12 @@ class FlowTable:
 
     # ---- batches ---------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
-        """Add one decoded batch (batches in capture order)."""
+        """Add one decoded batch (batches in capture order), and set its `flow_events`: what each packet did to
+        the capture gaps (kernel.EV_*), for the consumers after this one (the rule that measures capture loss
+        bins them)."""
         n = len(batch)
+        given = batch
+        given.flow_events = events = np.zeros(n, np.int8)
         if n == 0:
             return
         self.packets += n
@@ -150,10 +154,15 @@ class FlowTable:
             sport, dport = K_.transport_ports(layers, batch["proto"], batch["src_port"], batch["dest_port"],
                                               batch["icmp_type"], batch["icmp_code"])
             self._attach_fragments(batch, sport, dport)
+            if batch is not given:
+                events = np.zeros(len(batch), np.int8)
             self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dest_ip_hi"], batch["dest_ip_lo"], sport, dport,
                       batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
                       batch["tcp_ack"], batch["tcp_mss"], batch["payload_len"], batch["payload_off"], batch["caplen"],
-                      batch["ip_len"], batch["vlan_outer"], batch["ip_version"])
+                      batch["ip_len"], batch["vlan_outer"], batch["ip_version"], events=events)
+            if batch is not given:
+                # an A-MSDU's subframes share their frame's row: its event is the strongest of theirs
+                np.maximum.at(given.flow_events, np.searchsorted(given["frame"], batch["frame"]), events)
         if carrier is not None:
             self._run(*carrier)
         newest = int(self._counts[k.C_NEWEST])
@@ -161,9 +170,12 @@ class FlowTable:
         self._expire()
 
     def _run(self, src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto, layers, ts_ns, frame, tcp_flags, tcp_seq,
-             tcp_ack, tcp_mss, payload_len, payload_off, caplen, ip_len, vlan, ip_version) -> None:
-        """One compiled pass over the packets, resumed after a rehash."""
+             tcp_ack, tcp_mss, payload_len, payload_off, caplen, ip_len, vlan, ip_version, events=None) -> None:
+        """One compiled pass over the packets, resumed after a rehash; `events` receives each packet's capture-gap
+        event (kernel.EV_*), a scratch array when None (tunnel carriers: UDP, never one)."""
         K, from_a = K_.canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto)
+        if events is None:
+            events = np.zeros(len(K), np.int8)
         at = 0
         while True:
             h = K_.hash_rows(K, self._seed)
@@ -171,7 +183,7 @@ class FlowTable:
                                 payload_len, payload_off, caplen, ip_len, vlan, ip_version, self._timeout_ns,
                                 K_.SERVER_PORT, self._tab_row,
                                 self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK,
-                                self._counts)
+                                self._counts, events)
             if at == len(K):
                 return
             self._rehash()
@@ -306,16 +318,16 @@ class FlowTable:
 
     def finish(self) -> dict[str, np.ndarray]:
         """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
-        return {name: materialised(col) for name, col in self._columns().items()}
+        return {name: materialised(col) for name, col in self.coded_columns().items()}
 
-    def _columns(self) -> dict:
+    def coded_columns(self) -> dict:
         """finish() with its text columns (community_id, state, history) left as TextCodes."""
         return flow_columns(*self._all())
 
     def text_columns(self, coded: bool = False) -> dict:
         """The user-facing view of finish(): addresses as text, proto names, flag strings; with `coded`,
         text columns stay TextCodes (view.text_columns)."""
-        return text_columns(self._columns(), coded)
+        return text_columns(self.coded_columns(), coded)
 
     def to_frame(self):
         """pandas view: addresses as strings, proto names, UTC times, flag strings."""

@@ -267,7 +267,9 @@ class Watch:
             _say(f"{self.options.iface} is up" if up else
                  f"warning: {self.options.iface} is down or gone: no packets until it is back")
         self.metrics.iface_up.set(int(up))
-        self.metrics.set_drops(self.capture.poll_drops())
+        drops = self.capture.poll_drops()
+        self.metrics.set_drops(drops)
+        self.window.note_drops(drops, self.options.iface)
         dropped = rx_dropped(self.options.iface)
         if dropped is not None:
             self.metrics.rx_dropped.set(dropped)

@@ -32,6 +32,7 @@ from collections import deque
 
 from ..analysis import Analysis, AnalysisState, conclude
 from ..detectors import DetectorFailure, DetectorSet
+from ..detectors.base import CaptureDrops
 from ..flows import FlowTable
 from ..stats import CaptureStats
 
@@ -47,6 +48,7 @@ class _Slice(AnalysisState):
     def __init__(self, rules, started: float, failures: dict[str, DetectorFailure], site):
         super().__init__(rules, stopped=failures, site=site)      # a rule that failed before stays stopped
         self.started = started
+        self.drops = 0          # packets the capture dropped while this slice was open (note_drops)
 
 
 class _WindowFlows:
@@ -84,6 +86,8 @@ class SlidingWindow:
         self._closed: deque[_Slice] = deque()
         self._merged_closed: DetectorSet | None = None
         self._open = _Slice(rules, now, self.failures, site)
+        self._drops_total = 0
+        self._drops_interface = ""
 
     @property
     def span_s(self) -> float:
@@ -93,6 +97,22 @@ class SlidingWindow:
         self.rotate(now)
         self._open.update(batch)
         self._note(self._open.detectors)
+
+    def note_drops(self, total: int, interface: str) -> None:
+        """The capture's drop counter (cumulative, as detector_capture_drops_total) on `interface`: what it grew
+        by since the last call counts in the open slice, so the window's drops are those of its time."""
+        if total > self._drops_total:
+            self._open.drops += total - self._drops_total
+            self._drops_total = total
+        self._drops_interface = interface
+
+    def _drops(self, stats: CaptureStats) -> list[CaptureDrops]:
+        dropped = sum(piece.drops for piece in (*self._closed, self._open))
+        if not dropped:
+            return []
+        return [CaptureDrops(source="", interface=self._drops_interface, dropped=dropped,
+                             received=stats.packets + dropped, first_ns=stats.first_ns, last_ns=stats.last_ns,
+                             counter="capture socket's drop counter (detector_capture_drops_total)")]
 
     def _note(self, detectors: DetectorSet) -> None:
         """Take up the failures a detector set recorded: each new one once into new_failures, and its rule
@@ -139,6 +159,6 @@ class SlidingWindow:
         stats = CaptureStats()
         for piece in (*self._closed, self._open):
             stats.merge(piece.stats)
-        result = conclude(detectors, flows, stats)
+        result = conclude(detectors, flows, stats, drops=self._drops(stats))
         self._note(detectors)
         return result

@@ -190,6 +190,9 @@ def _failure_text(failure: dict) -> str:
 
 
 NO_FINDINGS = "No rule fired on these captures."
+# a finding whose packets passed while the capture lost traffic (Finding.capture_loss_ratio)
+LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the capture meanwhile: the counts are "
+             "lower bounds")
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
 
 
@@ -219,6 +222,8 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
                   f"- endpoints: {markdown_text(_endpoints(f))}"]
         if f.community_id:
             lines.append(f"- community_id: {markdown_text(f.community_id)}")
+        if f.capture_loss_ratio is not None:
+            lines.append(f"- {LOSS_NOTE.format(ratio=f.capture_loss_ratio)}")
         lines += [f"- {markdown_text(k)}: {markdown_text(v)}" for k, v in _numbers(f)]
         if i - 1 in evidence.summaries:
             lines.append(f"- first evidence frame: {markdown_text(evidence.summaries[i - 1])}")
@@ -287,6 +292,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
                 f"{_e(iso_time(f.last_seen) or '-')}</li>", f"<li>endpoints: <code>{_e(_endpoints(f))}</code></li>"]
         if f.community_id:
             out.append(f"<li>community_id: <code>{_e(f.community_id)}</code></li>")
+        if f.capture_loss_ratio is not None:
+            out.append(f"<li>{_e(LOSS_NOTE.format(ratio=f.capture_loss_ratio))}</li>")
         out += [f"<li>{_e(k)}: <code>{_e(v)}</code></li>" for k, v in _numbers(f)]
         if i - 1 in evidence.summaries:
             out.append(f"<li>first evidence frame: <code>{_e(evidence.summaries[i - 1])}</code></li>")

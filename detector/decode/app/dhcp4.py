@@ -38,6 +38,7 @@ from .table import (
     Spec,
     candidate_rows,
     message_bounds,
+    service_port,
     udp_port_mask,
     with_valid,
 )
@@ -341,19 +342,14 @@ def parse_dhcp4(data, start, end, claimed, port, state, c8, c16, c32, c64, k8, k
                             c8, c16, c32, c64, k8, k16, k32)
 
 
-def _ports(batch, rows):
-    dport, sport = batch["dest_port"][rows], batch["src_port"][rows]
-    to_dhcp = (dport == SERVER_PORT) | (dport == CLIENT_PORT)
-    return np.where(to_dhcp, dport, sport).astype(np.uint16)
-
-
 def _candidates(batch) -> np.ndarray:
     return candidate_rows(batch, udp_port_mask(batch, [SERVER_PORT, CLIENT_PORT]))
 
 
 def _parse(batch, rows, groups, child_groups, counts) -> None:
     start, end, claimed = message_bounds(batch, rows, "payload_off")
-    parse_dhcp4(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, _ports(batch, rows),
+    port = service_port(batch, (SERVER_PORT, CLIENT_PORT), rows)
+    parse_dhcp4(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, port,
                 np.zeros(STATE_SLOTS, dtype=np.int64),
                 *groups, *child_groups[OPTION_LIST.name], counts[OPTION_LIST.name])
 

@@ -34,7 +34,19 @@ from numba import njit
 from ...cpu import kernel
 from ...schema import L_IP6, L_UDP
 from ..read import be64, u8, u16, u32
-from .table import IPV4_MAPPED, MORE, TRUNCATED, Child, Field, Layout, Spec, candidate_rows, message_bounds, with_valid
+from .table import (
+    IPV4_MAPPED,
+    MORE,
+    TRUNCATED,
+    Child,
+    Field,
+    Layout,
+    Spec,
+    candidate_rows,
+    message_bounds,
+    service_port,
+    with_valid,
+)
 
 RIP_PORT = 520                # RFC 2453
 RIPNG_PORT = 521              # RFC 2080
@@ -364,25 +376,15 @@ def parse_rip(data, start, end, claimed, kind, port, c8, c16, c32, c64, k8, k16,
                             c8, c16, c32, c64, k8, k16, k32, k64)
 
 
-def _ports(batch, rows=None):
-    """The RIP port of each row (its destination port if that is one, else its source port), or 0."""
-    dport, sport = batch["dest_port"], batch["src_port"]
-    if rows is not None:
-        dport, sport = dport[rows], sport[rows]
-    to_rip = (dport == RIP_PORT) | (dport == RIPNG_PORT)
-    from_rip = (sport == RIP_PORT) | (sport == RIPNG_PORT)
-    return np.where(to_rip, dport, np.where(from_rip, sport, 0)).astype(np.uint16)
-
-
 def _candidates(batch) -> np.ndarray:
     # every UDP datagram whose header was captured, an empty or lying one too: what is wrong with it is the verdict
     udp = (batch["layers"] & np.uint32(L_UDP)) != 0
-    return candidate_rows(batch, udp & (_ports(batch) != 0))
+    return candidate_rows(batch, udp & (service_port(batch, (RIP_PORT, RIPNG_PORT)) != 0))
 
 
 def _parse(batch, rows, groups, child_groups, counts) -> None:
     start, end, claimed = message_bounds(batch, rows, "payload_off")
-    port = _ports(batch, rows)
+    port = service_port(batch, (RIP_PORT, RIPNG_PORT), rows)
     v6 = (batch["layers"][rows] & np.uint32(L_IP6)) != 0
     kind = np.where(v6 & (port == RIPNG_PORT), KIND_RIPNG,
                     np.where(~v6 & (port == RIP_PORT), KIND_RIP, KIND_WRONG_FAMILY)).astype(np.uint8)

@@ -167,6 +167,16 @@ def udp_port_mask(batch: PacketBatch, ports) -> np.ndarray:
     return udp & (np.isin(batch["dest_port"], ports) | np.isin(batch["src_port"], ports))
 
 
+def service_port(batch: PacketBatch, ports, rows: np.ndarray | None = None) -> np.ndarray:
+    """The port of `ports` each row (of `rows`, default all) speaks: its destination port if that is one,
+    else its source port if that is one, else 0 (uint16). A message's kind (request or reply, RIP or RIPng)
+    depends on it."""
+    dport, sport = batch["dest_port"], batch["src_port"]
+    if rows is not None:
+        dport, sport = dport[rows], sport[rows]
+    return np.where(np.isin(dport, ports), dport, np.where(np.isin(sport, ports), sport, 0)).astype(np.uint16)
+
+
 def message_bounds(batch: PacketBatch, rows: np.ndarray, start_column: str) -> tuple[np.ndarray, np.ndarray,
                                                                                         np.ndarray]:
     """(start, captured end, claimed end) of each candidate's message as offsets into the batch's buffer.

@@ -1,0 +1,410 @@
+"""capture-loss: the capture point itself lost packets (a mirror port that could not keep up).
+
+Two signs, as Zeek and ntopng read them:
+
+- ACK gaps (Zeek scripts/policy/misc/capture-loss.zeek): a TCP receiver's
+  acknowledgement that advances over bytes the capture never held means the
+  bytes crossed the wire but not the capture. The flow table's TCP pass
+  (flows/kernel.py, Zeek's reassembler `AckReceived`) marks every packet's
+  ack event and gap event (PacketBatch.flow_events); this rule counts them
+  per time bin. A bin's gaps over acks at or above Zeek's `too_much_loss`
+  (0.1) is lost traffic, when the bin holds enough acks to say so; a gap
+  in too few acks, or below that ratio, is said at info (once a gap is
+  counted the finding stays, however many acks follow: a watch's alert
+  does not come and go with the traffic). Left
+  out: connections whose opening SYN the capture does not hold (picked up
+  mid-stream, where what came before is unknown), connections seen in one
+  direction only (no acks of the bytes seen: a one-sided capture, not loss;
+  the TCP pass counts no events there), and bytes on the wire whose segments
+  the capture cut at its snapshot length (caplen below the wire length: not
+  captured by design). Segmentation offload (TSO/GSO, IPv4 total length 0)
+  is read as the stack wrote it (the decoder takes the frame's length), so
+  the large segments are captured bytes.
+- Drop counters: what the capture point says it dropped, drops over
+  drops + received packets (ntopng check_definitions/interface/too_many_drops.lua):
+  a pcapng file's interface statistics (isb_ifdrop, isb_osdrop) and, in
+  `detector watch`, the capture socket's counters (detector_capture_drops_total).
+
+Other findings of the run whose packets passed during lossy bins (or in a
+capture whose counters say it dropped too much) get the loss ratio in their
+`capture_loss_ratio` field: their counts are lower bounds (annotate()).
+
+In `watch` the window's flow tables are cut into slices: a connection counts
+in the slice where it opened and is mid-stream (left out) in the later ones,
+so live ACK gaps are measured on the connections opened within each slice.
+
+State: sparse per-bin counts (packets, ack events, gap events, gaps over
+snapped bytes, events of mid-stream connections) and the frames of the
+first gap events: both merge by addition and union.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, iso_time
+from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_SNAPPED
+from ..schema import PacketBatch
+from ..units import NS
+from .base import (
+    ALERT_SECONDS,
+    COUNT,
+    MIN_RATE_WINDOW_S,
+    RATE_PPS,
+    RATIO,
+    AnalysisContext,
+    CaptureDrops,
+    Detector,
+    LiveCounter,
+    Param,
+    Range,
+    ReportFigure,
+    TimeBins,
+    check_merge,
+    endpoint,
+    register,
+)
+
+# per-bin counters, the columns of the state
+C_PACKETS, C_ACKS, C_GAPS, C_SNAPPED, C_MID_STREAM = range(5)
+COUNTERS = 5
+# Per-batch partial tables kept before they are folded into one (bounded work per batch, few folds).
+PARTS_MAX = 32
+# Frames of the first gap events kept for the evidence pcap (the acks that passed over lost bytes).
+GAP_FRAMES_MAX = 64
+# Bins listed in a finding's evidence (the lossiest first), and flows named.
+BINS_LISTED = 32
+FLOWS_NAMED = 5
+# Decimal places of ratios in findings.
+ROUND = 4
+
+
+def _fold(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Partial (bins, counts[bin, COUNTERS]) tables as one, bins sorted and distinct."""
+    bins = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    distinct, at = np.unique(bins, return_inverse=True)
+    folded = np.zeros((len(distinct), COUNTERS), dtype=np.int64)
+    np.add.at(folded, at, counts)
+    return distinct, folded
+
+
+@register
+class CaptureLoss(Detector):
+    rule_id = "capture-loss"
+    PARAMS = {
+        "bin_s": Param(float, 60.0, "time bin over which ack gaps are counted", Range(1.0, 86400.0),
+                       "Shorter bins catch a short burst of loss at a traffic peak but hold fewer acks each (see "
+                       "min_acks); longer ones average a peak's loss away."),
+        "min_acks": Param(int, 100, "ack events a bin (or the whole capture) needs before its loss is judged",
+                          COUNT,
+                          "Ours: with fewer, one lost segment in a short capture reads as a large ratio. Lower "
+                          "judges small captures; higher needs busier bins."),
+        "loss_ratio": Param(float, 0.1, "gap events over ack events from which the loss is reported (medium)",
+                            RATIO,
+                            "Zeek's CaptureLoss::too_much_loss (0.1). Lower reports the loss a busy but healthy "
+                            "capture point has; higher waits for heavy loss."),
+        "high_loss_ratio": Param(float, 0.5, "gap events over ack events from which the finding is high", RATIO,
+                                 "Ours: half the acked data missing means the capture shows a fraction of the "
+                                 "traffic; every count of the run is then far below the truth."),
+        "drop_ratio": Param(float, 0.05, "dropped over received packets of the capture point from which its drop "
+                                         "counters are reported (medium)", RATIO,
+                            "ntopng's too_many_drops default (5 %). Lower reports any drop burst."),
+        "min_drop_rate_ppm": Param(float, 100.0, "packets per minute the capture point must receive for its drops "
+                                                 "to count", RATE_PPS,
+                                   "ntopng's: an idle interface that drops 2 of 10 packets is not overloaded."),
+    }
+    ALERTS = {
+        "suppress_s": Param(float, 300.0, "least seconds between two events about the capture's loss",
+                            ALERT_SECONDS, "Loss at traffic peaks comes and goes; shorter repeats itself."),
+        "resolve_s": Param(float, 120.0, "seconds without loss before the alert is resolved", ALERT_SECONDS,
+                           "Two bins: a single quiet bin between peaks should not resolve it."),
+    }
+    needs_fingerprint = False     # reads no frame hashes: the engine may skip them
+
+    def __init__(self, rule, site=None):
+        super().__init__(rule, site)
+        self.bin_ns = int(self.params["bin_s"] * NS)
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.gap_frames = np.zeros(0, dtype=np.int64)      # the first GAP_FRAMES_MAX gap events' frames
+        # set by findings() for annotate(): the spans (start, end ns) of lossy bins with their gaps and acks,
+        # and the drop ratio of counters that fired
+        self._lossy = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._drop_ratio = 0.0
+
+    # ---- state ------------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        n = len(batch)
+        if n == 0:
+            return
+        ts = batch["ts_ns"]
+        lo, hi = int(ts.min()) // self.bin_ns, int(ts.max()) // self.bin_ns
+        events = batch.flow_events     # None where no flow table saw the batch: packets are counted, no acks
+        if lo == hi:        # the common case, a batch inside one bin: counts without a pass per packet in Python
+            row = np.zeros((1, COUNTERS), dtype=np.int64)
+            row[0, C_PACKETS] = n
+            if events is not None:
+                acks, gaps, snapped = (np.count_nonzero(events == code) for code in (EV_ACK, EV_GAP, EV_SNAPPED))
+                row[0, C_ACKS], row[0, C_GAPS], row[0, C_SNAPPED] = acks + gaps + snapped, gaps, snapped
+                row[0, C_MID_STREAM] = np.count_nonzero(events >= EV_MID_STREAM)
+            part = (np.array([lo], dtype=np.int64), row)
+        else:
+            part_bins, at = np.unique(ts // self.bin_ns, return_inverse=True)
+            width = len(part_bins)
+            table = np.zeros((width, COUNTERS), dtype=np.int64)
+            table[:, C_PACKETS] = np.bincount(at, minlength=width)
+            if events is not None:
+                rows = np.flatnonzero(events)
+                codes, where = events[rows], at[rows]
+                mid = codes >= EV_MID_STREAM
+                table[:, C_ACKS] = np.bincount(where[~mid], minlength=width)
+                table[:, C_GAPS] = np.bincount(where[codes == EV_GAP], minlength=width)
+                table[:, C_SNAPPED] = np.bincount(where[codes == EV_SNAPPED], minlength=width)
+                table[:, C_MID_STREAM] = np.bincount(where[mid], minlength=width)
+            part = (part_bins.astype(np.int64), table)
+        self.parts.append(part)
+        if len(self.parts) > PARTS_MAX:
+            self.parts = [_fold(self.parts)]
+        if part[1][:, C_GAPS].any() and len(self.gap_frames) < GAP_FRAMES_MAX:
+            gaps = np.flatnonzero(events == EV_GAP)[:GAP_FRAMES_MAX]
+            self._keep_frames(batch["frame"][gaps])
+
+    def _keep_frames(self, frames: np.ndarray) -> None:
+        self.gap_frames = np.unique(np.concatenate([self.gap_frames, frames.astype(np.int64)]))[:GAP_FRAMES_MAX]
+
+    def merge(self, other: CaptureLoss) -> CaptureLoss:
+        check_merge(self, other)
+        self.parts.extend(other.parts)
+        if len(self.parts) > PARTS_MAX:
+            self.parts = [_fold(self.parts)]
+        self._keep_frames(other.gap_frames)
+        return self
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bins, counts[bin, C_*]) of everything folded in: bin b starts at b * bin_s."""
+        if not self.parts:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, COUNTERS), dtype=np.int64)
+        self.parts = [_fold(self.parts)]
+        return self.parts[0]
+
+    # ---- findings ---------------------------------------------------------
+    def findings(self, ctx: AnalysisContext) -> list[Finding]:
+        self._lossy = (np.zeros(0, np.int64),) * 4
+        self._drop_ratio = 0.0
+        out = []
+        gap_finding = self._ack_gaps(ctx)
+        if gap_finding is not None:
+            out.append(gap_finding)
+        for drops in ctx.drops:
+            finding = self._drops(drops, ctx)
+            if finding is not None:
+                out.append(finding)
+        return out
+
+    def _ack_gaps(self, ctx: AnalysisContext) -> Finding | None:
+        p = self.params
+        bins, counts = self.table()
+        acks, gaps = counts[:, C_ACKS], counts[:, C_GAPS]
+        total_acks, total_gaps = int(acks.sum()), int(gaps.sum())
+        if total_acks == 0:
+            return None
+        ratio = gaps / np.maximum(acks, 1)
+        judged = acks >= p["min_acks"]
+        lossy = judged & (ratio >= p["loss_ratio"])
+        overall = total_gaps / total_acks
+        overall_judged = total_acks >= p["min_acks"]
+        first_ns, last_ns = ctx.stats.first_ns, ctx.stats.last_ns
+        starts = np.maximum(bins * self.bin_ns, first_ns if first_ns is not None else 0)
+        ends = (bins + 1) * self.bin_ns - 1
+        if last_ns is not None:
+            ends = np.minimum(ends, last_ns)
+        if lossy.any():
+            picked = np.flatnonzero(lossy)
+        elif overall_judged and overall >= p["loss_ratio"]:
+            picked = np.arange(len(bins))      # spread thin over bins each too small to judge
+        else:
+            picked = None
+        if picked is None:
+            if total_gaps == 0:
+                return None
+            severity = "info"
+            span = np.arange(len(bins))
+        else:
+            worst = max(float(ratio[picked][acks[picked] >= p["min_acks"]].max(initial=0.0)),
+                        overall if overall_judged else 0.0, float(gaps[picked].sum() / max(acks[picked].sum(), 1)))
+            severity = "high" if worst >= p["high_loss_ratio"] else "medium"
+            span = picked
+            self._lossy = (starts[picked], ends[picked], gaps[picked], acks[picked])
+        return self._gap_finding(severity, span, bins, counts, starts, ends, judged, ctx)
+
+    def _gap_finding(self, severity, span, bins, counts, starts, ends, judged, ctx) -> Finding:
+        p = self.params
+        acks, gaps, packets = counts[:, C_ACKS], counts[:, C_GAPS], counts[:, C_PACKETS]
+        total_acks, total_gaps = int(acks.sum()), int(gaps.sum())
+        span_acks, span_gaps = int(acks[span].sum()), int(gaps[span].sum())
+        ratio = gaps / np.maximum(acks, 1)
+        bin_s = p["bin_s"]
+        # the packet rate over the part of each bin the capture covers (a capture shorter than a bin)
+        rates = packets / np.maximum((ends - starts + 1) / NS, MIN_RATE_WINDOW_S)
+        snapped, mid = int(counts[:, C_SNAPPED].sum()), int(counts[:, C_MID_STREAM].sum())
+        if severity == "info":
+            if total_acks < p["min_acks"] and not judged.any():
+                msg = (f"{total_gaps:,} of {total_acks:,} TCP ack events advanced over bytes the capture never "
+                       f"held: too few acks to judge the capture's loss (min_acks {p['min_acks']:,})")
+            else:
+                msg = (f"{total_gaps:,} of {total_acks:,} TCP ack events ({total_gaps / total_acks:.1%}) advanced "
+                       f"over bytes the capture never held: below the {p['loss_ratio']:.0%} from which the capture "
+                       f"is taken to lose traffic")
+        else:
+            worst = span[np.argmax(np.where(judged[span], ratio[span], -1.0))]
+            rate = rates[worst]
+            msg = (f"the capture lost traffic: {span_gaps:,} of {span_acks:,} TCP ack events "
+                   f"({span_gaps / max(span_acks, 1):.1%}) acknowledged bytes it never held, in {len(span)} of "
+                   f"{len(bins)} bin(s) of {bin_s:g} s from {iso_time(int(starts[span[0]]))} to "
+                   f"{iso_time(int(ends[span[-1]]))}; worst bin {iso_time(int(starts[worst]))}: "
+                   f"{ratio[worst]:.1%} at {rate:,.0f} packets/s (all bins: median {np.median(rates):,.0f}, peak "
+                   f"{rates.max():,.0f} packets/s); "
+                   f"every other finding's counts over that time are lower bounds")
+        if snapped:
+            msg += (f"; {snapped:,} more gap(s) over bytes cut by the snapshot length are not counted as loss")
+        if mid:
+            msg += f"; {mid:,} ack event(s) of connections picked up mid-stream left out"
+        order = span[np.argsort(-np.where(judged[span], ratio[span], -1.0), kind="stable")][:BINS_LISTED]
+        order = np.sort(order)
+        evidence = {
+            "loss_ratio": round(span_gaps / max(span_acks, 1), ROUND),
+            "overall_loss_ratio": round(total_gaps / total_acks, ROUND),
+            "ack_events": total_acks, "gap_events": total_gaps, "snapped_gap_events": snapped,
+            "mid_stream_ack_events": mid, "bin_s": bin_s, "min_acks": p["min_acks"],
+            "lossy_bins": len(span) if severity != "info" else 0, "bins": len(bins),
+            "first_lossy": iso_time(int(starts[span[0]])) if severity != "info" else None,
+            "last_lossy": iso_time(int(ends[span[-1]])) if severity != "info" else None,
+            "per_bin": [{"start": iso_time(int(starts[i])), "packets": int(packets[i]),
+                         "packet_rate_pps": round(float(rates[i]), 1), "ack_events": int(acks[i]),
+                         "gap_events": int(gaps[i]), "loss_ratio": round(float(ratio[i]), ROUND)}
+                        for i in order.tolist()],
+            "evidence_frames": self.gap_frames.tolist(),
+        }
+        if total_gaps:
+            evidence["worst_flows"] = _worst_flows(ctx)
+        first, last = int(starts[span[0]]), int(ends[span[-1]])
+        return self.finding(severity, msg, identifier="tcp ack gaps", first_seen=first, last_seen=last,
+                            n=span_gaps if severity != "info" else total_gaps,
+                            evidence={k: v for k, v in evidence.items() if v is not None})
+
+    def _drops(self, drops: CaptureDrops, ctx: AnalysisContext) -> Finding | None:
+        p = self.params
+        if drops.dropped <= 0:
+            return None
+        received = drops.received
+        first = drops.first_ns if drops.first_ns is not None else ctx.stats.first_ns
+        last = drops.last_ns if drops.last_ns is not None else ctx.stats.last_ns
+        if first is None or last is None:
+            first = last = 0
+        minutes = max((last - first) / NS / 60.0, 1.0)
+        where = f"{drops.interface} of {drops.source}" if drops.source else drops.interface
+        if received is None or received <= 0:
+            ratio, rate = None, None
+            severity = "info"
+            msg = (f"the capture point dropped {drops.dropped:,} packet(s) on {where} (by its {drops.counter}); how "
+                   f"many it received is not recorded, so the share is unknown")
+        else:
+            ratio = drops.dropped / received
+            rate = received / minutes       # over a minute at least: a short capture needs that many packets
+            severity = "medium" if ratio > p["drop_ratio"] and rate > p["min_drop_rate_ppm"] else "info"
+            msg = (f"the capture point dropped {drops.dropped:,} of {received:,} packets ({ratio:.1%}) on {where}, "
+                   f"at {rate:,.0f} packets/min (by its {drops.counter})")
+            if severity == "medium":
+                self._drop_ratio = max(self._drop_ratio, ratio)
+                msg += "; every finding's counts are lower bounds"
+        evidence = {"dropped": drops.dropped, "received": received, "drop_ratio": round(ratio, ROUND)
+                    if ratio is not None else None, "packets_per_min": round(rate, 1) if rate is not None else None,
+                    "interface": drops.interface, "source": drops.source, "counter": drops.counter}
+        return self.finding(severity, msg, identifier=f"drops on {where}", first_seen=first,
+                            last_seen=last, n=drops.dropped,
+                            evidence={k: v for k, v in evidence.items() if v is not None})
+
+    # ---- the other findings, report and watch ------------------------------------
+    def annotate(self, findings: list[Finding], ctx: AnalysisContext) -> None:
+        """Each other finding whose time span overlaps lossy bins gets their loss ratio (gaps over acks of
+        those bins), or the drop ratio of counters that fired if higher: its counts are lower bounds."""
+        starts, ends, gaps, acks = self._lossy
+        if not len(starts) and not self._drop_ratio:
+            return
+        for f in findings:
+            if f.rule == self.rule_id or f.first_seen is None:
+                continue
+            last = f.last_seen if f.last_seen is not None else f.first_seen
+            over = (starts <= last) & (ends >= f.first_seen)
+            ratio = float(gaps[over].sum() / acks[over].sum()) if over.any() else 0.0
+            ratio = max(ratio, self._drop_ratio)
+            if ratio > 0:
+                f.capture_loss_ratio = round(ratio, ROUND)
+
+    def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
+        """Loss ratio and packet rate per bin, when the capture lost traffic (an oversubscribed SPAN port loses
+        at its peaks)."""
+        if not any(f.severity != "info" and f.evidence.get("lossy_bins") for f in findings):
+            return []
+        own_bins, counts = self.table()
+        return [LossFigure(own_bins, counts, self.bin_ns, bins)]
+
+    def live_counters(self) -> list[LiveCounter]:
+        return [LiveCounter("tcp_ack_events", "TCP ack events (0) and those over bytes never captured (1)",
+                            "gap", 2, _event_counts)]
+
+
+def _event_counts(batch: PacketBatch) -> np.ndarray:
+    events = batch.flow_events
+    if events is None:
+        return np.zeros(2, dtype=np.int64)
+    counts = np.bincount(events, minlength=8)
+    return np.array([counts[EV_ACK] + counts[EV_GAP] + counts[EV_SNAPPED], counts[EV_GAP]], dtype=np.int64)
+
+
+def _worst_flows(ctx: AnalysisContext) -> list[dict]:
+    """The TCP flows that missed the most bytes (Zeek's missed_bytes), with their counters."""
+    table = ctx.flows
+    if table is None or len(table) == 0 or "src2dst_gap_bytes" not in table:
+        return []
+    missed = (table["src2dst_gap_bytes"] + table["dst2src_gap_bytes"]).to_numpy()
+    top = np.argsort(-missed, kind="stable")[:FLOWS_NAMED]
+    out = []
+    for i in top.tolist():
+        if missed[i] <= 0:
+            break
+        row = table.iloc[i]
+        out.append({"src": endpoint(row["src_ip"], int(row["src_port"])),
+                    "dest": endpoint(row["dest_ip"], int(row["dest_port"])), "proto": str(row["proto"]),
+                    "community_id": row.get("community_id"), "gap_bytes": int(missed[i]),
+                    "gap_events": int(row["src2dst_gap_events"] + row["dst2src_gap_events"]),
+                    "ack_events": int(row["src2dst_ack_events"] + row["dst2src_ack_events"]),
+                    "history": str(row["history"])})
+    return out
+
+
+class LossFigure(ReportFigure):
+    """Per bin of the rule: the share of ack events over lost bytes, beside the packet rate."""
+
+    title = "Capture loss (TCP ack gaps) and packet rate per bin"
+
+    def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins):
+        self.x = (own_bins * bin_ns - axis.start_ns) / NS
+        self.ratio = counts[:, C_GAPS] / np.maximum(counts[:, C_ACKS], 1)
+        self.rate = counts[:, C_PACKETS] / (bin_ns / NS)
+        self.width_s = bin_ns / NS
+        self.label = axis.axis_label
+
+    def add(self, batch: PacketBatch) -> None:
+        """Drawn from the rule's own bins: nothing to keep from the evidence pass."""
+
+    def draw(self, ax, flows) -> None:
+        ax.bar(self.x, self.ratio, width=self.width_s, align="edge", color="tab:red", alpha=0.6,
+               label="gap events / ack events")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("loss ratio (red)")
+        ax.set_xlabel(self.label)
+        rate_ax = ax.twinx()
+        for x, rate in zip(self.x, self.rate):      # each bin's rate over its width (bins may be sparse)
+            rate_ax.hlines(rate, x, x + self.width_s, color="tab:blue")
+        rate_ax.set_ylim(0, max(float(self.rate.max(initial=0.0)) * 1.1, 1.0))
+        rate_ax.set_ylabel("packets/s (blue)")

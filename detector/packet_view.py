@@ -1,0 +1,291 @@
+"""The packet table of the notebook API: every decoded column (detector.schema) as a typed pandas column.
+
+One spelling of names throughout (`src_`/`dest_`, as the decoded columns and
+the flow table); addresses and MACs as strings, times as UTC timestamps,
+small vocabularies (protocol, ARP operation, tunnel kind, SLL packet type) as
+categoricals, every other field a nullable integer or boolean that is <NA>
+where the packet does not carry it (its layer bit is clear), never a made-up
+0. `COLUMNS` documents each column (what it is, its unit); `LAYERS` names the
+bits of the raw `layers` column for `has()`.
+
+`frame_of(batch, names)` builds the named columns of one decoded batch, so a
+reader can keep only what a question needs, batch by batch (api.Capture.
+packets_frame): the decoder is the engine's, never a second parser.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .decode.addr import ip_text_codes, mac_to_str
+from .schema import (
+    IP,
+    IP_DF,
+    IP_MF,
+    L_AMSDU,
+    L_ARP,
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_FRAG,
+    L_ICMP,
+    L_ICMP6,
+    L_IP4,
+    L_IP6,
+    L_MSS,
+    L_MTU,
+    L_PAYLOAD,
+    L_PKT_TYPE,
+    L_PORTS,
+    L_QINQ,
+    L_QUOTE,
+    L_QUOTE_PORTS,
+    L_SACK_PERM,
+    L_SCTP,
+    L_SRC_MAC,
+    L_TCP,
+    L_TCP_TS,
+    L_TRUNCATED,
+    L_TUNNEL,
+    L_UDP,
+    L_VLAN,
+    L_WSCALE,
+    PROTO_NAMES,
+    TUNNEL_NAMES,
+    PacketBatch,
+)
+
+ICMP_ANY = L_ICMP | L_ICMP6
+
+# readable names of the `layers` bits (Capture.has)
+LAYERS = {
+    "src_mac": L_SRC_MAC, "dest_mac": L_DST_MAC, "vlan": L_VLAN, "qinq": L_QINQ, "ethertype": L_ETHERTYPE,
+    "ip": IP, "ipv4": L_IP4, "ipv6": L_IP6, "tcp": L_TCP, "udp": L_UDP, "sctp": L_SCTP, "icmp": L_ICMP,
+    "icmpv6": L_ICMP6, "arp": L_ARP, "ports": L_PORTS, "fragment": L_FRAG, "mss": L_MSS, "wscale": L_WSCALE,
+    "sack_permitted": L_SACK_PERM, "tcp_timestamps": L_TCP_TS, "mtu": L_MTU, "quote": L_QUOTE,
+    "quote_ports": L_QUOTE_PORTS, "tunnel": L_TUNNEL, "truncated": L_TRUNCATED, "payload": L_PAYLOAD,
+    "amsdu": L_AMSDU, "pkt_type": L_PKT_TYPE,
+}
+
+ARP_OPS = {1: "request", 2: "reply", 3: "rarp-request", 4: "rarp-reply", 8: "inarp-request", 9: "inarp-reply"}
+# Linux cooked capture packet types (linux/if_packet.h)
+PKT_TYPES = {0: "host", 1: "broadcast", 2: "multicast", 3: "otherhost", 4: "outgoing"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the packet table: built by `kind` from the decoded `source` column(s), valid where any bit
+    of `bit` is set in `layers` (0: always)."""
+
+    name: str
+    kind: str           # int, bool, flag, time, mac, ip, ipv4, category, layers
+    source: str
+    bit: int
+    dtype: str          # the pandas dtype
+    doc: str
+    unit: str = ""
+    names: dict | None = None   # category: value -> name (others: the number as text)
+    flag: int = 0               # flag: the bit of `source` that makes it True
+    fragment_v6: bool = False   # an IPv6 packet carries the field only in a fragment header
+
+
+def _int(name, source, bit, dtype, doc, unit=""):
+    return Column(name, "int", source, bit, dtype, doc, unit)
+
+
+COLUMNS: dict[str, Column] = {c.name: c for c in (
+    Column("frame", "int", "frame", 0, "Int64", "Frame number across the whole input, from 1 (tshark frame.number)"),
+    Column("time", "time", "ts_ns", 0, "datetime64[ns, UTC]", "Capture time of the packet", "UTC"),
+    _int("caplen", "caplen", 0, "UInt32", "Bytes captured of the frame", "bytes"),
+    _int("wirelen", "wirelen", 0, "UInt32", "Length of the frame on the wire", "bytes"),
+    _int("iface", "iface", 0, "UInt16", "Interface number (pcapng interface index across sections; 0 in pcap)"),
+    _int("linktype", "linktype", 0, "UInt16", "LINKTYPE_* of the frame's interface (tcpdump.org/linktypes)"),
+    _int("epb_flags", "epb_flags", 0, "UInt32",
+         "pcapng epb_flags word: bits 0-1 direction, 2-4 reception type, 5-8 FCS length, 16-31 link errors "
+         "(0 where the record has none, and in pcap)"),
+    Column("layers", "layers", "layers", 0, "UInt32", "Bitmask of the decoded layers (Capture.has reads it)"),
+    Column("src_mac", "mac", "src_mac", L_SRC_MAC, "string", "Source MAC address"),
+    Column("dest_mac", "mac", "dest_mac", L_DST_MAC, "string", "Destination MAC address"),
+    Column("pkt_type", "category", "pkt_type", L_PKT_TYPE, "category",
+           "Linux cooked capture (SLL/SLL2) packet type: host, broadcast, multicast, otherhost, outgoing",
+           names=PKT_TYPES),
+    _int("vlan", "vlan_outer", L_VLAN, "UInt16", "Outer 802.1Q/802.1ad VLAN ID"),
+    _int("vlan_inner", "vlan_inner", L_QINQ, "UInt16", "Inner VLAN ID (Q-in-Q)"),
+    _int("ethertype", "ethertype", L_ETHERTYPE, "UInt16", "EtherType of the innermost link header"),
+    _int("ip_version", "ip_version", IP, "UInt8", "IP version (4 or 6) of the (innermost) IP header"),
+    Column("src_ip", "ip", "src_ip", IP, "string", "Source IP address (of the innermost IP header in a tunnel)"),
+    Column("dest_ip", "ip", "dest_ip", IP, "string", "Destination IP address"),
+    Column("proto", "category", "proto", IP, "category",
+           "Transport protocol after IPv6 extension headers: tcp, udp, icmp, icmpv6, or its number",
+           names=PROTO_NAMES),
+    _int("ttl", "ttl", IP, "UInt8", "IPv4 TTL or IPv6 hop limit", "hops"),
+    Column("ip_id", "int", "ip_id", IP, "UInt32", "IPv4 identification; IPv6 fragment header identification "
+           "(<NA> without one; an atomic fragment's ID 0 reads <NA>)", fragment_v6=True),
+    _int("ip_len", "ip_len", IP, "UInt32", "IPv4 total length; IPv6 40 + payload length", "bytes"),
+    Column("ip_df", "flag", "ip_flags", L_IP4, "boolean", "IPv4 Don't Fragment flag", flag=IP_DF),
+    Column("ip_mf", "flag", "ip_flags", IP, "boolean", "More Fragments flag (IPv4 header or IPv6 fragment header)",
+           flag=IP_MF, fragment_v6=True),
+    Column("frag_offset", "int", "frag_offset", IP, "UInt32", "Fragment offset (tshark's ip.frag_offset times 8)",
+           "bytes", fragment_v6=True),
+    _int("src_port", "src_port", L_PORTS, "UInt16", "Source port (TCP, UDP, SCTP, DCCP, UDP-Lite)"),
+    _int("dest_port", "dest_port", L_PORTS, "UInt16", "Destination port"),
+    _int("tcp_flags", "tcp_flags", L_TCP, "UInt16", "TCP flags, 9 bits: NS CWR ECE URG ACK PSH RST SYN FIN"),
+    _int("tcp_seq", "tcp_seq", L_TCP, "UInt32", "TCP sequence number (raw, not relative)"),
+    _int("tcp_ack", "tcp_ack", L_TCP, "UInt32", "TCP acknowledgement number (raw)"),
+    _int("tcp_window", "tcp_window", L_TCP, "UInt16", "TCP window field, unscaled", "bytes"),
+    _int("tcp_mss", "tcp_mss", L_MSS, "UInt16", "TCP MSS option", "bytes"),
+    _int("tcp_wscale", "tcp_wscale", L_WSCALE, "UInt8", "TCP window scale option (shift count)"),
+    Column("tcp_sack_permitted", "flag", "layers", L_TCP, "boolean", "TCP SACK-permitted option present",
+           flag=L_SACK_PERM),
+    _int("tcp_tsval", "tcp_tsval", L_TCP_TS, "UInt32", "TCP timestamp option value (sender's clock ticks)"),
+    _int("tcp_tsecr", "tcp_tsecr", L_TCP_TS, "UInt32", "TCP timestamp echo reply"),
+    _int("payload_len", "payload_len", L_PAYLOAD, "UInt32",
+         "Transport payload per the headers' lengths (on the wire, not captured)", "bytes"),
+    _int("l3_off", "l3_off", IP, "UInt16", "Offset of the (innermost) IP header in the frame", "bytes"),
+    _int("l4_off", "l4_off", IP, "UInt16", "Offset of the transport header in the frame", "bytes"),
+    _int("payload_off", "payload_off", L_PAYLOAD, "UInt16", "Offset of the transport payload in the frame",
+         "bytes"),
+    _int("icmp_type", "icmp_type", ICMP_ANY, "UInt8", "ICMP or ICMPv6 type"),
+    _int("icmp_code", "icmp_code", ICMP_ANY, "UInt8", "ICMP or ICMPv6 code"),
+    _int("icmp_mtu", "icmp_mtu", L_MTU, "UInt32",
+         "Next-hop MTU of ICMP 3/4 (fragmentation needed) or ICMPv6 Packet Too Big", "bytes"),
+    Column("quote_src_ip", "ip", "quote_src_ip", L_QUOTE, "string", "Source address of the IP header an ICMP "
+           "error quotes"),
+    Column("quote_dest_ip", "ip", "quote_dest_ip", L_QUOTE, "string", "Destination address of the quoted header"),
+    Column("quote_proto", "category", "quote_proto", L_QUOTE, "category", "Protocol of the quoted header",
+           names=PROTO_NAMES),
+    _int("quote_src_port", "quote_src_port", L_QUOTE_PORTS, "UInt16", "Source port of the quoted packet"),
+    _int("quote_dest_port", "quote_dest_port", L_QUOTE_PORTS, "UInt16", "Destination port of the quoted packet"),
+    Column("arp_op", "category", "arp_op", L_ARP, "category", "ARP operation: request, reply, ...",
+           names=ARP_OPS),
+    Column("arp_sha", "mac", "arp_sha", L_ARP, "string", "ARP sender hardware address"),
+    Column("arp_spa", "ipv4", "arp_spa", L_ARP, "string", "ARP sender protocol address"),
+    Column("arp_tha", "mac", "arp_tha", L_ARP, "string", "ARP target hardware address"),
+    Column("arp_tpa", "ipv4", "arp_tpa", L_ARP, "string", "ARP target protocol address"),
+    _int("msdu_count", "msdu_count", L_AMSDU, "UInt16", "Subframes of an 802.11 A-MSDU (the row is the first)"),
+    Column("tunnel", "category", "tunnel", L_TUNNEL, "category",
+           "Outermost encapsulation removed: ipip, gre, vxlan, geneve, teredo, gtp, ayiya, erspan",
+           names=TUNNEL_NAMES),
+    Column("outer_src_ip", "ip", "outer_src_ip", L_TUNNEL, "string", "Source address of a tunnel's outer IP "
+           "header"),
+    Column("outer_dest_ip", "ip", "outer_dest_ip", L_TUNNEL, "string", "Destination address of the outer header"),
+    Column("outer_proto", "category", "outer_proto", L_TUNNEL, "category", "Protocol of the outer IP header",
+           names=PROTO_NAMES),
+    _int("outer_src_port", "outer_src_port", L_TUNNEL, "UInt16", "Outer UDP source port (0 unless the tunnel "
+         "rides on UDP)"),
+    _int("outer_dest_port", "outer_dest_port", L_TUNNEL, "UInt16", "Outer UDP destination port"),
+    Column("truncated", "flag", "layers", 0, "boolean", "Headers cut short by the snapshot length, or malformed",
+           flag=L_TRUNCATED),
+    _int("fingerprint", "fingerprint", 0, "UInt64",
+         "64-bit hash of the frame's captured bytes (equal frames, e.g. a loop's copies, share it)"),
+    _int("rss_queue", "rss_queue", IP, "UInt16",
+         "Receive queue a NIC's Toeplitz RSS would pick (detector.rss defaults: 16 queues)"),
+)}
+
+# columns built from two decoded columns (an address's halves)
+_HALVES = ("src_ip", "dest_ip", "quote_src_ip", "quote_dest_ip", "outer_src_ip", "outer_dest_ip")
+
+
+def sources(names) -> set[str]:
+    """The decoded columns (detector.schema) that the packet columns `names` are built from."""
+    out = {"layers"}
+    for name in names:
+        column = COLUMNS[name]
+        if column.fragment_v6:
+            out.add("ip_id")
+        if column.source in _HALVES:
+            out |= {f"{column.source}_hi", f"{column.source}_lo"}
+        else:
+            out.add(column.source)
+    return out
+
+
+def check_names(names) -> list[str]:
+    """`names` as a list, each a packet column; a ValueError names the unknown ones."""
+    names = list(names)
+    unknown = [n for n in names if n not in COLUMNS]
+    if unknown:
+        raise ValueError(f"no packet column {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(COLUMNS)})")
+    return names
+
+
+def referenced(expression: str) -> list[str]:
+    """The packet columns a query expression names (its identifiers that are columns), in table order."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression))
+    return [name for name in COLUMNS if name in words]
+
+
+def frame_of(cols: dict[str, np.ndarray], names) -> pd.DataFrame:
+    """The packet columns `names` of one batch's decoded columns `cols` (at least `sources(names)`)."""
+    layers = np.asarray(cols["layers"], dtype=np.uint32)
+    return pd.DataFrame({name: _build(COLUMNS[name], cols, layers) for name in names}, index=None)
+
+
+def _valid(column: Column, cols: dict, layers: np.ndarray) -> np.ndarray:
+    if column.bit == 0:
+        return np.ones(len(layers), dtype=bool)
+    valid = (layers & np.uint32(column.bit)) != 0
+    if column.fragment_v6:
+        # IPv6 has these fields only in a fragment header: a fragment, or an atomic one (its ID non-zero)
+        v6 = (layers & np.uint32(L_IP6)) != 0
+        fragment = ((layers & np.uint32(L_FRAG)) != 0) | (np.asarray(cols["ip_id"]) != 0)
+        valid &= ~v6 | fragment
+    return valid
+
+
+def _build(column: Column, cols: dict, layers: np.ndarray):
+    valid = _valid(column, cols, layers)
+    kind = column.kind
+    if kind == "time":
+        return pd.to_datetime(np.asarray(cols["ts_ns"], dtype=np.int64), unit="ns", utc=True)
+    if kind in ("int", "layers"):
+        values = np.asarray(cols[column.source]).astype(column.dtype.lower(), copy=False)
+        return pd.arrays.IntegerArray(values, ~valid)
+    if kind == "flag":
+        values = (np.asarray(cols[column.source]).astype(np.uint32) & np.uint32(column.flag)) != 0
+        return pd.arrays.BooleanArray(values, ~valid)
+    if kind == "mac":
+        texts = mac_to_str(np.asarray(cols[column.source], dtype=np.uint64)) if len(layers) else np.zeros(0, object)
+        return pd.array(np.where(valid, texts, None), dtype="string")
+    if kind in ("ip", "ipv4"):
+        if kind == "ip":
+            hi, lo = cols[f"{column.source}_hi"], cols[f"{column.source}_lo"]
+        else:   # an IPv4 address as the schema's IPv4-mapped halves
+            lo = np.asarray(cols[column.source], dtype=np.uint64) | np.uint64(0xFFFF_0000_0000)
+            hi = np.zeros(len(lo), dtype=np.uint64)
+        texts = ip_text_codes(hi, lo).text() if len(layers) else np.zeros(0, object)
+        return pd.array(np.where(valid, texts, None), dtype="string")
+    if kind == "category":
+        values = np.asarray(cols[column.source]).astype(np.int64)
+        distinct, codes = np.unique(values, return_inverse=True)
+        labels = [column.names.get(int(v), str(int(v))) for v in distinct]
+        # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
+        categories = list(dict.fromkeys(labels))
+        remap = np.array([categories.index(label) for label in labels], dtype=np.int64)
+        codes = np.where(valid, remap[codes.reshape(-1)] if len(values) else codes, -1)
+        return pd.Categorical.from_codes(codes, categories=categories)
+    raise AssertionError(f"unknown column kind {kind}")
+
+
+def describe() -> pd.DataFrame:
+    """One row per packet column: name, dtype, unit, when it is <NA>, what it is."""
+    rows = []
+    for c in COLUMNS.values():
+        valid_when = "always" if c.bit == 0 else " or ".join(
+            name for name, bit in LAYERS.items() if bit == c.bit and name != "ip") or \
+            " or ".join(name for name, bit in LAYERS.items() if bit & c.bit and bit != IP)
+        rows.append({"column": c.name, "dtype": c.dtype, "unit": c.unit, "valid_when": valid_when,
+                     "description": c.doc})
+    return pd.DataFrame(rows)
+
+
+def batch_columns(batch: PacketBatch, names, extra: dict | None = None) -> dict[str, np.ndarray]:
+    """The decoded columns of `batch` that `names` need (copies: the batch's buffers are reused), plus
+    `extra` (computed columns such as rss_queue)."""
+    need = sources(names) - set(extra or ())
+    out = {name: np.array(batch[name]) for name in need}
+    out.update(extra or {})
+    return out

@@ -1,0 +1,39 @@
+"""The set helpers the loop rules pick a batch's rows with, against numpy's own definitions."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detector.detectors.base import member, repeated_rows
+
+# small alphabets make repeats and hash collisions (keys equal modulo the table) likely; the extremes of uint64
+# and 0 are keys like any other
+KEYS = st.lists(st.sampled_from([0, 1, 2, 3, 1 << 32, (1 << 32) + 1, 2**63, 2**64 - 1, 0x9E3779B97F4A7C15])
+                | st.integers(0, 2**64 - 1), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(KEYS)
+def test_repeated_rows_are_the_rows_whose_key_occurs_twice(values):
+    keys = np.array(values, dtype=np.uint64)
+    distinct, counts = np.unique(keys, return_counts=True)
+    expected = np.isin(keys, distinct[counts >= 2])
+    assert np.array_equal(repeated_rows(keys), expected)
+
+
+def test_repeated_rows_of_a_batch_of_copies_and_uniques():
+    keys = np.arange(20_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    keys[5_000:5_100] = keys[4_999]          # a burst of one frame's copies
+    keys[-1] = keys[0]                       # a repeat at both ends of the batch
+    got = repeated_rows(keys)
+    assert got[4_999:5_100].all() and got[0] and got[-1]
+    assert got.sum() == 101 + 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(KEYS, KEYS)
+def test_member_is_isin(values, chosen):
+    keys = np.array(values, dtype=np.uint64)
+    sorted_set = np.unique(np.array(chosen, dtype=np.uint64))
+    assert np.array_equal(member(keys, sorted_set), np.isin(keys, sorted_set))
