@@ -354,12 +354,12 @@ class Scan(Detector):
         first_ns, last_ns = int(a["first_ns"][tries].min()), int(a["first_ns"][tries].max())
         evidence = {
             "scanner": name, "local": local, "local_by": side, "kind": kind, "crossed": crossed,
-            "unique_targets": int(len(mine)), "busiest_15min_targets": int(total),
+            "unique_targets": len(mine), "busiest_15min_targets": int(total),
             "window_start": _iso(window_at), "hosts": hosts, "ports": ports,
             "top_hosts": _top(a["dst"][mine], a["dst_names"], str),
             "top_ports": _top(service, None, _service_text),
             "probes": {PROBE_NAMES[k]: int(v) for k, v in enumerate(probes) if v},
-            "failed_ratio": round(ratio, 3), "attempts": int(len(tries)),
+            "failed_ratio": round(ratio, 3), "attempts": len(tries),
             "attempts_per_second": round(float(len(tries) / max(span, MIN_RATE_WINDOW_S)), 1),
             "evidence_frames": evidence_frames(tried),
         }
