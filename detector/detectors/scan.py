@@ -129,18 +129,22 @@ def attempts(flows) -> dict[str, np.ndarray]:
                       [PROBE_SYN, PROBE_ACK, PROBE_BARE, PROBE_UDP, PROBE_ICMP], PROBE_OTHER)
     # ICMP's service is the request type; other protocols have no ports
     port = np.where(icmp, sport, np.where(tcp | (proto == PROTO_UDP) | (proto == 132), dport, 0))
+    # a flow the capture saw begin: TCP from the originator's SYN (not picked up mid-stream) or a probe
+    history = flows["history"].astype(str).str.startswith("S").to_numpy(bool)
+    opened = np.where(tcp, history | tcp_failed, True)
     return {
         "src": src_codes[keep], "dst": dst_codes[keep], "proto": proto[keep], "port": port[keep],
-        "first_ns": flow_time_ns(flows["first_seen"])[keep], "frame": flows["first_frame"].to_numpy(np.int64)[keep],
-        "failed": failed[keep], "probe": probe[keep].astype(np.int64),
+        "first_ns": flow_time_ns(flows["first_seen"])[keep], "last_ns": flow_time_ns(flows["last_seen"])[keep],
+        "frame": flows["first_frame"].to_numpy(np.int64)[keep], "failed": failed[keep], "opened": opened[keep],
+        "answered": (back > 0)[keep], "probe": probe[keep].astype(np.int64),
         "src_names": src_names, "dst_names": dst_names,
     }
 
 
 def _empty() -> dict[str, np.ndarray]:
     none = np.zeros(0, dtype=np.int64)
-    return {"src": none, "dst": none, "proto": none, "port": none, "first_ns": none, "frame": none,
-            "failed": none.astype(bool), "probe": none, "src_names": np.zeros(0, dtype=object),
+    return {"src": none, "dst": none, "proto": none, "port": none, "first_ns": none, "last_ns": none, "frame": none,
+            "failed": none.astype(bool), "opened": none.astype(bool), "answered": none.astype(bool), "probe": none, "src_names": np.zeros(0, dtype=object),
             "dst_names": np.zeros(0, dtype=object)}
 
 
@@ -252,8 +256,8 @@ class Scan(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.local_nets = _networks(rule, "local_networks", self.params["local_networks"])
-        self.allowed = _networks(rule, "allowlist", self.params["allowlist"])
+        self.local_nets = parse_networks(rule, "local_networks", self.params["local_networks"])
+        self.allowed = parse_networks(rule, "allowlist", self.params["allowlist"])
 
     # ---- state: the flow table is the state ----------------------------------------------------
     def update(self, batch) -> None:
@@ -267,7 +271,7 @@ class Scan(Detector):
     def is_local(self, address: str) -> bool:
         if self.site.given("local_networks"):
             return self.site.is_local(address)
-        return _inside(address, self.local_nets)
+        return in_networks(address, self.local_nets)
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         a = attempts(ctx.flows)
@@ -290,7 +294,7 @@ class Scan(Detector):
         out = []
         for src in ranked.tolist():
             name = str(a["src_names"][src])
-            if _inside(name, self.allowed):
+            if in_networks(name, self.allowed):
                 continue
             finding = self._judge(a, keys, answered, targets[a["src"][targets] == src], fail[a["src"][fail] == src],
                                   name)
@@ -357,7 +361,7 @@ class Scan(Detector):
             "unique_targets": len(mine), "busiest_15min_targets": int(total),
             "window_start": _iso(window_at), "hosts": hosts, "ports": ports,
             "top_hosts": _top(a["dst"][mine], a["dst_names"], str),
-            "top_ports": _top(service, None, _service_text),
+            "top_ports": _top(service, None, service_text),
             "probes": {PROBE_NAMES[k]: int(v) for k, v in enumerate(probes) if v},
             "failed_ratio": round(ratio, 3), "attempts": len(tries),
             "attempts_per_second": round(float(len(tries) / max(span, MIN_RATE_WINDOW_S)), 1),
@@ -429,7 +433,7 @@ class AttemptsFigure(ReportFigure):
         twin.set_ylabel("distinct targets so far")
 
 
-def _networks(rule, key: str, values) -> tuple:
+def parse_networks(rule, key: str, values) -> tuple:
     nets = []
     for text in values:
         try:
@@ -439,7 +443,7 @@ def _networks(rule, key: str, values) -> tuple:
     return tuple(nets)
 
 
-def _inside(address: str, nets: tuple) -> bool:
+def in_networks(address: str, nets: tuple) -> bool:
     if not nets:
         return False
     try:
@@ -450,10 +454,10 @@ def _inside(address: str, nets: tuple) -> bool:
 
 
 def _named(a: dict, host: int, svc: int) -> dict[str, str]:
-    return {"host": str(a["dst_names"][host]), "service": _service_text(svc)}
+    return {"host": str(a["dst_names"][host]), "service": service_text(svc)}
 
 
-def _service_text(svc: int) -> str:
+def service_text(svc: int) -> str:
     proto, port = int(svc) >> 16, int(svc) & 0xFFFF
     name = FLOW_PROTO_NAMES.get(proto, str(proto))
     if proto in (PROTO_ICMP, PROTO_ICMP6):
