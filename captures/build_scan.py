@@ -170,10 +170,16 @@ def scan_port_scan(out_dir: Path) -> dict:
     closed = np.flatnonzero(~answered)
     cap.add(t[closed] + 0.0005, frames(np.full(len(closed), server), np.full(len(closed), scanner), TCP_PROTO,
                                        ports[closed], 47000, RST_ACK, 0, seq[closed] + 1))
+    opened = np.flatnonzero(answered)
+    cap.add(t[opened] + 0.0005, frames(np.full(len(opened), server), np.full(len(opened), scanner), TCP_PROTO,
+                                       ports[opened], 47000, SYN_ACK, 99, seq[opened] + 1))
+    cap.add(t[opened] + 0.001, frames(np.full(len(opened), scanner), np.full(len(opened), server), TCP_PROTO, 47000,
+                                      ports[opened], RST, seq[opened] + 1, 0, outbound=False))
     sessions(cap, rng, ip("10.30.0.22"), remote_hosts(rng, 30), 443, 0.0, 4.0)
     count = cap.write(path)
     return {"file": path.name, "packets": count,
-            "what": "remote 203.0.113.50 scanning 1,000 TCP ports of 10.30.0.10 at 150/s (closed ports reset)",
+            "what": "remote 203.0.113.50 scanning 1,000 TCP ports of 10.30.0.10 at 150/s (closed ports reset, "
+                    "three open ones answer and get a reset)",
             "must_yield": [{"rule": "scan", "severity_at_least": "low"}],
             "must_not_yield": [{"rule": "scan", "severity_above": "low"},
                                {"rule": "session-storm", "severity_above": "info"}]}
