@@ -247,8 +247,9 @@ def scan_near_misses(out_dir: Path) -> dict:
     n = 2000
     sources = remote_hosts(rng, n, "198.22.0.0")
     flags = np.where(np.arange(n) % 2 == 0, SYN_ACK, RST_ACK)
-    cap.add(1.0 + np.arange(n) / 500.0, frames(sources, np.full(n, victim), TCP_PROTO, 80, 1024 + rng.integers(0, 60000, n),
-                                               flags, rng.integers(1, 1 << 31, n), rng.integers(1, 1 << 31, n),
+    ports = 1024 + rng.integers(0, 60000, n)
+    cap.add(1.0 + np.arange(n) / 500.0, frames(sources, np.full(n, victim), TCP_PROTO, 80, ports, flags,
+                                               rng.integers(1, 1 << 31, n), rng.integers(1, 1 << 31, n),
                                                outbound=False))
     count = cap.write(path)
     return {"file": path.name, "packets": count,

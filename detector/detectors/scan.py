@@ -143,9 +143,10 @@ def attempts(flows) -> dict[str, np.ndarray]:
 
 def _empty() -> dict[str, np.ndarray]:
     none = np.zeros(0, dtype=np.int64)
-    return {"src": none, "dst": none, "proto": none, "port": none, "first_ns": none, "last_ns": none, "frame": none,
-            "failed": none.astype(bool), "opened": none.astype(bool), "answered": none.astype(bool), "probe": none, "src_names": np.zeros(0, dtype=object),
-            "dst_names": np.zeros(0, dtype=object)}
+    out = dict.fromkeys(("src", "dst", "proto", "port", "first_ns", "last_ns", "frame", "probe"), none)
+    out.update({name: none.astype(bool) for name in ("failed", "opened", "answered")})
+    out.update(src_names=np.zeros(0, dtype=object), dst_names=np.zeros(0, dtype=object))
+    return out
 
 
 _PROTO_BY_NAME = {name: number for number, name in FLOW_PROTO_NAMES.items()}

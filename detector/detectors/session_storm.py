@@ -46,7 +46,7 @@ from .base import (
     evidence_frames,
     register,
 )
-from .scan import in_networks, parse_networks, service_text, attempts
+from .scan import attempts, in_networks, parse_networks, service_text
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256
@@ -146,9 +146,9 @@ class SessionStorm(Detector):
                f"({share:.1%} of a {p['table_size']:,}-entry conntrack table, as captured)")
         evidence = {
             "source": name, "peak_flows_per_s": peak, "peak_at": iso_time(peak_at * NS),
-            "storm_seconds": int(len(seconds)), "storm_flows": int(len(in_storm)),
-            "new_flows_total": int(len(mine)), "answered_ratio": round(answered, 3),
-            "destinations": int(len(np.unique(a["dst"][in_storm]))),
+            "storm_seconds": len(seconds), "storm_flows": len(in_storm),
+            "new_flows_total": len(mine), "answered_ratio": round(answered, 3),
+            "destinations": len(np.unique(a["dst"][in_storm])),
             "top_services": [{"value": service_text(values[i]), "flows": int(counts[i])} for i in top],
             "open_at_once_at_least": entries, "table_size": p["table_size"],
             "table_share_at_least": round(share, 4),
