@@ -230,3 +230,12 @@ def test_the_report_figure_draws_attempts_and_targets():
     attempts, = ax.get_lines()
     assert attempts.get_ydata().sum() == 1000 - 3
     plt.close(fig)
+
+
+def test_icmp_errors_are_answers_never_attempts(tmp_path):
+    # a local router telling 300 hosts their UDP ports are unreachable is no ICMP sweep
+    from scapy.all import ICMP, IPerror, UDPerror
+    packets = [(k * 0.01, Ether() / IP(src="10.30.0.1", dst=f"198.18.{k // 250}.{k % 250 + 1}") /
+                ICMP(type=3, code=3) / IPerror(src=f"198.18.{k // 250}.{k % 250 + 1}", dst="10.30.0.1") /
+                UDPerror(sport=40000, dport=33434 + k)) for k in range(300)]
+    assert scans(capture(tmp_path, packets)) == {}

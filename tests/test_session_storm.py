@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from scapy.all import IP, TCP, UDP, Ether, wrpcap
@@ -137,3 +138,9 @@ def test_the_report_figure_draws_new_flows_per_second():
     figure.draw(ax, result.flows)
     assert ax.get_lines()[0].get_ydata().tolist() == [0, 800, 800, 0, 0]
     plt.close(fig)
+
+
+def test_a_one_packet_flow_is_open_at_its_instant():
+    from detector.detectors.session_storm import _most_open
+    assert _most_open(np.array([0, 0, 5]), np.array([0, 0, 9])) == 2
+    assert _most_open(np.array([0, 1, 2]), np.array([3, 4, 5])) == 3
