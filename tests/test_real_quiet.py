@@ -41,7 +41,7 @@ ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
                              "RA (frame 6) advertises lifetime 30 s (tshark icmpv6.nd.ra.router_lifetime agrees)"),
     },
     "chrissanders-packets/ppa1e/portscan.pcap": {
-        "scan": ("medium", "10.100.25.14 sends one SYN each to 29 TCP ports of 10.100.18.12 in 2.8 s and nothing answers "
+        "scan": ("medium", "10.100.25.14 sends one SYN each to 29 TCP ports of 10.100.18.12 in 2.8 s, nothing answers "
                            "(tshark: 29 frames, all tcp.flags == 0x002, no packet back): a port scan from the private "
                            "address space, local without a site file"),
     },
