@@ -9,7 +9,9 @@ rule, per source and per one-second bin of the flows' first packets.
 A new flow is one the capture saw begin, to a unicast address: TCP from
 the originator's SYN (a connection picked up mid-stream is not new) or a
 bare ACK/FIN/NULL probe (the scan rule's), every UDP flow and other IP
-protocol, ICMP requests (errors belong to the flows they answer). The rate
+protocol, ICMP requests (errors belong to the flows they answer). The
+carrier flows of a UDP tunnel (VXLAN, Geneve, GTP-U) are not counted: one
+per inner flow, they mirror the inner flows, which are. The rate
 is exact, from the flow table in findings(), merged across files; in a
 watch it is the rate within the live window.
 
