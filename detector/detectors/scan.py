@@ -10,7 +10,9 @@ attempt is a flow of the flow table, judged on its final state:
   scans: ntopng's "incomplete" flows), with no payload either way and no
   answer but resets;
 - UDP, ICMP requests (echo, timestamp, address mask) and other IP
-  protocols sent to a unicast address without any reply.
+  protocols sent to a unicast address without any reply; the carrier flows
+  of UDP tunnels (VXLAN, Geneve, GTP-U) are not attempts, their inner flows
+  are judged instead.
 
 A target is (host, protocol, port); ICMP's "port" is the request type. A
 target that answered the same source at any time is no scan target (a
@@ -43,6 +45,7 @@ import ipaddress
 
 import numpy as np
 
+from ..decode.tunnels import PORT_GENEVE, PORT_GRE_UDP, PORT_GTP_U, PORT_VXLAN, PORT_VXLAN_GPE
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..flows.view import FLOW_PROTO_NAMES
@@ -76,6 +79,9 @@ PROBE_PACKETS_MAX = 2
 # RFC 950), ICMPv6 echo request (RFC 4443). Errors are answers to other traffic, never attempts.
 ICMP_REQUESTS = (8, 13, 15, 17)
 ICMP6_REQUESTS = (128,)
+# UDP ports of the tunnels whose carrier flows the flow table keeps beside their inner flows: VXLAN,
+# VXLAN-GPE, Geneve, GTP-U, GRE-in-UDP
+TUNNEL_PORTS = (PORT_VXLAN, PORT_VXLAN_GPE, PORT_GENEVE, PORT_GTP_U, PORT_GRE_UDP)
 # Sources judged per run: the most prolific ones; a capture of a million one-probe sources costs nothing.
 CANDIDATES_MAX = 1024
 # Samples named in a finding's evidence.
@@ -109,7 +115,10 @@ def attempts(flows) -> dict[str, np.ndarray]:
     src_codes, src_names = _factorize(flows["src_ip"])
     dst_codes, dst_names = _factorize(flows["dest_ip"])
     unicast = ~_multicast(dst_names)[dst_codes]
-    keep = (sent > 0) & unicast & (~icmp | request)
+    # a UDP tunnel's carrier flows mirror its inner flows (one outer source port per inner flow, RFC 7348
+    # section 5), which are flows of the table themselves
+    carrier = (proto == PROTO_UDP) & np.isin(dport, TUNNEL_PORTS)
+    keep = (sent > 0) & unicast & (~icmp | request) & ~carrier
 
     tcp = proto == PROTO_TCP
     o_flags = flows["src2dst_tcp_flags"].to_numpy(np.int64)
