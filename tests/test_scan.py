@@ -103,7 +103,7 @@ def test_an_infected_host_sweeping_a_16_on_one_port():
     assert not found and f.severity == "medium" and f.dest_port == 445
     assert f.evidence["kind"] == "horizontal" and f.evidence["hosts"] == 5970      # 30 of 6,000 were open
     assert f.evidence["failed_ratio"] == pytest.approx(5970 / 6000, abs=1e-3)
-    assert "5970 unique hosts on 445/tcp" in f.msg
+    assert "5,970 unique hosts on 445/tcp" in f.msg
 
 
 def test_a_remote_port_scan_is_low():

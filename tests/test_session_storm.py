@@ -58,6 +58,7 @@ def test_a_source_holding_a_tenth_of_a_small_table_is_high(tmp_path):
     (f,) = storms(CAPTURES / "session-storm-subscriber.pcap", rules(tmp_path, table_size=300)).values()
     assert f.severity == "high" and f.evidence["open_at_once_at_least"] == 33
     assert f.evidence["table_share_at_least"] == pytest.approx(0.11)
+    assert "at least 33 of its flows open at once, 11% of a 300-entry conntrack table" in f.msg
 
 
 def test_the_allowlist_silences_a_source(tmp_path):

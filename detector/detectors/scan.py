@@ -347,7 +347,7 @@ class Scan(Detector):
                and np.mean(a["port"][mine][a["proto"][mine] == PROTO_UDP] >= HIGH_PORT) > 0.5)
         side = self._side(local)
         if ratio < p["min_failed_ratio"]:
-            severity, note = "info", (f"; {len(scope_keys) - scope_failed} of its {len(scope_keys)} targets there "
+            severity, note = "info", (f"; {len(scope_keys) - scope_failed:,} of its {len(scope_keys):,} targets there "
                                       f"answered: a busy client (resolver, NAT gateway, proxy), not a scanner")
         elif p2p:
             severity, note = "info", "; UDP to many hosts on many high ports: unanswered P2P (DHT) peers look alike"
@@ -356,14 +356,14 @@ class Scan(Detector):
         window_at = {"targets": total_at, "knock": svc_at[by_svc], "ports": host_at[by_host]}[crossed[0]]
         hosts_text = _named(a, host[by_host], svc[by_svc])
         if scope == "host":
-            what = f"{per_host[by_host]} unique ports of host {hosts_text['host']}"
+            what = f"{per_host[by_host]:,} unique ports of host {hosts_text['host']}"
         elif scope == "service" or ports == 1:
-            what = f"{per_svc[by_svc]} unique hosts on {hosts_text['service']}"
+            what = f"{per_svc[by_svc]:,} unique hosts on {hosts_text['service']}"
         else:
-            what = f"{total} unique targets ({hosts} hosts, {ports} ports)"
+            what = f"{total:,} unique targets ({hosts:,} hosts, {ports:,} ports)"
         span = (times.max() - times.min()) / NS
         msg = (f"{name} ({side}) scanned at least {what} in {_duration(span)}: {kind}, "
-               f"{len(mine)} targets that never answered{note}")
+               f"{len(mine):,} targets that never answered{note}")
         tried = np.sort(a["frame"][tries])
         first_ns, last_ns = int(a["first_ns"][tries].min()), int(a["first_ns"][tries].max())
         evidence = {

@@ -54,6 +54,8 @@ from .scan import attempts, in_networks, parse_networks, service_text
 FINDINGS_MAX = 256
 # Samples named in a finding's evidence.
 SAMPLES = 10
+# A source's share of the conntrack table is named in the message from here (always in the evidence).
+TABLE_SHARE_NAMED = 0.01
 # Figures drawn per run: the first sources of the report.
 FIGURES_MAX = 4
 
@@ -144,8 +146,10 @@ class SessionStorm(Detector):
         first_ns, last_ns = int(a["first_ns"][in_storm].min()), int(a["first_ns"][in_storm].max())
         msg = (f"{name} opened {peak:,} new flows in one second (at {iso_time(peak_at * NS)}), "
                f"{len(seconds)} second(s) above {p['storm_flows_per_s']:,}/s with {len(in_storm):,} new flows, "
-               f"{answered:.0%} of them answered; at least {entries:,} of its flows open at once "
-               f"({share:.1%} of a {p['table_size']:,}-entry conntrack table, as captured)")
+               f"{answered:.0%} of them answered")
+        if share >= TABLE_SHARE_NAMED:
+            msg += (f"; at least {entries:,} of its flows open at once, {share:.0%} of a {p['table_size']:,}-entry "
+                    f"conntrack table")
         evidence = {
             "source": name, "peak_flows_per_s": peak, "peak_at": iso_time(peak_at * NS),
             "storm_seconds": len(seconds), "storm_flows": len(in_storm),
