@@ -301,19 +301,24 @@ class Scan(Detector):
         sources, counts = np.unique(a["src"][targets], return_counts=True)
         ranked = sources[np.argsort(-counts, kind="stable")][:CANDIDATES_MAX]
         ranked = ranked[np.isin(ranked, sources[counts >= floor])]
+        # each source's attempts, failed targets and failed flows as slices of arrays sorted by source
+        slices = {name: by_source(a["src"], rows) for name, rows in
+                  (("all", np.arange(len(a["src"]))), ("targets", targets), ("tries", fail))}
         out = []
         for src in ranked.tolist():
             name = str(a["src_names"][src])
             if in_networks(name, self.allowed):
                 continue
-            finding = self._judge(a, keys, answered, targets[a["src"][targets] == src], fail[a["src"][fail] == src],
-                                  name)
+            mine, tries, rows = (slices[part](src) for part in ("targets", "tries", "all"))
+            finding = self._judge(a, keys, mine, tries, rows, name)
             if finding is not None:
                 out.append(finding)
         return out
 
-    def _judge(self, a: dict, keys: np.ndarray, answered: np.ndarray, mine: np.ndarray, tries: np.ndarray,
+    def _judge(self, a: dict, keys: np.ndarray, mine: np.ndarray, tries: np.ndarray, rows: np.ndarray,
                name: str) -> Finding | None:
+        """The finding of one source: `mine` its failed targets (first attempt each), `tries` its failed flows,
+        `rows` all its attempts; None below every threshold."""
         p = self.params
         window_ns = int(SCAN_WINDOW_S * NS)
         local = self.is_local(name)
@@ -335,10 +340,10 @@ class Scan(Detector):
             return None
         kind, scope = self._kind(a, mine, crossed, svc[by_svc], host[by_host], per_svc[by_svc], per_host[by_host])
         # the share of the scope's targets that never answered this source
-        src = a["src"][mine[0]]
-        in_scope = {"host": a["dst"] == host[by_host], "service": ((a["proto"] << 16) | a["port"]) == svc[by_svc],
-                    "all": np.ones(len(a["dst"]), dtype=bool)}[scope] & (a["src"] == src)
-        scope_keys = np.unique(keys[in_scope])
+        in_scope = {"host": lambda: a["dst"][rows] == host[by_host],
+                    "service": lambda: ((a["proto"][rows] << 16) | a["port"][rows]) == svc[by_svc],
+                    "all": lambda: np.ones(len(rows), dtype=bool)}[scope]()
+        scope_keys = np.unique(keys[rows][in_scope])
         scope_failed = int(np.isin(keys[mine], scope_keys).sum())
         ratio = scope_failed / max(len(scope_keys), 1)
         hosts, ports = len(np.unique(a["dst"][mine])), len(np.unique(service))
@@ -441,6 +446,13 @@ class AttemptsFigure(ReportFigure):
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("failed attempts/s")
         twin.set_ylabel("distinct targets so far")
+
+
+def by_source(src: np.ndarray, rows: np.ndarray):
+    """A function giving the `rows` whose source is a given one, from one sort of them by source."""
+    ordered = rows[np.argsort(src[rows], kind="stable")]
+    keys = src[ordered]
+    return lambda value: ordered[np.searchsorted(keys, value):np.searchsorted(keys, value, side="right")]
 
 
 def parse_networks(rule, key: str, values) -> tuple:

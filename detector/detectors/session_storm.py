@@ -48,7 +48,7 @@ from .base import (
     evidence_frames,
     register,
 )
-from .scan import attempts, in_networks, parse_networks, service_text
+from .scan import attempts, by_source, in_networks, parse_networks, service_text
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256
@@ -118,16 +118,19 @@ class SessionStorm(Detector):
         storming = counts > self.params["storm_flows_per_s"]
         if not storming.any():
             return []
-        cell_src, cell_second = src[starts][storming], second[starts][storming]
-        sources = np.unique(cell_src)
-        peaks = np.array([counts[storming][cell_src == s].max() for s in sources])
+        # the storming seconds, grouped by source (cells are sorted by source, then second)
+        cell_src, cell_second, cell_count = src[starts][storming], second[starts][storming], counts[storming]
+        first = np.flatnonzero(np.concatenate(([True], cell_src[1:] != cell_src[:-1])))
+        sources, peaks = cell_src[first], np.maximum.reduceat(cell_count, first)
+        ends = np.append(first[1:], len(cell_src))
+        flows_of = by_source(a["src"], rows)
         out = []
-        for s in sources[np.argsort(-peaks, kind="stable")][:FINDINGS_MAX].tolist():
-            name = str(a["src_names"][s])
+        for k in np.argsort(-peaks, kind="stable")[:FINDINGS_MAX].tolist():
+            name = str(a["src_names"][sources[k]])
             if in_networks(name, self.allowed):
                 continue
-            seconds = cell_second[cell_src == s]
-            out.append(self._finding(a, rows[a["src"][rows] == s], seconds, counts[storming][cell_src == s], name))
+            cells = slice(first[k], ends[k])
+            out.append(self._finding(a, flows_of(sources[k]), cell_second[cells], cell_count[cells], name))
         return out
 
     def _finding(self, a: dict, mine: np.ndarray, seconds: np.ndarray, per_second: np.ndarray, name: str) -> Finding:
