@@ -239,3 +239,15 @@ def test_icmp_errors_are_answers_never_attempts(tmp_path):
                 ICMP(type=3, code=3) / IPerror(src=f"198.18.{k // 250}.{k % 250 + 1}", dst="10.30.0.1") /
                 UDPerror(sport=40000, dport=33434 + k)) for k in range(300)]
     assert scans(capture(tmp_path, packets)) == {}
+
+
+@pytest.mark.parametrize("name", ["scan-local-sweep.pcap", "session-storm-flood.pcap", "scan-near-misses.pcap"])
+def test_the_flow_tables_numbers_and_its_dataframe_view_give_the_same_findings(name):
+    from detector.detectors import active_detectors
+    from detector.detectors.base import AnalysisContext
+
+    both = {k: v for k, v in load_rules().items() if k in (RULE, "session-storm")}
+    result = analyze([CAPTURES / name], both, label="view")
+    from_view = AnalysisContext(flows=result.flows, stats=result.stats)
+    again = sorted((f.to_json() for d in active_detectors(both) for f in d.findings(from_view)), key=str)
+    assert again and again == sorted((f.to_json() for f in result.findings), key=str)

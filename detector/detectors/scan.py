@@ -49,7 +49,7 @@ from ..decode.tunnels import PORT_GENEVE, PORT_GRE_UDP, PORT_GTP_U, PORT_VXLAN, 
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..flows.view import FLOW_PROTO_NAMES
-from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_TCP, PROTO_UDP, TH_ACK, TH_RST, TH_SYN
+from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, TH_ACK, TH_RST, TH_SYN
 from ..units import NS
 from .base import (
     ALERT_SECONDS,
@@ -65,6 +65,8 @@ from .base import (
     check_merge,
     evidence_frames,
     flow_time_ns,
+    ip_halves,
+    ip_text,
     mix64,
     register,
 )
@@ -97,34 +99,80 @@ PROBE_SYN, PROBE_ACK, PROBE_BARE, PROBE_UDP, PROBE_ICMP, PROBE_OTHER = range(6)
 PROBE_NAMES = ("TCP SYN", "TCP ACK", "TCP FIN/NULL/Xmas", "UDP", "ICMP request", "other IP protocol")
 
 
-def attempts(flows) -> dict[str, np.ndarray]:
-    """The flow table's originated flows as attempts: source, host, service and time, whether each failed
-    and its probe type, one row per flow whose originator sent anything (backscatter's receiver sent
-    nothing) and that asked for an answer (not ICMP errors), to a unicast address."""
-    n = len(flows)
-    if n == 0 or "src_ip" not in flows:
+def flow_numbers(flows) -> dict[str, np.ndarray]:
+    """The columns the rule reads, as numbers: from FlowTable.columns() (AnalysisContext.flow_columns, no
+    pandas) or from the DataFrame view (a test's, the API's, a report figure's)."""
+    if isinstance(flows, dict):
+        cols = {name: flows[name] for name in NUMERIC_COLUMNS}
+        history = flows["history"]
+        begins = np.array([text.startswith("S") for text in history.value_texts()], dtype=bool)
+        cols["syn_first"] = begins[np.asarray(history.codes, dtype=np.intp)] if len(begins) else np.zeros(0, bool)
+        return cols
+    cols = {name: flows[name].to_numpy() for name in NUMERIC_COLUMNS if name in flows and name not in TEXT_VIEW}
+    for side, column in (("src", "src_ip"), ("dest", "dest_ip")):
+        cols[f"{side}_ip_hi"], cols[f"{side}_ip_lo"] = _address_halves(flows[column])
+    cols["proto"] = _proto_numbers(flows["proto"])
+    cols["first_seen"], cols["last_seen"] = flow_time_ns(flows["first_seen"]), flow_time_ns(flows["last_seen"])
+    cols["syn_first"] = flows["history"].astype(str).str.startswith("S").to_numpy(bool)
+    return cols
+
+
+# FlowTable.columns() names the rule reads; the DataFrame view has the addresses as text and times as datetimes
+NUMERIC_COLUMNS = ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "src_port", "dest_port", "proto",
+                   "src2dst_packets", "dst2src_packets", "src2dst_payload_bytes", "dst2src_payload_bytes",
+                   "src2dst_tcp_flags", "dst2src_tcp_flags", "first_seen", "last_seen", "first_frame")
+TEXT_VIEW = ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto", "first_seen", "last_seen")
+
+
+def attempts_of(ctx: AnalysisContext) -> dict:
+    """attempts() of the context's flow table, read without pandas when the context holds the table."""
+    columns = ctx.flow_columns()
+    return attempts(flow_numbers(columns if columns is not None else ctx.flows))
+
+
+class Addresses:
+    """Distinct addresses (uint64 halves) by code; a code's text is built only when asked for."""
+
+    def __init__(self, hi: np.ndarray, lo: np.ndarray):
+        self.hi, self.lo = hi, lo
+
+    def __getitem__(self, code) -> str:
+        return ip_text(self.hi[code], self.lo[code])
+
+    def code_of(self, text: str) -> int:
+        """The code of an address text; -1 when it is not among them."""
+        halves = ip_halves(text)
+        if halves is None:
+            return -1
+        at = np.flatnonzero((self.hi == np.uint64(halves[0])) & (self.lo == np.uint64(halves[1])))
+        return int(at[0]) if len(at) else -1
+
+
+def attempts(cols: dict) -> dict:
+    """The flows (flow_numbers) as attempts: source, host, service and time, whether each failed and its
+    probe type, one row per flow whose originator sent anything (backscatter's receiver sent nothing) and
+    that asked for an answer (not ICMP errors), to a unicast address."""
+    if len(cols.get("proto", ())) == 0:
         return _empty()
-    proto = _proto_numbers(flows["proto"])
-    sent = flows["src2dst_packets"].to_numpy(np.int64)
-    back = flows["dst2src_packets"].to_numpy(np.int64)
-    sport = flows["src_port"].to_numpy(np.int64)
-    dport = flows["dest_port"].to_numpy(np.int64)
+    as_int = {name: np.asarray(cols[name]).astype(np.int64) for name in
+              ("proto", "src_port", "dest_port", "src2dst_packets", "dst2src_packets", "src2dst_payload_bytes",
+               "dst2src_payload_bytes", "src2dst_tcp_flags", "dst2src_tcp_flags", "first_frame")}
+    proto, sport, dport = as_int["proto"], as_int["src_port"], as_int["dest_port"]
+    sent, back = as_int["src2dst_packets"], as_int["dst2src_packets"]
     icmp = (proto == PROTO_ICMP) | (proto == PROTO_ICMP6)
     request = ((proto == PROTO_ICMP) & np.isin(sport, ICMP_REQUESTS)) | (
         (proto == PROTO_ICMP6) & np.isin(sport, ICMP6_REQUESTS))
-    src_codes, src_names = _factorize(flows["src_ip"])
-    dst_codes, dst_names = _factorize(flows["dest_ip"])
-    unicast = ~_multicast(dst_names)[dst_codes]
+    src_codes, src_hi, src_lo = _codes(cols["src_ip_hi"], cols["src_ip_lo"])
+    dst_codes, dst_hi, dst_lo = _codes(cols["dest_ip_hi"], cols["dest_ip_lo"])
+    unicast = ~_multicast(dst_hi, dst_lo)[dst_codes]
     # a UDP tunnel's carrier flows mirror its inner flows (one outer source port per inner flow, RFC 7348
     # section 5), which are flows of the table themselves
     carrier = (proto == PROTO_UDP) & np.isin(dport, TUNNEL_PORTS)
     keep = (sent > 0) & unicast & (~icmp | request) & ~carrier
 
     tcp = proto == PROTO_TCP
-    o_flags = flows["src2dst_tcp_flags"].to_numpy(np.int64)
-    r_flags = flows["dst2src_tcp_flags"].to_numpy(np.int64)
-    silent = (flows["src2dst_payload_bytes"].to_numpy(np.int64) == 0) & (
-        flows["dst2src_payload_bytes"].to_numpy(np.int64) == 0)
+    o_flags, r_flags = as_int["src2dst_tcp_flags"], as_int["dst2src_tcp_flags"]
+    silent = (as_int["src2dst_payload_bytes"] == 0) & (as_int["dst2src_payload_bytes"] == 0)
     core = o_flags & (TH_SYN | TH_ACK | TH_RST)
     syn_probe = core == TH_SYN
     ack_probe = (core == TH_ACK) & (sent <= PROBE_PACKETS_MAX)
@@ -137,24 +185,25 @@ def attempts(flows) -> dict[str, np.ndarray]:
     probe = np.select([tcp & syn_probe, tcp & ack_probe, tcp, proto == PROTO_UDP, icmp],
                       [PROBE_SYN, PROBE_ACK, PROBE_BARE, PROBE_UDP, PROBE_ICMP], PROBE_OTHER)
     # ICMP's service is the request type; other protocols have no ports
-    port = np.where(icmp, sport, np.where(tcp | (proto == PROTO_UDP) | (proto == 132), dport, 0))
+    port = np.where(icmp, sport, np.where(tcp | (proto == PROTO_UDP) | (proto == PROTO_SCTP), dport, 0))
     # a flow the capture saw begin: TCP from the originator's SYN (not picked up mid-stream) or a probe
-    history = flows["history"].astype(str).str.startswith("S").to_numpy(bool)
-    opened = np.where(tcp, history | tcp_failed, True)
+    opened = np.where(tcp, np.asarray(cols["syn_first"], dtype=bool) | tcp_failed, True)
     return {
         "src": src_codes[keep], "dst": dst_codes[keep], "proto": proto[keep], "port": port[keep],
-        "first_ns": flow_time_ns(flows["first_seen"])[keep], "last_ns": flow_time_ns(flows["last_seen"])[keep],
-        "frame": flows["first_frame"].to_numpy(np.int64)[keep], "failed": failed[keep], "opened": opened[keep],
+        "first_ns": np.asarray(cols["first_seen"], dtype=np.int64)[keep],
+        "last_ns": np.asarray(cols["last_seen"], dtype=np.int64)[keep],
+        "frame": as_int["first_frame"][keep], "failed": failed[keep], "opened": opened[keep],
         "answered": (back > 0)[keep], "probe": probe[keep].astype(np.int64),
-        "src_names": src_names, "dst_names": dst_names,
+        "src_names": Addresses(src_hi, src_lo), "dst_names": Addresses(dst_hi, dst_lo),
     }
 
 
-def _empty() -> dict[str, np.ndarray]:
+def _empty() -> dict:
     none = np.zeros(0, dtype=np.int64)
     out = dict.fromkeys(("src", "dst", "proto", "port", "first_ns", "last_ns", "frame", "probe"), none)
     out.update({name: none.astype(bool) for name in ("failed", "opened", "answered")})
-    out.update(src_names=np.zeros(0, dtype=object), dst_names=np.zeros(0, dtype=object))
+    nowhere = Addresses(none.astype(np.uint64), none.astype(np.uint64))
+    out.update(src_names=nowhere, dst_names=nowhere)
     return out
 
 
@@ -162,7 +211,7 @@ _PROTO_BY_NAME = {name: number for number, name in FLOW_PROTO_NAMES.items()}
 
 
 def _proto_numbers(column) -> np.ndarray:
-    """Protocol numbers of the flow table's proto column (names as the table writes them, or numbers)."""
+    """Protocol numbers of the DataFrame view's proto column (names as the table writes them, or numbers)."""
     import pandas as pd
     if pd.api.types.is_numeric_dtype(column):
         return column.to_numpy(np.int64)
@@ -172,22 +221,34 @@ def _proto_numbers(column) -> np.ndarray:
     return numbers[codes] if len(names) else np.zeros(len(column), dtype=np.int64)
 
 
-def _factorize(column) -> tuple[np.ndarray, np.ndarray]:
+def _address_halves(column) -> tuple[np.ndarray, np.ndarray]:
+    """The schema's uint64 halves of an address text column, parsed once per distinct address."""
     import pandas as pd
     codes, names = pd.factorize(column)
-    return codes.astype(np.int64), np.asarray(names, dtype=object)
+    halves = np.array([ip_halves(str(name)) or (0, 0) for name in names], dtype=np.uint64).reshape(-1, 2)
+    return halves[codes, 0], halves[codes, 1]
 
 
-def _multicast(names: np.ndarray) -> np.ndarray:
-    """Which address texts are multicast or the limited broadcast (no host answers those as a unicast)."""
-    out = np.zeros(len(names), dtype=bool)
-    for i, text in enumerate(names):
-        try:
-            address = ipaddress.ip_address(str(text))
-        except ValueError:
-            continue
-        out[i] = address.is_multicast or (address.version == 4 and int(address) == 0xFFFFFFFF)
-    return out
+def _codes(hi, lo) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A code per address (hi, lo) and the distinct addresses by code."""
+    hi, lo = np.asarray(hi, dtype=np.uint64), np.asarray(lo, dtype=np.uint64)
+    order = np.lexsort((lo, hi))
+    new = np.concatenate(([True], (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1])))
+    codes = np.empty(len(hi), dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return codes, hi[order][new], lo[order][new]
+
+
+# IPv4 addresses sit in the schema's IPv4-mapped IPv6 space (::ffff:a.b.c.d)
+V4_MAPPED = np.uint64(0xFFFF << 32)
+
+
+def _multicast(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Which addresses are multicast (224/4, ff00::/8) or the limited broadcast (no host answers those)."""
+    v4 = (hi == 0) & ((lo >> np.uint64(32)) == np.uint64(0xFFFF))
+    v4_address = lo & np.uint64(0xFFFFFFFF)
+    return ((v4 & ((v4_address >> np.uint64(28)) == np.uint64(0xE))) | (v4 & (v4_address == np.uint64(0xFFFFFFFF)))
+            | (~v4 & ((hi >> np.uint64(56)) == np.uint64(0xFF))))
 
 
 def target_keys(a: dict) -> np.ndarray:
@@ -284,7 +345,7 @@ class Scan(Detector):
         return in_networks(address, self.local_nets)
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        a = attempts(ctx.flows)
+        a = attempts_of(ctx)
         if not a["failed"].any():
             return []
         keys = target_keys(a)
@@ -430,8 +491,8 @@ class AttemptsFigure(ReportFigure):
         return None     # drawn from the flow table
 
     def draw(self, ax, flows) -> None:
-        a = attempts(flows)
-        mine = a["failed"] & (a["src_names"][a["src"]] == self.scanner) if len(a["src"]) else a["failed"]
+        a = attempts(flow_numbers(flows))
+        mine = a["failed"] & (a["src"] == a["src_names"].code_of(self.scanner))
         keys = target_keys(a)[mine]
         ts = a["first_ns"][mine]
         ax.plot(self.bins.starts_s, self.bins.counts(ts) / self.bins.width_s, drawstyle="steps-post", lw=1,
@@ -484,7 +545,7 @@ def service_text(svc: int) -> str:
     name = FLOW_PROTO_NAMES.get(proto, str(proto))
     if proto in (PROTO_ICMP, PROTO_ICMP6):
         return f"{name} type {port}"
-    if proto in (PROTO_TCP, PROTO_UDP, 132):
+    if proto in (PROTO_TCP, PROTO_UDP, PROTO_SCTP):
         return f"{port}/{name}"
     return f"IP protocol {proto}"
 

@@ -48,7 +48,7 @@ from .base import (
     evidence_frames,
     register,
 )
-from .scan import attempts, by_source, in_networks, parse_networks, service_text
+from .scan import attempts, attempts_of, by_source, flow_numbers, in_networks, parse_networks, service_text
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256
@@ -106,7 +106,7 @@ class SessionStorm(Detector):
         return self
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        a = attempts(ctx.flows)
+        a = attempts_of(ctx)
         rows = np.flatnonzero(a["opened"])
         if len(rows) == 0:
             return []
@@ -194,8 +194,8 @@ class NewFlowsFigure(ReportFigure):
         return None     # drawn from the flow table
 
     def draw(self, ax, flows) -> None:
-        a = attempts(flows)
-        mine = a["opened"] & (a["src_names"][a["src"]] == self.source) if len(a["src"]) else a["opened"]
+        a = attempts(flow_numbers(flows))
+        mine = a["opened"] & (a["src"] == a["src_names"].code_of(self.source))
         ax.plot(self.bins.starts_s, self.bins.counts(a["first_ns"][mine]) / self.bins.width_s, drawstyle="steps-post",
                 lw=1, color="#d33", label="new flows/s")
         ax.axhline(self.threshold, color="#999", lw=0.8, ls="--", label=f"storm above {self.threshold:,}/s")

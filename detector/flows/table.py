@@ -306,16 +306,17 @@ class FlowTable:
 
     def finish(self) -> dict[str, np.ndarray]:
         """All flows so far (finished and open) as FLOW_COLUMNS arrays, ordered by first packet."""
-        return {name: materialised(col) for name, col in self._columns().items()}
+        return {name: materialised(col) for name, col in self.columns().items()}
 
-    def _columns(self) -> dict:
-        """finish() with its text columns (community_id, state, history) left as TextCodes."""
+    def columns(self) -> dict:
+        """finish() with its text columns (community_id, state, history) left as TextCodes: the flows as
+        numbers (addresses as uint64 halves, protocol numbers, ns times) without pandas."""
         return flow_columns(*self._all())
 
     def text_columns(self, coded: bool = False) -> dict:
         """The user-facing view of finish(): addresses as text, proto names, flag strings; with `coded`,
         text columns stay TextCodes (view.text_columns)."""
-        return text_columns(self._columns(), coded)
+        return text_columns(self.columns(), coded)
 
     def to_frame(self):
         """pandas view: addresses as strings, proto names, UTC times, flag strings."""
