@@ -8,7 +8,7 @@ rule, per source and per one-second bin of the flows' first packets.
 
 A new flow is one the capture saw begin, to a unicast address: TCP from
 the originator's SYN (a connection picked up mid-stream is not new) or a
-bare ACK/FIN/NULL probe (the scan rule's), every UDP flow and other IP
+bare ACK/FIN/NULL probe (detector.detectors.attempts), every UDP flow and other IP
 protocol, ICMP requests (errors belong to the flows they answer). The
 carrier flows of a UDP tunnel (VXLAN, Geneve, GTP-U) are not counted: one
 per inner flow, they mirror the inner flows, which are. The rate
@@ -34,6 +34,7 @@ import numpy as np
 
 from ..findings import Finding, iso_time
 from ..units import NS
+from .attempts import attempts, attempts_of, by_source, flow_numbers, in_networks, parse_networks, service_text
 from .base import (
     ALERT_SECONDS,
     RATE_PPS,
@@ -48,7 +49,6 @@ from .base import (
     evidence_frames,
     register,
 )
-from .scan import attempts, attempts_of, by_source, flow_numbers, in_networks, parse_networks, service_text
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256
