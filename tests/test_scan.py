@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from scapy.all import IP, TCP, UDP, Ether, wrpcap
+from scapy.all import IP, TCP, UDP, Ether, IPv6, wrpcap
 
 from detector.analysis import analyze
 from detector.detectors.scan import busiest_window
@@ -182,8 +182,10 @@ def test_udp_to_many_hosts_on_many_high_ports_reads_as_p2p(tmp_path):
 def test_multicast_and_broadcast_are_no_targets(tmp_path):
     packets = [(k * 0.05, Ether() / IP(src="203.0.113.77", dst=f"239.1.{k}.1") / UDP(sport=5000, dport=5000 + k))
                for k in range(60)]
-    packets += [(k * 0.05, Ether() / IP(src="203.0.113.77", dst="255.255.255.255") / UDP(sport=68, dport=2000 + k))
+    packets += [(k * 0.05, Ether() / IP(src="203.0.113.77", dst="255.255.255.255") / UDP(sport=40000, dport=2000 + k))
                 for k in range(60)]
+    packets += [(k * 0.05, Ether() / IPv6(src="2001:db8::77", dst=f"ff05::{k + 1:x}") /
+                 UDP(sport=40000, dport=5000 + k)) for k in range(60)]
     assert scans(capture(tmp_path, packets)) == {}
 
 
