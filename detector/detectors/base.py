@@ -89,7 +89,7 @@ class CaptureDrops:
     """Packets a capture point says it dropped on one interface: a pcapng interface statistics block's totals
     (isb_ifdrop + isb_osdrop, with isb_ifrecv or isb_usrdeliv) or a watch's capture socket counters."""
 
-    source: str                     # the file, or the interface watched
+    source: str                     # the file's name, or "" for the interface watched
     interface: str                  # the interface's name, else its number
     dropped: int
     received: int | None            # packets that reached the capture point, dropped ones included; None: unknown
