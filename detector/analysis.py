@@ -14,6 +14,7 @@ a watch concludes the state it merged from the slices of its window.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from . import engine
@@ -95,7 +96,9 @@ def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrop
             if first is None and len(captures) == 1:
                 first = stats.first_ns
             name = totals.get("name") or str(totals["interface"])
-            out.append(CaptureDrops(source=str(capture.get("file")), interface=name, dropped=dropped,
+            # the file's name: a finding reads the same wherever the capture lies (findings.json's captures list
+            # has the path)
+            out.append(CaptureDrops(source=os.path.basename(str(capture.get("file"))), interface=name, dropped=dropped,
                                     received=received, first_ns=first, last_ns=last,
                                     counter="pcapng interface statistics: isb_ifdrop + isb_osdrop"))
     return out

@@ -182,3 +182,44 @@ def test_watch_alerts_on_the_slow_class():
             events += book.observe(window.analysis().findings, float(k), 0.0)
     alerts = [e for e in events if e.kind == "alert"]
     assert [e.tracked.finding.identifier for e in alerts] == ["external handshakes"]
+
+
+@pytest.mark.parametrize("name", ["handshake-rtt-jump.pcap", "handshake-rtt-distant.pcap"])
+def test_the_flow_table_read_as_numbers_gives_the_findings_of_its_frame(name):
+    # analyze reads the flow table without pandas (coded columns); a notebook or test hands the DataFrame: both
+    # must give the same handshakes, distant servers and findings
+    from detector.decode import decode
+    from detector.flows import FlowTable
+    from detector.ingest import read_captures
+    table = FlowTable()
+    for _, raw in read_captures([str(CAPTURES / name)]):
+        table.update(decode(raw))
+    (det,) = [d for d in active_detectors(load_rules()) if d.rule_id == "handshake-rtt"]
+    coded, frame = hr.handshakes(table.coded_columns(), det.site), hr.handshakes(table.to_frame(), det.site)
+    assert len(coded["rtt"]) == len(frame["rtt"]) > 100
+    for key in ("time", "rtt", "syn_retx", "port", "frame", "bin", "internal"):
+        assert np.array_equal(coded[key], frame[key]), key
+    for key in ("client", "server", "community_id"):
+        assert coded[key].astype(str).tolist() == frame[key].astype(str).tolist(), key
+    distant = []
+    for internal in (False, True):
+        cls = coded["internal"] == internal
+        if cls.any():
+            distant.append(det._distant_servers(coded, cls))
+            assert distant[-1] == det._distant_servers(frame, cls)
+    assert any(judged for judged, _ in distant) == (name == "handshake-rtt-distant.pcap")
+    stats = CaptureStats()
+    by_table = [f.to_json() for f in det.findings(AnalysisContext(flows=table, stats=stats))]
+    by_frame = [f.to_json() for f in det.findings(AnalysisContext(flows=table.to_frame(), stats=stats))]
+    assert by_table == by_frame
+
+
+def test_group_medians_are_numpys():
+    rng = np.random.default_rng(7)
+    server, bin_ = rng.integers(0, 5, 500), rng.integers(0, 7, 500)
+    rtt = rng.exponential(40.0, 500).round(1)
+    keys, median, size = hr._medians(np.stack([server, bin_]), rtt)
+    for (s, b), m, n in zip(keys.T, median, size):
+        mine = rtt[(server == s) & (bin_ == b)]
+        assert (m, n) == (np.median(mine), len(mine))
+    assert size.sum() == 500 and len(size) == len({(s, b) for s, b in zip(server, bin_)})

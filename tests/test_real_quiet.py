@@ -40,6 +40,25 @@ ALLOWED: dict[str, dict[str, tuple[str, str]]] = {
                              "with fe80::6600:6aff:fe5b:8eb3, the link-local (EUI-64) of 64:00:6a:5b:8e:b3, whose own "
                              "RA (frame 6) advertises lifetime 30 s (tshark icmpv6.nd.ra.router_lifetime agrees)"),
     },
+    "chrissanders-packets/ppa1e/portscan.pcap": {
+        "scan": ("medium", "10.100.25.14 sends one SYN each to 29 TCP ports of 10.100.18.12 in 2.8 s, nothing answers "
+                           "(tshark: 29 frames, all tcp.flags == 0x002, no packet back): a port scan from the private "
+                           "address space, local without a site file"),
+    },
+    "lucaderi-sgr/2022/Favilli/tests/hs-icmpScan.pcap": {
+        "scan": ("medium", "10.0.0.128 sends echo requests to all 256 addresses of 10.0.0.0/24 in 2.1 s, none "
+                           "answered (tshark: 256 icmp.type == 8 destinations, no icmp.type == 0): a local ping sweep"),
+    },
+    "lucaderi-sgr/2022/Favilli/tests/hs-icmpScan.pcapng": {
+        "scan": ("medium", "the same ping sweep of 10.0.0.0/24 by 10.0.0.128 on a live network: of 256 addresses "
+                           "only 10.0.0.1 and 10.0.0.3 answer (icmp.type == 0), 10.0.0.3 reports host unreachable for "
+                           "the others (icmp.type == 3, code 1): 254 targets never answered"),
+    },
+    "lucaderi-sgr/2022/Favilli/tests/hs-tcp_ackPingSweepRand.pcapng": {
+        "scan": ("medium", "10.0.0.128 sends one bare ACK (tcp.flags == 0x010, no payload) from port 62528 to port "
+                           "80 of each of 256 addresses of 10.0.0.0/24 within 7 ms, nothing comes back: an nmap ACK "
+                           "ping sweep from a local host"),
+    },
     "packetlife/pcaps/VRRP_Malformed_DoS.cap": {
         "vrrp-dual-master": ("medium", "the capture of a VRRP denial of service: an IP packet of protocol 112 with no "
                                        "VRRP bytes at all (IP total length 20), TTL 5, to 192.1.2.1 at the VRID 1 "

@@ -60,6 +60,9 @@ class AnalysisContext:
     def __init__(self, flows, stats: CaptureStats, findings: dict[str, list[Finding]] | None = None,
                  site: Site | None = None, drops: list[CaptureDrops] | None = None):
         self._flows = flows
+        # the flow table itself (a live window's merged on first use), for flow_columns
+        self._table = flows if hasattr(flows, "to_frame") else None
+        self._columns = None
         self.stats = stats
         self.findings = {} if findings is None else findings
         self.site = EMPTY if site is None else site
@@ -71,13 +74,14 @@ class AnalysisContext:
             self._flows = self._flows.to_frame()
         return self._flows
 
-    def flow_columns(self):
-        """The flow table as FlowTable.coded_columns() (addresses as uint64 halves, numeric protocols, text as
-        TextCodes) while no one has built the pandas frame: a rule reading every flow needs neither pandas
-        nor a string per flow. Otherwise the frame (`flows`)."""
-        if hasattr(self._flows, "coded_columns"):
-            return self._flows.coded_columns()
-        return self.flows
+    def flow_columns(self) -> dict | None:
+        """The flow table as numbers (FlowTable.coded_columns(): addresses as uint64 halves, protocol numbers, ns
+        times, text columns as TextCodes), built once and without pandas, for a rule that reads every flow;
+        None when the context was given a DataFrame (then `flows` is all there is)."""
+        if self._columns is None and self._table is not None:
+            table = self._table.table() if hasattr(self._table, "table") else self._table
+            self._columns = table.coded_columns()
+        return self._columns
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ class CaptureDrops:
     """Packets a capture point says it dropped on one interface: a pcapng interface statistics block's totals
     (isb_ifdrop + isb_osdrop, with isb_ifrecv or isb_usrdeliv) or a watch's capture socket counters."""
 
-    source: str                     # the file, or the interface watched
+    source: str                     # the file's name, or "" for the interface watched
     interface: str                  # the interface's name, else its number
     dropped: int
     received: int | None            # packets that reached the capture point, dropped ones included; None: unknown

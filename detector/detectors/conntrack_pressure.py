@@ -475,7 +475,8 @@ class ConntrackPressure(Detector):
         return occupancy(flows, self.params["profile"], self.untracked)
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        occ = self.model(ctx.flow_columns())
+        columns = ctx.flow_columns()
+        occ = self.model(columns if columns is not None else ctx.flows)
         if occ.entries == 0:
             return []
         finding = self._finding(occ)

@@ -177,7 +177,7 @@ class GarpWar(Detector):
                            "lower values report every failover, higher ones miss a short fight."),
         "storm_requests": Param(int, 30, "ARP requests on one link within 100 ms above which it is a storm (low)",
                                 COUNT,
-                                "Wireshark's default (packet-arp.c); an ARP scan of a /24 exceeds it, a busy "
+                                "Wireshark's default (packet-arp.c); an ARP sweep of a /24 exceeds it, a busy "
                                 "subnet's normal resolution does not."),
     }
     ALERTS = {
@@ -433,7 +433,7 @@ class GarpWar(Detector):
             msg = (f"ARP storm{' on ' + where if where else ''}: {requests:,} requests in "
                    f"{len(episode)} bin(s) of 100 ms with more than {self.params['storm_requests']} each (peak "
                    f"{peak:,} per 100 ms) over {(t1 - t0) / NS:,.2f} s, first from {', '.join(requesters[:LISTED])}:"
-                   f" an ARP scan or a host resolving a whole subnet")
+                   f" an ARP sweep or a host resolving a whole subnet")
             frames = np.concatenate([st["first_frame"][episode], st["last_frame"][episode]])
             out.append(self.finding(
                 "low", msg, identifier=f"arp storm {where}".strip(), first_seen=t0, last_seen=t1, n=requests,

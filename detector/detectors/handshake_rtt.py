@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..decode.addr import ip_to_str
 from ..findings import Finding, iso_time
 from ..units import NS
 from .base import (
@@ -96,7 +97,8 @@ class HandshakeRtt(Detector):
         return self
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        hs = handshakes(ctx.flows, self.site)
+        columns = ctx.flow_columns()
+        hs = handshakes(columns if columns is not None else ctx.flows, self.site)
         if hs is None:
             return []
         out = []
@@ -117,21 +119,25 @@ class HandshakeRtt(Detector):
         """Servers of the class slow all along: seen in at least half its bins (and 3), with min_flows
         handshakes, whose own baseline (the median of their bins' medians) already meets the growth test
         against the class's typical server (the median of the own baselines of the servers seen in 3 bins)."""
-        import pandas as pd
-        frame = pd.DataFrame({"server": hs["server"][cls], "bin": hs["bin"][cls], "rtt": hs["rtt"][cls]})
-        per_bin = frame.groupby(["server", "bin"])["rtt"].agg(["median", "size"])
-        own = per_bin.groupby(level=0).agg(baseline=("median", "median"), bins=("median", "size"),
-                                           flows=("size", "sum"))
-        seen = own[own["bins"] >= 3]
-        if len(seen) < 2:
+        server_text, bin_, rtt = hs["server"][cls], hs["bin"][cls], hs["rtt"][cls]
+        names, server = np.unique(server_text.astype(str), return_inverse=True)
+        server = server.reshape(-1)
+        # the median RTT and the handshakes of each (server, bin)
+        groups, per_bin, size = _medians(np.stack([server, bin_]), rtt)
+        # each server's own baseline (the median of its bins' medians), its bins and handshakes
+        owners, baseline, bins = _medians(groups[:1], per_bin)
+        flows = np.bincount(groups[0], weights=size, minlength=len(names))[owners[0]]
+        seen = bins >= 3
+        if seen.sum() < 2:
             return [], []
-        typical = float(seen["baseline"].median())
-        bins_total = frame["bin"].nunique()
-        candidates = seen[(seen["bins"] >= bins_total / 2) & (seen["flows"] >= self.params["min_flows"])]
-        distant = candidates[candidates["baseline"] >= np.maximum(GROWTH_FACTOR * typical, typical + GROWTH_MIN_MS)]
+        typical = float(np.median(baseline[seen]))
+        bins_total = len(np.unique(bin_))
+        distant = seen & (bins >= bins_total / 2) & (flows >= self.params["min_flows"]) \
+            & (baseline >= max(GROWTH_FACTOR * typical, typical + GROWTH_MIN_MS))
         # each is a series of its own: the busiest MAX_DISTANT_SERVERS; the others are only kept apart
-        judged = distant.sort_values("flows", ascending=False, kind="stable").index[:MAX_DISTANT_SERVERS]
-        return sorted(str(server) for server in judged), sorted(str(server) for server in distant.index)
+        ranked = np.flatnonzero(distant)[np.argsort(-flows[distant], kind="stable")]
+        judged = names[owners[0][ranked[:MAX_DISTANT_SERVERS]]]
+        return sorted(str(server) for server in judged), sorted(str(server) for server in names[owners[0][distant]])
 
     def _series(self, hs: dict, rows: np.ndarray, cls_name: str, what: str, server: str | None) -> list[Finding]:
         table = _bin_table(hs, rows, self.params["min_flows"])
@@ -240,21 +246,40 @@ FLOW_COLUMNS_READ = ("first_seen", "handshake_syn_synack_ms", "handshake_synack_
 
 def handshakes(flows, site) -> dict | None:
     """The flow table's whole handshakes as columns: time (first packet, ns), 10 s bin, RTT from the last
-    SYN and its legs (ms), SYN retransmissions, client, server, port, frame, community id, and the class."""
-    if flows is None or len(flows) == 0 or "handshake_synack_ack_ms" not in flows:
+    SYN and its legs (ms), SYN retransmissions, client, server, port, frame, community id, and the class.
+
+    `flows` is FlowTable.coded_columns() (AnalysisContext.flow_columns: numbers, no pandas) or its DataFrame
+    view."""
+    if flows is None or "handshake_synack_ack_ms" not in flows or len(flows["first_seen"]) == 0:
         return None
-    whole = flows["handshake_synack_ack_ms"].notna() & flows["handshake_syn_synack_ms"].notna()
-    f = flows.loc[whole, list(FLOW_COLUMNS_READ)]      # the columns read: taking every column costs most
-    if len(f) == 0:
-        return None
-    out = {"time": flow_time_ns(f["first_seen"]),
-           "handshake_syn_synack_ms": f["handshake_syn_synack_ms"].to_numpy(np.float64),
-           "handshake_synack_ack_ms": f["handshake_synack_ack_ms"].to_numpy(np.float64),
-           "syn_retx": f["syn_retransmits"].to_numpy(np.int64),
-           "client": f["src_ip"].to_numpy(object), "server": f["dest_ip"].to_numpy(object),
-           "port": f["dest_port"].to_numpy(np.int64), "client_port": f["src_port"].to_numpy(np.int64),
-           "frame": f["first_frame"].to_numpy(np.int64),
-           "community_id": f["community_id"].to_numpy(object)}
+    if isinstance(flows, dict):
+        synack_ack = np.asarray(flows["handshake_synack_ack_ms"], np.float64)
+        syn_synack = np.asarray(flows["handshake_syn_synack_ms"], np.float64)
+        rows = np.flatnonzero(~np.isnan(synack_ack) & ~np.isnan(syn_synack))
+        if len(rows) == 0:
+            return None
+        out = {"time": np.asarray(flows["first_seen"], np.int64)[rows],
+               "handshake_syn_synack_ms": syn_synack[rows], "handshake_synack_ack_ms": synack_ack[rows],
+               "syn_retx": np.asarray(flows["syn_retransmits"], np.int64)[rows],
+               "client": ip_to_str(flows["src_ip_hi"][rows], flows["src_ip_lo"][rows]),
+               "server": ip_to_str(flows["dest_ip_hi"][rows], flows["dest_ip_lo"][rows]),
+               "port": np.asarray(flows["dest_port"], np.int64)[rows],
+               "client_port": np.asarray(flows["src_port"], np.int64)[rows],
+               "frame": np.asarray(flows["first_frame"], np.int64)[rows],
+               "community_id": _texts(flows["community_id"], rows)}
+    else:
+        whole = flows["handshake_synack_ack_ms"].notna() & flows["handshake_syn_synack_ms"].notna()
+        f = flows.loc[whole, list(FLOW_COLUMNS_READ)]      # the columns read: taking every column costs most
+        if len(f) == 0:
+            return None
+        out = {"time": flow_time_ns(f["first_seen"]),
+               "handshake_syn_synack_ms": f["handshake_syn_synack_ms"].to_numpy(np.float64),
+               "handshake_synack_ack_ms": f["handshake_synack_ack_ms"].to_numpy(np.float64),
+               "syn_retx": f["syn_retransmits"].to_numpy(np.int64),
+               "client": f["src_ip"].to_numpy(object), "server": f["dest_ip"].to_numpy(object),
+               "port": f["dest_port"].to_numpy(np.int64), "client_port": f["src_port"].to_numpy(np.int64),
+               "frame": f["first_frame"].to_numpy(np.int64),
+               "community_id": f["community_id"].to_numpy(object)}
     out["rtt"] = out["handshake_syn_synack_ms"] + out["handshake_synack_ack_ms"]
     out["bin"] = out["time"] // (BIN_S * NS)
     addresses = np.unique(np.concatenate([out["client"], out["server"]]).astype(str))
@@ -267,6 +292,26 @@ def handshakes(flows, site) -> dict | None:
         out["classes_from"] = "RFC 1918 and ULA addresses as internal (no local_networks in a site file)"
     out["internal"] = np.isin(out["client"].astype(str), local) & np.isin(out["server"].astype(str), local)
     return out
+
+
+def _texts(column, rows: np.ndarray) -> np.ndarray:
+    """The text of `rows` of a flow table text column (TextCodes, or already text)."""
+    if hasattr(column, "codes"):
+        return column.value_texts()[np.asarray(column.codes, dtype=np.intp)[rows]]
+    return np.asarray(column, dtype=object)[rows]
+
+
+def _medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group `values` by the rows of `keys` (a 2-D int array, one key column per value): (the distinct keys as
+    columns, each group's median, each group's size), groups in key order."""
+    order = np.lexsort((values, *keys[::-1]))
+    k, v = keys[:, order], values[order]
+    new = np.ones(len(v), dtype=bool)
+    new[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
+    starts = np.flatnonzero(new)
+    size = np.diff(np.append(starts, len(v)))
+    median = (v[starts + (size - 1) // 2] + v[starts + size // 2]) / 2
+    return k[:, starts], median, size
 
 
 def _private(addresses: np.ndarray) -> np.ndarray:

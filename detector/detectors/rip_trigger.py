@@ -140,7 +140,7 @@ class RipTrigger(Detector):
     REPRODUCES = "the probe"
     PARAMS = {
         "many_targets_count": Param(int, 5, "distinct targets on the RIP ports from one source that make it a "
-                                            "scan", COUNT,
+                                            "sweep", COUNT,
                                     "A router speaks to one group address or a few neighbours; lower values flag "
                                     "routers with several unicast neighbours, higher ones let small sweeps "
                                     "through."),
@@ -263,13 +263,13 @@ class RipTrigger(Detector):
         # a local router's broken entries to the RIP group: a faulty speaker, not a scanner
         faulty = malformed & rows["group"] & rows["local"] & np.isin(rows["verdict"], SPEAKER_FAULTS)
         outside = ~rows["group"] & ~rows["local"]
-        scan = target_count >= self.params["many_targets_count"]
+        sweep = target_count >= self.params["many_targets_count"]
         problems = []
         if (malformed & ~faulty).any():
             problems.append(", ".join(sorted({VERDICTS[c] for c in rows["verdict"][malformed & ~faulty].tolist()})))
         if outside.any():
             problems.append("unicast from outside the local networks")
-        if scan:
+        if sweep:
             problems.append(f"{target_count:,} targets")
         related = []
         for i in linked:

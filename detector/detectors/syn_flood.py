@@ -19,7 +19,7 @@ raises a finding to critical when the capture itself lost packets, as the
 seed's mirror port did). A victim never seen sending (an ingress-only
 mirror) cannot show whether handshakes completed: low, "completion unknown".
 A flash crowd completes its handshakes and stays quiet; one source on many
-ports is a scan (many keys, each below the rate).
+ports is a sweep of ports (many keys, each below the rate).
 """
 from __future__ import annotations
 

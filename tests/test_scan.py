@@ -1,0 +1,255 @@
+"""scan on real scans (their severity decided by who scans whom), the bundled sweeps and near-misses, crafted flows."""
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scapy.all import IP, TCP, UDP, Ether, IPv6, wrpcap
+
+from detector.analysis import analyze
+from detector.detectors.scan import busiest_window
+from detector.rules import load_rules
+from detector.site import Site
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+FAVILLI = "lucaderi-sgr/2022/Favilli/tests"
+T0 = 1_767_225_600
+RULE = "scan"
+
+
+def rules(tmp_path=None, **params):
+    """The scan rule alone, with `params` changed through a rule file as a user would."""
+    if params:
+        (tmp_path / "scan.yaml").write_text(yaml.safe_dump({"id": RULE, "params": params}))
+    return {k: v for k, v in load_rules(tmp_path if params else None).items() if k == RULE}
+
+
+def scans(path, site=None, rule_set=None) -> dict:
+    """scan's findings by scanner."""
+    found = analyze([path], rule_set or rules(), label="test", site=site).findings
+    return {f.identifier: f for f in found if f.rule == RULE}
+
+
+def local(*cidrs) -> Site:
+    return Site(path="site.yaml", local_networks=tuple(ipaddress.ip_network(c) for c in cidrs))
+
+
+def capture(tmp_path, timed, name="scan.pcap") -> Path:
+    packets = []
+    for t, pkt in sorted(timed, key=lambda item: item[0]):
+        pkt.time = T0 + t
+        packets.append(pkt)
+    wrpcap(str(tmp_path / name), packets)
+    return tmp_path / name
+
+
+def syn(src, dst, dport, sport=40000):
+    return Ether() / IP(src=src, dst=dst) / TCP(sport=sport, dport=dport, flags="S")
+
+
+# ---- the real scans named by the spec --------------------------------------------------------------
+
+def test_chris_sanders_port_scan_is_a_local_vertical_scan(captures_real):
+    (f,) = scans(captures_real / "chrissanders-packets/ppa1e/portscan.pcap").values()
+    assert f.identifier == "10.100.25.14" and f.severity == "medium" and f.dest_ip == "10.100.18.12"
+    assert f.evidence["kind"] == "vertical" and f.evidence["ports"] == 29 and f.evidence["hosts"] == 1
+    assert f.evidence["probes"] == {"TCP SYN": 29} and len(f.evidence["evidence_frames"]) == 29
+    assert "29 unique ports of host 10.100.18.12" in f.msg
+
+
+def test_the_same_port_scan_from_outside_the_sites_networks_is_low(captures_real):
+    (f,) = scans(captures_real / "chrissanders-packets/ppa1e/portscan.pcap", site=local("10.100.18.0/24")).values()
+    assert f.severity == "low" and not f.evidence["local"] and "site's local_networks" in f.evidence["local_by"]
+
+
+@pytest.mark.parametrize("name,hosts", [("hs-icmpScan.pcap", 256), ("hs-icmpScan.pcapng", 254)])
+def test_favillis_icmp_sweeps_are_local_and_medium(captures_real, name, hosts):
+    (f,) = scans(captures_real / FAVILLI / name).values()
+    assert (f.identifier, f.severity, f.evidence["kind"]) == ("10.0.0.128", "medium", "ICMP sweep")
+    assert f.evidence["hosts"] == hosts and f.evidence["crossed"] == ["targets"]
+    assert len(f.evidence["evidence_frames"]) == 64
+
+
+def test_favillis_ack_sweep_counts_unanswered_acks(captures_real):
+    (f,) = scans(captures_real / FAVILLI / "hs-tcp_ackPingSweepRand.pcapng").values()
+    assert (f.identifier, f.severity, f.evidence["kind"]) == ("10.0.0.128", "medium", "ACK sweep")
+    assert f.evidence["probes"] == {"TCP ACK": 256}
+
+
+def test_favillis_udp_scan_is_a_remote_knock_on_one_port(captures_real):
+    (f,) = scans(captures_real / FAVILLI / "hs-udpScan.pcap").values()
+    assert (f.identifier, f.severity, f.dest_port) == ("246.237.45.150", "low", 40125)
+    assert f.evidence["hosts"] == 96 and set(f.evidence["crossed"]) == {"targets", "knock"}
+
+
+def test_favillis_udp_scan_from_a_local_source_stays_below_250_targets(captures_real):
+    # local sources have no knock-knock and need 250 targets: 96 hosts are not enough
+    assert scans(captures_real / FAVILLI / "hs-udpScan.pcap", site=local("246.237.0.0/16")) == {}
+
+
+def test_favillis_ip_protocol_scan_holds_only_the_victims_answers(captures_real):
+    # 252 ICMP protocol-unreachable messages from the scanned host: the probes themselves are not in the file
+    assert scans(captures_real / FAVILLI / "hs-sh-IPscan.pcapng") == {}
+
+
+# ---- the bundled captures ------------------------------------------------------------------------------
+
+def test_an_infected_host_sweeping_a_16_on_one_port():
+    found = scans(CAPTURES / "scan-local-sweep.pcap")
+    f = found.pop("10.30.0.66")
+    assert not found and f.severity == "medium" and f.dest_port == 445
+    assert f.evidence["kind"] == "horizontal" and f.evidence["hosts"] == 5970      # 30 of 6,000 were open
+    assert f.evidence["failed_ratio"] == pytest.approx(5970 / 6000, abs=1e-3)
+    assert "5,970 unique hosts on 445/tcp" in f.msg
+
+
+def test_a_remote_port_scan_is_low():
+    (f,) = scans(CAPTURES / "scan-port-scan.pcap").values()
+    assert (f.identifier, f.severity, f.dest_ip, f.evidence["kind"]) == ("203.0.113.50", "low", "10.30.0.10",
+                                                                           "vertical")
+    assert f.evidence["ports"] == 997
+
+
+def test_a_resolver_and_a_nat_gateway_are_busy_clients_and_backscatter_is_nothing():
+    found = scans(CAPTURES / "scan-near-misses.pcap")
+    assert set(found) == {"198.51.100.53", "198.51.100.1"}      # the backscatter's receiver 10.30.0.80 sent nothing
+    assert {f.severity for f in found.values()} == {"info"}
+    assert found["198.51.100.53"].evidence["failed_ratio"] == pytest.approx(0.1)
+    assert "busy client" in found["198.51.100.1"].msg
+
+
+def test_without_the_failure_share_the_resolver_would_be_a_knock(tmp_path):
+    found = scans(CAPTURES / "scan-near-misses.pcap", rule_set=rules(tmp_path, min_failed_ratio=0.0))
+    assert found["198.51.100.53"].severity == "low" and "knock" in found["198.51.100.53"].evidence["crossed"]
+
+
+def test_the_allowlist_silences_a_source(tmp_path):
+    found = scans(CAPTURES / "scan-near-misses.pcap", rule_set=rules(tmp_path, allowlist=["198.51.100.0/28"]))
+    assert set(found) == {"198.51.100.53"}
+
+
+def test_two_files_of_one_capture_give_the_findings_of_one():
+    from detector.ingest import read_captures  # noqa: F401 - the engine reads several files as one capture
+    whole = analyze([CAPTURES / "scan-port-scan.pcap"], rules(), label="one").findings
+    split = analyze([CAPTURES / "scan-port-scan.pcap", CAPTURES / "scan-near-misses.pcap"], rules(),
+                    label="two").findings
+    mine = [f.to_json() for f in split if f.identifier == "203.0.113.50"]
+    assert mine == [f.to_json() for f in whole]
+
+
+# ---- crafted flows: the window, the probes, the near-misses -------------------------------------------
+
+def test_targets_count_within_15_minutes(tmp_path):
+    # 30 remote SYNs to 30 hosts on 30 ports: within 10 minutes a scan, spread over 29 minutes not
+    fast = [(k * 20.0, syn("203.0.113.9", f"10.30.1.{k + 1}", 1000 + k)) for k in range(30)]
+    slow = [(k * 60.0, syn("203.0.113.9", f"10.30.1.{k + 1}", 1000 + k)) for k in range(30)]
+    (f,) = scans(capture(tmp_path, fast)).values()
+    assert f.severity == "low" and f.evidence["kind"] == "random" and f.evidence["busiest_15min_targets"] == 30
+    assert scans(capture(tmp_path, slow, "slow.pcap")) == {}
+
+
+def test_a_target_that_answered_once_is_no_scan_target(tmp_path):
+    packets = [(k * 0.1, syn("203.0.113.9", f"10.30.1.{k + 1}", 1000 + k)) for k in range(30)]
+    # six of the hosts answered an earlier attempt on the same port: 24 targets remain, below 25
+    for k in range(6):
+        packets.append((10.0 + k, syn("203.0.113.9", f"10.30.1.{k + 1}", 1000 + k, sport=41000)))
+        packets.append((10.01 + k, Ether() / IP(src=f"10.30.1.{k + 1}", dst="203.0.113.9") /
+                        TCP(sport=1000 + k, dport=41000, flags="SA")))
+    assert scans(capture(tmp_path, packets)) == {}
+
+
+def test_idle_connections_picked_up_mid_stream_are_no_ack_probes(tmp_path):
+    # keepalives of 300 idle connections (three bare ACKs each, no answer in this one-sided capture)
+    packets = [(k * 0.01 + j, Ether() / IP(src="10.30.0.5", dst=f"198.18.{k // 250}.{k % 250 + 1}") /
+                TCP(sport=50000 + k, dport=443, flags="A")) for k in range(300) for j in range(3)]
+    assert scans(capture(tmp_path, packets)) == {}
+    probes = [(k * 0.01, Ether() / IP(src="10.30.0.5", dst=f"198.18.{k // 250}.{k % 250 + 1}") /
+               TCP(sport=50000, dport=443, flags="A")) for k in range(300)]
+    assert scans(capture(tmp_path, probes, "sweep.pcap"))["10.30.0.5"].evidence["kind"] == "ACK sweep"
+
+
+def test_udp_to_many_hosts_on_many_high_ports_reads_as_p2p(tmp_path):
+    rng = np.random.default_rng(7)
+    packets = [(k * 0.05, Ether() / IP(src="203.0.113.77", dst=f"198.18.{k}.{k + 1}") /
+                UDP(sport=6881, dport=int(rng.integers(1025, 65535)))) for k in range(60)]
+    (f,) = scans(capture(tmp_path, packets)).values()
+    assert f.severity == "info" and f.evidence["kind"] == "random" and "P2P" in f.msg
+
+
+def test_multicast_and_broadcast_are_no_targets(tmp_path):
+    packets = [(k * 0.05, Ether() / IP(src="203.0.113.77", dst=f"239.1.{k}.1") / UDP(sport=5000, dport=5000 + k))
+               for k in range(60)]
+    packets += [(k * 0.05, Ether() / IP(src="203.0.113.77", dst="255.255.255.255") / UDP(sport=40000, dport=2000 + k))
+                for k in range(60)]
+    packets += [(k * 0.05, Ether() / IPv6(src="2001:db8::77", dst=f"ff05::{k + 1:x}") /
+                 UDP(sport=40000, dport=5000 + k)) for k in range(60)]
+    assert scans(capture(tmp_path, packets)) == {}
+
+
+def test_busiest_window_per_group():
+    groups = np.array([1, 1, 1, 2, 2, 1], dtype=np.int64)
+    times = np.array([0, 5, 20, 3, 4, 11], dtype=np.int64)
+    values, counts, starts = busiest_window(groups, times, 10)
+    assert values.tolist() == [1, 2] and counts.tolist() == [2, 2] and starts.tolist() == [0, 3]
+    values, counts, starts = busiest_window(groups, times, 16)
+    assert counts.tolist() == [3, 2] and starts.tolist() == [0, 3]
+
+
+# ---- live and report --------------------------------------------------------------------------------------
+
+def test_a_watch_names_the_sweeping_host_under_one_identifier():
+    from detector.decode import decode
+    from detector.ingest import open_capture
+    from detector.live.alerts import entity_key
+    from detector.live.window import SlidingWindow
+
+    window = SlidingWindow(rules(), now=0.0, slice_s=1.0, slices=1000)
+    seen = []
+    with open_capture(CAPTURES / "scan-local-sweep.pcap", batch_packets=1000) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=float(k))
+            seen += [(entity_key(f), f.severity) for f in window.analysis().findings]
+    assert seen and set(seen) == {(("scan", "10.30.0.66"), "medium")}
+
+
+def test_the_report_figure_draws_attempts_and_targets():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from detector.detectors import active_detectors
+    from detector.detectors.base import TimeBins
+
+    result = analyze([CAPTURES / "scan-port-scan.pcap"], rules(), label="fig")
+    (detector,) = active_detectors(rules())
+    bins = TimeBins(start_ns=T0 * 10**9, bin_ns=10**9, count=10)
+    (figure,) = detector.figures(result.findings, bins)
+    fig, ax = plt.subplots()
+    figure.draw(ax, result.flows)
+    attempts, = ax.get_lines()
+    assert attempts.get_ydata().sum() == 1000 - 3
+    plt.close(fig)
+
+
+def test_icmp_errors_are_answers_never_attempts(tmp_path):
+    # a local router telling 300 hosts their UDP ports are unreachable is no ICMP sweep
+    from scapy.all import ICMP, IPerror, UDPerror
+    packets = [(k * 0.01, Ether() / IP(src="10.30.0.1", dst=f"198.18.{k // 250}.{k % 250 + 1}") /
+                ICMP(type=3, code=3) / IPerror(src=f"198.18.{k // 250}.{k % 250 + 1}", dst="10.30.0.1") /
+                UDPerror(sport=40000, dport=33434 + k)) for k in range(300)]
+    assert scans(capture(tmp_path, packets)) == {}
+
+
+@pytest.mark.parametrize("name", ["scan-local-sweep.pcap", "session-storm-flood.pcap", "scan-near-misses.pcap"])
+def test_the_flow_tables_numbers_and_its_dataframe_view_give_the_same_findings(name):
+    from detector.detectors import active_detectors
+    from detector.detectors.base import AnalysisContext
+
+    both = {k: v for k, v in load_rules().items() if k in (RULE, "session-storm")}
+    result = analyze([CAPTURES / name], both, label="view")
+    from_view = AnalysisContext(flows=result.flows, stats=result.stats)
+    again = sorted((f.to_json() for d in active_detectors(both) for f in d.findings(from_view)), key=str)
+    assert again and again == sorted((f.to_json() for f in result.findings), key=str)
