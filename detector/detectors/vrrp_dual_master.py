@@ -22,8 +22,8 @@ virtual router one finding:
 - two speakers whose activity overlaps by at least one MDI (the larger of
   theirs): high, "two masters"; an overlap of an advertisement or two (an
   election, a preemption) is named and not counted;
-- critical when a rule in AFTER (the GARP rule; the unicast flooding rule when
-  it exists, by adding it to AFTER and nothing else) has a finding of medium
+- critical when a rule in AFTER (the GARP rule; the unicast flooding rule reads
+  this one instead, in the chain's order) has a finding of medium
   or more that names one of the virtual addresses or the virtual MAC
   (00:00:5e:00:01:VRID for IPv4, 00:00:5e:00:02:VRID for IPv6; CARP uses the
   IPv4 one) in its src_ip, dest_ip, src_mac, dest_mac or its evidence's
