@@ -71,8 +71,9 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check --config .ci/ruff.toml --no-cache detector tests bench captures
 
+# one worker per core; a test file stays on one worker (its module fixtures and files are built once)
 test: venv lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
 
 # the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)
 $(PEERS_STAMP): setup.cfg pyproject.toml
