@@ -298,6 +298,42 @@ class _Plots:
         ax.set_ylabel("packets/s")
         return ax
 
+    def rate(self, by: str | None = None, bin_s: float = 1.0, top: int = 8, ax=None):
+        """Packets per second over time, one line per value of the packet column `by` ("src_mac", "dest_ip",
+        "proto", "vlan", ...; None: all packets): the `top` busiest values, the rest summed as "other", packets
+        without the field left out. Reads only the time and `by` columns (Capture.packets_frame)."""
+        ax = self._axes(ax)
+        if bin_s <= 0 or top < 1:
+            raise UsageError("rate: bin_s must be > 0 and top >= 1")
+        columns = ["time"] if by is None else ["time", by]
+        frame = self._capture.packets_frame(columns) if self._capture._packets is None \
+            else self._capture._packets[packet_view.check_names(columns)]
+        if by is not None:
+            frame = frame[frame[by].notna()]
+        if len(frame) == 0:
+            return ax
+        start = frame["time"].min()
+        bins = ((frame["time"] - start).dt.total_seconds().to_numpy() // bin_s).astype(np.int64)
+        x = np.arange(bins.max() + 1) * bin_s
+        if by is None:
+            series = {"all packets": np.bincount(bins, minlength=len(x))}
+        else:
+            values = frame[by].astype(str).to_numpy()
+            names, codes = np.unique(values, return_inverse=True)
+            totals = np.bincount(codes, minlength=len(names))
+            busiest = np.argsort(-totals, kind="stable")[:top]
+            series = {str(names[k]): np.bincount(bins[codes == k], minlength=len(x)) for k in busiest}
+            rest = ~np.isin(codes, busiest)
+            if rest.any():
+                series["other"] = np.bincount(bins[rest], minlength=len(x))
+        for label, counts in series.items():
+            ax.step(x, counts / bin_s, where="post", lw=1, label=label)
+        if by is not None:
+            ax.legend(title=by, fontsize="small", loc="upper right")
+        ax.set_xlabel(f"seconds after {start}")
+        ax.set_ylabel("packets/s")
+        return ax
+
     def rss_queues(self, bin_ms: float = 100.0, ax=None):
         """Heat map of each receive queue's share of the packets per time bin (RSS model, default key)."""
         ax = self._axes(ax)

@@ -211,3 +211,25 @@ def test_the_packet_table_writes_parquet(tmp_path):
     back = pd.read_parquet(tmp_path / "p.parquet")
     assert back["arp_spa"].tolist() == packets["arp_spa"].tolist()
     assert np.array_equal(back["frame"].to_numpy(), packets["frame"].to_numpy())
+
+
+@pytest.mark.parametrize("by", [None, "src_mac", "proto", "dest_port"])
+def test_the_packet_rate_by_any_column_counts_every_packet_of_it(by):
+    import matplotlib
+    matplotlib.use("Agg")
+    capture = detector.open(CAPTURES / "benign-office.pcapng")     # 3 MACs, 4 protocols, 15 ports: "other"
+    ax = capture.plot.rate(by=by, bin_s=0.5, top=2)
+    packets = capture.packets
+    expected = len(packets) if by is None else int(packets[by].notna().sum())
+    # each line's steps are packets per second of 0.5 s bins: their sum times the bin is every packet counted
+    drawn = sum(float(np.sum(line.get_ydata())) * 0.5 for line in ax.lines)
+    assert drawn == pytest.approx(expected) and expected > 0
+    labels = [line.get_label() for line in ax.lines]
+    if by is None:
+        assert labels == ["all packets"]
+    else:
+        counts = packets[by].dropna().astype(str).value_counts()
+        assert labels[:2] == counts.index[:2].tolist() or sorted(labels[:2]) == sorted(counts.index[:2].tolist())
+        assert "other" in labels and len(counts) > 2
+    with pytest.raises(ValueError):
+        capture.plot.rate(by="no_such_column")
