@@ -78,6 +78,10 @@ def kernel(*signatures: str, **options):
     tests/test_first_run.py checks no caller needs another. The helpers a
     kernel calls are plain `njit` functions compiled into it.
     """
+    # a kernel touches arrays only: it lets the other threads of the pipeline (the reader, the decoders, the
+    # consumers) run while it works
+    options.setdefault("nogil", True)
+
     def declare(function):
         dispatcher = njit(cache=True, **options)(function)
         KERNELS.append((dispatcher, signatures))
@@ -116,9 +120,10 @@ def cold_kernels(*dispatchers) -> list[str]:
 # reported `ip_version 61, ttl 4`. The kernels of this package are keyed by the content of every
 # module of the package their module imports, directly or not, as well.
 PACKAGE = Path(__file__).resolve().parent
-_RELATIVE_IMPORT = re.compile(r"^\s*from\s+(\.+)([\w.]*)\s+import\s+(.+)$", re.MULTILINE)
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.+)([\w.]*)[ \t]+import[ \t]+(.+)$", re.MULTILINE)
 
 
+@functools.cache
 def _module_file(package_dir: Path, dotted: str) -> Path | None:
     base = package_dir.joinpath(*dotted.split(".")) if dotted else package_dir
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
@@ -128,10 +133,13 @@ def _module_file(package_dir: Path, dotted: str) -> Path | None:
 
 
 @functools.cache
-def _imports(path: Path) -> frozenset:
-    """The package's own modules that `path` imports with a relative import, as files."""
+def _module(path: Path) -> tuple[frozenset, bytes]:
+    """The package's own modules that `path` imports with a relative import (as files), and the SHA-256 of its
+    content with its path in the package before it: each module is read once per process, however many kernels
+    import it."""
+    text = path.read_bytes()
     found = set()
-    for dots, dotted, names in _RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8")):
+    for dots, dotted, names in _RELATIVE_IMPORT.findall(text.decode("utf-8")):
         package_dir = path.parent
         for _ in range(len(dots) - 1):
             package_dir = package_dir.parent
@@ -142,12 +150,19 @@ def _imports(path: Path) -> frozenset:
             submodule = _module_file(package_dir, f"{dotted}.{name}" if dotted else name)
             if submodule is not None:
                 found.add(submodule)
-    return frozenset(found)
+    name = str(path.relative_to(PACKAGE)).encode()
+    return frozenset(found), name + b"\0" + hashlib.sha256(text).digest()
+
+
+def _imports(path: Path) -> frozenset:
+    """The package's own modules that `path` imports with a relative import, as files."""
+    return _module(path)[0]
 
 
 @functools.cache
 def imports_digest(path: Path) -> str:
-    """SHA-256 over the content of every package module `path` imports, directly or not."""
+    """SHA-256 over the content of every package module `path` imports, directly or not (over each module's own
+    SHA-256, computed once)."""
     seen, pending = set(), [path]
     while pending:
         for module in _imports(pending.pop()):
@@ -156,7 +171,7 @@ def imports_digest(path: Path) -> str:
                 pending.append(module)
     digest = hashlib.sha256()
     for module in sorted(seen):
-        digest.update(str(module.relative_to(PACKAGE)).encode() + b"\0" + module.read_bytes())
+        digest.update(_module(module)[1])
     return digest.hexdigest()
 
 
