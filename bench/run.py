@@ -16,8 +16,11 @@ includes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -28,6 +31,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_capture
@@ -51,6 +56,8 @@ SCAPY_FULL_LIMIT_S = 180.0      # ... would take longer than this; packets/s are
 MEMORY_CHECK_PACKETS = 10_000_000
 
 # Targets, printed beside the figures (not asserted: timing belongs here, not in tests).
+# Issues 11 and 12: `analyze --no-report` with every rule within this many times `cat FILE` in the same run.
+TARGET_ANALYZE_CAT_RATIO = 8.0
 TARGET_FLOWS_PPS = 2_000_000
 TARGET_ANALYZE_PPS = 1_000_000
 TARGET_PEAK_RSS_MIB = 1536
@@ -64,12 +71,14 @@ TSHARK_FIELDS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp
 TSHARK_KEEP = {"frame", "eth", "ethertype", "vlan", "ip", "ipv6", "tcp", "udp", "icmp", "icmpv6",
                "data"}
 
-ALL_TOOLS = ("cat", "flows", "analyze", "tshark", "tshark-fair", "scapy", "dpkt", "nfstream")
+ALL_TOOLS = ("cat", "flows", "analyze", "analyze-core", "startup", "tshark", "tshark-fair", "scapy", "dpkt", "nfstream")
 SLOW_TOOLS = ("scapy", "nfstream")
 LABELS = {
     "cat": "cat FILE > /dev/null (page-cache floor)",
     "flows": "detector flows -o flows.csv",
     "analyze": "detector analyze --no-report -o DIR",
+    "analyze-core": "detector analyze --no-report, every rule disabled (capture core + start-up)",
+    "startup": "detector analyze --no-report of a 1-packet capture (start-up alone)",
     "tshark": "tshark -T fields (defaults)",
     "tshark-fair": "tshark -T fields (no reassembly, L2-L4 dissectors only)",
     "scapy": "scapy PcapReader (IP, ports)",
@@ -228,6 +237,58 @@ def bench_analyze(capture: Path, packets: int, runs: int) -> Result:
     return _fill(result, run, how)
 
 
+def _rules_disabled(folder: Path) -> Path:
+    """A --rules folder that disables every default rule (each file: the rule's id and `enabled: false`)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for rule_file in sorted((REPO / "rules").glob("*.yaml")):
+        rule_id = next(line.split(":", 1)[1].strip() for line in rule_file.read_text().splitlines()
+                       if line.startswith("id:"))
+        (folder / rule_file.name).write_text(f"id: {rule_id}\nenabled: false\n")
+    return folder
+
+
+def bench_analyze_core(capture: Path, packets: int, runs: int) -> Result:
+    """What `analyze` costs before any rule: start-up, reading, decoding, the flow table, findings.json. The
+    floor under the `analyze` figure; the rules' share is the difference."""
+    result = Result("analyze-core", packets)
+    out = OUT_DIR / "analyze-core"
+    rules = _rules_disabled(OUT_DIR / "rules-disabled")
+    shutil.rmtree(out, ignore_errors=True)
+    run, how = repeat([str(DETECTOR), "analyze", "--no-report", "--rules", str(rules), str(capture), "-o", str(out)],
+                      runs)
+    shutil.rmtree(rules, ignore_errors=True)
+    if run.code:
+        return _failure(result, run)
+    result.flows = json.loads((out / "findings.json").read_text())["stats"].get("flows")
+    shutil.rmtree(out, ignore_errors=True)
+    return _fill(result, run, how)
+
+
+def bench_startup(capture: Path, packets: int, runs: int) -> Result:
+    """`analyze --no-report` with every rule over a capture of one packet: the interpreter, the imports, the
+    rule files, numba's set-up and the cached kernels, the findings of empty states. Its packets/s is not a
+    rate; the table shows the seconds."""
+    result = Result("startup", packets)
+    out = OUT_DIR / "startup"
+    tiny = OUT_DIR / "one-packet.pcap"
+    with capture.open("rb") as source:
+        header = source.read(24)
+        record = source.read(16)
+        caplen = int.from_bytes(record[8:12], "big" if header[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
+                                else "little")
+        tiny.write_bytes(header + record + source.read(caplen))
+    shutil.rmtree(out, ignore_errors=True)
+    run, how = repeat([str(DETECTOR), "analyze", "--no-report", str(tiny), "-o", str(out)], runs)
+    shutil.rmtree(out, ignore_errors=True)
+    tiny.unlink()
+    if run.code:
+        return _failure(result, run)
+    filled = _fill(result, run, how)
+    filled.note = "start-up: one packet, every rule"
+    return filled
+
+
 def _bench_tshark(tool: str, capture: Path, packets: int, runs: int, options: list[str]) -> Result:
     result = Result(tool, packets)
     out = OUT_DIR / f"{tool}.tsv"
@@ -298,7 +359,8 @@ def bench_nfstream(capture: Path, packets: int, runs: int) -> Result:
     return result
 
 
-BENCHES = {"cat": bench_cat, "flows": bench_flows, "analyze": bench_analyze, "tshark": bench_tshark,
+BENCHES = {"cat": bench_cat, "flows": bench_flows, "analyze": bench_analyze, "analyze-core": bench_analyze_core,
+           "startup": bench_startup, "tshark": bench_tshark,
            "tshark-fair": bench_tshark_fair, "scapy": bench_scapy, "dpkt": bench_dpkt,
            "nfstream": bench_nfstream}
 
@@ -315,7 +377,7 @@ def check_requirements(tools: list[str]) -> None:
         raise BenchError(f"required tool missing: {GNU_TIME} (apt-get install time)")
     if shutil.which("cat") is None:                 # also pulls the capture into the page cache
         raise BenchError("required tool missing: cat (coreutils)")
-    if {"flows", "analyze"} & set(tools) and not os.access(DETECTOR, os.X_OK):
+    if {"flows", "analyze", "analyze-core", "startup"} & set(tools) and not os.access(DETECTOR, os.X_OK):
         raise BenchError(f"required tool missing: {DETECTOR} (run `make venv`)")
     if {"tshark", "tshark-fair"} & set(tools) and shutil.which("tshark") is None:
         raise BenchError("required tool missing: tshark (apt-get install tshark, or `make venv` as root)")
@@ -329,6 +391,10 @@ def check_requirements(tools: list[str]) -> None:
 
 # ---- reporting -----------------------------------------------------------------------
 
+# the floor and our own commands: no "flows vs tool" ratio, never a peer
+OURS = ("cat", "flows", "analyze", "analyze-core", "startup")
+
+
 def _fmt(value, spec: str, missing: str = "—") -> str:
     return missing if value is None else format(value, spec)
 
@@ -341,7 +407,7 @@ def table_rows(results: list[Result]) -> list[list[str]]:
     ours = next((r for r in results if r.tool == "flows" and r.pps), None)
     rows = []
     for r in results:
-        if ours is None or r.pps is None or r.tool in ("cat", "flows", "analyze"):
+        if ours is None or r.pps is None or r.tool in OURS:
             ratio = "—"
         else:
             ratio = _versus(ours.pps / r.pps)
@@ -381,7 +447,7 @@ def verdicts(results: list[Result], memory: list[Result]) -> list[str]:
         met = "met" if flows.pps >= TARGET_FLOWS_PPS else "NOT met"
         lines.append(f"detector flows: {flows.pps / 1e6:.2f} M packets/s whole process "
                      f"(target >= {TARGET_FLOWS_PPS / 1e6:.0f} M: {met})")
-        peers = [r for r in results if r.tool not in ("cat", "flows", "analyze") and r.pps]
+        peers = [r for r in results if r.tool not in OURS and r.pps]
         if peers:
             fastest = max(peers, key=lambda r: r.pps)
             lines.append(f"fastest peer: {fastest.tool}, {fastest.pps / 1e3:,.0f} k packets/s; "
@@ -393,6 +459,7 @@ def verdicts(results: list[Result], memory: list[Result]) -> list[str]:
         met = "met" if analyze.pps >= TARGET_ANALYZE_PPS else "NOT met"
         lines.append(f"detector analyze: {analyze.pps / 1e6:.2f} M packets/s "
                      f"(target >= {TARGET_ANALYZE_PPS / 1e6:.0f} M: {met})")
+    lines += _analyze_shares(cat, analyze, by_tool.get("analyze-core"), by_tool.get("startup"))
     for r in memory:
         if r.rss_mib is not None:
             met = "met" if r.rss_mib < TARGET_PEAK_RSS_MIB else "NOT met"
@@ -406,6 +473,29 @@ def verdicts(results: list[Result], memory: list[Result]) -> list[str]:
         same = tshark.extra["digest"] == fair.extra["digest"]
         lines.append("tshark's fair setting prints the same fields as its defaults: "
                      + ("yes (identical output)" if same else "NO: outputs differ"))
+    return lines
+
+
+def _analyze_shares(cat, analyze, core, startup) -> list[str]:
+    """`analyze` as a multiple of `cat` against its budget, and the parts of it: start-up, the capture core
+    (every rule disabled) and the rules (the rest)."""
+    if not (cat and cat.seconds):
+        return []
+    lines = []
+    if analyze and analyze.seconds:
+        ratio = analyze.seconds / cat.seconds
+        met = "met" if ratio <= TARGET_ANALYZE_CAT_RATIO else "NOT met"
+        lines.append(f"detector analyze --no-report: {ratio:,.1f}× cat (budget {TARGET_ANALYZE_CAT_RATIO:g}×: {met})")
+    parts = []
+    if startup and startup.seconds:
+        parts.append(f"start-up {startup.seconds:.2f} s ({startup.seconds / cat.seconds:,.1f}× cat)")
+    if core and core.seconds:
+        parts.append(f"every rule disabled {core.seconds:.2f} s ({core.seconds / cat.seconds:,.1f}× cat)")
+        if analyze and analyze.seconds:
+            rules = analyze.seconds - core.seconds
+            parts.append(f"the rules {rules:+.2f} s ({rules / cat.seconds:+,.1f}× cat)")
+    if parts:
+        lines.append("where analyze's time goes: " + "; ".join(parts))
     return lines
 
 
@@ -449,6 +539,35 @@ def read_ahead(capture: Path) -> None:
     subprocess.run(["cat", str(capture)], stdout=subprocess.DEVNULL, check=True)
 
 
+@contextlib.contextmanager
+def resident(capture: Path, log):
+    """The capture read into the page cache and locked there (mlock of a read-only mapping) while the block runs.
+
+    Reading it once is not enough on this machine: its kernel pages out memory
+    not touched for a few seconds (DAMON's proactive reclaim), page cache
+    included, so a tool timed after another could read part of the file from
+    disk again (a run measured 6 s of wall for 0.6 s of CPU). Locked pages are
+    not paged out. Without the privilege to lock (CAP_IPC_LOCK or a large
+    enough RLIMIT_MEMLOCK) the run goes on with a warning in its log.
+    """
+    read_ahead(capture)
+    with capture.open("rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = np.frombuffer(mapped, dtype=np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    locked = libc.mlock(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(len(view))) == 0
+    if not locked:
+        log(f"warning: could not lock {capture.name} in memory ({os.strerror(ctypes.get_errno())}); "
+            "the kernel may page it out between runs and the figures then include disk reads")
+    try:
+        yield locked
+    finally:
+        if locked:
+            libc.munlock(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(len(view)))
+        del view
+        mapped.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--packets", type=int, default=make_capture.DEFAULT_PACKETS, metavar="N",
@@ -479,12 +598,14 @@ def main(argv=None) -> int:
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     capture, manifest = make_capture.ensure_capture(args.packets, log=log)
-    read_ahead(capture)
-    env = environment(capture, manifest)
     results = []
-    for tool in tools:
-        log(f"timing {tool} ...")
-        results.append(BENCHES[tool](capture, manifest["packets"], args.runs))
+    with resident(capture, log) as locked:
+        env = environment(capture, manifest)
+        if locked:
+            env.append("the capture was locked in memory (mlock) for the timed runs: no run reads it from disk")
+        for tool in tools:
+            log(f"timing {tool} ...")
+            results.append(BENCHES[tool](capture, manifest["packets"], args.runs))
     memory = memory_check(log) if args.memory_check else []
 
     rows = table_rows(results)
@@ -502,7 +623,7 @@ def main(argv=None) -> int:
     (OUT_DIR / name).write_text("\n".join(markdown))
     log(f"written to {OUT_DIR / name}")
 
-    ours_failed = [r for r in results + memory if r.tool in ("flows", "analyze") and r.failed]
+    ours_failed = [r for r in results + memory if r.tool in OURS[1:] and r.failed]
     if ours_failed:
         log(f"bench: detector {ours_failed[0].tool} {ours_failed[0].note}")
         return 1
