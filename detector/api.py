@@ -12,6 +12,13 @@ incident captures. For a large one, `packets_frame(columns=[...], where=...)`
 builds only the asked columns of the kept rows, batch by batch, so memory
 holds what the question needs; `has("tcp")` reads the layer bits by name.
 
+Frames on demand: `frames([12, 40])` reads those frames alone at their offsets
+(detector.frames: an index of the capture's records, built by one walk of
+the record headers on first use) as raw bytes and scapy packets;
+`write_pcap(frames, path)` writes them for Wireshark. `finding(i)` is row i of
+`.findings` as an object: its `plot()` draws what the report draws for it,
+its `frames()` are its evidence frames.
+
 A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
 `Capture.failures` lists what failed where, as findings.json does.
@@ -34,6 +41,7 @@ from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
+from .frames import CaptureFrames, Frames
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from .site import EMPTY, Site, load_site
@@ -168,7 +176,9 @@ class Capture:
         self._flows: pd.DataFrame | None = None
         self._findings: list[Finding] | None = None
         self._failures: list[dict] = []
+        self._analysis = None       # the last analysis.Analysis: its detectors draw finding(i).plot()
         self._app: dict[str, _AppColumns] = {}
+        self._frames = CaptureFrames(self.paths)
         self.plot = _Plots(self)
 
     def __repr__(self) -> str:
@@ -223,6 +233,27 @@ class Capture:
             self._app[parent] = columns
         return self._app[parent].frame(None if name == parent else name)
 
+    def frames(self, numbers) -> Frames:
+        """The frames numbered `numbers` (tshark's frame.number: from 1, continuing across files), in that
+        order, each read alone at its offset: `.data` (bytes as captured), `.packet` (scapy), time, lengths,
+        link type, interface. A number the capture does not have raises UsageError."""
+        return self._frames.frames(numbers)
+
+    def write_pcap(self, frames, path) -> str:
+        """Write `frames` (Frames, or frame numbers) to `path` for Wireshark, bytes, lengths, link types and
+        times (ns) as captured, in the order given; returns the format written: "pcap", or "pcapng" when
+        the frames come from interfaces or link types that differ (Wireshark reads either by its content,
+        whatever the file's name)."""
+        return self._frames.write(frames, path)
+
+    def finding(self, i: int = 0) -> CaptureFinding:
+        """Row `i` of `.findings` (0: the most severe) as a CaptureFinding: its fields, `plot()`, `frames()`."""
+        if self._findings is None:
+            self.analyze()
+        if not -len(self._findings) <= i < len(self._findings):
+            raise UsageError(f"no finding {i}: the capture has {len(self._findings)}")
+        return CaptureFinding(self, self._findings[i])
+
     @property
     def flows(self) -> pd.DataFrame:
         """The flow table (as `detector flows` writes it)."""
@@ -255,6 +286,7 @@ class Capture:
         from .rules import load_rules
 
         result = analysis.analyze(self.paths, load_rules(rules), label="analyze", site=self.site)
+        self._analysis = result
         self._flows = result.flows
         self._findings = result.findings
         self._failures = [failure.to_json() for failure in result.failures]
@@ -263,6 +295,48 @@ class Capture:
                           "findings may be missing (the other rules' are here); Capture.failures has the "
                           "traceback", RuntimeWarning, stacklevel=2)
         return _findings_frame(self._findings)
+
+
+class CaptureFinding:
+    """One finding of a Capture: the Finding's fields (`rule`, `msg`, `evidence`, ...) and what a notebook does
+    with it next."""
+
+    def __init__(self, capture: Capture, finding: Finding):
+        self.capture = capture
+        self.finding = finding
+
+    def __getattr__(self, name):
+        return getattr(self.finding, name)
+
+    def __repr__(self) -> str:
+        return f"{self.finding.severity} {self.finding.rule}: {self.finding.msg}"
+
+    @property
+    def evidence_frames(self) -> list[int]:
+        """The frame numbers the detector kept as evidence (what `analyze` writes to the evidence pcap)."""
+        return [int(n) for n in self.finding.evidence.get("evidence_frames", [])]
+
+    def frames(self) -> Frames:
+        """The evidence frames (Capture.frames)."""
+        return self.capture.frames(self.evidence_frames)
+
+    def write_pcap(self, path) -> str:
+        """The evidence frames written to `path` (Capture.write_pcap), as `analyze` writes its evidence pcap."""
+        return self.capture.write_pcap(self.frames(), path)
+
+    def plot(self):
+        """What report.html draws for this finding, as one matplotlib Figure: packets per second with the
+        finding's interval shaded, then its rule's own figures (the report's code, fed by one more read of the
+        capture). None for a capture with no packets on the time axis."""
+        from .report.evidence import collect, rule_figures, time_bins
+        from .report.render import finding_figure
+
+        result = self.capture._analysis
+        bins = time_bins(result.stats.first_ns, result.stats.last_ns)
+        detectors = [det for det in result.detectors if det.rule_id == self.finding.rule]
+        figures = rule_figures(detectors, [self.finding], bins)
+        _records, series = collect(self.capture.paths, [], bins, figures)
+        return finding_figure(self.finding, series, figures, self.capture.flows)
 
 
 class _Plots:
