@@ -3,7 +3,7 @@
     index = build_index("trace.pcapng")          # one cheap walk: record headers only, never decoded
     index.read([0, 41])                           # records 1 and 42: (ts_ns, wirelen, linktype, iface, bytes)
     for part in index.byte_ranges(4):             # the capture cut at record boundaries (issue 14)
-        reader = CaptureReader(part.open(), first_frame=part.first_frame)
+        reader = part.reader()                    # a CaptureReader of the range alone
 
 The walk is the reader's own (CaptureReader with keep_offsets, the compiled
 record walks of `walk`): the index is built from the same records `analyze`
@@ -31,11 +31,12 @@ records into n runs of about equal bytes; each ByteRange is a capture of its
 own once its `header` is put in front of its bytes (`open()` does it): the
 pcap file header, or the section header block of its first record's section
 and the interface description blocks that section declared before the range
-began (copied from the file, options and byte order as written). A reader of
-it numbers frames from `first_frame` when told so, and interfaces from 0:
-add `interface_base` for the file-wide number. Its first record, if a simple
-packet block, takes the time of the record before the range (`last_ts_ns`),
-which a CaptureReader started on the range does not know (it gives 0).
+began (copied from the file, options and byte order as written).
+`reader()` reads it as a CaptureReader that numbers frames as the whole
+file does and gives a leading simple packet block the time of the record
+before the range (`last_ts_ns`); it numbers interfaces from 0, so add
+`interface_base` for the file-wide number. Ranges read in parallel and
+concatenated in order give the whole file's records.
 """
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ class ByteRange:
     def open(self):
         """The range as a binary stream: header, then the file's bytes start:stop (read as the stream is)."""
         return _RangeStream(self.header, self.index, self.start, self.stop)
+
+    def reader(self, **options) -> CaptureReader:
+        """A CaptureReader of the range: frames numbered as in the whole file, a leading simple packet block
+        timed as there; `options` go to CaptureReader (batch_packets)."""
+        return CaptureReader(self.open(), first_frame=self.first_frame, last_ts_ns=self.last_ts_ns, **options)
 
 
 class _RangeStream(io.RawIOBase):

@@ -183,7 +183,7 @@ class CaptureReader:
     """Iterate over a capture as RawBatches; see the package docstring for the error policy."""
 
     def __init__(self, source, batch_packets: int = BATCH_PACKETS, first_frame: int = 1,
-                 keep_offsets: bool = False):
+                 keep_offsets: bool = False, last_ts_ns: int = 0):
         if int(batch_packets) < 1:
             raise UsageError(f"batch_packets must be at least 1, not {batch_packets}")
         self._batch_packets = int(batch_packets)
@@ -220,7 +220,8 @@ class CaptureReader:
         self._read_error = None
         self._done = False
         self._started = False
-        self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
+        # pcapng: time of the previous packet, for SPBs (last_ts_ns: a stream cut from a capture after its start)
+        self._last_ts = int(last_ts_ns)
         self._scratch = None    # the walk's output arrays (see _walk_arrays)
         self._time_overflow_warned = False
         self._map = self._src.map()
