@@ -251,7 +251,9 @@ class Capture:
         if self._findings is None:
             self.analyze()
         if not -len(self._findings) <= i < len(self._findings):
-            raise UsageError(f"no finding {i}: the capture has {len(self._findings)}")
+            count = len(self._findings)
+            raise UsageError(f"no finding {i}: " + (f"the findings are rows 0 to {count - 1} of .findings" if count
+                                                    else "no rule fired on this capture"))
         return CaptureFinding(self, self._findings[i])
 
     @property
