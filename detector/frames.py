@@ -29,7 +29,7 @@ from .schema import linktype_name
 from .units import NS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Frame:
     """One frame as captured: its number across the capture, time (ns since the epoch, UTC), length on the
     wire, link type, interface (pcapng's file-wide number; 0 in pcap) and the captured bytes."""
@@ -78,6 +78,9 @@ class Frame:
 
         return frame_summary(self.data, self.linktype)
 
+    def __repr__(self) -> str:
+        return f"Frame({self.summary()})"
+
     def summary(self) -> str:
         """One line: number, time, captured/wire lengths, link type and scapy's summary."""
         return (f"{self.number} {self.time.isoformat()} {self.caplen}/{self.wirelen} bytes "
@@ -86,6 +89,10 @@ class Frame:
 
 class Frames(list):
     """Frames in the order asked for (a list of Frame), with their scapy packets and a table of them."""
+
+    def __getitem__(self, key):
+        got = super().__getitem__(key)
+        return Frames(got) if isinstance(key, slice) else got
 
     @property
     def numbers(self) -> list[int]:
