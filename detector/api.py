@@ -51,7 +51,11 @@ __all__ = ["open", "Capture"]
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
     pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
-    batch's columns at a time are built, so memory holds what is kept."""
+    batch's columns at a time are built, so memory holds what is kept.
+
+    The kept pieces are joined one column at a time, each column's pieces let go as soon as it is whole, and
+    the table is made of the joined arrays without a copy: the join adds one column's size to the table's,
+    not the table's own (bench/packets_frame.py)."""
 
     needs_fingerprint = False
 
@@ -64,7 +68,7 @@ class _PacketColumns:
             built = list(dict.fromkeys([*self.names, *packet_view.referenced(where)]))
         self.built = built
         self.needs_fingerprint = "fingerprint" in built
-        self.parts: list[pd.DataFrame] = []
+        self.pieces: dict[str, list] = {name: [] for name in self.names}
 
     def update(self, batch: PacketBatch) -> None:
         extra = {"rss_queue": self.rss.queue(batch)} if "rss_queue" in self.built else None
@@ -73,18 +77,22 @@ class _PacketColumns:
             keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
             # a comparison with a field the packet lacks is <NA>: not kept
             part = part[pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)]
-        self.parts.append(part[self.names])
+        for name in self.names:
+            self.pieces[name].append(part[name].array)
 
     def frame(self) -> pd.DataFrame:
-        if not self.parts:
+        if not self.pieces[self.names[0]]:
             empty = {name: np.zeros(0, dtype=np.uint64) for name in packet_view.sources(self.names) | {"rss_queue"}}
             return packet_view.frame_of(empty, self.names)
-        frame = pd.concat(self.parts, ignore_index=True) if len(self.parts) > 1 else self.parts[0]
-        # categories differ from batch to batch: concat leaves object columns, made categorical again here
+        columns = {}
         for name in self.names:
-            if packet_view.COLUMNS[name].dtype == "category" and frame[name].dtype != "category":
-                frame[name] = frame[name].astype("category")
-        return frame.reset_index(drop=True)
+            pieces = self.pieces.pop(name)
+            if packet_view.COLUMNS[name].dtype == "category":
+                # categories differ from batch to batch: their union, each batch's codes mapped onto it
+                columns[name] = pd.api.types.union_categoricals(pieces)
+            else:
+                columns[name] = type(pieces[0])._concat_same_type(pieces) if len(pieces) > 1 else pieces[0]
+        return pd.DataFrame(columns, copy=False)
 
 
 def _addresses(cols: dict[str, np.ndarray]) -> dict[str, object]:
