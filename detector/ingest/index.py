@@ -140,8 +140,9 @@ class RecordIndex:
             self._copy = None
 
     def current(self) -> bool:
-        """Whether the file is still the one indexed (same size and modification time)."""
-        return self.compression != "" or self.stamp == _stamp(self.path)
+        """Whether the file is still the one indexed (same size and modification time; for a compressed one,
+        the compressed file's)."""
+        return self.stamp is not None and self.stamp == _stamp(self.path)
 
     # ---- reading -----------------------------------------------------------
     def _pread(self, size: int, offset: int) -> bytes:
