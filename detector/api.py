@@ -12,6 +12,13 @@ incident captures. For a large one, `packets_frame(columns=[...], where=...)`
 builds only the asked columns of the kept rows, batch by batch, so memory
 holds what the question needs; `has("tcp")` reads the layer bits by name.
 
+Frames on demand: `frames([12, 40])` reads those frames alone at their offsets
+(detector.frames: an index of the capture's records, built by one walk of
+the record headers on first use) as raw bytes and scapy packets;
+`write_pcap(frames, path)` writes them for Wireshark. `finding(i)` is row i of
+`.findings` as an object: its `plot()` draws what the report draws for it,
+its `frames()` are its evidence frames.
+
 A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
 `Capture.failures` lists what failed where, as findings.json does.
@@ -34,6 +41,7 @@ from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
 from .findings import Finding
+from .frames import CaptureFrames, Frames
 from .rss import DEFAULT_QUEUES, RssModel
 from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from .site import EMPTY, Site, load_site
@@ -43,7 +51,11 @@ __all__ = ["open", "Capture"]
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
     pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
-    batch's columns at a time are built, so memory holds what is kept."""
+    batch's columns at a time are built, so memory holds what is kept.
+
+    The kept pieces are joined one column at a time, each column's pieces let go as soon as it is whole, and
+    the table is made of the joined arrays without a copy: the join adds one column's size to the table's,
+    not the table's own (bench/packets_frame.py)."""
 
     needs_fingerprint = False
 
@@ -56,7 +68,7 @@ class _PacketColumns:
             built = list(dict.fromkeys([*self.names, *packet_view.referenced(where)]))
         self.built = built
         self.needs_fingerprint = "fingerprint" in built
-        self.parts: list[pd.DataFrame] = []
+        self.pieces: dict[str, list] = {name: [] for name in self.names}
 
     def update(self, batch: PacketBatch) -> None:
         extra = {"rss_queue": self.rss.queue(batch)} if "rss_queue" in self.built else None
@@ -65,18 +77,22 @@ class _PacketColumns:
             keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
             # a comparison with a field the packet lacks is <NA>: not kept
             part = part[pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)]
-        self.parts.append(part[self.names])
+        for name in self.names:
+            self.pieces[name].append(part[name].array)
 
     def frame(self) -> pd.DataFrame:
-        if not self.parts:
+        if not self.pieces[self.names[0]]:
             empty = {name: np.zeros(0, dtype=np.uint64) for name in packet_view.sources(self.names) | {"rss_queue"}}
             return packet_view.frame_of(empty, self.names)
-        frame = pd.concat(self.parts, ignore_index=True) if len(self.parts) > 1 else self.parts[0]
-        # categories differ from batch to batch: concat leaves object columns, made categorical again here
+        columns = {}
         for name in self.names:
-            if packet_view.COLUMNS[name].dtype == "category" and frame[name].dtype != "category":
-                frame[name] = frame[name].astype("category")
-        return frame.reset_index(drop=True)
+            pieces = self.pieces.pop(name)
+            if packet_view.COLUMNS[name].dtype == "category":
+                # categories differ from batch to batch: their union, each batch's codes mapped onto it
+                columns[name] = pd.api.types.union_categoricals(pieces)
+            else:
+                columns[name] = type(pieces[0])._concat_same_type(pieces) if len(pieces) > 1 else pieces[0]
+        return pd.DataFrame(columns, copy=False)
 
 
 def _addresses(cols: dict[str, np.ndarray]) -> dict[str, object]:
@@ -168,7 +184,9 @@ class Capture:
         self._flows: pd.DataFrame | None = None
         self._findings: list[Finding] | None = None
         self._failures: list[dict] = []
+        self._analysis = None       # the last analysis.Analysis: its detectors draw finding(i).plot()
         self._app: dict[str, _AppColumns] = {}
+        self._frames = CaptureFrames(self.paths)
         self.plot = _Plots(self)
 
     def __repr__(self) -> str:
@@ -223,6 +241,29 @@ class Capture:
             self._app[parent] = columns
         return self._app[parent].frame(None if name == parent else name)
 
+    def frames(self, numbers) -> Frames:
+        """The frames numbered `numbers` (tshark's frame.number: from 1, continuing across files), in that
+        order, each read alone at its offset: `.data` (bytes as captured), `.packet` (scapy), time, lengths,
+        link type, interface. A number the capture does not have raises UsageError."""
+        return self._frames.frames(numbers)
+
+    def write_pcap(self, frames, path) -> str:
+        """Write `frames` (Frames, or frame numbers) to `path` for Wireshark, bytes, lengths, link types and
+        times (ns) as captured, in the order given; returns the format written: "pcap", or "pcapng" when
+        the frames come from interfaces or link types that differ (Wireshark reads either by its content,
+        whatever the file's name)."""
+        return self._frames.write(frames, path)
+
+    def finding(self, i: int = 0) -> CaptureFinding:
+        """Row `i` of `.findings` (0: the most severe) as a CaptureFinding: its fields, `plot()`, `frames()`."""
+        if self._findings is None:
+            self.analyze()
+        if not -len(self._findings) <= i < len(self._findings):
+            count = len(self._findings)
+            raise UsageError(f"no finding {i}: " + (f"the findings are rows 0 to {count - 1} of .findings" if count
+                                                    else "no rule fired on this capture"))
+        return CaptureFinding(self, self._findings[i])
+
     @property
     def flows(self) -> pd.DataFrame:
         """The flow table (as `detector flows` writes it)."""
@@ -255,6 +296,7 @@ class Capture:
         from .rules import load_rules
 
         result = analysis.analyze(self.paths, load_rules(rules), label="analyze", site=self.site)
+        self._analysis = result
         self._flows = result.flows
         self._findings = result.findings
         self._failures = [failure.to_json() for failure in result.failures]
@@ -263,6 +305,48 @@ class Capture:
                           "findings may be missing (the other rules' are here); Capture.failures has the "
                           "traceback", RuntimeWarning, stacklevel=2)
         return _findings_frame(self._findings)
+
+
+class CaptureFinding:
+    """One finding of a Capture: the Finding's fields (`rule`, `msg`, `evidence`, ...) and what a notebook does
+    with it next."""
+
+    def __init__(self, capture: Capture, finding: Finding):
+        self.capture = capture
+        self.finding = finding
+
+    def __getattr__(self, name):
+        return getattr(self.finding, name)
+
+    def __repr__(self) -> str:
+        return f"{self.finding.severity} {self.finding.rule}: {self.finding.msg}"
+
+    @property
+    def evidence_frames(self) -> list[int]:
+        """The frame numbers the detector kept as evidence (what `analyze` writes to the evidence pcap)."""
+        return [int(n) for n in self.finding.evidence.get("evidence_frames", [])]
+
+    def frames(self) -> Frames:
+        """The evidence frames (Capture.frames)."""
+        return self.capture.frames(self.evidence_frames)
+
+    def write_pcap(self, path) -> str:
+        """The evidence frames written to `path` (Capture.write_pcap), as `analyze` writes its evidence pcap."""
+        return self.capture.write_pcap(self.frames(), path)
+
+    def plot(self):
+        """What report.html draws for this finding, as one matplotlib Figure: packets per second with the
+        finding's interval shaded, then its rule's own figures (the report's code, fed by one more read of the
+        capture). None for a capture with no packets on the time axis."""
+        from .report.evidence import collect, rule_figures, time_bins
+        from .report.render import finding_figure
+
+        result = self.capture._analysis
+        bins = time_bins(result.stats.first_ns, result.stats.last_ns)
+        detectors = [det for det in result.detectors if det.rule_id == self.finding.rule]
+        figures = rule_figures(detectors, [self.finding], bins)
+        _records, series = collect(self.capture.paths, [], bins, figures)
+        return finding_figure(self.finding, series, figures, self.capture.flows)
 
 
 class _Plots:

@@ -12,7 +12,9 @@ batch being a view of one, and makes the memory a ring holds exact);
 
 `write_records` writes segments as classic pcap with nanosecond timestamps,
 or as pcapng with one interface per link type when they span several
-(`capture_format` says which), in a compiled pass per segment that runs
+(`capture_format` says which) -- per interface and link type when the
+segments say which interface each record came from (`Segment.iface`, as
+frames picked from a pcapng of several interfaces do), in a compiled pass per segment that runs
 without the GIL (a 30 s ring of a busy link is millions of records; the
 capture loop keeps running meanwhile). `write_capture` makes the file appear
 under its name only when complete (written aside, then renamed:
@@ -114,7 +116,8 @@ def _block(kind: int, body: bytes) -> bytes:
 
 
 def pcapng_header(linktypes: list[int]) -> bytes:
-    """A little-endian section header and one interface (nanosecond times) per link type, in that order."""
+    """A little-endian section header and one interface (nanosecond times) per entry of `linktypes` (its link
+    type), in that order."""
     head = _block(BT_SHB, struct.pack("<IHHq", PCAPNG_BOM, 1, 0, -1))
     return head + b"".join(_block(BT_IDB, struct.pack("<HHI", lt, 0, MAX_CAPLEN) + PCAPNG_TSRESOL_NS)
                            for lt in linktypes)
@@ -129,6 +132,7 @@ class Segment:
     ts_ns: np.ndarray       # int64
     linktype: np.ndarray    # uint16
     frame: np.ndarray       # int64
+    iface: np.ndarray | None = None     # uint16: the interface each record came from; None: one per link type
 
     @classmethod
     def of(cls, batch: PacketBatch) -> Segment:
@@ -138,9 +142,9 @@ class Segment:
                    linktype=batch["linktype"].astype(np.uint16), frame=batch["frame"].astype(np.int64))
 
     @classmethod
-    def of_records(cls, frames: list[int], records: list[tuple]) -> Segment:
+    def of_records(cls, frames: list[int], records: list[tuple], iface=None) -> Segment:
         """The frames numbered `frames` from their records, whose first fields are (ts_ns, wirelen, linktype,
-        bytes), in that order."""
+        bytes), in that order; `iface`: the interface of each, or None."""
         caplen = np.array([len(r[3]) for r in records], dtype=np.uint32)
         offset = np.zeros(len(records), dtype=np.int64)
         np.cumsum(caplen[:-1], out=offset[1:])
@@ -149,7 +153,8 @@ class Segment:
                    caplen=caplen, wirelen=np.array([r[1] for r in records], dtype=np.uint32),
                    ts_ns=np.array([r[0] for r in records], dtype=np.int64),
                    linktype=np.array([r[2] for r in records], dtype=np.uint16),
-                   frame=np.array(frames, dtype=np.int64))
+                   frame=np.array(frames, dtype=np.int64),
+                   iface=None if iface is None else np.asarray(iface, dtype=np.uint16))
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -209,14 +214,26 @@ def _kept(segments: list[Segment], since_ns: int | None) -> list[np.ndarray]:
     return [seg.ts_ns >= since_ns if since_ns is not None else np.ones(len(seg), dtype=bool) for seg in segments]
 
 
-def _linktypes(segments: list[Segment], keeps: list[np.ndarray]) -> list[int]:
-    return sorted({int(lt) for seg, keep in zip(segments, keeps) for lt in np.unique(seg.linktype[keep])})
+def _interface_keys(seg: Segment) -> np.ndarray:
+    """Each record's interface of the written file, as interface * 2^16 + link type (interface 0 without
+    Segment.iface): one written interface per distinct key."""
+    key = seg.linktype.astype(np.int64)
+    if seg.iface is not None:
+        key = key + (seg.iface.astype(np.int64) << 16)
+    return key
+
+
+def _interfaces(segments: list[Segment], keeps: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct interface keys of the kept records."""
+    keys = [np.unique(_interface_keys(seg)[keep]) for seg, keep in zip(segments, keeps)]
+    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
 
 
 def capture_format(segments: list[Segment], since_ns: int | None = None) -> str:
-    """"pcap" when the records `write_records` would write share one link type (or there are none), else
-    "pcapng": one interface per link type, so no frame is dropped or relabelled."""
-    return "pcapng" if len(_linktypes(segments, _kept(segments, since_ns))) > 1 else "pcap"
+    """"pcap" when the records `write_records` would write share one link type and interface (or there are
+    none), else "pcapng": one interface per link type (and source interface), so no frame is dropped or
+    relabelled."""
+    return "pcapng" if len(_interfaces(segments, _kept(segments, since_ns))) > 1 else "pcap"
 
 
 def write_capture(path: Path, segments: list[Segment], since_ns: int | None = None) -> int:
@@ -229,11 +246,10 @@ def write_records(handle, segments: list[Segment], since_ns: int | None = None) 
     """Write the records of `segments` (those from `since_ns` on) as a capture to the binary `handle`;
     returns how many were written."""
     keeps = _kept(segments, since_ns)
-    linktypes = _linktypes(segments, keeps)
-    pcapng = len(linktypes) > 1
+    keys = _interfaces(segments, keeps)
+    linktypes = [int(key) & 0xFFFF for key in keys]
+    pcapng = len(keys) > 1
     head = pcapng_header(linktypes) if pcapng else pcap_file_header(linktypes[0] if linktypes else 1)
-    index = np.zeros(65536, dtype=np.int64)
-    index[linktypes] = np.arange(len(linktypes))
     written = 0
     handle.write(head)
     for seg, keep in zip(segments, keeps):
@@ -243,7 +259,7 @@ def write_records(handle, segments: list[Segment], since_ns: int | None = None) 
         per_record = MIN_EPB + ((caplen + 3) & ~3) if pcapng else PCAP_RECORD_HEADER + caplen
         out = np.empty(int(per_record.sum()), dtype=np.uint8)
         size = _pack_records(seg.data, seg.offset, seg.caplen, seg.wirelen, seg.ts_ns,
-                             index[seg.linktype], keep, pcapng, out)
+                             np.searchsorted(keys, _interface_keys(seg)), keep, pcapng, out)
         handle.write(out[:size].data)
         written += int(keep.sum())
     return written

@@ -129,6 +129,8 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
            flag=IP_MF, fragment_v6=True),
     Column("frag_offset", "int", "frag_offset", IP, "UInt32", "Fragment offset (tshark's ip.frag_offset times 8)",
            "bytes", fragment_v6=True),
+    _int("flow_label", "flow_label", L_IP6, "UInt32", "IPv6 flow label, 20 bits (RFC 6437; tshark ipv6.flow); <NA> "
+         "for IPv4"),
     _int("src_port", "src_port", L_PORTS, "UInt16", "Source port (TCP, UDP, SCTP, DCCP, UDP-Lite)"),
     _int("dest_port", "dest_port", L_PORTS, "UInt16", "Destination port"),
     _int("tcp_flags", "tcp_flags", L_TCP, "UInt16", "TCP flags, 9 bits: NS CWR ECE URG ACK PSH RST SYN FIN"),

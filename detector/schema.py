@@ -121,6 +121,7 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "ip_len": (np.uint32, IP),        # IPv4 total length; IPv6 40 + payload length
     "ip_flags": (np.uint8, IP),       # IP_DF | IP_MF
     "frag_offset": (np.uint32, IP),   # fragment offset in bytes
+    "flow_label": (np.uint32, L_IP6), # IPv6 flow label, 20 bits (RFC 6437)
     "src_port": (np.uint16, L_PORTS),
     "dest_port": (np.uint16, L_PORTS),
     "tcp_flags": (np.uint16, L_TCP),  # 9 bits: NS CWR ECE URG ACK PSH RST SYN FIN

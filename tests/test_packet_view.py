@@ -19,8 +19,8 @@ ARP_SPOOFING = "lucaderi-sgr/2022/Favilli/tests/na-arpSpoofing.pcap"
 ZEEK = "zeek/testing/btest/Traces"
 # each packet as it came: tshark dissects a fragmented segment's TCP header in its first fragment, as the decoder
 NO_REASSEMBLY = ("-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE")
-IP_TCP = ["ttl", "ip_id", "ip_len", "ip_df", "ip_mf", "frag_offset", "proto", "tcp_seq", "tcp_ack", "tcp_window",
-          "tcp_mss", "tcp_wscale", "tcp_tsval", "tcp_tsecr"]
+IP_TCP = ["ttl", "flow_label", "ip_id", "ip_len", "ip_df", "ip_mf", "frag_offset", "proto", "tcp_seq", "tcp_ack",
+          "tcp_window", "tcp_mss", "tcp_wscale", "tcp_tsval", "tcp_tsecr"]
 
 
 def _number(text: str, field: str = "") -> str:
@@ -34,6 +34,7 @@ def _flag(text: str, field: str = "") -> str:
 # packet column -> (tshark fields, first non-empty wins; converter of tshark's text)
 ORACLE = {
     "ttl": (("ip.ttl", "ipv6.hlim"), _number),
+    "flow_label": (("ipv6.flow",), _number),
     "ip_id": (("ip.id", "ipv6.fraghdr.ident"), _number),
     "ip_len": (("ip.len", "ipv6.plen"), lambda t, f: str(int(t, 0) + (40 if f == "ipv6.plen" else 0)) if t else ""),
     "ip_df": (("ip.flags.df",), _flag),
@@ -121,7 +122,8 @@ def test_ip_and_tcp_fields_agree_with_tshark_on_real_captures(tshark, captures_r
 @pytest.mark.parametrize("name", ["pmtud-blackhole-ipv4.pcapng", "pmtud-blackhole-ipv6-vlan.pcapng"])
 def test_icmp_errors_and_their_quotes_agree_with_tshark(tshark, name):
     path = CAPTURES / name
-    _compare(tshark, path, ["icmp_type", "icmp_code", "icmp_mtu", "ttl", "proto"], "icmp or icmpv6")
+    # the outer header's flow label, not the quoted packet's (tshark's first occurrence)
+    _compare(tshark, path, ["icmp_type", "icmp_code", "icmp_mtu", "ttl", "flow_label", "proto"], "icmp or icmpv6")
     _compare(tshark, path, ["tcp_seq", "tcp_ack", "tcp_window", "tcp_mss"], "tcp and not icmp and not icmpv6")
     errors = detector.open(path).packets.dropna(subset=["icmp_mtu"])
     quoted = tshark.fields(path, "frame.number", "ip.src", "ipv6.src", "tcp.srcport",
@@ -129,6 +131,16 @@ def test_icmp_errors_and_their_quotes_agree_with_tshark(tshark, name):
     assert len(errors) == len(quoted) > 0
     assert errors["quote_src_ip"].tolist() == [r[1] or r[2] for r in quoted]
     assert errors["quote_src_port"].astype(str).tolist() == [r[3] for r in quoted]
+
+
+@pytest.mark.parametrize("name", ["suricata-verify/tests/firewall/ruletype-firewall-117-ftp-all-data-ipv6/input.pcap",
+                                  "ndpi/tests/cfgs/default/pcap/custom_rules_ipv6.pcapng"])
+def test_the_ipv6_flow_label_agrees_with_tshark(tshark, captures_real, name):
+    # real IPv6 captures whose senders set flow labels (RFC 6437): 20 bits, <NA> on every IPv4 or ARP frame
+    path = captures_real / name
+    _compare(tshark, path, ["flow_label"])
+    labels = detector.open(path).packets["flow_label"].dropna()
+    assert (labels > 0xFFFF).any() and (labels < 1 << 20).all()
 
 
 def test_a_tunnelled_packet_has_its_outer_header(tshark):
@@ -204,13 +216,16 @@ def test_an_empty_selection_is_an_empty_typed_table():
     assert len(part) == 0 and list(part.columns) == ["frame", "src_ip", "proto"]
 
 
-def test_the_packet_table_writes_parquet(tmp_path):
-    pytest.importorskip("pyarrow", reason="parquet needs pyarrow (the parquet extra)")
-    packets = detector.open(CAPTURES / "arp-spoof-mitm.pcapng").packets
+@pytest.mark.parametrize("columns", [None, ["time", "src_ip", "proto", "flow_label", "ip_df", "arp_op", "vlan"]])
+def test_the_packet_table_round_trips_through_parquet(tmp_path, columns):
+    # pyarrow is in the test extra (and the parquet one): every chosen type survives, categories and <NA> too
+    path = CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng"
+    packets = detector.open(path).packets_frame(columns)
     packets.to_parquet(tmp_path / "p.parquet")
     back = pd.read_parquet(tmp_path / "p.parquet")
-    assert back["arp_spa"].tolist() == packets["arp_spa"].tolist()
-    assert np.array_equal(back["frame"].to_numpy(), packets["frame"].to_numpy())
+    pd.testing.assert_frame_equal(back, packets)
+    assert str(back["proto"].dtype) == "category" and str(back["time"].dtype) == "datetime64[ns, UTC]"
+    assert back["vlan"].notna().any() and back["ip_df"].isna().any()
 
 
 @pytest.mark.parametrize("by", [None, "src_mac", "proto", "dest_port"])

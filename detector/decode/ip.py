@@ -21,6 +21,7 @@ from .columns import (
     ARP_TPA,
     DST_IP_HI,
     DST_IP_LO,
+    FLOW_LABEL,
     FRAG_OFFSET,
     IP_FLAGS,
     IP_ID,
@@ -71,6 +72,7 @@ IP4_OFFSET_UNIT = 8
 IP4_ADDRESS_BYTES = 4
 IP4_MAPPED = np.uint64(0x0000FFFF00000000)  # ::ffff:0:0/96, high bits of the low half
 # ---- IPv6 header (RFC 8200 section 3) ---------------------------------------------------
+IP6_FLOW_LABEL_MASK = 0x000FFFFF   # the low 20 bits of the first word, after version and traffic class (RFC 6437)
 IP6_PAYLOAD_LENGTH = 4        # after version, traffic class and flow label
 IP6_NEXT_HEADER = 6
 IP6_HOP_LIMIT = 7
@@ -244,6 +246,7 @@ def ip6(b, s, p, end, wire, layers, i, c8, c16, c32, c64):
         plen = jumbo if jumbo > 0 else max(wire - p - IP6_HEADER, 0)
     c8[IP_VERSION, i] = 6
     c8[TTL, i] = u8(b, p + IP6_HOP_LIMIT)
+    c32[FLOW_LABEL, i] = u32(b, p) & IP6_FLOW_LABEL_MASK
     c32[IP_LEN, i] = IP6_HEADER + plen
     c64[SRC_IP_HI, i] = be64(b, p + IP6_SOURCE)
     c64[SRC_IP_LO, i] = be64(b, p + IP6_SOURCE + IP6_LOW_HALF)

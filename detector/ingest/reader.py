@@ -31,6 +31,8 @@ from ..capfile import (
     ISB_COUNTERS,
     ISB_MIN,
     LINKTYPE_MASK,
+    MIN_EPB,
+    MIN_SPB,
     OPT_ENDOFOPT,
     OPT_IF_NAME,
     OPT_IF_TSOFFSET,
@@ -38,6 +40,7 @@ from ..capfile import (
     OPT_ISB_ENDTIME,
     OPT_ISB_STARTTIME,
     PCAP_FILE_HEADER,
+    PCAP_RECORD_HEADER,
     PCAP_VERSION,
     PCAPNG_BOM,
     PCAPNG_VERSIONS,
@@ -77,6 +80,10 @@ MAX_INTERFACE_STATS = 1 << 16
 # A section's interface table starts with room for this many and doubles when full.
 INTERFACE_ROWS = 8
 UINT64_MAX = (1 << 64) - 1
+# Where a pcapng packet's data begins in its block: after the enhanced (or obsolete) packet block's 28 bytes of
+# header and fixed fields, after the simple packet block's 12 (each block ends with a 4-byte trailer)
+EPB_DATA = MIN_EPB - 4
+SPB_DATA = MIN_SPB - 4
 
 
 def _ts_params(tsresol: int) -> tuple[int, int, int]:
@@ -162,10 +169,21 @@ def interface_totals(interfaces: list[dict], stats: list[dict]) -> list[dict]:
             for gid, record in sorted(last.items())]
 
 
+def interface_ns(interface: dict, units: int) -> int:
+    """A time in an interface's units (its if_tsresol and if_tsoffset) as ns since the epoch, exactly."""
+    resolution = interface["tsresol"]
+    if resolution & 0x80:
+        ns = (units * NS) >> (resolution & 0x7F)
+    else:
+        ns = units * NS // 10 ** resolution if resolution <= 9 else units // 10 ** (resolution - 9)
+    return ns + interface["tsoffset_s"] * NS
+
+
 class CaptureReader:
     """Iterate over a capture as RawBatches; see the package docstring for the error policy."""
 
-    def __init__(self, source, batch_packets: int = BATCH_PACKETS, first_frame: int = 1):
+    def __init__(self, source, batch_packets: int = BATCH_PACKETS, first_frame: int = 1,
+                 keep_offsets: bool = False, last_ts_ns: int = 0):
         if int(batch_packets) < 1:
             raise UsageError(f"batch_packets must be at least 1, not {batch_packets}")
         self._batch_packets = int(batch_packets)
@@ -176,6 +194,17 @@ class CaptureReader:
         self.size = self._src.size
         self.format: str | None = None      # "pcap" or "pcapng" once the magic is known
         self.interfaces: list[dict] = []
+        # where each section header (pcapng) or the file header (pcap) lies: offset, length, byte order
+        # (`big`), the file-wide number of its first interface; an interface's dict has its block's
+        # offset and length too (detector.ingest.index reads a record alone from these)
+        self.sections: list[dict] = []
+        # keep_offsets: each batch's records' start offsets in the (decompressed) stream, the record
+        # header or pcapng block, and the frames of simple packet blocks with the times they were given
+        self._keep_offsets = bool(keep_offsets)
+        self.record_offsets: list[np.ndarray] = []
+        self.spb_frames: list[np.ndarray] = []
+        self.spb_times: list[np.ndarray] = []
+        self._starts = None
         # the pcapng interface statistics blocks, in file order (see _read_isb)
         self.interface_stats: list[dict] = []
         self._stats_dropped = 0
@@ -191,7 +220,8 @@ class CaptureReader:
         self._read_error = None
         self._done = False
         self._started = False
-        self._last_ts = 0       # pcapng: time of the previous packet, for SPBs
+        # pcapng: time of the previous packet, for SPBs (last_ts_ns: a stream cut from a capture after its start)
+        self._last_ts = int(last_ts_ns)
         self._scratch = None    # the walk's output arrays (see _walk_arrays)
         self._time_overflow_warned = False
         self._map = self._src.map()
@@ -331,7 +361,10 @@ class CaptureReader:
         self._frac_ns = 1 if nano else 1000
         self._linktype = linktype
         self.interfaces.append({"linktype": linktype, "snaplen": snaplen, "name": None,
-                                "tsresol": 9 if nano else 6, "tsoffset_s": 0, "section": 0})
+                                "tsresol": 9 if nano else 6, "tsoffset_s": 0, "section": 0,
+                                "offset": 0, "length": PCAP_FILE_HEADER})
+        self.sections.append({"offset": 0, "length": PCAP_FILE_HEADER, "big": big, "nano": nano,
+                              "first_interface": 0})
         self._pos += PCAP_FILE_HEADER
 
     def _read_shb(self, first: bool) -> bool:
@@ -368,6 +401,8 @@ class CaptureReader:
             return bad(f"section header block damaged: {exc}")
         self._big = order == ">"
         self._section += 1
+        self.sections.append({"offset": self._offset(), "length": blen, "big": self._big,
+                              "first_interface": len(self.interfaces)})
         self._section_ifs = _SectionInterfaces()
         self._pos += blen
         return True
@@ -398,7 +433,7 @@ class CaptureReader:
         self._section_ifs.add(len(self.interfaces), linktype, snaplen, tsresol, tsoffset)
         self.interfaces.append({"linktype": linktype, "snaplen": snaplen, "name": name,
                                 "tsresol": tsresol, "tsoffset_s": tsoffset,
-                                "section": self._section})
+                                "section": self._section, "offset": self._offset(), "length": blen})
         self._pos += blen
         return True
 
@@ -450,14 +485,7 @@ class CaptureReader:
             self._stats_dropped += 1
 
     def _interface_ns(self, gid: int, units: int) -> int:
-        """A time in interface `gid`'s units (if_tsresol, if_tsoffset) as ns since the epoch, exactly."""
-        interface = self.interfaces[gid]
-        resolution = interface["tsresol"]
-        if resolution & 0x80:
-            ns = (units * NS) >> (resolution & 0x7F)
-        else:
-            ns = units * NS // 10 ** resolution if resolution <= 9 else units // 10 ** (resolution - 9)
-        return ns + interface["tsoffset_s"] * NS
+        return interface_ns(self.interfaces[gid], units)
 
     def _warn(self, reason: str, pos: int) -> None:
         """Damage that costs no packet: a warning naming the offset; reading goes on."""
@@ -538,8 +566,34 @@ class CaptureReader:
             if total or why != W.NEED_MORE or end == self._end:
                 break
             end = self._end
+        if self._keep_offsets and total > n:
+            self._mark_starts(off, cap, ts, n, total)
         self._pos = stop
         return total - n, why, code, value
+
+    def _mark_starts(self, off, cap, ts, lo: int, hi: int) -> None:
+        """keep_offsets: where the records [lo:hi] of this walk begin in the stream (their byte order is the
+        section's now), and which of them are simple packet blocks, whose time is not in their block."""
+        if self._starts is None or len(self._starts) < len(off):
+            self._starts = np.empty(len(off), dtype=np.int64)
+        data = off[lo:hi]
+        if self.format == "pcap":
+            self._starts[lo:hi] = data - PCAP_RECORD_HEADER + self._base
+            return
+        # an enhanced or obsolete packet block keeps the captured length in the 4 bytes before the length on
+        # the wire, just before the data; a simple packet block has its block length there, which exceeds the
+        # captured length by at least the block's 16 bytes of header and trailer
+        at = data - 8
+        b = [self._buf[at + k].astype(np.uint32) for k in range(4)]
+        if not self._big:
+            b.reverse()
+        field = b[0] << 24 | b[1] << 16 | b[2] << 8 | b[3]
+        simple = field != cap[lo:hi]
+        self._starts[lo:hi] = data - np.where(simple, SPB_DATA, EPB_DATA) + self._base
+        if simple.any():
+            rows = np.flatnonzero(simple)
+            self.spb_frames.append(self._next_frame + lo + rows)
+            self.spb_times.append(ts[lo:hi][rows].copy())
 
     def _warn_time_overflow(self, pos: int) -> None:
         """Once per file: a packet time that int64 nanoseconds cannot hold (see walk's docstring)."""
@@ -609,6 +663,8 @@ class CaptureReader:
             "linktype": np.full(n, self._linktype, dtype=np.uint16) if pcap else linktype[:n].copy(),
             "epb_flags": np.zeros(n, dtype=np.uint32) if pcap else flags[:n].copy(),
         }
+        if self._keep_offsets:
+            self.record_offsets.append(self._starts[:n].copy())
         self._next_frame += n
         self.packets += n
         self.bytes += int(cols["caplen"].sum(dtype=np.int64))

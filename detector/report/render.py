@@ -21,6 +21,7 @@ import io
 import re
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -28,6 +29,9 @@ from ..detectors.base import endpoint
 from ..findings import Finding, iso_time
 from ..rules import Rule
 from .evidence import EvidenceResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
 
 # Addresses in the top-talkers figure: enough to name the heavy hitters, few enough to read.
 TOP_TALKERS = 10
@@ -60,25 +64,49 @@ def _numbers(f: Finding) -> list[tuple[str, str]]:
     return out
 
 
-def _figure(draw, title: str, size=(8.0, 3.0)) -> Figure:
-    # a bare Figure on the Agg canvas: no pyplot (a fifth of a second to import, a GUI backend to pick,
-    # and a global registry of open figures to close)
+def figure_of(panels: list[tuple]) -> MplFigure:
+    """A matplotlib Figure of `panels`, (draw, title, size in inches) each, stacked top to bottom: `draw(ax)`
+    draws one panel. A bare Figure on the Agg canvas: no pyplot (a fifth of a second to import, a GUI
+    backend to pick, and a global registry of open figures to close); a notebook shows it as it is."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
 
-    fig = MplFigure(figsize=size, dpi=90)
+    width = max(size[0] for _, _, size in panels)
+    fig = MplFigure(figsize=(width, sum(size[1] for _, _, size in panels)), dpi=90)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    draw(ax)
-    ax.set_title(title)
+    axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=[size[1] for _, _, size in panels])[:, 0]
+    for ax, (draw, title, _size) in zip(axes, panels):
+        draw(ax)
+        ax.set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def _figure(draw, title: str, size=(8.0, 3.0)) -> Figure:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    figure_of([(draw, title, size)]).savefig(buffer, format="png")
     return Figure(title, buffer.getvalue())
 
 
 def _seconds(ns: int | None, start_ns: int) -> float:
     return 0.0 if ns is None else (ns - start_ns) / 1e9
+
+
+TIMELINE_TITLE = "Packets per second (finding intervals shaded)"
+
+
+def _timeline(series, findings: list[Finding]):
+    """The report's traffic panel: packets per second of the evidence pass, each finding's interval shaded."""
+    bins = series.bins
+
+    def draw(ax):
+        ax.plot(bins.starts_s, series.packets / bins.width_s, drawstyle="steps-post", lw=1, color="#245")
+        for f in findings:
+            ax.axvspan(_seconds(f.first_seen, series.start_ns), _seconds(f.last_seen, series.start_ns) + bins.width_s,
+                       color="#d33" if f.rank >= 3 else "#e92", alpha=0.25)
+        ax.set_xlabel(bins.axis_label)
+        ax.set_ylabel("packets/s")
+    return draw
 
 
 def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
@@ -87,17 +115,7 @@ def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFra
     out = []
     series = evidence.series
     if series is not None and len(series.packets):
-        bins = series.bins
-
-        def timeline(ax):
-            ax.plot(bins.starts_s, series.packets / bins.width_s, drawstyle="steps-post", lw=1, color="#245")
-            for f in findings:
-                ax.axvspan(_seconds(f.first_seen, series.start_ns),
-                           _seconds(f.last_seen, series.start_ns) + bins.width_s,
-                           color="#d33" if f.rank >= 3 else "#e92", alpha=0.25)
-            ax.set_xlabel(bins.axis_label)
-            ax.set_ylabel("packets/s")
-        out.append(_figure(timeline, "Packets per second (finding intervals shaded)"))
+        out.append(_figure(_timeline(series, findings), TIMELINE_TITLE))
         for figure in evidence.figures:
             out.append(_figure(partial(figure.draw, flows=flows), figure.title, figure.size))
     if len(flows):
@@ -108,6 +126,17 @@ def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFra
             ax.set_xlabel("bytes sent")
         out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
     return out
+
+
+def finding_figure(finding: Finding, series, rule_figures: list, flows) -> MplFigure | None:
+    """What the report draws for one finding, as one matplotlib Figure: the traffic panel with its interval
+    shaded, then its rule's figures (fed by an evidence pass, report.evidence.collect). None when the capture
+    has no packets on the time axis, where the report draws neither."""
+    if series is None or not len(series.packets):
+        return None
+    panels = [(_timeline(series, [finding]), TIMELINE_TITLE, (8.0, 3.0))]
+    panels += [(partial(figure.draw, flows=flows), figure.title, figure.size) for figure in rule_figures]
+    return figure_of(panels)
 
 
 def _top_talkers(flows: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,133 @@
+"""The notebook's packet table against its targets (issue 15), in one run on the bench capture.
+
+    .venv/bin/python bench/packets_frame.py                       # the 2 M-packet capture of bench/run.py
+    .venv/bin/python bench/packets_frame.py --capture FILE --small captures/echo-loop-rip-ipv4.pcapng
+
+Three figures, each a ratio to a peer or a size measured in the same run:
+- `capture.packets_frame(FIVE)` in a process of its own against `detector flows -o flows.csv` on the same
+  file: wall time, start-up included for both (target: within 3x);
+- that call's memory: the process's peak RSS above what it held before the call (imports, compiled kernels),
+  against the five columns' own size (DataFrame.memory_usage(deep=True); target: within 2x); the whole
+  process's peak is shown too;
+- the full-schema frame (`capture.packets`) of a small capture, timed in the process once it is warm
+  (imports done, kernels cached; target: under 1 s), and the process's wall time from a cold start.
+
+Each child process first asks the same of the small capture, so that the call measured finds its modules
+loaded and its memory baseline includes them; the process's wall time includes that (a fraction of a second).
+
+Every figure is printed; nothing is asserted (timing belongs in bench/, not in the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_capture
+from run import DETECTOR, GNU_TIME, OUT_DIR, REPO, measure
+
+# The five columns of a typical question ("who talked to whom on which port, when").
+FIVE = ["time", "src_ip", "dest_ip", "dest_port", "proto"]
+SMALL = REPO / "captures" / "echo-loop-rip-ipv4.pcapng"
+TARGET_TIME_RATIO = 3.0
+TARGET_MEMORY_RATIO = 2.0
+TARGET_SMALL_S = 1.0
+
+# Run in a process of its own: the packet table's columns of one capture, and what they cost.
+CHILD = """
+import json, resource, sys, threading, time
+import detector
+from detector import api  # noqa: F401  (pandas and the notebook API loaded before the baseline)
+
+def memory():
+    out = {}
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(("VmRSS:", "RssAnon:", "RssFile:")):
+                name, value = line.split(":")
+                out[name] = int(value.split()[0])
+    return out
+
+path, columns, warm = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+detector.open(warm).packets_frame(columns)      # warm on a small capture: modules loaded, kernels from the cache
+capture = detector.open(path)
+before = memory()
+peak = dict(before)
+done = threading.Event()
+
+def sample():
+    while not done.wait(0.002):
+        for name, value in memory().items():
+            peak[name] = max(peak[name], value)
+
+sampler = threading.Thread(target=sample)
+sampler.start()
+began = time.perf_counter()
+frame = capture.packets_frame(columns)
+seconds = time.perf_counter() - began
+done.set()
+sampler.join()
+print(json.dumps({"rows": len(frame), "columns": frame.shape[1], "seconds": seconds, "before": before,
+                  "peak": peak, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "frame_bytes": int(frame.memory_usage(deep=True).sum())}))
+"""
+
+
+def child(capture: Path, columns, warm: Path) -> tuple[dict, object]:
+    """Run CHILD under GNU time (warmed up on the capture `warm`); (what it printed, the run)."""
+    out = OUT_DIR / "packets_frame.json"
+    run = measure([sys.executable, "-c", CHILD, str(capture), json.dumps(columns), str(warm)], stdout_path=out)
+    if run.code:
+        raise SystemExit(f"packets_frame run failed ({run.code}): {run.tail}")
+    report = json.loads(out.read_text())
+    out.unlink()
+    return report, run
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capture", type=Path, help="default: bench/out's 2 M-packet capture (built if missing)")
+    parser.add_argument("--small", type=Path, default=SMALL)
+    args = parser.parse_args(argv)
+    if not Path(GNU_TIME).exists():
+        raise SystemExit(f"{GNU_TIME} is missing (apt-get install time)")
+    OUT_DIR.mkdir(exist_ok=True)
+    capture = args.capture or make_capture.ensure_capture(make_capture.DEFAULT_PACKETS)[0]
+    subprocess.run(["cat", str(capture)], stdout=subprocess.DEVNULL, check=True)    # into the page cache
+
+    flows_csv = OUT_DIR / "packets_frame-flows.csv"
+    flows = measure([str(DETECTOR), "flows", str(capture), "-o", str(flows_csv)])
+    flows_csv.unlink(missing_ok=True)
+    five, five_run = child(capture, FIVE, args.small)
+    small, small_run = child(args.small, None, args.small)
+
+    before, peak = five["before"], five["peak"]
+    grown_mib = (max(five["peak_rss_kib"], peak["VmRSS"]) - before["VmRSS"]) / 1024
+    anon_mib = (peak["RssAnon"] - before["RssAnon"]) / 1024
+    file_mib = (peak["RssFile"] - before["RssFile"]) / 1024
+    frame_mib = five["frame_bytes"] / 2 ** 20
+    time_ratio = five_run.seconds / flows.seconds
+    memory_ratio = grown_mib / frame_mib
+    lines = [
+        f"capture: {capture} ({five['rows']:,} packets)",
+        f"detector flows -o flows.csv: {flows.seconds:.2f} s, peak RSS {flows.rss_mib:,.0f} MiB",
+        f"packets_frame({FIVE}): {five_run.seconds:.2f} s for the process ({five['seconds']:.2f} s in the call), "
+        f"{time_ratio:.2f}x detector flows (target <= {TARGET_TIME_RATIO:g}x)",
+        f"  the five columns: {frame_mib:,.1f} MiB; the call's peak RSS above the {before['VmRSS'] / 1024:,.0f} MiB "
+        f"held before it: {grown_mib:,.1f} MiB = {memory_ratio:.2f}x (target <= {TARGET_MEMORY_RATIO:g}x); "
+        f"process peak {five_run.rss_mib:,.0f} MiB",
+        f"  of which anonymous memory (columns, batches): {anon_mib:,.1f} MiB = {anon_mib / frame_mib:.2f}x; "
+        f"pages of the mapped capture (page cache, the reader's window): {file_mib:,.1f} MiB",
+        f"full schema of {args.small.name} ({small['rows']:,} packets, {small['columns']} columns): "
+        f"{small['seconds']:.3f} s warm (target < {TARGET_SMALL_S:g} s), {small_run.seconds:.2f} s for the "
+        f"process (started cold, two reads)",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
