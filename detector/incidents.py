@@ -35,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .findings import SEVERITY_RANK, Finding, iso_time
@@ -53,6 +53,11 @@ ENTITY_VALUES_MAX = 2_000
 # A summary line quotes at most this much of a finding's message.
 SUMMARY_MSG_CHARS = 240
 
+# A finding's part in its incident: the root cause; an effect of it (a rule it `causes`, or an effect's
+# effect); a peer (same flow or host as the root cause or a peer); context (joined by an entity, but
+# neither: an info finding that would be a cause); or the capture loss that weakens its counts.
+ROLES = ("root cause", "effect", "peer", "context", "weakens")
+
 _MAC = re.compile(r"[0-9a-fA-F]{2}(?:[:-][0-9a-fA-F]{2}){5}")
 _IP_CHARS = re.compile(r"[0-9a-fA-F:.]{2,45}")
 
@@ -67,10 +72,14 @@ class Incident:
     first_seen: int         # ns since epoch
     last_seen: int
     summary: str            # three lines: what, where and since when, what to do first
+    # beside each of `findings`, its part: ROLES
+    roles: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        refs = [_ref(f) | ({"role": role} if role else {}) for f, role in zip(self.findings, self.roles or
+                                                                              [None] * len(self.findings))]
         return {"id": self.id, "title": self.title, "severity": self.severity,
-                "root_cause": _ref(self.root_cause), "findings": [_ref(f) for f in self.findings],
+                "root_cause": _ref(self.root_cause), "findings": refs,
                 "first_seen": iso_time(self.first_seen), "last_seen": iso_time(self.last_seen),
                 "summary": self.summary}
 
@@ -299,11 +308,16 @@ def _incident(findings: list[Finding], spans, idx: list[int], relations: _Relati
         chain += sorted(weak, key=lambda i: (spans[i][0], i))
     ordered = [findings[root]] + [findings[i] for i in chain]
     levels = [0] + [level.get(findings[i].rule) for i in chain]
+    weakening = set(weak) if linked is not weak else set()
+    roles = ["root cause"] + ["weakens" if i in weakening else
+                              "context" if level.get(findings[i].rule) is None else
+                              "peer" if level[findings[i].rule] == 0 else "effect" for i in chain]
     first = min(spans[i][0] for i in linked)
     last = max(spans[i][1] for i in linked)
     severity = max((f.severity for f in ordered), key=SEVERITY_RANK.__getitem__)
     incident = Incident(id="", title=_title(ordered, levels), severity=severity, root_cause=findings[root],
-                        findings=ordered, first_seen=first, last_seen=last, summary=_summary(ordered, first, last))
+                        findings=ordered, first_seen=first, last_seen=last, summary=_summary(ordered, first, last),
+                        roles=roles)
     return incident, root
 
 
@@ -390,4 +404,4 @@ def _summary(ordered: list[Finding], first: int, last: int) -> str:
     return "\n".join([what, where, first_step])
 
 
-__all__ = ["Incident", "correlate", "entities", "ADJACENT_NS"]
+__all__ = ["Incident", "correlate", "entities", "ADJACENT_NS", "ROLES"]
