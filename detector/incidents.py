@@ -342,7 +342,7 @@ def _levels(root_rule: str, present: set[str], relations: _Relations) -> dict[st
 def _title(ordered: list[Finding], levels: list[int | None]) -> str:
     """The root cause's title, the rules beside it (`+`: a peer, same flow or host, or a finding that joined
     by an entity but is no effect of it) and its effects (`->`), by causal level:
-    "Probe to the RIP ports + scan -> echo-loop -> rss-saturation"."""
+    "Probe to the RIP ports + <peer> -> <effect> -> <effect of the effect>"."""
     named = {ordered[0].rule}
 
     def rules_at(at) -> list[str]:
