@@ -249,21 +249,21 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
     for i in linked:
         members.setdefault(groups.find(i), []).append(i)
     # A weakening finding joins the group its span overlaps most (then the most severe): it annotates, and
-    # must not bridge two groups. Weakening findings are few (one per lossy capture point), so each is held
-    # against every group once.
+    # must not bridge two groups. Weakening findings are few (one per capture point, or per lossy stretch of
+    # acks), so each is held against every group once.
+    groups_seen = {root: (min(spans[i][0] for i in idx), max(spans[i][1] for i in idx),
+                          max(findings[i].rank for i in idx), {findings[i].rule for i in idx})
+                   for root, idx in members.items()}
     alone = []
-    bounds = {root: (min(spans[i][0] for i in idx), max(spans[i][1] for i in idx)) for root, idx in members.items()}
     for w in weakeners:
         best, best_key = None, None
         w_first, w_last = spans[w]
-        for root, idx in members.items():
-            if not any(relations.weakened(findings[w].rule, findings[i].rule) for i in idx):
-                continue
-            first, last = bounds[root]
+        for root, (first, last, rank, rules_in) in groups_seen.items():
             if first > w_last + ADJACENT_NS or last + ADJACENT_NS < w_first:
                 continue
-            overlap = min(last, w_last) - max(first, w_first)
-            key = (overlap, max(findings[i].rank for i in idx), -root)
+            if not any(relations.weakened(findings[w].rule, rule) for rule in rules_in):
+                continue
+            key = (min(last, w_last) - max(first, w_first), rank, -root)
             if best_key is None or key > best_key:
                 best, best_key = root, key
         if best is None:
