@@ -362,11 +362,16 @@ def _title(ordered: list[Finding], levels: list[int | None]) -> str:
 
 
 def _where(finding: Finding) -> str:
-    src = finding.src_ip or finding.src_mac
-    dst = finding.dest_ip or finding.dest_mac
-    if src and dst:
-        return f"{src} -> {dst}"
-    return src or dst or (finding.identifier or "the capture")
+    """The root cause's place: its addresses, and its MACs (the devices on the link: a loop's two boxes)."""
+    def pair(src, dst) -> str | None:
+        if src and dst:
+            return f"{src} -> {dst}"
+        return src or dst
+
+    ips, macs = pair(finding.src_ip, finding.dest_ip), pair(finding.src_mac, finding.dest_mac)
+    if ips and macs:
+        return f"{ips} ({macs})"
+    return ips or macs or finding.identifier or "the capture"
 
 
 def _duration(ns: int) -> str:

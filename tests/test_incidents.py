@@ -59,7 +59,9 @@ def test_the_summary_says_what_where_since_when_and_what_first(two):
     what, where, first = two.incidents[0].summary.splitlines()
     assert what.startswith("What: rip-trigger (critical): 198.18.44.201 sent 1 probe(s) to UDP 520")
     assert what.endswith("; then echo-loop, rss-saturation")
-    assert where == "Where: 198.18.44.201 -> 192.0.2.61, from 2026-01-01T00:00:01.000000Z for 0.25 s"
+    # the addresses, and the two boxes bouncing the frame
+    assert where == ("Where: 198.18.44.201 -> 192.0.2.61 (00:1b:54:c2:00:02 -> 00:1b:54:c2:00:01), "
+                     "from 2026-01-01T00:00:01.000000Z for 0.25 s")
     assert first.startswith("First: Drop UDP 520 and 521 from outside toward routers' control planes")
 
 

@@ -175,7 +175,8 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert "### incident-1: CRITICAL: Probe to the RIP ports -&gt; echo-loop\n" in opening
     what, where, first = [line for line in opening.splitlines() if line.startswith("- ")]
     assert what.startswith("- What: rip-trigger (critical):") and what.endswith("; then echo-loop")
-    assert where == "- Where: 198.18.44.201 -&gt; 192.0.2.61, from 2026-01-01T00:00:01.500000Z for 0.24 s"
+    assert where == ("- Where: 198.18.44.201 -&gt; 192.0.2.61 (00:1b:54:c2:00:02 -&gt; 00:1b:54:c2:00:01), "
+                     "from 2026-01-01T00:00:01.500000Z for 0.24 s")
     assert first.startswith("- First: Drop UDP 520 and 521 from outside")
     chain = opening[opening.index("### incident-1 chain"):].splitlines()
     assert chain[2].startswith("1. **root cause: rip-trigger (critical)**, finding 2: ")
