@@ -405,7 +405,10 @@ def _summary(ordered: list[Finding], first: int, last: int) -> str:
         if counts else ""
     what = f"What: {root.rule} ({root.severity}): {msg}{then}"
     where = f"Where: {_where(root)}, from {iso_time(first)} for {_duration(last - first)}"
-    first_step = f"First: {_first_step(root.remediation)}"
+    if all(f.severity == "info" for f in ordered):
+        first_step = "First: nothing: every finding here is info, a description of the network to read beside others"
+    else:
+        first_step = f"First: {_first_step(root.remediation)}"
     return "\n".join([what, where, first_step])
 
 

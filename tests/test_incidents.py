@@ -157,6 +157,9 @@ def test_an_info_finding_joins_one_incident_but_never_links_two(rules):
     shapes = sorted([f.rule, f.identifier] for inc in result.incidents for f in inc.findings[:1])
     assert len(result.incidents) == 2, _shape(result.incidents)
     assert [rule for rule, _ in shapes] == ["scan", "scan"]
+    # nothing in them calls for action, and the summary says so rather than quoting a remediation
+    for incident in result.incidents:
+        assert incident.severity == "info" and incident.summary.splitlines()[2].startswith("First: nothing")
 
 
 def test_the_root_cause_is_the_earliest_cause_with_no_cause_of_its_own(rules):
