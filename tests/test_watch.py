@@ -139,12 +139,16 @@ class Watcher:
                     out.setdefault(ref["identifier"], (t, e))
         return out
 
-    def wait_for(self, rule: str, timeout: float = 20.0) -> tuple[float, dict]:
+    def wait_for(self, rule: str, kind: str | None = None, timeout: float = 20.0) -> tuple[float, dict]:
         """The first event that told a finding of `rule` (watch tells incidents: the alert of the incident it
-        is in, or the update by which it joined one)."""
+        is in, or the update by which it joined one); with `kind`, the first event of that kind about the
+        rule (an `error`)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = sorted(self.told(rule).values(), key=lambda item: item[0])
+            if kind is None:
+                found = sorted(self.told(rule).values(), key=lambda item: item[0])
+            else:
+                found = self.events(kind, rule)
             if found:
                 return found[0]
             time.sleep(0.02)
