@@ -17,18 +17,20 @@ emitting one event per move, in the finding's own JSON plus:
   when its severity rises (an escalation is never held back).
 - `resolved`: no new activity (the finding's last_seen did not advance, or
   the finding left the window) for the rule's `resolve_s`.
-Every event carries `alert_id` (one per entity: its rule and a number,
-"<rule>-1"), the wall-clock `timestamp` of the event, and the
-`evidence_pcap` of the entity's latest alert. A rule whose detector failed
-(a bug: it stops, the watch goes on) is one event of its own, `error`, with
-the failure's record under "failure". Only findings at or above the alert severity open an entity;
-an open one follows its finding whatever the severity does next.
+Every entity's event (AlertBook) carries `alert_id` (one per entity: its
+rule and a number, "<rule>-1"), the wall-clock `timestamp` of the event,
+and the `evidence_pcap` of the entity's latest alert. A rule whose detector
+failed (a bug: it stops, the watch goes on) is one event of its own,
+`error`, with the failure's record under "failure". Only findings at or
+above the alert severity open an entity; an open one follows its finding
+whatever the severity does next.
 
 The timing uses the monotonic clock of this process, not packet times, so
 a capture whose timestamps jump cannot hold an alert back or resolve it.
 Noise control lives here, beside the detectors, not inside them.
 
-What goes out is told per incident (detector.incidents), not per entity:
+What the watch writes is told per incident (detector.incidents), not per
+entity:
 `IncidentBook` keeps the entities' state machine above (AlertBook) and
 groups their moves by the incidents the window's findings form. An
 incident is raised once (`alert`, with its id "incident-N", its root
