@@ -82,6 +82,7 @@ def echo_loop_ipv4(out_dir: Path) -> dict:
             "what": "echo loop of a zero-filled UDP/520 probe from the Internet, IPv4, 25,000 copies/s",
             "must_yield": [{"rule": "echo-loop", "severity_at_least": "high"},
                            {"rule": "rip-trigger", "severity_at_least": "high"}],
+            "incidents": [{"root_cause": "rip-trigger", "findings": ["rip-trigger", "echo-loop"]}],
             "must_not_yield": _quiet(["routing-loop"])}
 
 
@@ -101,6 +102,7 @@ def echo_loop_ipv6_vlan(out_dir: Path) -> dict:
             "what": "echo loop of a zero-filled IPv6 UDP/520 probe, VLAN 100, 20,000 copies/s",
             "must_yield": [{"rule": "echo-loop", "severity_at_least": "high"},
                            {"rule": "rip-trigger", "severity_at_least": "high"}],
+            "incidents": [{"root_cause": "rip-trigger", "findings": ["rip-trigger", "echo-loop"]}],
             "must_not_yield": _quiet(["routing-loop"])}
 
 
@@ -117,6 +119,7 @@ def echo_loop_buried(out_dir: Path) -> dict:
             "what": "echo loop at 1,000 copies/s of an IPv6 UDP/521 probe among 2,000 packets/s of web and DNS",
             "must_yield": [{"rule": "echo-loop", "severity_at_least": "medium"},
                            {"rule": "rip-trigger", "severity_at_least": "high"}],
+            "incidents": [{"root_cause": "rip-trigger", "findings": ["rip-trigger", "echo-loop"]}],
             "must_not_yield": _quiet(["routing-loop"])}
 
 

@@ -116,6 +116,7 @@ def pmtud_blackhole_ipv4(out_dir: Path) -> dict:
                     "MSS 1320; retransmissions shrink by 40 bytes",
             "must_yield": [{"rule": "pmtud-blackhole", "severity_at_least": "high"},
                            {"rule": "mss-violation", "severity_at_least": "medium"}],
+            "incidents": [{"root_cause": "mss-violation", "findings": ["mss-violation", "pmtud-blackhole"]}],
             "must_not_yield": _quiet(*OTHERS)}
 
 
@@ -135,6 +136,7 @@ def pmtud_blackhole_ipv6_vlan(out_dir: Path) -> dict:
             "what": "PMTUD black hole, IPv6 on VLAN 30: ICMPv6 Packet Too Big (MTU 1420) ignored",
             "must_yield": [{"rule": "pmtud-blackhole", "severity_at_least": "high"},
                            {"rule": "mss-violation", "severity_at_least": "medium"}],
+            "incidents": [{"root_cause": "mss-violation", "findings": ["mss-violation", "pmtud-blackhole"]}],
             "must_not_yield": _quiet(*OTHERS)}
 
 
@@ -166,6 +168,7 @@ def pmtud_blackhole_busy(out_dir: Path) -> dict:
             "what": "PMTUD black hole, IPv4, one download among 24 ordinary HTTPS sessions and DNS",
             "must_yield": [{"rule": "pmtud-blackhole", "severity_at_least": "medium"},
                            {"rule": "mss-violation", "severity_at_least": "medium"}],
+            "incidents": [{"root_cause": "mss-violation", "findings": ["mss-violation", "pmtud-blackhole"]}],
             "must_not_yield": _quiet(*OTHERS)}
 
 

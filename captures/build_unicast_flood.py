@@ -202,6 +202,9 @@ def vrrp_chain(out_dir: Path) -> dict:
     entry["must_yield"] += [{"rule": "vrrp-dual-master", "severity_at_least": "high"},
                             {"rule": "garp-war", "severity_at_least": "medium"}]
     entry["must_not_yield"] = [q for q in entry["must_not_yield"] if q["rule"] != "arp-spoof"]
+    # the chain of seed 002 is one incident, rooted in the two masters
+    entry["incidents"] = [{"root_cause": "vrrp-dual-master",
+                           "findings": ["vrrp-dual-master", "garp-war", "garp-war", "unicast-flood"]}]
     return entry
 
 

@@ -99,6 +99,7 @@ def vrrp_dual_master(out_dir: Path) -> dict:
                     "gratuitous ARP for the virtual addresses from the same virtual MAC",
             "must_yield": [{"rule": "vrrp-dual-master", "severity_at_least": "critical"},
                            {"rule": "garp-war", "severity_at_least": "medium"}],
+            "incidents": [{"root_cause": "vrrp-dual-master", "findings": ["vrrp-dual-master", "garp-war", "garp-war"]}],
             "must_not_yield": _quiet(QUIET)}
 
 

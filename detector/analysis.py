@@ -22,6 +22,7 @@ from .detectors import AnalysisContext, Detector, DetectorFailure, DetectorSet, 
 from .detectors.base import CaptureDrops
 from .findings import Finding, canonical_order
 from .flows import FlowTable
+from .incidents import Incident, correlate
 from .ingest.reader import interface_totals
 from .stats import CaptureStats
 
@@ -36,6 +37,9 @@ class Analysis:
     flow_table: object                  # a FlowTable, or anything with its flow_count and to_frame()
     captures: list[dict] = field(default_factory=list)   # per file: path, format, packets, warnings
     warnings: list[str] = field(default_factory=list)
+    # the findings grouped by the rules' relations, shared entities and time (detector.incidents), in order of
+    # first_seen; each finding's incident_id names its incident
+    incidents: list[Incident] = field(default_factory=list)
 
     @property
     def flows(self):
@@ -107,15 +111,16 @@ def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrop
 def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engine.RunResult | None = None,
              drops: list[CaptureDrops] | None = None) -> Analysis:
     """The findings of `detectors` over `flow_table` (a FlowTable, or anything with its flow_count and a
-    to_frame() called only if a detector consults the flows) and `stats`, in canonical order; the context
-    carries the site file the detectors were built with, and the capture's drop counters: `drops`, else
-    those of the run's pcapng interface statistics."""
+    to_frame() called only if a detector consults the flows) and `stats`, in canonical order, grouped into
+    incidents (detector.incidents); the context carries the site file the detectors were built with, and the
+    capture's drop counters: `drops`, else those of the run's pcapng interface statistics."""
     if drops is None:
         drops = capture_drops(run.captures, stats) if run is not None else []
     context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site, drops=drops)
     findings = canonical_order(detectors.findings(context))
+    incidents = correlate(findings, {det.rule_id: det.rule for det in detectors.detectors})
     analysis = Analysis(findings=findings, failures=detectors.failure_list(), detectors=detectors.running(),
-                        stats=stats, context=context, flow_table=flow_table)
+                        stats=stats, context=context, flow_table=flow_table, incidents=incidents)
     if run is not None:
         analysis.captures, analysis.warnings = run.captures, run.warnings
     return analysis

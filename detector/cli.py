@@ -221,7 +221,7 @@ def cmd_explain(args) -> int:
     rules = load_rules(args.rules)
     if args.rule not in rules:
         raise UsageError(f"unknown rule '{args.rule}' (known: {', '.join(sorted(rules))})")
-    print(explain_text(rules[args.rule]), end="")
+    print(explain_text(rules[args.rule], rules), end="")
     return EXIT_OK
 
 

@@ -121,8 +121,8 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None)
         if report:
             evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors)
         document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
-                                     result.failures)
-        path = write_findings(out, document, findings, str(paths[0]) if paths else None)
+                                     result.failures, result.incidents)
+        path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)
         if report:
-            write_reports(out, document, findings, rules, evidence, result.flows)
+            write_reports(out, document, findings, rules, evidence, result.flows, result.incidents)
     return findings, result, path

@@ -53,6 +53,8 @@ class Finding:
     # the share of the traffic the capture lost while this finding's packets passed (a rule that measures
     # capture loss sets it on the other rules' findings: Detector.annotate): its counts are lower bounds
     capture_loss_ratio: float | None = None
+    # the incident it belongs to (detector.incidents.correlate): "incident-1", ...
+    incident_id: str | None = None
     evidence_pcap: str | None = None
     remediation: str | None = None
     references: list[str] = field(default_factory=list)

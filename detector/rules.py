@@ -57,9 +57,29 @@ REQUIRED_KEYS = (*TEXT_KEYS, *LIST_KEYS)
 # text a rule states only if it has it: `site`, what the rule does with and without the site file
 # (--site, detector.site), printed by `detector explain` under its own heading
 OPTIONAL_TEXT_KEYS = ("site",)
-# what a file may change besides: the detector's tunables (`params`, `alerts`), and `enabled: false`,
-# which switches a rule off without deleting it
-OPTIONAL_KEYS = ("params", "alerts", "enabled")
+# what a file may change besides: the detector's tunables (`params`, `alerts`), `enabled: false`, which
+# switches a rule off without deleting it, and `relations` to other rules (below)
+OPTIONAL_KEYS = ("params", "alerts", "enabled", "relations")
+
+# `relations:` says how a rule's findings join those of other rules into one incident (detector.incidents):
+# each kind maps to the rule ids it relates to. A relation is read both ways for grouping (declared once, in
+# either file); `explain` prints it under both rules.
+RELATION_KINDS = {
+    "causes": "a finding of this rule can cause one of these: joined when they share an entity (address, MAC, "
+              "flow, frame) and overlap in time, this one the cause",
+    "same_flow": "these report the same flow from another angle: joined when they share a flow (community_id) "
+                 "and overlap in time",
+    "same_host": "these report the same host from another angle: joined when they share an address or MAC and "
+                 "overlap in time",
+    "weakens": "this rule's finding makes the counts of these rules' findings during its span lower bounds "
+               "(`all`: every rule): it joins the incident it overlaps most, never links two, and is never a "
+               "root cause",
+}
+# `weakens: all`
+ALL_RULES = "all"
+# the inverse of each kind, as `explain` names it under the rule at the other end
+RELATION_INVERSE = {"causes": "caused by", "same_flow": "same flow", "same_host": "same host",
+                    "weakens": "weakened by"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,8 @@ class Rule:
     # the tunables rule files set, checked against the detector's declarations; its defaults fill the rest
     param_values: dict[str, Any] = field(default_factory=dict)
     alert_values: dict[str, float] = field(default_factory=dict)
+    # kind (RELATION_KINDS) -> the rule ids it relates to, or ALL_RULES for `weakens: all`
+    relations: dict[str, tuple[str, ...] | str] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -293,12 +315,14 @@ def _read_document(path) -> dict:
     return document
 
 
-def _parse(path, document: dict, known: list[str] | None, base: Rule | None) -> Rule:
+def _parse(path, document: dict, known: list[str] | None, base: Rule | None,
+           relatable: list[str] | None = None) -> Rule:
     """One validated rule from a file's mapping; keys the file lacks come from `base`, if any.
 
     `known` are the rule ids a file may change, None for a default rule file,
-    which needs a detector module of its name. The detector's declarations
-    are read only if the file sets one of its tunables.
+    which needs a detector module of its name. `relatable` are the rule ids its
+    relations may name (default: `known`). The detector's declarations are read
+    only if the file sets one of its tunables.
     """
     allowed = REQUIRED_KEYS + OPTIONAL_TEXT_KEYS + OPTIONAL_KEYS
     for key in document:
@@ -355,7 +379,37 @@ def _parse(path, document: dict, known: list[str] | None, base: Rule | None) -> 
                 raise RuleError(path, key, f"unknown parameter (known: {', '.join(sorted(declared))})")
             param_values[name] = _param_value(path, key, declared[name], value)
     alert_values = _alert_settings(path, document.get("alerts"), base)
-    return Rule(path=str(path), enabled=enabled, param_values=param_values, alert_values=alert_values, **values)
+    relations = _relations(path, rule_id, document.get("relations"), base, relatable or known or [])
+    return Rule(path=str(path), enabled=enabled, param_values=param_values, alert_values=alert_values,
+                relations=relations, **values)
+
+
+def _relations(path, rule_id: str, given, base: Rule | None, known: list[str]) -> dict:
+    """The `relations:` mapping checked, kind by kind over the base rule's (an override may change one kind)."""
+    values = dict(base.relations) if base is not None else {}
+    if given is None:
+        return values
+    if not isinstance(given, dict):
+        raise RuleError(path, "relations", f"must be a mapping of {', '.join(RELATION_KINDS)} to lists of rule ids")
+    for kind, targets in given.items():
+        key = f"relations.{kind}"
+        if kind not in RELATION_KINDS:
+            raise RuleError(path, key, f"unknown relation (known: {', '.join(RELATION_KINDS)})")
+        if kind == "weakens" and targets == ALL_RULES:
+            values[kind] = ALL_RULES
+            continue
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            also = f" or `{ALL_RULES}`" if kind == "weakens" else ""
+            raise RuleError(path, key, f"must be a list of rule ids{also}")
+        for target in targets:
+            if target == rule_id:
+                raise RuleError(path, key, f"'{target}' is this rule: a relation names other rules")
+            if target not in known:
+                raise RuleError(path, key, f"no rule '{target}' (known: {', '.join(sorted(known))})")
+        if len(set(targets)) != len(targets):
+            raise RuleError(path, key, "names a rule twice")
+        values[kind] = tuple(targets)
+    return values
 
 
 def _alert_settings(path, given, base: Rule | None) -> dict[str, float]:
@@ -387,8 +441,10 @@ def load_rules(directory=None) -> dict[str, Rule]:
     `params` and `alerts` are merged over the default ones.
     """
     rules: dict[str, Rule] = {}
-    for path in _rule_files(RULES_DIR):
-        rule = _parse(path, _read_document(path), None, None)
+    defaults = _rule_files(RULES_DIR)
+    default_ids = [Path(path.name).stem for path in defaults]
+    for path in defaults:
+        rule = _parse(path, _read_document(path), None, None, default_ids)
         rules[rule.id] = rule
     if directory is not None:
         seen: dict[str, Path] = {}
@@ -413,8 +469,28 @@ def rules_table(rules: dict[str, Rule]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def explain_text(rule: Rule) -> str:
-    """A rule's full documentation, in fixed sections (what `detector explain RULE` prints)."""
+def related_rules(rule: Rule, rules: dict[str, Rule]) -> list[tuple[str, list[str]]]:
+    """The rule's relations in words: those it declares, then those other rules declare toward it (by the
+    inverse's name: "caused by"), kind by kind in RELATION_KINDS' order; `weakens: all` reads "all rules"."""
+    declared: dict[str, list[str]] = {}
+    inverse: dict[str, list[str]] = {}
+    for kind in RELATION_KINDS:
+        targets = rule.relations.get(kind)
+        if targets:
+            declared[kind.replace("_", " ")] = ["all rules"] if targets == ALL_RULES else list(targets)
+        for other in sorted(rules.values(), key=lambda r: r.id):
+            targets = other.relations.get(kind, ())
+            if other.id != rule.id and (targets == ALL_RULES or rule.id in targets):
+                inverse.setdefault(RELATION_INVERSE[kind], []).append(other.id)
+    for name, ids in inverse.items():
+        # a symmetric kind reads the same from both ends: one line
+        declared.setdefault(name, []).extend(i for i in ids if i not in declared.get(name, []))
+    return list(declared.items())
+
+
+def explain_text(rule: Rule, rules: dict[str, Rule] | None = None) -> str:
+    """A rule's full documentation, in fixed sections (what `detector explain RULE` prints); `rules`, the
+    whole set, adds the relations other rules declare toward this one."""
     declared = declarations(rule.id)
     out = [f"{rule.id}: {rule.title}", f"severity: {rule.severity}" + ("" if rule.enabled else " (disabled)"),
            f"file: {rule.path}", "", "What it detects", _indent(rule.description), "",
@@ -430,6 +506,10 @@ def explain_text(rule: Rule) -> str:
                 textwrap.indent(snippet.rstrip("\n"), " " * 6)]
     out += ["", "Site file (--site)", _indent(rule.site or "Not read: this rule judges by the packets and its "
                                                              "parameters alone.")]
+    out += ["", "Relations (how its findings join others' into incidents)"]
+    relations = related_rules(rule, rules if rules is not None else {rule.id: rule})
+    out += [_wrap(f"{kind}: {', '.join(names)}", "  ", "      ") for kind, names in relations] or [
+        "  None: its findings are incidents of their own."]
     out += ["", "Live alerts (detector watch)"]
     out += [_setting(name, getattr(rule, name), declared.alerts[name]) for name in ALERT_PARAMS]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]
@@ -461,5 +541,5 @@ def _indent(text: str, width: int = 2) -> str:
 
 
 __all__ = ["Rule", "Param", "Range", "Declarations", "RULES_DIR", "ALERT_KEYS", "ALERT_PARAMS", "COUNT", "RATE_PPS",
-           "RATIO", "ALERT_SECONDS", "declarations", "load_rules", "rules_table", "explain_text",
-           "MAX_RULE_FILE_BYTES"]
+           "RATIO", "ALERT_SECONDS", "RELATION_KINDS", "ALL_RULES", "declarations", "load_rules", "rules_table",
+           "explain_text", "related_rules", "MAX_RULE_FILE_BYTES"]

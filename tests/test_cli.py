@@ -191,12 +191,12 @@ def test_analyze_writes_findings_json(small_pcap, tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "findings.json").read_text())
     assert doc["version"] == 1
-    assert set(doc) == {"version", "captures", "stats", "findings", "failures"}
+    assert set(doc) == {"version", "captures", "stats", "incidents", "findings", "failures"}
     assert doc["failures"] == []
     assert doc["captures"][0]["file"] == str(small_pcap)
     assert doc["captures"][0]["packets"] == 11
     assert doc["stats"]["packets"] == 11 and doc["stats"]["flows"] == 3
-    assert isinstance(doc["findings"], list)
+    assert isinstance(doc["findings"], list) and len(doc["incidents"]) <= len(doc["findings"])
 
 
 def test_analyze_bad_fail_on_and_garbage_input(small_pcap, tmp_path):

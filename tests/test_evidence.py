@@ -56,7 +56,14 @@ def test_tshark_reads_the_stated_count_with_original_timestamps(analyzed, tshark
 def test_findings_jsonl_is_eve_shaped(analyzed):
     capture, out, findings = analyzed
     lines = (out / "findings.jsonl").read_text().splitlines()
-    assert len(lines) == len(findings)
+    # the findings, then their incident: the probe that starts the loop, in the probe's EVE header
+    assert len(lines) == len(findings) + 1
+    incident = json.loads(lines[-1])
+    (probe,) = [f for f in findings if f.rule == "rip-trigger"]
+    assert incident["event_type"] == "incident" and incident["incident"]["id"] == "incident-1"
+    assert incident["incident"]["root_cause"] == {"rule": "rip-trigger", "identifier": probe.identifier}
+    assert incident["src_ip"] == probe.src_ip and incident["dest_port"] == 520
+    assert incident["timestamp"] == probe.to_json()["first_seen"] and incident["pcap_filename"] == str(capture)
     for line, f in zip(lines, findings):
         event = json.loads(line)
         assert event["event_type"] == "finding"
@@ -64,7 +71,7 @@ def test_findings_jsonl_is_eve_shaped(analyzed):
         assert event["src_ip"] == f.src_ip and event["dest_ip"] == f.dest_ip
         assert event["proto"] == f.proto and event["community_id"] == f.community_id
         assert event["pcap_filename"] == str(capture)
-        assert event["finding"]["rule"] == f.rule
+        assert event["finding"]["rule"] == f.rule and event["finding"]["incident_id"] == "incident-1"
 
 
 def test_reproducer_prints_and_does_not_send(analyzed):

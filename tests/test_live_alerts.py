@@ -12,7 +12,7 @@ from detector.analysis import analyze
 from detector.decode import decode
 from detector.findings import SEVERITY_RANK
 from detector.ingest import open_capture
-from detector.live.alerts import AlertBook, AlertLog, entity_key
+from detector.live.alerts import AlertBook, AlertLog, IncidentBook, entity_key
 from detector.live.window import SlidingWindow
 from detector.rules import load_rules
 
@@ -172,3 +172,79 @@ def test_alert_log_writes_each_event_at_once(tmp_path, book, loop_findings):
     log.write(events[0])
     log.close()
     assert len((tmp_path / "alerts.jsonl").read_text().splitlines()) == len(events) + 1
+
+
+def _watch_two_incidents(book, step_s: float = 0.1) -> list:
+    """The events of `book` while a sliding window reads two-incidents-at-once in batches, one evaluation per
+    batch `step_s` apart: (evaluation, event record)."""
+    window = SlidingWindow(load_rules(), now=0.0, slice_s=1.0, slices=1000)
+    told = []
+    with open_capture(CAPTURES / "two-incidents-at-once.pcapng", batch_packets=1500) as reader:
+        for k, raw in enumerate(reader):
+            window.update(decode(raw), now=k * step_s)
+            analysis = window.analysis()
+            told += [(k, event.to_json()) for event in book.observe(analysis.findings, analysis.incidents,
+                                                                     k * step_s, WALL)]
+    return told
+
+
+def test_one_alert_per_incident_and_an_update_when_an_effect_joins():
+    book = IncidentBook(load_rules())
+    told = _watch_two_incidents(book)
+    alerts = [record for _, record in told if record["event_type"] == "alert"]
+    # the loop and the black hole: two alerts, each raised by its root cause, not one per finding
+    assert [(a["alert_id"], a["rule"]) for a in alerts] == [("incident-1", "rip-trigger"),
+                                                             ("incident-2", "mss-violation")]
+    assert [f["rule"] for f in alerts[0]["incident"]["findings"]] == ["rip-trigger", "echo-loop"]
+    # the saturated receive queue appears under the running loop: an update of its incident, naming it
+    joined = [(k, r["alert_id"], [j["rule"] for j in r["joined"]]) for k, r in told if r.get("joined")]
+    assert [(alert_id, rules) for _, alert_id, rules in joined] == [("incident-1", ["rss-saturation"]),
+                                                                    ("incident-2", ["pmtud-blackhole"])]
+    (update,) = [r for k, r in told if k == joined[0][0]]
+    assert update["event_type"] == "update" and update["rule"] == "rss-saturation"
+    assert [f["rule"] for f in update["incident"]["findings"]] == ["rip-trigger", "echo-loop", "rss-saturation"]
+    assert all(r["incident_id"] == r["alert_id"] for _, r in told)
+    # the watch's evidence file of an incident is its members' too
+    live = book.incident_of(("rss-saturation", "queue 4"))
+    book.set_evidence(live, "evidence/incident-1-x.pcap")
+    assert {book.entities.entities[key].evidence_pcap for key in live.members} == {"evidence/incident-1-x.pcap"}
+
+
+def test_an_incident_resolves_when_all_its_members_have():
+    book = IncidentBook(load_rules())
+    told = _watch_two_incidents(book)
+    last = len(told) * 0.1
+    resolve = max(rule.resolve_s for rule in load_rules().values())
+    # the loop goes on (its copies and its queue's bins advance), the probe and the black hole do not: the
+    # black hole's incident resolves, the loop's stays open although its probe resolved
+    going = [later(book.entities.entities[key].finding, resolve + 1) for key in book.incident_of(
+        ("rss-saturation", "queue 4")).members if key[0] != "rip-trigger"]
+    events = book.observe(going, [], last + resolve + 1, WALL)
+    assert sorted((e.kind, e.live.alert_id) for e in events) in ([("resolved", "incident-2")],
+                                                                 [("resolved", "incident-2"), ("update", "incident-1")])
+    assert not book.entities.entities[("rip-trigger", "198.18.44.201")].open
+    events = book.observe([], [], last + 3 * resolve + 3, WALL)
+    assert [(e.kind, e.live.alert_id) for e in events] == [("resolved", "incident-1")]
+    assert events[0].to_json()["rule"] == "rip-trigger"
+    assert book.observe([], [], last + 3 * resolve + 4, WALL) == []
+
+
+def test_alert_log_writes_incident_events(tmp_path):
+    book = IncidentBook(load_rules())
+    told = _watch_two_incidents(book)
+    log = AlertLog(tmp_path / "alerts.jsonl", stdout=io.StringIO())
+    window = SlidingWindow(load_rules(), now=0.0, slice_s=1.0, slices=1000)
+    fresh = IncidentBook(load_rules())
+    with open_capture(CAPTURES / "two-incidents-at-once.pcapng", batch_packets=20000) as reader:
+        for raw in reader:
+            window.update(decode(raw), now=0.0)
+    analysis = window.analysis()
+    for event in fresh.observe(analysis.findings, analysis.incidents, 0.0, WALL):
+        log.write(event)
+    log.close()
+    lines = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    # everything at once: one alert per incident, nothing else
+    assert [(r["event_type"], r["alert_id"], len(r["incident"]["findings"])) for r in lines] == [
+        ("alert", "incident-1", 3), ("alert", "incident-2", 2)]
+    assert log.counts == {("rip-trigger", "alert"): 1, ("mss-violation", "alert"): 1}
+    assert len(told) > len(lines)

@@ -4,7 +4,9 @@ Each capture runs through `detector analyze` in process (all default rules);
 the manifest lists per file the findings it must yield (rule and lowest
 severity) and must not yield (rule or "*" and the severity they must stay at
 or below), and the site file a capture is read with, if any: NAME.site.yaml
-beside NAME.pcap(ng), as `make demo` finds it.
+beside NAME.pcap(ng), as `make demo` finds it. Where a manifest entry lists
+`incidents`, findings.json's incidents must be exactly those: each one's
+root cause and the rules of its findings, root cause first (detector.incidents).
 """
 from __future__ import annotations
 
@@ -57,3 +59,25 @@ def test_capture_meets_its_manifest(entry, tmp_path):
         loud = [(rule, sev) for rule, sev in seen
                 if ban["rule"] in ("*", rule) and SEVERITY_RANK[sev] > ceiling]
         assert not loud, f"{entry['file']}: {loud} above {ban['severity_above']}"
+    if "incidents" in entry:
+        assert _incidents(document) == sorted(_shape(want) for want in entry["incidents"]), entry["file"]
+
+
+def _shape(incident: dict) -> tuple:
+    """An incident as the manifest states it: its root cause's rule, then its findings' rules, root first."""
+    first, *rest = incident["findings"]
+    return incident["root_cause"], first, tuple(sorted(rest))
+
+
+def _incidents(document: dict) -> list[tuple]:
+    """findings.json's incidents in the manifest's shape; every finding in exactly one, named by incident_id."""
+    records = {(f["rule"], f["identifier"]): f for f in document["findings"]}
+    shapes, members = [], []
+    for incident in document["incidents"]:
+        refs = [(ref["rule"], ref["identifier"]) for ref in incident["findings"]]
+        assert all(records[ref]["incident_id"] == incident["id"] for ref in refs)
+        assert refs[0] == (incident["root_cause"]["rule"], incident["root_cause"]["identifier"])
+        shapes.append(_shape({"root_cause": refs[0][0], "findings": [rule for rule, _ in refs]}))
+        members += refs
+    assert sorted(members) == sorted(records)
+    return sorted(shapes)

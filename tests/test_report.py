@@ -3,6 +3,7 @@ that is HTML markup shown as text (the hostile capture)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from pathlib import Path
 
@@ -42,8 +43,9 @@ def test_hostile_text_is_escaped_in_html(hostile):
     assert "<script" not in page.lower() and "onerror=alert(2)>" not in page
     # the string is there, as text: html.escape of the DNS name as scapy decodes it
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in page
-    # the only tag carrying a source is an inline figure, and nothing is fetched
-    assert re.findall(r'<(\w+)[^>]*\s(?:src|href)="(?!data:image/png;base64,|#f\d)', page) == []
+    # the only tag carrying a source is an inline figure, the only links lead within the page (to a finding, to
+    # an incident), and nothing is fetched
+    assert re.findall(r'<(\w+)[^>]*\s(?:src|href)="(?!data:image/png;base64,|#f\d|#incident-\d)', page) == []
     assert "default-src 'none'" in page
 
 
@@ -63,7 +65,7 @@ MARKDOWN_NAMES = ("![x](http://evil.example/x.png)",
 # A capture file name with line breaks and markdown: it reaches report.md as the capture's name.
 HOSTILE_FILE = "y.png)\n# heading | cell <img src=x> *em*\n- item.pcap"
 # What markdown itself makes of report.md: anything else (img, a, code, em, del, script, ...) came from text.
-REPORT_TAGS = {"h1", "h2", "h3", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "strong"}
+REPORT_TAGS = {"h1", "h2", "h3", "p", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "strong"}
 
 
 def _markdown_loops(path: Path) -> None:
@@ -165,9 +167,21 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     out, findings = incident
     text = (out / "report.md").read_text()
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings[:2] == ["## Capture summary", "## Findings by severity"]
-    assert headings[2].startswith("## 1. CRITICAL: Identical frame looping (echo-loop)")
-    assert headings[3].startswith("## 2. CRITICAL: Probe to the RIP ports (rip-trigger)")
+    assert headings[:4] == ["## Incidents", "## Incident chains", "## Capture summary", "## Findings by severity"]
+    assert headings[4].startswith("## 1. CRITICAL: Identical frame looping (echo-loop)")
+    assert headings[5].startswith("## 2. CRITICAL: Probe to the RIP ports (rip-trigger)")
+    # the report opens with the incident: its summary, then its chain from the root cause to the effect
+    opening = text[:text.index("## Capture summary")]
+    assert "### incident-1: CRITICAL: Probe to the RIP ports -&gt; echo-loop\n" in opening
+    what, where, first = [line for line in opening.splitlines() if line.startswith("- ")]
+    assert what.startswith("- What: rip-trigger (critical):") and what.endswith("; then echo-loop")
+    assert where == ("- Where: 198.18.44.201 -&gt; 192.0.2.61 (00:1b:54:c2:00:02 -&gt; 00:1b:54:c2:00:01), "
+                     "from 2026-01-01T00:00:01.500000Z for 0.24 s")
+    assert first.startswith("- First: Drop UDP 520 and 521 from outside")
+    chain = opening[opening.index("### incident-1 chain"):].splitlines()
+    assert chain[2].startswith("1. **root cause: rip-trigger (critical)**, finding 2: ")
+    assert chain[3].startswith("2. **effect: echo-loop (critical)**, finding 1: one frame seen 6,000 times")
+    assert "- incident: incident-1" in text[text.index("## 1. CRITICAL"):]
     assert "| Packets | 6,532 |" in text
     assert "| 1 | critical | echo-loop | 6,000 |" in text
     rules = load_rules()
@@ -177,6 +191,57 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert "evidence/echo-loop-1\\.pcap: 64 packets" in text
     assert "evidence/rip-trigger-1-reproduce\\.py" in text
     assert "- copies: 6,000" in text
+
+
+def test_html_opens_with_the_incidents_and_links_each_step_to_its_finding(incident, hostile):
+    out, _findings = incident
+    page = (out / "report.html").read_text()
+    assert page.index("<h2>Incidents</h2>") < page.index("<h2>Incident chains</h2>") < page.index(
+        "<h2>Capture summary</h2>") < page.index("<h2>Findings by severity</h2>")
+    assert ('<h3 id="incident-1"><span class="critical">incident-1: CRITICAL</span>: Probe to the RIP ports '
+            "-&gt; echo-loop</h3>") in page
+    chain = page[page.index("<h3>incident-1 chain</h3>"):page.index("</ol>")]
+    assert re.findall(r'<li><strong>([^<]+)</strong> \(<a href="#f(\d)">', chain) == [
+        ("root cause: rip-trigger (critical)", "2"), ("effect: echo-loop (critical)", "1")]
+    assert page.count('<li>incident: <a href="#incident-1">incident-1</a></li>') == 2
+    # the hostile capture's loop is its own incident; its packet text is escaped in the opening too
+    hostile_page = (hostile[0] / "report.html").read_text()
+    opening = hostile_page[:hostile_page.index("<h2>Capture summary</h2>")]
+    assert "<h3>incident-1 chain</h3>" in opening and "<script" not in opening.lower()
+
+
+def test_incident_text_from_packets_stays_text(incident):
+    """The incidents' titles, summaries and chains quote findings' messages and identifiers, which quote packets:
+    in report.md they render as text only, in report.html they are escaped."""
+    import json
+
+    from markdown_it import MarkdownIt
+
+    from detector.incidents import correlate
+    from detector.report.evidence import EvidenceResult
+    from detector.report.render import html_report, markdown
+
+    out, findings = incident
+    document = json.loads((out / "findings.json").read_text())
+    hostile = " ".join(MARKDOWN_NAMES) + " <script>alert(1)</script>"
+    crafted = [dataclasses.replace(f, msg=f"{hostile} {f.msg}", identifier=f"{HOSTILE_FILE} {f.identifier}",
+                                   incident_id=None) for f in findings]
+    rules = load_rules()
+    incidents = correlate(crafted, rules)
+    assert len(incidents) == 1
+    text = markdown(document, crafted, rules, EvidenceResult(None), incidents)
+    opening = text[:text.index("## Capture summary")]
+    renderer = MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
+    page = _Elements()
+    page.feed(renderer.render(opening))
+    assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
+    shown = " ".join("".join(page.text).split())
+    for name in MARKDOWN_NAMES:
+        assert name in shown
+    html_page = html_report(document, crafted, rules, EvidenceResult(None), [], incidents)
+    html_opening = html_page[:html_page.index("<h2>Capture summary</h2>")]
+    assert "<script" not in html_opening and "<img" not in html_opening
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_opening
 
 
 def test_ipv6_endpoints_keep_their_port_readable(tmp_path):

@@ -50,7 +50,7 @@ def test_every_detector_has_a_rule_file_holding_its_text_only():
         assert rule.references and rule.false_positives
         # the tunables have one home, the detector: a default file that set one would be a second
         document = yaml.safe_load((RULES_DIR / f"{rule_id}.yaml").read_text(encoding="utf-8"))
-        assert set(REQUIRED_KEYS) <= set(document) <= set(REQUIRED_KEYS + OPTIONAL_TEXT_KEYS), rule_id
+        assert set(REQUIRED_KEYS) <= set(document) <= set(REQUIRED_KEYS + OPTIONAL_TEXT_KEYS + ("relations",)), rule_id
         assert rule.param_values == {} and rule.alert_values == {}
 
 
@@ -105,7 +105,8 @@ def test_a_users_copy_of_a_whole_rule_file_of_before_still_loads(tmp_path):
     assert echo.params == dict(default.params, min_copies=500)
     assert (echo.suppress_s, echo.resolve_s) == (60.0, 5.0)
     assert {key: getattr(echo, key) for key in REQUIRED_KEYS} == {key: getattr(default, key) for key in REQUIRED_KEYS}
-    assert set(OPTIONAL_KEYS) == {"params", "alerts", "enabled"}
+    assert set(OPTIONAL_KEYS) == {"params", "alerts", "enabled", "relations"}
+    assert echo.relations == default.relations
 
 
 def test_findings_order_puts_rip_trigger_after_echo_loop():
@@ -163,6 +164,14 @@ def test_disabled_rule_is_not_run(tmp_path):
     ("id: echo-loop\nalerts:\n  suppress_s: soon\n", "alerts.suppress_s", "expected float"),
     ("id: echo-loop\nalerts:\n  resolve_s: 0\n", "alerts.resolve_s", "outside the allowed range 0.001..604,800"),
     ("id: echo-loop\nalerts:\n  suppress_s: -5\n", "alerts.suppress_s", "outside the allowed range"),
+    ("id: echo-loop\nrelations: [causes]\n", "relations", "mapping of causes, same_flow"),
+    ("id: echo-loop\nrelations:\n  triggers: [rip-trigger]\n", "relations.triggers", "unknown relation"),
+    ("id: echo-loop\nrelations:\n  causes: rss-saturation\n", "relations.causes", "list of rule ids"),
+    ("id: echo-loop\nrelations:\n  causes: [rss-saturaton]\n", "relations.causes", "no rule 'rss-saturaton'"),
+    ("id: echo-loop\nrelations:\n  causes: [echo-loop]\n", "relations.causes", "is this rule"),
+    ("id: echo-loop\nrelations:\n  same_flow: [scan, scan]\n", "relations.same_flow", "names a rule twice"),
+    ("id: echo-loop\nrelations:\n  causes: all\n", "relations.causes", "list of rule ids"),
+    ("id: capture-loss\nrelations:\n  weakens: everything\n", "relations.weakens", "or `all`"),
 ])
 def test_bad_rule_file_names_file_and_key(tmp_path, text, key, reason):
     path = write_rule(tmp_path, "bad.yaml", text)
@@ -237,6 +246,23 @@ def test_explain_text_has_every_section_and_each_tunables_trade_off():
             assert f"\n  {name} = " in text
             assert " ".join(param.tradeoff.split()) in flowing, (rule.id, name)
         assert max(len(line) for line in text.splitlines() if "://" not in line) <= 100
+
+
+def test_relations_load_and_explain_prints_them_from_both_ends(tmp_path):
+    rules = load_rules()
+    assert rules["rip-trigger"].relations["causes"] == ("echo-loop",)
+    assert rules["capture-loss"].relations == {"weakens": "all"}
+    loop = explain_text(rules["echo-loop"], rules)
+    section = loop[loop.index("\nRelations"):loop.index("\nLive alerts")]
+    assert "  causes: rss-saturation, unicast-flood, ospf-instability\n" in section
+    assert "  caused by: rip-trigger\n" in section
+    assert "  weakened by: capture-loss\n" in section
+    # a symmetric relation reads the same from the other file
+    assert "  same flow: pmtud-blackhole\n" in explain_text(rules["mss-violation"], rules)
+    # an override changes one kind and keeps the others
+    write_rule(tmp_path, "rip.yaml", "id: rip-trigger\nrelations:\n  causes: []\n")
+    changed = load_rules(tmp_path)["rip-trigger"].relations
+    assert changed["causes"] == () and changed["same_host"] == rules["rip-trigger"].relations["same_host"]
 
 
 def test_cli_rules_and_explain(tmp_path):

@@ -1,4 +1,4 @@
-"""Live alerts: findings of the sliding window become de-duplicated events, per rule and entity.
+"""Live alerts: findings of the sliding window become de-duplicated events, per incident.
 
 The detectors report what the current window holds, again and again as it
 slides; this module turns that into news. Each finding names an *entity*,
@@ -17,16 +17,30 @@ emitting one event per move, in the finding's own JSON plus:
   when its severity rises (an escalation is never held back).
 - `resolved`: no new activity (the finding's last_seen did not advance, or
   the finding left the window) for the rule's `resolve_s`.
-Every event carries `alert_id` (one per entity: its rule and a number,
-"<rule>-1"), the wall-clock `timestamp` of the event, and the
-`evidence_pcap` of the entity's latest alert. A rule whose detector failed
-(a bug: it stops, the watch goes on) is one event of its own, `error`, with
-the failure's record under "failure". Only findings at or above the alert severity open an entity;
-an open one follows its finding whatever the severity does next.
+Every entity's event (AlertBook) carries `alert_id` (one per entity: its
+rule and a number, "<rule>-1"), the wall-clock `timestamp` of the event,
+and the `evidence_pcap` of the entity's latest alert. A rule whose detector
+failed (a bug: it stops, the watch goes on) is one event of its own,
+`error`, with the failure's record under "failure". Only findings at or
+above the alert severity open an entity; an open one follows its finding
+whatever the severity does next.
 
 The timing uses the monotonic clock of this process, not packet times, so
 a capture whose timestamps jump cannot hold an alert back or resolve it.
 Noise control lives here, beside the detectors, not inside them.
+
+What the watch writes is told per incident (detector.incidents), not per
+entity:
+`IncidentBook` keeps the entities' state machine above (AlertBook) and
+groups their moves by the incidents the window's findings form. An
+incident is raised once (`alert`, with its id "incident-N", its root
+cause's record and the incident); an entity of another rule that joins a
+running incident - the receive queue a running loop saturates - is an
+`update` naming what `joined`, at once; its members' escalations and news
+are `update`s (each member's at most every `suppress_s`, one event per
+incident per evaluation); it is `resolved` when every member is. The
+evidence pcap recorded from the alert is the incident's, shared by its
+members.
 """
 from __future__ import annotations
 
@@ -37,6 +51,7 @@ import time
 from dataclasses import dataclass
 
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..incidents import Incident
 from ..rules import ALERT_KEYS
 
 # Entities remembered at most; beyond it the longest-resolved are forgotten
@@ -160,6 +175,141 @@ class AlertBook:
         return out
 
 
+@dataclass
+class LiveIncident:
+    alert_id: str               # "incident-1", ... in the order the watch raised them
+    members: set                # the entity keys (rule, identifier) that joined it
+    open: bool
+    last_alert: float           # monotonic seconds of its last alert
+    incident: Incident | None   # its latest correlation in the window
+    root: Finding               # its root cause as last correlated (the record of its alert and resolution)
+    evidence_pcap: str | None = None
+    resolved_at: float = 0.0
+
+
+# Which event an evaluation tells about one incident when several of its members moved: the strongest.
+_KIND_RANK = {"resolved": 0, "update": 1, "alert": 2}
+
+
+@dataclass
+class IncidentEvent:
+    kind: str                   # alert, update, resolved
+    live: LiveIncident
+    finding: Finding            # what it is about: the root cause (alert, resolved), what changed or joined (update)
+    joined: list[Finding]       # the members that joined the incident with this event
+    wall_ns: int
+
+    def to_json(self) -> dict:
+        record = {"event_type": self.kind, "timestamp": iso_time(self.wall_ns), "alert_id": self.live.alert_id,
+                  **self.finding.to_json()}
+        record["incident_id"] = self.live.alert_id
+        record["evidence_pcap"] = self.live.evidence_pcap
+        if self.live.incident is not None:
+            record["incident"] = self.live.incident.to_json() | {"id": self.live.alert_id}
+        if self.joined:
+            record["joined"] = [{"rule": f.rule, "identifier": f.identifier, "severity": f.severity}
+                                for f in self.joined]
+        return {k: v for k, v in record.items() if v is not None}
+
+
+class IncidentBook:
+    """The entities' alert book (AlertBook), told per incident: observe() turns each window's findings and
+    incidents (analysis.Analysis) into incident events."""
+
+    def __init__(self, rules: dict, min_severity: str = "low"):
+        self.entities = AlertBook(rules, min_severity)
+        self.incidents: dict[str, LiveIncident] = {}
+        self.owner: dict[tuple, LiveIncident] = {}      # entity key -> the incident it joined
+        self._count = 0
+
+    def observe(self, findings: list[Finding], incidents: list[Incident], now: float,
+                wall_ns: int) -> list[IncidentEvent]:
+        window: dict[tuple, Incident] = {entity_key(f): inc for inc in incidents for f in inc.findings}
+        out: dict[str, IncidentEvent] = {}
+        for event in self.entities.observe(findings, now, wall_ns):
+            key = entity_key(event.tracked.finding)
+            if event.kind == "resolved":
+                live = self.owner.get(key)
+                if live is not None and live.open and not any(self._open(member) for member in live.members):
+                    live.open, live.resolved_at = False, now
+                    self._tell(out, IncidentEvent("resolved", live, live.root, [], wall_ns))
+                continue
+            self._activity(out, key, event.tracked, window.get(key), now, wall_ns)
+        self._bound()
+        return list(out.values())
+
+    def _open(self, key: tuple) -> bool:
+        tracked = self.entities.entities.get(key)
+        return tracked is not None and tracked.open
+
+    def _activity(self, out: dict, key: tuple, tracked: Tracked, current: Incident | None, now: float,
+                  wall_ns: int) -> None:
+        """An entity opened, came back or changed: raise its incident, or update the one it belongs or joins."""
+        finding = tracked.finding
+        live = self.owner.get(key) or self._running(current)
+        root = current.root_cause if current is not None else finding
+        if live is None:
+            self._count += 1
+            live = LiveIncident(alert_id=f"incident-{self._count}", members=set(), open=True, last_alert=now,
+                                incident=current, root=root)
+            self.incidents[live.alert_id] = live
+            kind = "alert"
+        elif not live.open:
+            suppress = self.entities._interval(live.root.rule, "suppress_s")
+            kind = "alert" if now - live.last_alert >= suppress else "update"
+        else:
+            kind = "update"
+        joined = key not in live.members
+        live.members.add(key)
+        self.owner[key] = live
+        live.open = True
+        if current is not None:
+            live.incident, live.root = current, current.root_cause
+        tracked.evidence_pcap = live.evidence_pcap
+        if kind == "alert":
+            live.last_alert = now
+        about = live.root if kind == "alert" else finding
+        self._tell(out, IncidentEvent(kind, live, about, [finding] if joined and kind == "update" else [], wall_ns))
+
+    def _running(self, current: Incident | None) -> LiveIncident | None:
+        """The live incident one of `current`'s findings already joined (the earliest raised), if any."""
+        if current is None:
+            return None
+        known = [self.owner[k] for k in (entity_key(f) for f in current.findings) if k in self.owner]
+        return min(known, key=lambda live: int(live.alert_id.rsplit("-", 1)[1]), default=None)
+
+    @staticmethod
+    def _tell(out: dict, event: IncidentEvent) -> None:
+        held = out.get(event.live.alert_id)
+        if held is None:
+            out[event.live.alert_id] = event
+            return
+        if _KIND_RANK[event.kind] > _KIND_RANK[held.kind]:
+            held.kind, held.finding = event.kind, event.finding
+        # an alert tells the whole incident: what joined it in the same evaluation is part of it, not news
+        held.joined = [] if held.kind == "alert" else held.joined + event.joined
+
+    def set_evidence(self, live: LiveIncident, name: str) -> None:
+        """The incident's evidence pcap, for it and each of its members' findings."""
+        live.evidence_pcap = name
+        for key in live.members:
+            if key in self.entities.entities:
+                self.entities.entities[key].evidence_pcap = name
+
+    def incident_of(self, key: tuple) -> LiveIncident | None:
+        return self.owner.get(key)
+
+    def _bound(self) -> None:
+        if len(self.incidents) <= MAX_ENTITIES:
+            return
+        closed = sorted((live.resolved_at, name) for name, live in self.incidents.items() if not live.open)
+        for _when, name in closed[:len(self.incidents) - MAX_ENTITIES]:
+            live = self.incidents.pop(name)
+            for key in live.members:
+                if self.owner.get(key) is live:
+                    del self.owner[key]
+
+
 def _no_follow(path, flags: int) -> int:
     """open()'s opener that refuses a symbolic link where the log should be (ELOOP) instead of following it."""
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
@@ -174,7 +324,7 @@ class AlertLog:
         self._stdout = sys.stdout if stdout is None else stdout
         self.counts: dict[tuple[str, str], int] = {}
 
-    def write(self, event: Event) -> dict:
+    def write(self, event: Event | IncidentEvent) -> dict:
         record = event.to_json()
         self._emit(json.dumps(record, separators=(",", ":")) + "\n")
         key = (record["rule"], event.kind)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import canonical_order
+from ..incidents import correlate
 from ..output import OutputDir
 from ..report import findings_document, write_findings, write_reports
 from ..report.evidence import SERIES_BINS_MAX, EvidenceResult, Series
@@ -64,10 +65,11 @@ class TrafficSeries:
 def write_period(out: OutputDir, capture: dict, stats: dict, findings: list, rules, series: TrafficSeries,
                  evidence_files: list[str], flows_frame, failures=()):
     """findings.json, findings.jsonl, report.md and report.html of the watched period, with the rules that
-    failed while it ran; returns findings.json's path."""
+    failed while it ran and the period's findings grouped into incidents; returns findings.json's path."""
     findings = canonical_order(findings)
-    document = findings_document([capture], stats, findings, failures)
-    path = write_findings(out, document, findings, None)
+    incidents = correlate(findings, rules)
+    document = findings_document([capture], stats, findings, failures, incidents)
+    path = write_findings(out, document, findings, None, incidents)
     write_reports(out, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),
-                  flows_frame)
+                  flows_frame, incidents)
     return path

@@ -11,9 +11,10 @@ Threads and why:
   pipe and then the kernel's ring fill, and the kernel's drop counter - which
   the metrics show - says so. Nothing is dropped silently in this process.
 - the main thread folds batches into the window, the ring and the metrics,
-  and every EVALUATE_EVERY_S asks the window for findings and the alert
-  book for events, whether packets arrive or not (a loop that stops must
-  resolve; a capture that stalls must still show its alerts).
+  and every EVALUATE_EVERY_S asks the window for findings and incidents and
+  the alert book for events, one per incident (alerts.IncidentBook),
+  whether packets arrive or not (a loop that stops must resolve; a capture
+  that stalls must still show its alerts).
 - the evidence writer and the metrics HTTP server run in their own threads.
 
 Failures: when the capture ends without being asked to (dumpcap died, the
@@ -57,7 +58,7 @@ from ..schema import LINKTYPE_ETHERNET
 from ..stats import CaptureStats
 from ..units import NS
 from ..warmup import prepare_kernels
-from .alerts import AlertBook, AlertLog, entity_key
+from .alerts import AlertLog, IncidentBook, entity_key
 from .dumpcap import DumpcapCapture, find_dumpcap
 from .evidence import DEFAULT_AFTER_S, EvidenceRecorder
 from .metrics import Metrics
@@ -149,7 +150,7 @@ class Watch:
         self.window = SlidingWindow(rules, now, site=site)
         self.ring = PacketRing(options.ring_seconds)
         self.recorder = EvidenceRecorder(out, self.ring, options.evidence_after_s)
-        self.book = AlertBook(rules, options.min_severity)
+        self.book = IncidentBook(rules, options.min_severity)
         self.log = AlertLog(out.path / "alerts.jsonl")
         from ..detectors import active_detectors
         # what the rules count in every batch for the metrics (their detectors' live_counters hook)
@@ -238,17 +239,18 @@ class Watch:
         now = time.monotonic()
         self.window.rotate(now)
         self.last_analysis = self.window.analysis()
-        for event in self.book.observe(self.last_analysis.findings, now, time.time_ns()):
-            tracked = event.tracked
+        analysis = self.last_analysis
+        for event in self.book.observe(analysis.findings, analysis.incidents, now, time.time_ns()):
+            live = event.live
             if event.kind == "alert":
                 seconds, ns = divmod(event.wall_ns, NS)
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{ns // 1_000_000:03d}Z"
-                name = f"{EVIDENCE}/{tracked.alert_id}-{stamp}.pcap"
-                tracked.evidence_pcap = name
-                self.recorder.start(tracked.alert_id, name, now)
+                name = f"{EVIDENCE}/{live.alert_id}-{stamp}.pcap"
+                self.book.set_evidence(live, name)
+                self.recorder.start(live.alert_id, name, now)
             self.log.write(event)
-            self.metrics.events.labels(rule=tracked.finding.rule, event_type=event.kind).inc()
-        for rule, count in self.book.open_counts().items():
+            self.metrics.events.labels(rule=event.finding.rule, event_type=event.kind).inc()
+        for rule, count in self.book.entities.open_counts().items():
             self.metrics.open_findings.labels(rule=rule).set(count)
         self._report_failures()
 
@@ -370,16 +372,18 @@ class Watch:
         self.recorder.close()
         self._refresh_metrics(0.0)
         self.log.close()
-        findings = self.book.findings()
+        findings = self.book.entities.findings()
         tracked = {entity_key(f) for f in findings}
         findings += [f for f in self.last_analysis.findings if entity_key(f) not in tracked]
         files = []
-        for entity in self.book.entities.values():
-            packets = self.recorder.written.get(entity.alert_id)
+        for key, entity in self.book.entities.entities.items():
+            live = self.book.incident_of(key)
+            packets = self.recorder.written.get(live.alert_id) if live is not None else None
             if packets is not None and entity.evidence_pcap:
                 entity.finding.evidence["evidence_packets"] = packets
                 entity.finding.evidence["pcap_filename"] = entity.evidence_pcap
-                files.append(entity.evidence_pcap)
+                if entity.evidence_pcap not in files:
+                    files.append(entity.evidence_pcap)
         capture = {
             "file": f"{self.options.iface} (live)", "interface": self.options.iface,
             "capture": self.capture.method, "bpf": self.options.bpf,

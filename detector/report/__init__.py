@@ -9,11 +9,12 @@ from .evidence import EvidenceResult, write_evidence
 __all__ = ["eve_lines", "findings_document", "write_findings", "write_evidence", "write_reports", "EvidenceResult"]
 
 
-def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows) -> list[str]:
-    """Write report.md and report.html into `out`; returns their names."""
+def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows,
+                  incidents=()) -> list[str]:
+    """Write report.md and report.html into `out`, opening with the incidents; returns their names."""
     from .render import figures, html_report, markdown
 
-    md = out.write("report.md", markdown(document, findings, rules, evidence))
+    md = out.write("report.md", markdown(document, findings, rules, evidence, incidents))
     page = out.write("report.html", html_report(document, findings, rules, evidence,
-                                                figures(findings, evidence, flows)))
+                                                figures(findings, evidence, flows), incidents))
     return [md, page]

@@ -11,14 +11,17 @@ from .eve import eve_lines
 FINDINGS_VERSION = 1
 
 
-def findings_document(captures: list[dict], stats: dict, findings, failures=()) -> dict:
-    """The findings.json document: what was read, its statistics, the findings, and the rules that failed."""
+def findings_document(captures: list[dict], stats: dict, findings, failures=(), incidents=()) -> dict:
+    """The findings.json document: what was read, its statistics, the incidents (detector.incidents: each
+    names its findings by rule and identifier, and each finding its incident_id), the findings, and the rules
+    that failed."""
     return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
+            "incidents": [incident.to_json() for incident in incidents],
             "findings": [f.to_json() for f in findings], "failures": [f.to_json() for f in failures]}
 
 
-def write_findings(out: OutputDir, document: dict, findings, default_pcap: str | None) -> Path:
+def write_findings(out: OutputDir, document: dict, findings, default_pcap: str | None, incidents=()) -> Path:
     """Write findings.json and findings.jsonl (EVE lines) into `out`; returns findings.json's path."""
     out.write("findings.json", json.dumps(document, indent=2) + "\n")
-    out.write("findings.jsonl", eve_lines(findings, default_pcap, document.get("failures", ())))
+    out.write("findings.jsonl", eve_lines(findings, default_pcap, document.get("failures", ()), incidents))
     return out.path / "findings.json"

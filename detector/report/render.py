@@ -1,8 +1,10 @@
 """report.md and report.html: the postmortem a responder reads top-down, from the findings and the evidence pass.
 
-Order: what was captured, the findings by severity, then per finding what
-was seen (with its numbers), why it matters and what to do (from the rule
-file), and where the evidence is. The HTML is one self-contained file:
+Order: the incidents first (detector.incidents: a three-line summary each,
+then each one's chain from root cause to effects), then what was captured,
+the findings by severity, then per finding what was seen (with its numbers
+and its incident), why it matters and what to do (from the rule file), and
+where the evidence is. The HTML is one self-contained file:
 figures are inline base64 PNG and a Content-Security-Policy forbids any
 request or script, so it opens safely offline. Every string that can come
 from a packet or a file name goes through html.escape in the HTML, and
@@ -225,9 +227,69 @@ LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the cap
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
 
 
-def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult) -> str:
+def _numbers_of(findings: list[Finding]) -> dict[int, int]:
+    """Each finding's number in the report (its place in the findings list, from 1), by identity."""
+    return {id(f): i for i, f in enumerate(findings, 1)}
+
+
+def _chain_line(f: Finding, role: str) -> tuple[str, str]:
+    """One step of an incident's chain in words (not escaped): its role and rule, then what and when."""
+    return (f"{role}: {f.rule} ({f.severity})",
+            f"{f.msg} ({iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'})")
+
+
+def _incidents_markdown(incidents, findings: list[Finding]) -> list[str]:
+    """The report's opening: each incident's three-line summary, then each one's chain (root cause first)."""
+    if not incidents:
+        return []
+    lines = ["## Incidents", ""]
+    for incident in incidents:
+        lines += [f"### {markdown_text(incident.id)}: {markdown_text(incident.severity.upper())}: "
+                  f"{markdown_text(incident.title)}", ""]
+        lines += [f"- {markdown_text(line)}" for line in incident.summary.splitlines()]
+        lines.append("")
+    # the timeline figure of issue 13 (detector/report/timeline.py) goes here, between summaries and chains
+    lines += ["## Incident chains", ""]
+    numbers = _numbers_of(findings)
+    for incident in incidents:
+        lines += [f"### {markdown_text(incident.id)} chain", ""]
+        for step, (f, role) in enumerate(zip(incident.findings, incident.roles), 1):
+            head, text = _chain_line(f, role)
+            lines.append(f"{step}. **{markdown_text(head)}**, finding {numbers.get(id(f), '-')}: "
+                         f"{markdown_text(text)}")
+        lines.append("")
+    return lines
+
+
+def _incidents_html(incidents, findings: list[Finding]) -> list[str]:
+    """_incidents_markdown's sections in HTML, each chain step linked to its finding's section."""
+    if not incidents:
+        return []
+    out = ["<h2>Incidents</h2>"]
+    for incident in incidents:
+        out += [f'<h3 id="{_e(incident.id)}"><span class="{_e(incident.severity)}">{_e(incident.id)}: '
+                f"{_e(incident.severity.upper())}</span>: {_e(incident.title)}</h3><ul>"]
+        out += [f"<li>{_e(line)}</li>" for line in incident.summary.splitlines()]
+        out.append("</ul>")
+    # the timeline figure of issue 13 (detector/report/timeline.py) goes here, between summaries and chains
+    out.append("<h2>Incident chains</h2>")
+    numbers = _numbers_of(findings)
+    for incident in incidents:
+        out.append(f"<h3>{_e(incident.id)} chain</h3><ol>")
+        for f, role in zip(incident.findings, incident.roles):
+            head, text = _chain_line(f, role)
+            number = numbers.get(id(f))
+            link = f' (<a href="#f{number}">finding {number}</a>)' if number else ""
+            out.append(f"<li><strong>{_e(head)}</strong>{link}: {_e(text)}</li>")
+        out.append("</ol>")
+    return out
+
+
+def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
+             incidents=()) -> str:
     failures = document.get("failures") or []
-    lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
+    lines = ["# Incident report", "", *_incidents_markdown(incidents, findings), "## Capture summary", "", "| | |",
+             "|---|---|"]
     lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
     if failures:
         lines += ["", "## Rules that did not run to the end", ""]
@@ -249,6 +311,8 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
                   markdown_text(f.msg), "",
                   f"- seen {f.n:,} times from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}",
                   f"- endpoints: {markdown_text(_endpoints(f))}"]
+        if f.incident_id:
+            lines.append(f"- incident: {markdown_text(f.incident_id)}")
         if f.community_id:
             lines.append(f"- community_id: {markdown_text(f.community_id)}")
         if f.capture_loss_ratio is not None:
@@ -288,11 +352,11 @@ def _img(fig: Figure) -> str:
 
 
 def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
-                figs: list[Figure]) -> str:
+                figs: list[Figure], incidents=()) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>Incident report</h1>", "<h2>Capture summary</h2><table>"]
+           "<h1>Incident report</h1>", *_incidents_html(incidents, findings), "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
     failures = document.get("failures") or []
@@ -319,6 +383,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
                 f"{_e(f.title)} ({_e(f.rule)})</h2>", "<h3>What was seen</h3>", f"<p>{_e(f.msg)}</p><ul>",
                 f"<li>seen {f.n:,} times from {_e(iso_time(f.first_seen) or '-')} to "
                 f"{_e(iso_time(f.last_seen) or '-')}</li>", f"<li>endpoints: <code>{_e(_endpoints(f))}</code></li>"]
+        if f.incident_id:
+            out.append(f'<li>incident: <a href="#{_e(f.incident_id)}">{_e(f.incident_id)}</a></li>')
         if f.community_id:
             out.append(f"<li>community_id: <code>{_e(f.community_id)}</code></li>")
         if f.capture_loss_ratio is not None:
