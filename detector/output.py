@@ -233,6 +233,15 @@ class OutputDir:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         return relative
 
+    def written_path(self, relative: str) -> Path:
+        """Where output `relative`, written by this run, lies now (staged: in the hidden folder until commit()), for
+        a program that reads it by name (tshark dissecting an evidence pcap)."""
+        if relative not in self.written:
+            raise ValueError(f"not written by this run: {relative!r}")
+        if self.staged:
+            return self.path / self._stage_name / relative
+        return self.path / relative
+
     def link(self, existing: str, relative: str) -> None:
         """Output `relative` as a hard link to output `existing` (same packets), a copy where links fail."""
         src_fd, src_name = self._folder_of(existing)

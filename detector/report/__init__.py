@@ -10,10 +10,13 @@ __all__ = ["eve_lines", "findings_document", "write_findings", "write_evidence",
 
 
 def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows) -> list[str]:
-    """Write report.md and report.html into `out`; returns their names."""
+    """Write report.md and report.html into `out`; returns their names. Wireshark's view of the cited frames
+    (dissect.py) is read from the evidence pcaps `out` holds."""
+    from .dissect import dissect_evidence
     from .render import figures, html_report, markdown
 
-    md = out.write("report.md", markdown(document, findings, rules, evidence))
+    views = dissect_evidence(out, findings, evidence, document.get("incidents"))
+    md = out.write("report.md", markdown(document, findings, rules, evidence, views))
     page = out.write("report.html", html_report(document, findings, rules, evidence,
-                                                figures(findings, evidence, flows)))
+                                                figures(findings, evidence, flows), views))
     return [md, page]

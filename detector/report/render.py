@@ -27,6 +27,7 @@ import pandas as pd
 from ..detectors.base import endpoint
 from ..findings import Finding, iso_time
 from ..rules import Rule
+from .dissect import Dissections
 from .evidence import EvidenceResult
 
 # Addresses in the top-talkers figure: enough to name the heavy hitters, few enough to read.
@@ -196,10 +197,14 @@ LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the cap
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
 
 
-def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult) -> str:
+def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
+             views: Dissections | None = None) -> str:
     failures = document.get("failures") or []
+    views = views or Dissections()
     lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
+    if views.status:
+        lines += ["", markdown_text(views.status)]
     if failures:
         lines += ["", "## Rules that did not run to the end", ""]
         for failure in failures:
@@ -238,13 +243,15 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
             script, what = evidence.reproducers[i - 1]
             lines.append(f"- {markdown_text(script)}: rebuilds {markdown_text(what)}; sends only with --send")
         lines += [f"- {markdown_text(ref)}" for ref in f.references]
+        lines += views.markdown(i - 1)
     return "\n".join(lines) + "\n"
 
 
 CSS = """body{font:15px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;
 vertical-align:top}img{max-width:100%}.critical{color:#b00}.high{color:#d50}.medium{color:#a80}
-code{white-space:pre-wrap;word-break:break-all}"""
+code{white-space:pre-wrap;word-break:break-all}pre{font-size:13px;overflow-x:auto;background:#f6f6f6;padding:.5em}
+.expert .error{color:#b00}.expert .warning{color:#a80}"""
 # No request of any kind, no script: the page is read offline and packet text may be hostile.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -259,13 +266,16 @@ def _img(fig: Figure) -> str:
 
 
 def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
-                figs: list[Figure]) -> str:
+                figs: list[Figure], views: Dissections | None = None) -> str:
+    views = views or Dissections()
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
            "<h1>Incident report</h1>", "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
+    if views.status:
+        out.append(f"<p>{_e(views.status)}</p>")
     failures = document.get("failures") or []
     if failures:
         out.append('<h2 class="critical">Rules that did not run to the end</h2><ul>')
@@ -310,5 +320,6 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
         # references are printed, not linked: the page makes no request, and a rule file may be the user's
         out += [f"<li>{_e(ref)}</li>" for ref in f.references]
         out.append("</ul>")
+        out += views.html(i - 1)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
