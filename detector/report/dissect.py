@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 import re
+import signal
 import shutil
 import subprocess
 import time
@@ -94,14 +96,16 @@ def _run(path: str, capture, count: int, display_filter: str | None, timeout: fl
     if display_filter:
         args += ["-Y", display_filter]
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # a session of its own: a timeout kills tshark and anything it started, which could hold the pipe open
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
     except OSError as exc:
         raise DissectError(f"tshark could not be started: {exc.strerror or exc}") from None
     with proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise DissectError(f"tshark took longer than {timeout:.0f} s on {capture}: stopped") from None
     if proc.returncode != 0:
