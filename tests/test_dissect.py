@@ -278,7 +278,7 @@ def test_the_budget_dissects_root_causes_first(pmtud):
 
     evidence = EvidenceResult(None, frames={i: [1, 2, 3, 4] for i in range(len(findings))})
     everyone = dissect.plan(findings, evidence)
-    assert everyone == {i: dissect.FRAMES_PER_FINDING for i in range(len(findings))}
+    assert everyone == dict.fromkeys(range(len(findings)), dissect.FRAMES_PER_FINDING)
     last = len(findings) - 1
     incidents = [{"id": "incident-1", "root_cause": last}]
     original = dissect.FRAMES_MAX

@@ -23,8 +23,8 @@ import html
 import logging
 import os
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
