@@ -256,7 +256,8 @@ def _fake_tshark(folder: Path, body: str) -> None:
 
 
 @pytest.mark.parametrize("body, says", [
-    ("sleep 30", "tshark took longer than 1 s"),
+    # a hung tshark, with a child of its own: the timeout ends both (the child is looked at below)
+    ("sleep 600 >/dev/null 2>&1 & echo $! >> \"$0.children\"; sleep 30", "tshark took longer than 1 s"),
     ("echo 'tshark: The file \"x\" appears to be damaged' >&2; exit 2", "(exit 2): tshark: The file"),
     ("echo 'not xml at all'", "tshark gave no PDML"),
 ])
@@ -270,6 +271,21 @@ def test_a_failing_tshark_costs_only_the_view(tmp_path, monkeypatch, body, says)
     assert len(notes) == len([f for f in findings if f.evidence_pcap]) and all(says in n for n in notes), notes
     assert f"tshark failed on {len(notes)} evidence files" in text
     assert (tmp_path / "out" / "findings.json").is_file()
+    children = tmp_path / "bin" / "tshark.children"
+    for pid in map(int, children.read_text().split() if children.exists() else ()):
+        try:
+            assert _ended(pid), f"tshark's child {pid} outlived the timeout"
+        finally:
+            if not _ended(pid):
+                os.kill(pid, 9)
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone or a zombie (killed, its parent not yet reaped it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_the_budget_dissects_root_causes_first(pmtud):
