@@ -32,8 +32,9 @@ from pathlib import Path
 from .errors import UsageError
 
 EVIDENCE = "evidence"
-# What a run writes at the top of its folder (analyze all but alerts.jsonl, watch all of them).
-TOP_NAMES = ("findings.json", "findings.jsonl", "report.md", "report.html", "alerts.jsonl")
+# What a run writes at the top of its folder (analyze all but alerts.jsonl, watch all of them; timeline.png, the
+# figure report.md links, only with findings).
+TOP_NAMES = ("findings.json", "findings.jsonl", "report.md", "report.html", "alerts.jsonl", "timeline.png")
 # Where a run of analyze gathers its outputs before they replace the previous run's (see OutputDir).
 STAGING_PREFIX = ".detector-run-"
 FILE_MODE = 0o666

@@ -14,9 +14,16 @@ def write_reports(out: OutputDir, document: dict, findings, rules, evidence: Evi
     (dissect.py) is read from the evidence pcaps `out` holds."""
     from .dissect import dissect_evidence
     from .render import figures, html_report, markdown
+    from .timeline import TIMELINE_PNG, timeline_figure
 
-    views = dissect_evidence(out, findings, evidence, document.get("incidents"))
-    md = out.write("report.md", markdown(document, findings, rules, evidence, views))
+    incidents = document.get("incidents")
+    views = dissect_evidence(out, findings, evidence, incidents)
+    timeline = timeline_figure(findings, incidents, evidence.series.start_ns if evidence.series else None)
+    if timeline is not None:
+        out.write(TIMELINE_PNG, timeline.png)
+    md = out.write("report.md", markdown(document, findings, rules, evidence, views,
+                                         timeline=TIMELINE_PNG if timeline is not None else None))
+    figs = figures(findings, evidence, flows)
     page = out.write("report.html", html_report(document, findings, rules, evidence,
-                                                figures(findings, evidence, flows), views))
+                                                [timeline, *figs] if timeline is not None else figs, views))
     return [md, page]

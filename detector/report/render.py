@@ -198,7 +198,8 @@ NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
 
 
 def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
-             views: Dissections | None = None) -> str:
+             views: Dissections | None = None, timeline: str | None = None) -> str:
+    """report.md; `timeline`: the findings' time-axis figure beside it (timeline.py), None: none."""
     failures = document.get("failures") or []
     views = views or Dissections()
     lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
@@ -210,6 +211,8 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
         for failure in failures:
             lines += [f"- **{markdown_text(failure['rule'])} failed: its findings may be missing.** "
                       f"{markdown_text(_failure_text(failure))}"]
+    if timeline:
+        lines += ["", f"![Findings on one time axis]({timeline})"]
     lines += ["", "## Findings by severity", ""]
     if not findings:
         lines.append(NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
