@@ -332,6 +332,7 @@ def test_capture_dissect_is_tsharks_packet_on_a_real_capture(tshark):
     expert = [(e.severity, e.group, e.message) for e in dissect._expert(packet)]
     assert expert == _tshark_expert(tshark, path, 27)
     assert ("Warning", "Sequence", "This frame is a (suspected) out-of-order segment") in expert
+    assert packet.tcp.analysis_out_of_order is not None        # as a notebook reads it (pyshark's names)
 
 
 def test_capture_dissect_across_files_and_its_errors(tshark):

@@ -27,4 +27,6 @@ def test_notebook_runs(path):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "6,000 of 6,532 packets go to UDP 520" in text
+    # Capture.dissect inside the kernel's running event loop (where pyshark's FileCapture fails)
+    assert "Wireshark reads frame 258 as eth:ethertype:ip:udp:rip: TTL 242, IP ID 0xd431" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
