@@ -66,7 +66,7 @@ def main() -> int:
             frames = len(re.findall(r'<p class="dissected">', (out / "report.html").read_text()))
             cat = min(_seconds(["cat", str(capture)], with_tshark) for _ in range(RUNS))
             rows.append((capture.name, frames, plain, dissected, dissected - plain, cat))
-    print(f"| capture | frames dissected | analyze without tshark (s) | with (s) | added (s) | cat (s) |")
+    print("| capture | frames dissected | analyze without tshark (s) | with (s) | added (s) | cat (s) |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, frames, plain, dissected, added, cat in rows:
         print(f"| {name} | {frames} | {plain:.2f} | {dissected:.2f} | {added:+.2f} | {cat:.3f} |")
