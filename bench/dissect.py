@@ -26,11 +26,11 @@ DETECTOR = REPO / ".venv" / "bin" / "detector"
 RUNS = 3
 # the issue's budget for the dissections of one report
 BUDGET_S = 2.0
-# Captures with the most findings that cite frames (so the most dissected frames, up to the 20 of the
-# budget), and the seed incidents: a RIP echo loop, PMTUD, seed 002's VRRP chain, a SYN flood.
-CAPTURES = ("unicast-flood-vrrp-chain.pcapng", "echo-loop-rip-ipv4.pcapng", "echo-loop-buried.pcapng",
-            "pmtud-blackhole-ipv4.pcapng", "syn-flood-spoofed.pcap", "session-storm-flood.pcap",
-            "arp-spoof-mitm.pcapng", "hostile-markup.pcapng")
+# The bundled captures with the most evidence pcaps (one tshark run each: rip-authenticated's 11 findings
+# dissect the budget's 20 frames in 11 runs), and the seed incidents: a RIP echo loop, PMTUD, seed 002's chain.
+CAPTURES = ("rip-authenticated.pcapng", "rip-routers.pcapng", "rip-poisoning.pcapng", "arp-spoof-mitm.pcapng",
+            "rip-injection.pcapng", "unicast-flood-vrrp-chain.pcapng", "identical-frame-floods.pcapng",
+            "echo-loop-rip-ipv4.pcapng", "pmtud-blackhole-ipv4.pcapng", "hostile-markup.pcapng")
 
 
 def _seconds(command: list[str], env: dict) -> float:

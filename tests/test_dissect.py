@@ -202,7 +202,8 @@ def test_markdown_viewer_keeps_the_dissection_a_code_block(hostile):
     blocks = re.findall(r'<pre><code class="language-text">(.*?)</code></pre>', rendered, flags=re.S)
     assert len(blocks) == len(_markdown_trees(out))
     assert any(html.escape(HOSTILE, quote=False) in block.replace("&quot;", '"') for block in blocks)
-    assert "<script" not in rendered and "<img" not in rendered
+    assert "<script" not in rendered
+    assert re.findall(r"<img[^>]*>", rendered) == ['<img src="timeline.png" alt="Findings on one time axis" />']
 
 
 def test_a_fence_no_packet_text_can_close(tmp_path):
@@ -235,6 +236,20 @@ def test_bounds_cut_long_trees_and_lines(tmp_path, tshark):
     assert len(name) == dissect.LINE_CHARS_MAX and name.endswith("...")
     assert any(len(line.strip()) > dissect.LINE_CHARS_MAX and line.strip().startswith(name[:-3]) for line in full[2])
     assert max(len(text) for _depth, text in query.tree) <= dissect.LINE_CHARS_MAX
+
+
+def test_pdml_past_its_bound_is_refused_not_held(tmp_path, tshark, monkeypatch):
+    from scapy.all import DNS, DNSQR, IP, UDP, Ether, wrpcap
+
+    wrpcap(str(tmp_path / "q.pcap"), [Ether(src="02:00:5e:00:00:01", dst="02:00:5e:00:00:02")
+                                      / IP(src="192.0.2.7", dst="192.0.2.53") / UDP(sport=40000, dport=53)
+                                      / DNS(id=2, qd=DNSQR(qname="a.example"))])
+    size = len(tshark.run(tmp_path / "q.pcap", "-T", "pdml"))
+    monkeypatch.setattr(dissect, "PDML_BYTES_MAX", size - 1)
+    with pytest.raises(dissect.DissectError, match="is over 0 MiB: left out"):
+        dissect.dissect_file(tshark.path, tmp_path / "q.pcap", 1)
+    monkeypatch.setattr(dissect, "PDML_BYTES_MAX", size + 4096)     # the PDML header carries the time it ran
+    assert len(dissect.dissect_file(tshark.path, tmp_path / "q.pcap", 1)) == 1
 
 
 def test_without_tshark_the_report_says_so(tmp_path, monkeypatch):

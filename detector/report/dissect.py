@@ -23,6 +23,7 @@ import html
 import logging
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
@@ -49,7 +50,8 @@ EXPERT_MAX = 20
 TSHARK_TIMEOUT_S = 20.0
 # Seconds all the report's tshark runs may take together: past it the rest are left out, with a note.
 REPORT_DEADLINE_S = 30.0
-# PDML bytes read from one tshark run: a frame of a 256 KiB snapshot dissects to a few MB at most.
+# PDML bytes read from one tshark run: an ordinary frame is tens of KB, a pathological one (thousands of tiny
+# records) tens of MB; past this it is refused rather than held.
 PDML_BYTES_MAX = 64 << 20
 # tshark runs at once (each is one process, mostly its start-up).
 WORKERS = 4
@@ -91,30 +93,51 @@ def tshark_path() -> str | None:
 
 # ---- tshark and its PDML -------------------------------------------------------------------------------------
 def _run(path: str, capture, count: int, display_filter: str | None, timeout: float) -> bytes:
-    """tshark's PDML of the first `count` frames of `capture` (those `display_filter` keeps)."""
+    """tshark's PDML of the first `count` frames of `capture` (those `display_filter` keeps), read as it comes
+    and refused past PDML_BYTES_MAX (a frame of tiny records, say 4,000 DNS answers, dissects to megabytes)."""
     args = [path, "-n", "-r", str(capture), "-T", "pdml", "-c", str(count)]
     if display_filter:
         args += ["-Y", display_filter]
     try:
-        # a session of its own: a timeout kills tshark and anything it started, which could hold the pipe open
+        # a session of its own: on a timeout tshark and anything it started (which would hold the pipe) end
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:
         raise DissectError(f"tshark could not be started: {exc.strerror or exc}") from None
-    with proc:
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size, err = 0, b""
+    with proc, selectors.DefaultSelector() as waiting:
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise DissectError(f"tshark took longer than {timeout:.0f} s on {capture}: stopped") from None
+            for pipe in (proc.stdout, proc.stderr):
+                waiting.register(pipe, selectors.EVENT_READ)
+            while waiting.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DissectError(f"tshark took longer than {timeout:.0f} s on {capture}: stopped")
+                for key, _events in waiting.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        waiting.unregister(key.fileobj)
+                    elif key.fileobj is proc.stderr:
+                        err = (err + data)[-4096:]
+                    elif size + len(data) > PDML_BYTES_MAX:
+                        raise DissectError(f"tshark's dissection of {capture} is over {PDML_BYTES_MAX >> 20} MiB: "
+                                           "left out")
+                    else:
+                        chunks.append(data)
+                        size += len(data)
+            proc.wait(max(deadline - time.monotonic(), 1.0))
+        except BaseException:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     if proc.returncode != 0:
         lines = [line for line in err.decode("utf-8", "replace").splitlines() if "Running as user" not in line]
         raise DissectError(f"tshark failed on {capture} (exit {proc.returncode}): "
                            f"{(lines[-1] if lines else 'no message')[:300]}")
-    if len(out) > PDML_BYTES_MAX:
-        raise DissectError(f"tshark's dissection of {capture} is over {PDML_BYTES_MAX >> 20} MiB: left out")
-    return out
+    return b"".join(chunks)
 
 
 def _packets(pdml: bytes) -> tuple[str, list]:
@@ -142,21 +165,21 @@ def _label(element) -> str | None:
 
 def _tree(packet_element) -> list[tuple[int, str]]:
     """(depth, line) of the packet details in Wireshark's order: protocols at depth 0, hidden fields left out,
-    geninfo (pyshark's header, not a tree item) skipped."""
+    geninfo (pyshark's header, not a tree item) skipped. A walk with a stack, not recursion: PDML nests as deep
+    as the packet makes it."""
     lines: list[tuple[int, str]] = []
-
-    def walk(element, depth: int) -> None:
-        for child in element.iterchildren():
-            if child.tag not in ("proto", "field") or child.get("hide") == "yes":
-                continue
-            if child.tag == "proto" and child.get("name") == "geninfo":
-                continue
-            label = _label(child)
-            if label is not None:
-                lines.append((depth, label))
-            walk(child, depth + 1 if label is not None else depth)
-
-    walk(packet_element, 0)
+    stack = [(child, 0) for child in reversed(packet_element.getchildren())]
+    while stack:
+        element, depth = stack.pop()
+        if element.tag not in ("proto", "field") or element.get("hide") == "yes":
+            continue
+        if element.tag == "proto" and element.get("name") == "geninfo":
+            continue
+        label = _label(element)
+        if label is not None:
+            lines.append((depth, label))
+        inner = depth + 1 if label is not None else depth
+        stack.extend((child, inner) for child in reversed(element.getchildren()))
     return lines
 
 
