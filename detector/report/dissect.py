@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import DetectorError
+from .render import markdown_text
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +249,6 @@ class Dissections:
 
     def markdown(self, index: int) -> list[str]:
         """report.md lines of finding `index`'s section (empty without dissections)."""
-        from .render import markdown_text
-
         view = self.views.get(index)
         if view is None:
             return []

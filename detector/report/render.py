@@ -21,14 +21,17 @@ import io
 import re
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ..detectors.base import endpoint
 from ..findings import Finding, iso_time
 from ..rules import Rule
-from .dissect import Dissections
 from .evidence import EvidenceResult
+
+if TYPE_CHECKING:
+    from .dissect import Dissections
 
 # Addresses in the top-talkers figure: enough to name the heavy hitters, few enough to read.
 TOP_TALKERS = 10
@@ -201,10 +204,9 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
              views: Dissections | None = None, timeline: str | None = None) -> str:
     """report.md; `timeline`: the findings' time-axis figure beside it (timeline.py), None: none."""
     failures = document.get("failures") or []
-    views = views or Dissections()
     lines = ["# Incident report", "", "## Capture summary", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
-    if views.status:
+    if views is not None and views.status:
         lines += ["", markdown_text(views.status)]
     if failures:
         lines += ["", "## Rules that did not run to the end", ""]
@@ -246,7 +248,7 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
             script, what = evidence.reproducers[i - 1]
             lines.append(f"- {markdown_text(script)}: rebuilds {markdown_text(what)}; sends only with --send")
         lines += [f"- {markdown_text(ref)}" for ref in f.references]
-        lines += views.markdown(i - 1)
+        lines += views.markdown(i - 1) if views is not None else []
     return "\n".join(lines) + "\n"
 
 
@@ -270,14 +272,13 @@ def _img(fig: Figure) -> str:
 
 def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
                 figs: list[Figure], views: Dissections | None = None) -> str:
-    views = views or Dissections()
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
            "<h1>Incident report</h1>", "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
-    if views.status:
+    if views is not None and views.status:
         out.append(f"<p>{_e(views.status)}</p>")
     failures = document.get("failures") or []
     if failures:
@@ -323,6 +324,6 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
         # references are printed, not linked: the page makes no request, and a rule file may be the user's
         out += [f"<li>{_e(ref)}</li>" for ref in f.references]
         out.append("</ul>")
-        out += views.html(i - 1)
+        out += views.html(i - 1) if views is not None else []
     out.append("</body></html>")
     return "\n".join(out) + "\n"
