@@ -11,19 +11,24 @@ __all__ = ["eve_lines", "findings_document", "write_findings", "write_evidence",
 
 def write_reports(out: OutputDir, document: dict, findings, rules, evidence: EvidenceResult, flows) -> list[str]:
     """Write report.md and report.html into `out`; returns their names. Wireshark's view of the cited frames
-    (dissect.py) is read from the evidence pcaps `out` holds."""
+    (dissect.py) is read from the evidence pcaps `out` holds, by tshark processes that run while the figures
+    are drawn (on another core: tshark's start-up is most of their cost)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .dissect import dissect_evidence
     from .render import figures, html_report, markdown
     from .timeline import TIMELINE_PNG, timeline_figure
 
     incidents = document.get("incidents")
-    views = dissect_evidence(out, findings, evidence, incidents)
-    timeline = timeline_figure(findings, incidents, evidence.series.start_ns if evidence.series else None)
+    with ThreadPoolExecutor(max_workers=1) as background:
+        dissecting = background.submit(dissect_evidence, out, findings, evidence, incidents)
+        timeline = timeline_figure(findings, incidents, evidence.series.start_ns if evidence.series else None)
+        figs = figures(findings, evidence, flows)
+        views = dissecting.result()
     if timeline is not None:
         out.write(TIMELINE_PNG, timeline.png)
     md = out.write("report.md", markdown(document, findings, rules, evidence, views,
                                          timeline=TIMELINE_PNG if timeline is not None else None))
-    figs = figures(findings, evidence, flows)
     page = out.write("report.html", html_report(document, findings, rules, evidence,
                                                 [timeline, *figs] if timeline is not None else figs, views))
     return [md, page]

@@ -357,6 +357,7 @@ def dissect_evidence(out, findings, evidence, incidents=None) -> Dissections:
         result.status = f"Wireshark's view of the cited frames is left out: {INSTALL_HINT}."
         return result
     deadline = time.monotonic() + REPORT_DEADLINE_S
+    files = {index: out.written_path(findings[index].evidence_pcap) for index in wanted}
 
     def one(index: int) -> tuple[int, FindingView]:
         pcap = findings[index].evidence_pcap
@@ -366,10 +367,9 @@ def dissect_evidence(out, findings, evidence, incidents=None) -> Dissections:
             view.error = f"the report's {REPORT_DEADLINE_S:.0f} s for tshark ran out"
             return index, view
         try:
-            view.dissections = dissect_file(path, out.written_path(pcap), wanted[index],
-                                            timeout=min(TSHARK_TIMEOUT_S, left))
+            view.dissections = dissect_file(path, files[index], wanted[index], timeout=min(TSHARK_TIMEOUT_S, left))
         except DissectError as exc:
-            view.error = str(exc).replace(str(out.written_path(pcap)), pcap)
+            view.error = str(exc).replace(str(files[index]), pcap)
         except Exception as exc:  # a bug of ours on odd PDML must not cost the analysis its report
             log.warning("dissecting %s failed", pcap, exc_info=True)
             view.error = f"dissecting it failed: {type(exc).__name__}: {exc}"
