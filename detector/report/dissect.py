@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import DetectorError
-from .render import markdown_text
+from .render import _CONTROL, _control_text, markdown_text
 
 log = logging.getLogger(__name__)
 
@@ -302,17 +302,13 @@ def _shown_tree(d: Dissection, pcap: str) -> str:
     return text
 
 
-# characters a terminal or viewer acts on (as render._CONTROL), shown as \\xNN inside the code block
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
 def _fenced(text: str) -> list[str]:
-    """`text` as a fenced code block no line of it can close: the fence is longer than any backtick run in it."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text)
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    """`text` as a fenced code block no line of it can close (the fence is longer than any backtick run in it),
+    the characters a terminal or viewer would act on shown as \\xNN (render's, as everywhere in the report)."""
+    lines = [_CONTROL.sub(_control_text, line) for line in text.split("\n")]
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
     fence = "`" * max(3, longest + 1)
-    return [f"{fence}text", *text.split("\n"), fence]
+    return [f"{fence}text", *lines, fence]
 
 
 def plan(findings, evidence, roots: set[int] = frozenset()) -> dict[int, int]:
