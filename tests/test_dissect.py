@@ -317,8 +317,14 @@ def test_the_budget_dissects_root_causes_first(pmtud):
         dissect.FRAMES_MAX = 1
         assert dissect.plan(findings, evidence) == {0: 1}
         assert dissect.plan(findings, evidence, dissect.root_causes(findings, incidents)) == {last: 1}
+        # a root cause named by its rule among the incident's findings (Finding.incident_id)
+        findings[last].incident_id = "incident-1"
+        by_rule = [{"id": "incident-1", "root_cause": findings[last].rule}]
+        assert dissect.root_causes(findings, by_rule) == {last}
+        assert dissect.root_causes(findings, [{"id": "incident-2", "root_cause": findings[last].rule}]) == set()
     finally:
         dissect.FRAMES_MAX = original
+        findings[last].__dict__.pop("incident_id", None)
 
 
 def test_at_most_twenty_frames_in_a_report(pmtud):
