@@ -295,6 +295,13 @@ def test_a_failing_tshark_costs_only_the_view(tmp_path, monkeypatch, body, says)
     assert alive == [], "tshark's children outlived its timeout"
 
 
+def test_the_reports_deadline_for_tshark_bounds_them_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(dissect, "REPORT_DEADLINE_S", 0.5)
+    findings, _result, _path = analyze([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], tmp_path)
+    notes = re.findall(r"<p>Not shown: (.*?)</p>", (tmp_path / "report.html").read_text())
+    assert notes == ["the report&#x27;s 0.5 s for tshark ran out"] * len([f for f in findings if f.evidence_pcap])
+
+
 def _ended(pid: int) -> bool:
     """The process is gone or a zombie (killed, its parent not yet reaped it)."""
     try:

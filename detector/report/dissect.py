@@ -360,7 +360,7 @@ def dissect_evidence(out, findings, evidence, incidents=None) -> Dissections:
         view = FindingView(pcap)
         left = deadline - time.monotonic()
         if left <= 1:
-            view.error = f"the report's {REPORT_DEADLINE_S:.0f} s for tshark ran out"
+            view.error = f"the report's {REPORT_DEADLINE_S:g} s for tshark ran out"
             return index, view
         try:
             view.dissections = dissect_file(path, files[index], wanted[index], timeout=min(TSHARK_TIMEOUT_S, left))
