@@ -45,10 +45,11 @@ define ensure_tool
 	fi
 endef
 
-# tshark brings dumpcap (detector watch captures through it); headless chromium renders report.html in
+# tshark brings dumpcap (detector watch captures through it) and dissects the cited frames of a report
+# (Wireshark's view, detector/report/dissect.py); headless chromium renders report.html in
 # tests/test_html_browser.py; tcpreplay sends captures into the veth pair of tests/test_watch.py and bench/watch.py
 system-tools:
-	$(call ensure_tool,tshark,tshark,tests that compare with tshark will skip)
+	$(call ensure_tool,tshark,tshark,reports leave Wireshark's view out and tests that compare with tshark will skip)
 	$(call ensure_tool,chromium,chromium,the browser test of report.html will skip)
 	$(call ensure_tool,tcpreplay,tcpreplay,the live tests of detector watch and its benchmark will skip)
 

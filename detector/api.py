@@ -23,6 +23,9 @@ A rule whose detector fails (a bug in detector) does not cost the others'
 findings: it is left out with a RuntimeWarning naming it, and
 `Capture.failures` lists what failed where, as findings.json does.
 
+`Capture.dissect(frame)` is Wireshark's opinion of one frame: the pyshark Packet tshark makes of it
+(detector.report.dissect), for the fields detector does not decode and the Expert Info Wireshark raises.
+
 `detector.open(path, site="site.yaml")` gives the detectors a site file, as
 `detector analyze --site` does (detector.site); a Site already loaded with
 `detector.site.load_site` serves as well.
@@ -47,6 +50,9 @@ from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from .site import EMPTY, Site, load_site
 
 __all__ = ["open", "Capture"]
+
+# Seconds Capture.dissect gives tshark: it dissects every frame of the file up to the one asked for.
+DISSECT_TIMEOUT_S = 120.0
 
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
@@ -187,6 +193,7 @@ class Capture:
         self._analysis = None       # the last analysis.Analysis: its detectors draw finding(i).plot()
         self._app: dict[str, _AppColumns] = {}
         self._frames = CaptureFrames(self.paths)
+        self._file_frames: list[int] | None = None     # frames per file, for dissect() across several files
         self.plot = _Plots(self)
 
     def __repr__(self) -> str:
@@ -263,6 +270,44 @@ class Capture:
             raise UsageError(f"no finding {i}: " + (f"the findings are rows 0 to {count - 1} of .findings" if count
                                                     else "no rule fired on this capture"))
         return CaptureFinding(self, self._findings[i])
+
+    def dissect(self, frame: int, timeout_s: float = DISSECT_TIMEOUT_S):
+        """Wireshark's dissection of frame `frame` (1-based, the `frame` column of `packets`, tshark's
+        frame.number): the pyshark Packet tshark makes of it, dissected after the frames before it in its file
+        as Wireshark would (TCP analysis, retransmissions), its Expert Info in each layer's `_ws.expert` fields.
+
+        Needs tshark (Debian package tshark). Raises UsageError without it, for a frame the capture does not
+        have, or when tshark fails or takes longer than `timeout_s` (it reads the file up to the frame).
+        """
+        from .report import dissect
+
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or frame < 1:
+            raise UsageError(f"dissect: a frame number from 1, not {frame!r}")
+        tshark = dissect.tshark_path()
+        if tshark is None:
+            raise UsageError(f"dissect: {dissect.INSTALL_HINT}")
+        path, number = self._file_of(int(frame))
+        try:
+            found = dissect.dissect_file(tshark, path, number, display_filter=f"frame.number == {number}",
+                                         timeout=timeout_s)
+        except dissect.DissectError as exc:
+            raise UsageError(f"dissect: {exc}") from None
+        if not found:
+            raise UsageError(f"dissect: {path} has no frame {number}")
+        return found[0].packet
+
+    def _file_of(self, frame: int) -> tuple[str, int]:
+        """(file, frame number within it) of the capture's frame `frame` (frames count on across files)."""
+        if len(self.paths) == 1:
+            return self.paths[0], frame
+        if self._file_frames is None:
+            self._file_frames = [c["packets"] for c in engine.run(self.paths, [], label="counting").captures]
+        before = 0
+        for path, count in zip(self.paths, self._file_frames):
+            if frame <= before + count:
+                return path, frame - before
+            before += count
+        raise UsageError(f"dissect: the capture has {before:,} frames, not {frame:,}")
 
     @property
     def flows(self) -> pd.DataFrame:

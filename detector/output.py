@@ -32,8 +32,9 @@ from pathlib import Path
 from .errors import UsageError
 
 EVIDENCE = "evidence"
-# What a run writes at the top of its folder (analyze all but alerts.jsonl, watch all of them).
-TOP_NAMES = ("findings.json", "findings.jsonl", "report.md", "report.html", "alerts.jsonl")
+# What a run writes at the top of its folder (analyze all but alerts.jsonl, watch all of them; timeline.png, the
+# figure report.md links, only with findings).
+TOP_NAMES = ("findings.json", "findings.jsonl", "report.md", "report.html", "alerts.jsonl", "timeline.png")
 # Where a run of analyze gathers its outputs before they replace the previous run's (see OutputDir).
 STAGING_PREFIX = ".detector-run-"
 FILE_MODE = 0o666
@@ -232,6 +233,15 @@ class OutputDir:
         with self.open(relative, executable) as handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         return relative
+
+    def written_path(self, relative: str) -> Path:
+        """Where output `relative`, written by this run, lies now (staged: in the hidden folder until commit()), for
+        a program that reads it by name (tshark dissecting an evidence pcap)."""
+        if relative not in self.written:
+            raise ValueError(f"not written by this run: {relative!r}")
+        if self.staged:
+            return self.path / self._stage_name / relative
+        return self.path / relative
 
     def link(self, existing: str, relative: str) -> None:
         """Output `relative` as a hard link to output `existing` (same packets), a copy where links fail."""

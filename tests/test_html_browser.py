@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from detector.commands import analyze
+from detector.report.timeline import TITLE as TIMELINE_TITLE
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
@@ -20,6 +21,7 @@ CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser",
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make system-tools as root)")
 # generous: a cold Chromium start on a loaded 2-core machine; a hang fails the test instead of blocking it
 DEADLINE_S = 90
+HOSTILE_NAME = '<script>alert(1)</script>"><img src=x onerror=alert(2)>.example'
 
 
 class DevTools:
@@ -98,30 +100,48 @@ class DevTools:
         os.close(self._from_browser)
 
 
+PROBE = """JSON.stringify({
+    images: Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.src.slice(0, 22)]),
+    alts: Array.from(document.images).map(i => i.alt),
+    scripts: document.scripts.length,
+    injected: document.querySelectorAll('img[onerror], img[src="x"]').length,
+    text: document.body.innerText,
+    title: document.title,
+    dissected: Array.from(document.querySelectorAll('p.dissected')).map(p => p.textContent),
+    details: Array.from(document.querySelectorAll('pre.dissection')).map(p => [p.textContent, p.offsetHeight,
+                                                                             p.closest('details').open]),
+    expert: Array.from(document.querySelectorAll('ul.expert li')).map(li => li.textContent),
+    elements: document.querySelectorAll('pre.dissection *, ul.expert li *').length})"""
+
+
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    out = tmp_path_factory.mktemp("browser")
-    analyze([str(CAPTURES / "hostile-markup.pcapng")], out)
-    page = out / "report.html"
+def browser(tmp_path_factory):
+    """load(capture name) -> (the page's state, the DevTools events of loading it): the capture analysed, its
+    report.html opened in one headless Chromium shared by the module."""
     tools = DevTools(tmp_path_factory.mktemp("profile"))
     try:
         target = tools.call("Target.createTarget", url="about:blank")["targetId"]
         session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             tools.call(f"{domain}.enable", session)
-        tools.call("Page.navigate", session, url=page.as_uri())
-        tools.wait_for("Page.loadEventFired")
-        probe = """JSON.stringify({
-            images: Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.src.slice(0, 22)]),
-            scripts: document.scripts.length,
-            injected: document.querySelectorAll('img[onerror], img[src="x"]').length,
-            text: document.body.innerText,
-            title: document.title})"""
-        result = tools.call("Runtime.evaluate", session, expression=probe, returnByValue=True)
-        state = json.loads(result["result"]["value"])
-        yield state, list(tools.events)
+
+        def load(name: str):
+            out = tmp_path_factory.mktemp("browser")
+            analyze([str(CAPTURES / name)], out)
+            tools.deadline = time.monotonic() + DEADLINE_S      # each page its own time, whatever came before
+            tools.events.clear()
+            tools.call("Page.navigate", session, url=(out / "report.html").as_uri())
+            tools.wait_for("Page.loadEventFired")
+            result = tools.call("Runtime.evaluate", session, expression=PROBE, returnByValue=True)
+            return json.loads(result["result"]["value"]), list(tools.events)
+        yield load
     finally:
         tools.close()
+
+
+@pytest.fixture(scope="module")
+def rendered(browser):
+    return browser("hostile-markup.pcapng")
 
 
 def test_renders_without_console_errors(rendered):
@@ -138,7 +158,7 @@ def test_renders_without_console_errors(rendered):
 
 def test_every_figure_loaded(rendered):
     state, _events = rendered
-    assert len(state["images"]) == 3
+    assert len(state["images"]) == 4           # the findings' time axis, packets/s, copies/s, top talkers
     for complete, width, src in state["images"]:
         assert complete and width > 0 and src == "data:image/png;base64,"
 
@@ -147,3 +167,34 @@ def test_hostile_markup_is_shown_as_text(rendered):
     state, _events = rendered
     assert state["scripts"] == 0 and state["injected"] == 0
     assert '<script>alert(1)</script>"><img src=x onerror=alert(2)>' in state["text"]
+
+
+def test_timeline_and_wiresharks_view_render(rendered):
+    state, _events = rendered
+    assert state["alts"][0] == TIMELINE_TITLE and state["images"][0][1] > 0
+    # the echo loop's first three evidence frames, each with tshark's packet details laid out, the first open
+    assert len(state["dissected"]) == len(state["details"]) == 3
+    assert [open_ for _text, _height, open_ in state["details"]] == [True, False, False]
+    first_text, first_height, _open = state["details"][0]
+    assert first_height > 0 and first_text.startswith("Frame 1: 123 bytes on wire")
+    assert f"Name: {HOSTILE_NAME}" in first_text              # tshark's reading of the DNS name, as text
+    assert state["elements"] == 0                            # no element made of packet text
+    assert "Expert Info (Warning/Protocol), dns: DNS query retransmission. Original request in frame 1" \
+        in state["expert"]
+
+
+@pytest.mark.parametrize("name, rules", [("echo-loop-rip-ipv4.pcapng", {"echo-loop", "rip-trigger"}),
+                                         ("pmtud-blackhole-ipv4.pcapng", {"pmtud-blackhole", "mss-violation"}),
+                                         ("unicast-flood-vrrp-chain.pcapng", {"vrrp-dual-master", "garp-war",
+                                                                              "unicast-flood"})])
+def test_bundled_incidents_render_timeline_and_dissections(browser, name, rules):
+    state, events = browser(name)
+    assert [e for e in events if e.get("method") == "Runtime.exceptionThrown"] == []
+    assert state["alts"][0] == TIMELINE_TITLE
+    for complete, width, src in state["images"]:
+        assert complete and width > 0 and src == "data:image/png;base64,"
+    assert state["details"] and all(height > 0 and text.startswith("Frame ") for text, height, _ in state["details"])
+    # every finding's section names its frames: "Frame N of the capture (frame k of evidence/<rule>-<n>.pcap)"
+    cited = {heading.split(" of evidence/")[1].rsplit("-", 1)[0] for heading in state["dissected"]}
+    assert cited == rules
+    assert "Wireshark's view:" in state["text"] and "dissected by tshark" in state["text"]

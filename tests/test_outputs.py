@@ -28,9 +28,10 @@ LOOP = CAPTURES / "echo-loop-rip-ipv4.pcapng"
 # The same incident in another capture: the same output names, other bytes (an earlier run to keep intact).
 LOOP_V6 = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
 BENIGN = CAPTURES / "benign-office.pcapng"
-# What analyze writes for LOOP (evidence for both findings, the reproduce script of the RIP probe).
-LOOP_OUTPUTS = {"findings.json", "findings.jsonl", "report.md", "report.html", "evidence/echo-loop-1.pcap",
-                "evidence/rip-trigger-1.pcap", "evidence/rip-trigger-1-reproduce.py"}
+# What analyze writes for LOOP (evidence for both findings, the reproduce script of the RIP probe, the findings'
+# time axis report.md links).
+LOOP_OUTPUTS = {"findings.json", "findings.jsonl", "report.md", "report.html", "timeline.png",
+                "evidence/echo-loop-1.pcap", "evidence/rip-trigger-1.pcap", "evidence/rip-trigger-1-reproduce.py"}
 
 
 def run_cli(*args, umask=None, file_limit=None, cwd=None):
@@ -130,7 +131,7 @@ def test_a_second_run_replaces_the_first_and_touches_nothing_else(tmp_path):
     # the user's own files, files of this tool an earlier run or watch left, and a killed run's leftovers
     mine = {"notes.txt": "mine", "evidence/capture-1.pcap": "mine too", "evidence/echo-loop-x.pcap": "not ours",
             "report.html.bak": "a copy"}
-    stale = {"alerts.jsonl": "{}", "evidence/echo-loop-7.pcapng": "old",
+    stale = {"alerts.jsonl": "{}", "timeline.png": "old", "evidence/echo-loop-7.pcapng": "old",
              "evidence/routing-loop-1-20260101T000000000Z.pcap": "old watch", ".report.md.0123456789abcdef.tmp": "half",
              ".detector-run-0123456789abcdef/report.md": "x",
              ".detector-run-0123456789abcdef/evidence/echo-loop-1.pcap": "x"}

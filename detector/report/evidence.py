@@ -47,6 +47,8 @@ class EvidenceResult:
     # finding index -> (script path in the output, what it replays: the rule's REPRODUCES)
     reproducers: dict[int, tuple[str, str]] = field(default_factory=dict)
     figures: list[ReportFigure] = field(default_factory=list)   # the rules' figures, gathered in this pass
+    # finding index -> the capture's frame numbers in its evidence pcap, in file order (pcap frame k is [k - 1])
+    frames: dict[int, list[int]] = field(default_factory=dict)
 
 
 def _wanted(findings: list[Finding]) -> np.ndarray:
@@ -127,6 +129,7 @@ def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None
         f.evidence["evidence_packets"] = len(rows)
         f.evidence["pcap_filename"] = rows[0][4]
         result.files.append(name)
+        result.frames[index] = numbers
         result.summaries[index] = frame_summary(rows[0][3], rows[0][2])
         if f.rule in replays:
             script = write_reproducer(out, f"{EVIDENCE}/{f.rule}-{n}-reproduce.py", numbers[0], rows[0],

@@ -35,6 +35,8 @@ from .evidence import EvidenceResult
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
+    from .dissect import Dissections
+
 # Addresses in the top-talkers figure: enough to name the heavy hitters, few enough to read.
 TOP_TALKERS = 10
 # Evidence values longer than this are cut in the report (full values stay in findings.json).
@@ -238,8 +240,9 @@ def _chain_line(f: Finding, role: str) -> tuple[str, str]:
             f"{f.msg} ({iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'})")
 
 
-def _incidents_markdown(incidents, findings: list[Finding]) -> list[str]:
-    """The report's opening: each incident's three-line summary, then each one's chain (root cause first)."""
+def _incidents_markdown(incidents, findings: list[Finding], timeline: str | None = None) -> list[str]:
+    """The report's opening: each incident's three-line summary, the findings' time axis (`timeline`: its
+    image file), then each incident's chain (root cause first)."""
     if not incidents:
         return []
     lines = ["## Incidents", ""]
@@ -248,7 +251,8 @@ def _incidents_markdown(incidents, findings: list[Finding]) -> list[str]:
                   f"{markdown_text(incident.title)}", ""]
         lines += [f"- {markdown_text(line)}" for line in incident.summary.splitlines()]
         lines.append("")
-    # the timeline figure of issue 13 (detector/report/timeline.py) goes here, between summaries and chains
+    if timeline:
+        lines += [f"![Findings on one time axis]({timeline})", ""]
     lines += ["## Incident chains", ""]
     numbers = _numbers_of(findings)
     for incident in incidents:
@@ -261,7 +265,7 @@ def _incidents_markdown(incidents, findings: list[Finding]) -> list[str]:
     return lines
 
 
-def _incidents_html(incidents, findings: list[Finding]) -> list[str]:
+def _incidents_html(incidents, findings: list[Finding], timeline: Figure | None = None) -> list[str]:
     """_incidents_markdown's sections in HTML, each chain step linked to its finding's section."""
     if not incidents:
         return []
@@ -271,7 +275,8 @@ def _incidents_html(incidents, findings: list[Finding]) -> list[str]:
                 f"{_e(incident.severity.upper())}</span>: {_e(incident.title)}</h3><ul>"]
         out += [f"<li>{_e(line)}</li>" for line in incident.summary.splitlines()]
         out.append("</ul>")
-    # the timeline figure of issue 13 (detector/report/timeline.py) goes here, between summaries and chains
+    if timeline is not None:
+        out.append(_img(timeline))
     out.append("<h2>Incident chains</h2>")
     numbers = _numbers_of(findings)
     for incident in incidents:
@@ -286,16 +291,22 @@ def _incidents_html(incidents, findings: list[Finding]) -> list[str]:
 
 
 def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
-             incidents=()) -> str:
+             incidents=(), views: Dissections | None = None, timeline: str | None = None) -> str:
+    """report.md, opening with the incidents; `timeline`: the findings' time-axis figure beside it (timeline.py),
+    None: none."""
     failures = document.get("failures") or []
-    lines = ["# Incident report", "", *_incidents_markdown(incidents, findings), "## Capture summary", "", "| | |",
-             "|---|---|"]
+    lines = ["# Incident report", "", *_incidents_markdown(incidents, findings, timeline), "## Capture summary", "",
+             "| | |", "|---|---|"]
     lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
+    if views is not None and views.status:
+        lines += ["", markdown_text(views.status)]
     if failures:
         lines += ["", "## Rules that did not run to the end", ""]
         for failure in failures:
             lines += [f"- **{markdown_text(failure['rule'])} failed: its findings may be missing.** "
                       f"{markdown_text(_failure_text(failure))}"]
+    if timeline and not incidents:
+        lines += ["", f"![Findings on one time axis]({timeline})"]
     lines += ["", "## Findings by severity", ""]
     if not findings:
         lines.append(NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
@@ -331,13 +342,15 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
             script, what = evidence.reproducers[i - 1]
             lines.append(f"- {markdown_text(script)}: rebuilds {markdown_text(what)}; sends only with --send")
         lines += [f"- {markdown_text(ref)}" for ref in f.references]
+        lines += views.markdown(i - 1) if views is not None else []
     return "\n".join(lines) + "\n"
 
 
 CSS = """body{font:15px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;
 vertical-align:top}img{max-width:100%}.critical{color:#b00}.high{color:#d50}.medium{color:#a80}
-code{white-space:pre-wrap;word-break:break-all}"""
+code{white-space:pre-wrap;word-break:break-all}pre{font-size:13px;overflow-x:auto;background:#f6f6f6;padding:.5em}
+.expert .error{color:#b00}.expert .warning{color:#a80}"""
 # No request of any kind, no script: the page is read offline and packet text may be hostile.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -352,20 +365,25 @@ def _img(fig: Figure) -> str:
 
 
 def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
-                figs: list[Figure], incidents=()) -> str:
+                figs: list[Figure], incidents=(), views: Dissections | None = None,
+                timeline: Figure | None = None) -> str:
+    """report.html, one self-contained page: the incidents (with the findings' time axis, `timeline`, between
+    their summaries and chains; first among the figures without incidents), the figures, the findings."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>Incident report</h1>", *_incidents_html(incidents, findings), "<h2>Capture summary</h2><table>"]
+           "<h1>Incident report</h1>", *_incidents_html(incidents, findings, timeline), "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
+    if views is not None and views.status:
+        out.append(f"<p>{_e(views.status)}</p>")
     failures = document.get("failures") or []
     if failures:
         out.append('<h2 class="critical">Rules that did not run to the end</h2><ul>')
         out += [f'<li><strong class="critical">{_e(failure["rule"])} failed: its findings may be missing.'
                 f"</strong> {_e(_failure_text(failure))}</li>" for failure in failures]
         out.append("</ul>")
-    out += [_img(fig) for fig in figs]
+    out += [_img(fig) for fig in ([timeline] if timeline is not None and not incidents else []) + list(figs)]
     out.append("<h2>Findings by severity</h2>")
     if not findings:
         out.append(f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
@@ -405,5 +423,6 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
         # references are printed, not linked: the page makes no request, and a rule file may be the user's
         out += [f"<li>{_e(ref)}</li>" for ref in f.references]
         out.append("</ul>")
+        out += views.html(i - 1) if views is not None else []
     out.append("</body></html>")
     return "\n".join(out) + "\n"
