@@ -201,7 +201,7 @@ def cmd_flows(args) -> int:
         raise UsageError(f"{out}: output must end in .csv or .parquet, or be a folder (ending in /)")
     _prepare_kernels()
     with _client(args, args.captures) as client:
-        result, count = write_flows(captures, Path(args.output.rstrip("/")) if dataset else out, client=client)
+        result, count = write_flows(captures, out, client=client, dataset=dataset)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     print(f"{count} flows written to {out}", file=sys.stderr)

@@ -44,7 +44,8 @@ SCHEDULER_ENV = "DETECTOR_SCHEDULER"
 class Partition:
     """The records one task reads: a whole file (start/end None), later a byte range of one."""
 
-    path: str
+    path: str                   # absolute: the workers' working folders are not the client's
+    name: str                   # as the command line gave it: what findings.json and warnings say
     index: int                  # place in capture order
     first_frame: int            # global frame number of its first record
     start: int | None = None    # byte range [start, end) at record boundaries; None: the whole file
@@ -158,10 +159,22 @@ def _unopenable(path, exc: OSError) -> str:
             f"captures at the same path (a shared filesystem)")
 
 
+def _check_open(path) -> str | None:
+    """The error of a capture this worker cannot open (missing here, no permission), else None."""
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return _unopenable(path, exc)
+
+
 def scan(path) -> Extent:
     """Count the records of capture `path` and note its first and last times (records only, nothing decoded)."""
     from .ingest import open_capture
     extent = Extent(str(path))
+    extent.error = _check_open(path)
+    if extent.error:
+        return extent
     try:
         with open_capture(path) as reader:
             for raw in reader:
@@ -183,6 +196,9 @@ def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
     and `site`) or "flows" (the flow table alone)."""
     if partition.start is not None:
         raise NotImplementedError("byte-range partitions wait for the record index")
+    error = _check_open(partition.path)
+    if error:
+        return Folded(partition.index, error=error.replace(partition.path, partition.name))
     if kind == "analyze":
         from .analysis import AnalysisState
         state = AnalysisState(rules, site=site)
@@ -193,10 +209,14 @@ def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
         result = engine.run([partition.path], [state], label=kind, first_frame=partition.first_frame,
                             show_progress=False)
     except DetectorError as exc:
-        return Folded(partition.index, error=str(exc))
+        return Folded(partition.index, error=str(exc).replace(partition.path, partition.name))
     except OSError as exc:
-        return Folded(partition.index, error=_unopenable(partition.path, exc))
-    return Folded(partition.index, state, result.captures, result.warnings)
+        return Folded(partition.index, error=_unopenable(partition.name, exc))
+    for capture in result.captures:
+        capture["file"] = partition.name
+        capture["warnings"] = [w.replace(partition.path, partition.name) for w in capture["warnings"]]
+    warnings = [w.replace(partition.path, partition.name) for w in result.warnings]
+    return Folded(partition.index, state, result.captures, warnings)
 
 
 # ---- the client ---------------------------------------------------------------------------------------------
@@ -293,16 +313,17 @@ def _gather_in_order(client, futures, label: str):
 def partitions(client, paths) -> tuple[list[Partition], list[Extent], list[str]]:
     """Scan `paths` on the cluster: their partitions in capture order, their extents, the overlap warnings.
     A file that cannot be read raises its one-line error."""
-    paths = [os.fspath(p) for p in paths]
-    futures = [client.submit(scan, p, pure=False) for p in paths]
+    names = [os.fspath(p) for p in paths]
+    futures = [client.submit(scan, os.path.abspath(name), pure=False) for name in names]
     extents = list(_gather_in_order(client, futures, "scanning"))
-    for extent in extents:
+    for name, extent in zip(names, extents):
+        absolute, extent.path = extent.path, name
         if extent.error:
-            raise UsageError(extent.error)
+            raise UsageError(extent.error.replace(absolute, name))
     extents.sort(key=lambda e: (e.first_ns is None, e.first_ns or 0))     # stable: ties keep the given order
     parts, frame = [], 1
     for index, extent in enumerate(extents):
-        parts.append(Partition(extent.path, index, frame))
+        parts.append(Partition(os.path.abspath(extent.path), extent.path, index, frame))
         frame += extent.packets
     return parts, extents, overlap_warnings(extents)
 
@@ -333,7 +354,7 @@ def analyze(client, paths, rules, site):
     state, run = fold_all(client, parts, "analyze", rules, site)
     run.warnings.extend(warnings)
     result = conclude(state.detectors, state.flows, state.stats, run)
-    return result, [p.path for p in parts]
+    return result, [p.name for p in parts]
 
 
 def flow_table(client, paths):
@@ -354,7 +375,14 @@ def _each_one(path: str, folder: str, rules_dir, report: bool, site_file) -> dic
 
 def each_entries(client, jobs: list[tuple[str, str]], rules_dir, report: bool, site_file) -> list[dict]:
     """analyze --each on the cluster: one task per (capture, output folder), their index entries in order."""
-    futures = [client.submit(_each_one, path, folder, rules_dir, report, site_file, pure=False)
-               for path, folder in jobs]
-    return list(_gather_in_order(client, futures, "analyze --each"))
+    def absolute(path):
+        return None if path is None else os.path.abspath(path)
+    futures = [client.submit(_each_one, absolute(path), absolute(folder), absolute(rules_dir), report,
+                             absolute(site_file), pure=False) for path, folder in jobs]
+    entries = list(_gather_in_order(client, futures, "analyze --each"))
+    for (path, _), entry in zip(jobs, entries):
+        full, entry["capture"] = entry["capture"], path
+        if entry["error"]:
+            entry["error"] = entry["error"].replace(full, path)
+    return entries
 

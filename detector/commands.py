@@ -80,13 +80,15 @@ def _counters(stats: dict) -> str:
     return name + (", ".join(said) or "statistics without counters")
 
 
-def write_flows(paths, out: Path, client=None):
+def write_flows(paths, out: Path, client=None, dataset: bool | None = None):
     """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: a .csv
     or .parquet file, or a folder (a name ending in /, or an existing folder): a Parquet dataset of one file
     per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
-    all. `client`: a distributed.Client to fold the partitions on; None: this process."""
+    all. `client`: a distributed.Client to fold the partitions on; None: this process. `dataset`: whether `out`
+    is a dataset folder (None: is_dataset says)."""
     from .cluster import FileSpans, capture_order, flow_table, overlap_warnings
-    dataset = is_dataset(out)
+    if dataset is None:
+        dataset = is_dataset(out)
     if dataset:
         _need_pyarrow()
     if client is not None:
