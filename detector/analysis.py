@@ -139,7 +139,7 @@ def analyze(sources, rules=None, label: str = "analyze", site=None) -> Analysis:
     if rules is None:
         from .rules import load_rules
         rules = load_rules()
-    from .cluster import FileSpans, overlap_warnings
+    from .ordering import FileSpans, overlap_warnings
     state = AnalysisState(rules, site=site)
     spans = FileSpans()
     run = engine.run(sources, [state, spans], label=label)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from . import engine
 from .errors import DetectorError, UsageError
+from .ordering import Extent, overlap_warnings
 from .progress import Progress
 
 DASK_EXTRA = "pip install 'detector[dask]'"
@@ -54,17 +55,6 @@ class Partition:
 
 
 @dataclass
-class Extent:
-    """What the scan of one file learnt: its records and the times of its first and last."""
-
-    path: str
-    packets: int = 0
-    first_ns: int | None = None
-    last_ns: int | None = None
-    error: str | None = None
-
-
-@dataclass
 class Folded:
     """A fold task's answer: the partition's state and what its reader said, or the one-line error."""
 
@@ -75,87 +65,22 @@ class Folded:
     error: str | None = None
 
 
-# ---- capture order ---------------------------------------------------------------------------------------
-def first_packet_ns(path) -> int | None:
-    """The time of the first record of capture `path` (None: it has none); reads only that record."""
-    from .ingest import open_capture
-    with open_capture(path, batch_packets=1) as reader:
-        for raw in reader:
-            return int(raw["ts_ns"][0])
-    return None
-
-
-def _is_path(source) -> bool:
-    return isinstance(source, (str, os.PathLike))
-
-
-def capture_order(paths) -> list:
-    """`paths` (one continuous capture) in the order of their first packet's time, not of their names; files
-    without a packet go last, ties keep the command line's order. Streams (standard input) are never reordered:
-    with one among them, the command line's order stands."""
-    paths = list(paths)
-    if len(paths) < 2 or not all(_is_path(p) for p in paths):
-        return paths
-    firsts = [first_packet_ns(p) for p in paths]
-    order = sorted(range(len(paths)), key=lambda i: (firsts[i] is None, firsts[i] or 0, i))
-    return [paths[i] for i in order]
-
-
-def overlap_warnings(extents: list[Extent]) -> list[str]:
-    """One warning per file (in capture order) whose first packet is older than the last packet of a file
-    before it: the files are read as one capture, but its packets are then not in time order."""
-    from .findings import iso_time as iso_ns
-    warnings = []
-    latest: Extent | None = None
-    for extent in extents:
-        if extent.first_ns is None:
-            continue
-        if latest is not None and extent.first_ns < latest.last_ns:
-            warnings.append(f"{extent.path}: overlaps {latest.path} in time (its first packet, "
-                            f"{iso_ns(extent.first_ns)}, is older than the last one of {latest.path}, "
-                            f"{iso_ns(latest.last_ns)}); read as one capture ordered by first packet")
-        if extent.last_ns is not None and (latest is None or extent.last_ns > latest.last_ns):
-            latest = extent
-    return warnings
-
-
-class FileSpans:
-    """A consumer that notes each batch's frames and times: the extents of the files of a single-process run
-    (engine.run's captures say how many records each file had)."""
-
-    needs_fingerprint = False
-    app_tables = ()
-
-    def __init__(self):
-        self._batches: list[tuple[int, int, int]] = []     # (first frame, oldest, newest time)
-
-    def update(self, batch) -> None:
-        if len(batch):
-            ts = batch["ts_ns"]
-            self._batches.append((int(batch["frame"][0]), int(ts.min()), int(ts.max())))
-
-    def extents(self, captures: list[dict]) -> list[Extent]:
-        out, frame = [], 1
-        for capture in captures:
-            packets = int(capture.get("packets") or 0)
-            times = [b for b in self._batches if frame <= b[0] < frame + packets]
-            out.append(Extent(str(capture.get("file")), packets, min((b[1] for b in times), default=None),
-                              max((b[2] for b in times), default=None)))
-            frame += packets
-        return out
-
-
 # ---- the tasks (run on the workers) -------------------------------------------------------------------------
-def _where() -> str:
+def _worker() -> str | None:
+    """The address of the Dask worker running this task; None outside one."""
     try:
         from distributed import get_worker
-        return f"worker {get_worker().address}"
+        return get_worker().address
     except (ImportError, ValueError):
-        return "this machine"
+        return None
 
 
-def _unopenable(path, exc: OSError) -> str:
-    return (f"{path}: cannot be opened on {_where()} ({exc.strerror or exc}): every worker must see the "
+def unopenable(path, exc: OSError) -> str:
+    """The one line for a capture that cannot be opened; on a worker it names the worker and the cause."""
+    worker = _worker()
+    if worker is None:
+        return f"{path}: {exc.strerror or exc}"
+    return (f"{path}: cannot be opened on worker {worker} ({exc.strerror or exc}): every worker must see the "
             f"captures at the same path (a shared filesystem)")
 
 
@@ -165,7 +90,7 @@ def _check_open(path) -> str | None:
         with open(path, "rb"):
             return None
     except OSError as exc:
-        return _unopenable(path, exc)
+        return unopenable(path, exc)
 
 
 def scan(path) -> Extent:
@@ -187,7 +112,7 @@ def scan(path) -> Extent:
     except DetectorError as exc:
         extent.error = str(exc)
     except OSError as exc:
-        extent.error = _unopenable(path, exc)
+        extent.error = unopenable(path, exc)
     return extent
 
 
@@ -211,7 +136,7 @@ def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
     except DetectorError as exc:
         return Folded(partition.index, error=str(exc).replace(partition.path, partition.name))
     except OSError as exc:
-        return Folded(partition.index, error=_unopenable(partition.name, exc))
+        return Folded(partition.index, error=unopenable(partition.name, exc))
     for capture in result.captures:
         capture["file"] = partition.name
         capture["warnings"] = [w.replace(partition.path, partition.name) for w in capture["warnings"]]
@@ -365,19 +290,12 @@ def flow_table(client, paths):
     return table, run, parts
 
 
-def _each_one(path: str, folder: str, rules_dir, report: bool, site_file) -> dict:
-    from .commands import analyze_one
-    if not os.path.exists(path):
-        return {"capture": path, "report": None, "packets": None, "findings": None, "worst": None, "failures": [],
-                "error": _unopenable(path, FileNotFoundError(2, "No such file or directory"))}
-    return analyze_one(path, folder, rules_dir, report, site_file)
-
-
-def each_entries(client, jobs: list[tuple[str, str]], rules_dir, report: bool, site_file) -> list[dict]:
-    """analyze --each on the cluster: one task per (capture, output folder), their index entries in order."""
+def each_entries(client, task, jobs: list[tuple[str, str]], rules_dir, report: bool, site_file) -> list[dict]:
+    """analyze --each on the cluster: `task` (commands.analyze_one) per (capture, output folder), their index
+    entries in order."""
     def absolute(path):
         return None if path is None else os.path.abspath(path)
-    futures = [client.submit(_each_one, absolute(path), absolute(folder), absolute(rules_dir), report,
+    futures = [client.submit(task, absolute(path), absolute(folder), absolute(rules_dir), report,
                              absolute(site_file), pure=False) for path, folder in jobs]
     entries = list(_gather_in_order(client, futures, "analyze --each"))
     for (path, _), entry in zip(jobs, entries):

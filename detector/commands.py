@@ -86,7 +86,8 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None):
     per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
     all. `client`: a distributed.Client to fold the partitions on; None: this process. `dataset`: whether `out`
     is a dataset folder (None: is_dataset says)."""
-    from .cluster import FileSpans, capture_order, flow_table, overlap_warnings
+    from .cluster import flow_table
+    from .ordering import FileSpans, capture_order, overlap_warnings
     if dataset is None:
         dataset = is_dataset(out)
     if dataset:
@@ -195,7 +196,7 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
             from . import cluster
             result, paths = cluster.analyze(client, paths, rules, site)
         else:
-            from .cluster import capture_order
+            from .ordering import capture_order
             paths = capture_order(paths)
             result = analysis.analyze(paths, rules, label="analyze", site=site)
         findings, stats = result.findings, result.stats
@@ -229,8 +230,15 @@ def each_name(path, taken: set[str]) -> str:
 def analyze_one(path, out_dir, rules_dir=None, report: bool = True, site_file=None) -> dict:
     """One capture of analyze --each, analysed alone into `out_dir` (in this process or on a cluster worker):
     its line of the index. A capture that cannot be read gives its error, never an exception."""
+    from .cluster import unopenable
     entry = {"capture": os.fspath(path), "report": None, "packets": None, "findings": None, "worst": None,
              "failures": [], "error": None}
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        entry["error"] = unopenable(path, exc)
+        return entry
     try:
         findings, result, _ = analyze([path], out_dir, rules_dir=rules_dir, report=report, site_file=site_file)
     except DetectorError as exc:
@@ -262,8 +270,8 @@ def analyze_each(paths, out_dir, rules_dir=None, report: bool = True, site_file=
     taken: set[str] = set()
     jobs = [(path, each_name(path, taken)) for path in paths]
     if client is not None:
-        entries = each_entries(client, [(os.fspath(p), str(out_dir / name)) for p, name in jobs], rules_dir, report,
-                               site_file)
+        entries = each_entries(client, analyze_one, [(os.fspath(p), str(out_dir / name)) for p, name in jobs],
+                               rules_dir, report, site_file)
     else:
         entries = [analyze_one(path, out_dir / name, rules_dir, report, site_file) for path, name in jobs]
     for entry, (_, name) in zip(entries, jobs):

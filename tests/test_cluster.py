@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from detector import cluster, commands
+from detector import cluster, commands, ordering
 from detector.analysis import analyze as analyze_in_process
 from detector.analysis import conclude
 from detector.report import findings_document
@@ -169,7 +169,7 @@ def test_files_are_ordered_by_first_packet_not_name(client, tmp_path):
     shuffled = []
     for path, name in zip(paths, ["c.pcap", "a.pcap", "b.pcap"]):       # names sort against time
         shuffled.append(str(Path(path).rename(tmp_path / name)))
-    assert cluster.capture_order(sorted(shuffled)) == shuffled
+    assert ordering.capture_order(sorted(shuffled)) == shuffled
     *_, whole = commands.analyze([str(CAPTURES / "scan-port-scan.pcap")], tmp_path / "whole")
     for label, client_or_none in (("one", None), ("many", client)):
         _, result, path = commands.analyze(sorted(shuffled), tmp_path / label, client=client_or_none)
