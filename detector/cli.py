@@ -114,6 +114,10 @@ def _client(args, paths):
         return
     if any(path == STDIN for path in paths):
         raise UsageError("-: standard input cannot be sent to a cluster's workers (drop --workers/--scheduler)")
+    for path in paths:
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            raise UsageError(f"{path}: not a regular file (a pipe?); a cluster's workers read capture files "
+                             "(drop --workers/--scheduler)")
     with connect(workers, scheduler) as client:
         yield client
 
