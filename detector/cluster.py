@@ -64,6 +64,10 @@ class Folded:
     warnings: list = field(default_factory=list)
     error: str | None = None
 
+    @property
+    def packets(self) -> int:
+        return sum(int(capture.get("packets") or 0) for capture in self.captures)
+
 
 # ---- the tasks (run on the workers) -------------------------------------------------------------------------
 def _worker() -> str | None:

@@ -306,3 +306,18 @@ def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tm
     got, want = pd.read_csv(tmp_path / "flows.csv"), pd.read_csv(tmp_path / "single.csv")
     assert len(got) == len(want) > 100
     pd.testing.assert_frame_equal(got.drop(columns=CUT_COUNTERS), want.drop(columns=CUT_COUNTERS))
+
+
+def test_a_pickled_flow_table_ships_its_rows_only_and_reads_on(tmp_path):
+    from detector import engine
+    from detector.flows import FlowTable
+    first, second = split(CAPTURES / "syn-flood-ingress-only.pcap", tmp_path, 2)
+    kept, shipped = FlowTable(), FlowTable()
+    engine.run([first], [kept], show_progress=False)
+    engine.run([first], [shipped], show_progress=False)
+    arrived = pickle.loads(pickle.dumps(shipped))
+    assert len(pickle.dumps(shipped)) < len(pickle.dumps(shipped.__dict__))
+    frame = 1 + packets_of(first)
+    engine.run([second], [kept], first_frame=frame, show_progress=False)
+    engine.run([second], [arrived], first_frame=frame, show_progress=False)
+    pd.testing.assert_frame_equal(kept.to_frame(), arrived.to_frame())
