@@ -321,3 +321,13 @@ def test_a_pickled_flow_table_ships_its_rows_only_and_reads_on(tmp_path):
     engine.run([second], [kept], first_frame=frame, show_progress=False)
     engine.run([second], [arrived], first_frame=frame, show_progress=False)
     pd.testing.assert_frame_equal(kept.to_frame(), arrived.to_frame())
+
+
+def test_without_dask_the_flag_names_the_extra(tmp_path):
+    probe = ("import sys\nsys.modules['distributed'] = None\nfrom detector.cli import main\n"
+             f"sys.exit(main(['analyze', {str(CAPTURES / 'scan-port-scan.pcap')!r}, '-o', {str(tmp_path / 'o')!r},"
+             " '--workers', '2']))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "detector: error: --workers needs Dask: pip install 'detector[dask]'"
+    assert not (tmp_path / "o").exists()
