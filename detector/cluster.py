@@ -4,7 +4,7 @@
 processes) or `--scheduler tcp://HOST:8786` (a cluster started with Dask's own `dask scheduler` and
 `dask worker`) cut the work into partitions, one per file:
 
-1. A scan task per file reads its records (no decoding) for their count and first and last times. The
+1. A counting task per file reads its records (no decoding) for their count and first and last times. The
    files are then put in the order of their first packet (a ring buffer's names need not sort by time),
    an overlap in time is warned about, and each partition learns its first global frame number, so frame
    numbers, evidence frames and Community IDs are those of a single-process run. Counting first, rather
@@ -97,7 +97,7 @@ def _check_open(path) -> str | None:
         return unopenable(path, exc)
 
 
-def scan(path) -> Extent:
+def count_records(path) -> Extent:
     """Count the records of capture `path` and note its first and last times (records only, nothing decoded)."""
     from .ingest import open_capture
     extent = Extent(str(path))
@@ -240,11 +240,11 @@ def _gather_in_order(client, futures, label: str):
 
 
 def partitions(client, paths) -> tuple[list[Partition], list[Extent], list[str]]:
-    """Scan `paths` on the cluster: their partitions in capture order, their extents, the overlap warnings.
-    A file that cannot be read raises its one-line error."""
+    """Count the records of `paths` on the cluster: their partitions in capture order, their extents, the
+    overlap warnings. A file that cannot be read raises its one-line error."""
     names = [os.fspath(p) for p in paths]
-    futures = [client.submit(scan, os.path.abspath(name), pure=False) for name in names]
-    extents = list(_gather_in_order(client, futures, "scanning"))
+    futures = [client.submit(count_records, os.path.abspath(name), pure=False) for name in names]
+    extents = list(_gather_in_order(client, futures, "counting"))
     for name, extent in zip(names, extents):
         absolute, extent.path = extent.path, name
         if extent.error:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Extent:
-    """What the scan of one file learnt: its records and the times of its first and last."""
+    """What counting the records of one file learnt: its records and the times of its first and last."""
 
     path: str
     packets: int = 0

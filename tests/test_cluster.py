@@ -54,7 +54,7 @@ CUT_COUNTERS = ["src2dst_ack_events", "dst2src_ack_events", "src2dst_gap_events"
 
 
 def packets_of(path) -> int:
-    return cluster.scan(str(path)).packets
+    return cluster.count_records(str(path)).packets
 
 
 def split(capture: Path, folder: Path, parts: int) -> list[str]:
@@ -74,7 +74,7 @@ def normalised(path: Path) -> dict:
 
 def merged_in_process(paths, rules, site):
     """What a cluster computes, without one: scan, fold each partition, ship the state (pickle), merge."""
-    extents = [cluster.scan(p) for p in paths]
+    extents = [cluster.count_records(p) for p in paths]
     frame, merged, run = 1, None, None
     from detector.engine import RunResult
     run = RunResult()
@@ -130,7 +130,7 @@ def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_pat
     paths = crafted(tmp_path)
     _, one, one_path = commands.analyze(paths, tmp_path / "one")
     _, many, many_path = commands.analyze(paths, tmp_path / "many", client=client)
-    extents = [cluster.scan(p) for p in paths]
+    extents = [cluster.count_records(p) for p in paths]
     bounds = [e.first_ns for e in extents[1:]]
     a, b = normalised(one_path), normalised(many_path)
     loops = [f for f in a["findings"] if f["rule"] == "routing-loop"]
@@ -227,7 +227,7 @@ def test_each_with_a_broken_capture(client, tmp_path):
 
 def test_a_worker_that_cannot_open_a_capture_says_so(client, tmp_path):
     missing = str(tmp_path / "gone.pcap")
-    extent = client.submit(cluster.scan, missing, pure=False).result()
+    extent = client.submit(cluster.count_records, missing, pure=False).result()
     assert extent.error.startswith(f"{missing}: cannot be opened on worker tcp://")
     assert "same path (a shared filesystem)" in extent.error
 
