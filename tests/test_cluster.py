@@ -331,3 +331,23 @@ def test_without_dask_the_flag_names_the_extra(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "detector: error: --workers needs Dask: pip install 'detector[dask]'"
     assert not (tmp_path / "o").exists()
+
+
+def test_a_terminal_sees_the_partitions_counted(client, tmp_path, monkeypatch):
+    import io
+
+    from detector import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "REDRAW_EVERY_S", 0.0)
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path, 4)
+    cluster.flow_table(client, paths)
+    shown = screen.getvalue()
+    assert "\rflows [" in shown and "100.0%" in shown and "25.0%" in shown
+    assert shown.endswith("\r\033[K")       # the line is cleared at the end
