@@ -274,7 +274,7 @@ def dask_cluster(tmp_path):
         address = json.loads(address_file.read_text())["address"]
         for _ in range(2):
             procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1",
-                                           "--no-dashboard"], cwd=home,
+                                           "--no-dashboard", "--no-nanny"], cwd=home,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         from distributed import Client
         with Client(address) as probe:
