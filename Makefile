@@ -27,7 +27,7 @@ venv: $(STAMP) system-tools
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,dask]'
 	$(BYTECODE)
 	$(WARM_UP)
 	touch $(STAMP)

@@ -72,6 +72,13 @@ class AnalysisState:
         self.flows.update(batch)
         self.detectors.update(batch)
 
+    def merge(self, other: AnalysisState) -> AnalysisState:
+        """Absorb `other`, the state of the packets that follow this one's (a cluster partition). Returns self."""
+        self.stats.merge(other.stats)
+        self.flows.merge(other.flows)
+        self.detectors.merge(other.detectors)
+        return self
+
 
 def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrops]:
     """What the captures' pcapng interface statistics say was dropped, one entry per interface that gave a drop
@@ -137,6 +144,9 @@ def analyze(sources, rules=None, label: str = "analyze", site=None) -> Analysis:
     if rules is None:
         from .rules import load_rules
         rules = load_rules()
+    from .ordering import FileSpans, overlap_warnings
     state = AnalysisState(rules, site=site)
-    run = engine.run(sources, [state], label=label)
+    spans = FileSpans()
+    run = engine.run(sources, [state, spans], label=label)
+    run.warnings.extend(overlap_warnings(spans.extents(run.captures)))
     return conclude(state.detectors, state.flows, state.stats, run)

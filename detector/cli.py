@@ -15,6 +15,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -42,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     flows.add_argument("captures", nargs="+", metavar="CAPTURE",
                        help="several files are read as one capture (e.g. a ring buffer)")
     flows.add_argument("-o", "--output", required=True, metavar="OUT",
-                       help="output file: .csv or .parquet")
+                       help="output file: .csv or .parquet; or a folder (ending in /): a Parquet dataset, "
+                            "one file per partition")
+    _cluster_flags(flows)
 
     analyze = sub.add_parser("analyze", help="run the detectors and write findings")
     analyze.add_argument("captures", nargs="+", metavar="CAPTURE")
@@ -58,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--rules", metavar="DIR",
                          help="folder of rule files laid over the default rules (same id replaces)")
     analyze.add_argument("--site", metavar="FILE", help=SITE_HELP)
+    analyze.add_argument("--each", action="store_true",
+                         help="unrelated captures: one analysis each, into DIR/<capture name>/, and "
+                              "DIR/index.json and DIR/index.html listing them (without it several "
+                              "captures are one, in the order of their first packet)")
+    _cluster_flags(analyze)
 
     watch = sub.add_parser("watch", help="monitor an interface (a mirror port) live: alerts, evidence, metrics")
     watch.add_argument("iface", metavar="IFACE", help="interface to capture on")
@@ -86,6 +94,32 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("site-template", help="print a commented example site file (for --site)")
     return parser
 
+
+def _cluster_flags(command) -> None:
+    command.add_argument("--workers", metavar="N",
+                         help="run on an embedded Dask cluster of N worker processes (auto: one per core); "
+                              "needs detector[dask]")
+    command.add_argument("--scheduler", metavar="ADDRESS",
+                         help="run on an existing Dask cluster (tcp://HOST:8786, or $DETECTOR_SCHEDULER); "
+                              "every worker must see the captures at the same path")
+
+
+@contextlib.contextmanager
+def _client(args, paths):
+    """A distributed.Client for --workers/--scheduler (detector.cluster), or None for this process."""
+    from .cluster import connect, wanted
+    workers, scheduler = wanted(args.workers, args.scheduler)
+    if workers is None and scheduler is None:
+        yield None
+        return
+    if any(path == STDIN for path in paths):
+        raise UsageError("-: standard input cannot be sent to a cluster's workers (drop --workers/--scheduler)")
+    for path in paths:
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            raise UsageError(f"{path}: not a regular file (a pipe?); a cluster's workers read capture files "
+                             "(drop --workers/--scheduler)")
+    with connect(workers, scheduler) as client:
+        yield client
 
 
 # A capture named `-` is read from standard input.
@@ -163,13 +197,15 @@ def cmd_info(args) -> int:
 
 
 def cmd_flows(args) -> int:
-    from .commands import write_flows
+    from .commands import is_dataset, write_flows
     captures = _inputs(args.captures)
-    _prepare_kernels()
     out = Path(args.output)
-    if out.suffix.lower() not in (".csv", ".parquet"):
-        raise UsageError(f"{out}: output must end in .csv or .parquet")
-    result, count = write_flows(captures, out)
+    dataset = is_dataset(args.output)
+    if not dataset and out.suffix.lower() not in (".csv", ".parquet"):
+        raise UsageError(f"{out}: output must end in .csv or .parquet, or be a folder (ending in /)")
+    _prepare_kernels()
+    with _client(args, args.captures) as client:
+        result, count = write_flows(captures, out, client=client, dataset=dataset)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     print(f"{count} flows written to {out}", file=sys.stderr)
@@ -179,13 +215,17 @@ def cmd_flows(args) -> int:
 def cmd_analyze(args) -> int:
     from .commands import analyze
     from .findings import SEVERITY_RANK
-    captures = _inputs(args.captures, keep=not args.no_report)
-    _prepare_kernels()
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
         raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
                          f"(one of {', '.join(SEVERITY_RANK)})")
-    findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report,
-                                    site_file=args.site)
+    if args.each:       # a capture that is missing or broken is listed as failed, the others go on
+        _prepare_kernels()
+        return _analyze_each(args)
+    captures = _inputs(args.captures, keep=not args.no_report)
+    _prepare_kernels()
+    with _client(args, args.captures) as client:
+        findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report,
+                                        site_file=args.site, client=client)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:
@@ -201,6 +241,35 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None and any(f.rank >= SEVERITY_RANK[args.fail_on] for f in findings):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _analyze_each(args) -> int:
+    """analyze --each: exit 2 when a capture failed, else 4 when a rule failed, else 3 for --fail-on."""
+    from .commands import analyze_each
+    from .findings import SEVERITY_RANK
+    if STDIN in args.captures:
+        raise UsageError("-: --each analyses capture files; standard input has no name to file it under")
+    with _client(args, args.captures) as client:
+        entries = analyze_each(args.captures, args.output, rules_dir=args.rules, report=not args.no_report,
+                               site_file=args.site, client=client)
+    status = EXIT_OK
+    for entry in entries:
+        if entry["error"]:
+            print(f"detector: error: {entry['error']}", file=sys.stderr)
+        worst = entry["worst"]
+        said = "failed" if entry["error"] else (f"{worst['severity']:<9} {worst['rule']}" if worst else "no finding")
+        print(f"{entry['capture']}: {said}")
+    failed = sum(1 for entry in entries if entry["error"])
+    print(f"{len(entries) - failed} of {len(entries)} captures analysed into {args.output} "
+          f"(index.html)", file=sys.stderr)
+    if failed:
+        return EXIT_BAD_INPUT
+    if any(entry["failures"] for entry in entries):
+        return EXIT_RULE_FAILED
+    if args.fail_on is not None and any(entry["worst"] and SEVERITY_RANK[entry["worst"]["severity"]] >=
+                                        SEVERITY_RANK[args.fail_on] for entry in entries):
+        return EXIT_FINDINGS
+    return status
 
 
 def cmd_watch(args) -> int:

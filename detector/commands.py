@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from . import engine
-from .errors import CaptureError, UsageError
+from .errors import CaptureError, DetectorError, UsageError
 from .flows import FlowTable
 from .flows.export import write_csv, write_parquet
 from .ingest.reader import interface_totals
@@ -79,18 +80,94 @@ def _counters(stats: dict) -> str:
     return name + (", ".join(said) or "statistics without counters")
 
 
-def write_flows(paths, out: Path):
-    """The flow table of `paths` (one capture) to `out`, .csv or .parquet, replaced whole or not at all."""
-    table = FlowTable()
-    result = engine.run(paths, [table], label="flows")
-    if out.suffix.lower() == ".parquet":
+def write_flows(paths, out: Path, client=None, dataset: bool | None = None):
+    """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: a .csv
+    or .parquet file, or a folder (a name ending in /, or an existing folder): a Parquet dataset of one file
+    per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
+    all. `client`: a distributed.Client to fold the partitions on; None: this process. `dataset`: whether `out`
+    is a dataset folder (None: is_dataset says)."""
+    from .cluster import flow_table
+    from .ordering import FileSpans, capture_order, overlap_warnings
+    if dataset is None:
+        dataset = is_dataset(out)
+    if dataset:
+        _need_pyarrow()
+    if client is not None:
+        table, result, parts = flow_table(client, paths)
+        bounds = [p.first_frame for p in parts]
+    else:
+        paths = capture_order(paths)
+        table, spans = FlowTable(), FileSpans()
+        result = engine.run(paths, [table, spans], label="flows")
+        result.warnings.extend(overlap_warnings(spans.extents(result.captures)))
+        bounds, frame = [], 1
+        for capture in result.captures:
+            bounds.append(frame)
+            frame += int(capture.get("packets") or 0)
+    if dataset:
+        write_dataset(table.to_frame(), bounds, out)
+    elif out.suffix.lower() == ".parquet":
         write_parquet(table.to_frame(), out)
     else:
         write_csv(table.text_columns(coded=True), out)
     return result, table.flow_count
 
 
-def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None):
+def is_dataset(out) -> bool:
+    """`flows -o` names a folder: a trailing slash, or a folder that exists."""
+    text = os.fspath(out)
+    return text.endswith((os.sep, "/")) or os.path.isdir(text)
+
+
+def _need_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise UsageError("a Parquet dataset needs pyarrow: pip install 'detector[parquet]'") from None
+
+
+def write_dataset(frame, bounds: list[int], out) -> None:
+    """`frame` (the merged flow table) as a Parquet dataset in folder `out`: part-00000.parquet... one file per
+    partition (first global frames `bounds`), each flow in the file of the partition of its first packet, every
+    file with the same schema (an empty partition writes an empty file). The files are written into a hidden
+    folder beside `out` and swapped in at the end: a failed or interrupted run leaves the old dataset."""
+    import numpy as np
+    out = os.fspath(out).rstrip("/" + os.sep) or "."
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f".{os.path.basename(out)}.{os.getpid()}.partial")
+    old = os.path.join(parent, f".{os.path.basename(out)}.{os.getpid()}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+        bounds = bounds or [1]
+        owner = np.searchsorted(np.asarray(bounds, dtype=np.int64), frame["first_frame"].to_numpy(), side="right") - 1
+        for index in range(len(bounds)):
+            rows = frame[owner == index]
+            rows.to_parquet(os.path.join(staging, f"part-{index:05d}.parquet"), index=False)
+        if os.path.isdir(out):
+            _refuse_foreign(out)
+            os.rename(out, old)
+        elif os.path.exists(out):
+            raise UsageError(f"{out}: exists and is not a folder (a Parquet dataset is a folder)")
+        os.rename(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.isdir(old) and not os.path.exists(out):
+            os.rename(old, out)
+        raise
+
+
+def _refuse_foreign(folder: str) -> None:
+    """An existing dataset folder is replaced whole: only if it holds nothing but an earlier dataset's parts."""
+    foreign = [name for name in os.listdir(folder) if not (name.startswith("part-") and name.endswith(".parquet"))]
+    if foreign:
+        raise UsageError(f"{folder}: holds files that are not an earlier flow dataset's ({foreign[0]}); "
+                         "give an empty or new folder")
+
+
+def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None, client=None):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
     DIR/evidence/ (one pcap per finding), report.md and report.html.
 
@@ -103,6 +180,9 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None)
     of them are written. A detector that fails is recorded, not raised
     (detectors.DetectorSet), in the analysis' `failures`. Returns
     (findings, the analysis.Analysis, findings.json path).
+
+    Several files are one capture in the order of their first packet (cluster.capture_order). `client`: a
+    distributed.Client whose workers fold the partitions (detector.cluster); None: this process.
     """
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
     from . import analysis
@@ -112,7 +192,13 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None)
     rules = load_rules(rules_dir)
     site = load_site(site_file)
     with OutputDir(out_dir, rule_ids=rules) as out:
-        result = analysis.analyze(paths, rules, label="analyze", site=site)
+        if client is not None:
+            from . import cluster
+            result, paths = cluster.analyze(client, paths, rules, site)
+        else:
+            from .ordering import capture_order
+            paths = capture_order(paths)
+            result = analysis.analyze(paths, rules, label="analyze", site=site)
         findings, stats = result.findings, result.stats
         # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
         from .report import findings_document, write_evidence, write_findings, write_reports
@@ -126,3 +212,71 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None)
         if report:
             write_reports(out, document, findings, rules, evidence, result.flows, result.incidents)
     return findings, result, path
+
+
+# ---- analyze --each -------------------------------------------------------------------------------------------
+def each_name(path, taken: set[str]) -> str:
+    """The folder of one capture under analyze --each's DIR: its file name up to the first dot (as `make demo`
+    names them), made unique with -2, -3... when two captures share it."""
+    base = os.path.basename(os.fspath(path)).split(".")[0] or "capture"
+    name, n = base, 1
+    while name in taken or name in ("index.json", "index.html"):
+        n += 1
+        name = f"{base}-{n}"
+    taken.add(name)
+    return name
+
+
+def analyze_one(path, out_dir, rules_dir=None, report: bool = True, site_file=None) -> dict:
+    """One capture of analyze --each, analysed alone into `out_dir` (in this process or on a cluster worker):
+    its line of the index. A capture that cannot be read gives its error, never an exception."""
+    from .cluster import unopenable
+    entry = {"capture": os.fspath(path), "report": None, "packets": None, "findings": None, "worst": None,
+             "failures": [], "error": None}
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        entry["error"] = unopenable(path, exc)
+        return entry
+    try:
+        findings, result, _ = analyze([path], out_dir, rules_dir=rules_dir, report=report, site_file=site_file)
+    except DetectorError as exc:
+        entry["error"] = str(exc)
+        return entry
+    except OSError as exc:
+        where = exc.filename or path
+        entry["error"] = f"{where}: {exc.strerror or exc}"
+        return entry
+    entry.update(packets=result.stats.packets, findings=len(findings),
+                 failures=[failure.rule_id for failure in result.failures])
+    if findings:
+        worst = max(findings, key=lambda f: f.rank)     # the first of the worst severity, in canonical order
+        entry["worst"] = {"severity": worst.severity, "rule": worst.rule, "msg": worst.msg}
+    return entry
+
+
+def analyze_each(paths, out_dir, rules_dir=None, report: bool = True, site_file=None, client=None) -> list[dict]:
+    """analyze --each: every capture its own analysis in DIR/<name>/ (on the cluster's workers when `client` is
+    given, one task per capture), then DIR/index.json and DIR/index.html listing them all. Returns the entries."""
+    from .cluster import each_entries
+    from .report.index import write_index
+    from .rules import load_rules
+    from .site import load_site
+    load_rules(rules_dir)       # a bad rules folder or site file: one error before any capture is read
+    load_site(site_file)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
+    jobs = [(path, each_name(path, taken)) for path in paths]
+    if client is not None:
+        entries = each_entries(client, analyze_one, [(os.fspath(p), str(out_dir / name)) for p, name in jobs],
+                               rules_dir, report, site_file)
+    else:
+        entries = [analyze_one(path, out_dir / name, rules_dir, report, site_file) for path, name in jobs]
+    for entry, (_, name) in zip(entries, jobs):
+        entry["folder"] = name
+        if entry["error"] is None:
+            entry["report"] = f"{name}/report.html" if report else f"{name}/findings.json"
+    write_index(out_dir, entries)
+    return entries

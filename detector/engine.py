@@ -36,6 +36,13 @@ def _file_size(path) -> int:
         return 0
 
 
+class _Silent:
+    """A stream that is no terminal: Progress stays quiet."""
+
+    def isatty(self) -> bool:
+        return False
+
+
 # Decoded batches allowed to wait for the consumers: one is enough to keep both
 # cores busy; more only holds memory (each batch is up to BATCH_BYTES of frames).
 PREFETCH_BATCHES = 2
@@ -45,7 +52,8 @@ DECODE_THREADS = 2
 _DONE = object()
 
 
-def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None, tables: tuple[str, ...] = ()):
+def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None, tables: tuple[str, ...] = (),
+                    first_frame: int = 1):
     """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread, with the
     application side-tables `tables` built (detector.decode.app).
 
@@ -72,7 +80,7 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
                 decoding = deque()      # (reader, future) in capture order
                 failure = None
                 try:
-                    for reader, raw in read_captures(paths, opened=opened):
+                    for reader, raw in read_captures(paths, opened=opened, first_frame=first_frame):
                         decoding.append((reader, pool.submit(decode, raw, fingerprint, tables=tables)))
                         if len(decoding) > DECODE_THREADS:
                             done_reader, future = decoding.popleft()
@@ -105,13 +113,16 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
         worker.join()
 
 
-def run(paths, consumers, label: str = "reading") -> RunResult:
+def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_progress: bool = True) -> RunResult:
     """Stream every capture in `paths` (one continuous capture) through `consumers`.
 
-    A path may also be a binary stream or an ingest.StreamCapture.
+    A path may also be a binary stream or an ingest.StreamCapture. `first_frame`: the frame number of the
+    first record (a cluster partition's place in the whole capture, detector.cluster). `show_progress`: draw the
+    byte progress line on a terminal (off on a cluster worker).
     """
     paths = list(paths)
-    progress = Progress(sum(_file_size(p) for p in paths), label)
+    progress = Progress(sum(_file_size(p) for p in paths) if show_progress else 0, label,
+                        stream=None if show_progress else _Silent())
     result = RunResult()
     opened: list = []       # every reader, in order, including those that yield no batch
     current = None
@@ -121,7 +132,8 @@ def run(paths, consumers, label: str = "reading") -> RunResult:
         # the fingerprint hashes every captured byte: only when a consumer reads it
         fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
         tables = tuple(sorted({name for c in consumers for name in getattr(c, "app_tables", ())}))
-        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened, tables=tables):
+        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened, tables=tables,
+                                             first_frame=first_frame):
             if reader is not current:
                 current = reader
                 done_before = sum(r.size or 0 for r in opened[:opened.index(reader)])

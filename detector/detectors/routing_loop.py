@@ -197,7 +197,9 @@ class RoutingLoop(Detector):
         self.cand = _empty(CANDIDATE_COLUMNS)
         self.dest = _empty(DEST_COLUMNS)
         self.start_ns: int | None = None      # the earliest time this state has seen
-        self.evidence: dict[tuple[int, int], list[int]] = {}   # destination -> frames of a few looping packets
+        # destination -> (first time, first frame, last frame) of its EVIDENCE_PACKETS earliest looping packets:
+        # chosen by time, not by when each was seen to finish, so a partitioned run keeps the same ones
+        self.evidence: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
 
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
@@ -282,9 +284,8 @@ class RoutingLoop(Detector):
         self.start_ns = min(starts) if starts else None
         self.cand = _combine(self.cand, other.cand)
         self.dest = _combine_dest(self.dest, other.dest)
-        for dst, frames in other.evidence.items():
-            kept = self.evidence.setdefault(dst, [])
-            kept += frames[:max(0, 2 * EVIDENCE_PACKETS - len(kept))]
+        for dst, packets in other.evidence.items():
+            self.evidence[dst] = _earliest(self.evidence.get(dst, []) + packets)
         return self
 
     # ---- findings ---------------------------------------------------------
@@ -322,7 +323,8 @@ class RoutingLoop(Detector):
         routers = [mac_to_str(m) for m in (d["mac_a"][first], d["mac_b"][first]) if int(m)]
         frames = []
         for hi, lo in zip(d["dest_ip_hi"].tolist(), d["dest_ip_lo"].tolist()):
-            frames += evidence_by_dst.get((hi, lo), [])
+            for _, first_frame, last_frame in evidence_by_dst.get((hi, lo), []):
+                frames += [first_frame, last_frame]
         ttl_from, ttl_to = int(d["ttl_first"][first]), int(d["ttl_last"][first])
         severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
         where = f" between {routers[0]} and {routers[1]}" if len(routers) == 2 else ""
@@ -354,11 +356,24 @@ def _add_destinations(c: dict, dest: dict, evidence: dict) -> dict:
     part["copies"] = c["count"]
     # one pair of routers, whichever of the two was seen first
     part["mac_a"], part["mac_b"] = np.minimum(c["mac_a"], c["mac_b"]), np.maximum(c["mac_a"], c["mac_b"])
-    for i in np.argsort(c["first_ns"], kind="stable")[:EVIDENCE_PACKETS]:
-        kept = evidence.setdefault((int(c["dest_ip_hi"][i]), int(c["dest_ip_lo"][i])), [])
-        if len(kept) < 2 * EVIDENCE_PACKETS:
-            kept += [int(c["first_frame"][i]), int(c["last_frame"][i])]
+    # per destination its earliest EVIDENCE_PACKETS identities (by first sighting, then frame)
+    order = np.lexsort((c["first_frame"], c["first_ns"], c["dest_ip_lo"], c["dest_ip_hi"]))
+    hi, lo = c["dest_ip_hi"][order], c["dest_ip_lo"][order]
+    new = np.concatenate(([True], (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1]))) if len(order) else np.zeros(0, bool)
+    starts = np.flatnonzero(new)
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    added: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for i in order[rank < EVIDENCE_PACKETS].tolist():
+        added.setdefault((int(c["dest_ip_hi"][i]), int(c["dest_ip_lo"][i])), []).append(
+            (int(c["first_ns"][i]), int(c["first_frame"][i]), int(c["last_frame"][i])))
+    for dst, packets in added.items():
+        evidence[dst] = _earliest(evidence.get(dst, []) + packets)
     return _combine_dest(dest, part)
+
+
+def _earliest(packets: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The EVIDENCE_PACKETS earliest of one destination's (first time, first frame, last frame), in time order."""
+    return sorted(set(packets))[:EVIDENCE_PACKETS]
 
 
 def _combine_dest(a: dict, b: dict) -> dict:

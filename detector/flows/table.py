@@ -226,6 +226,24 @@ class FlowTable:
         self._counts[k.C_OPEN] = n
         self._index()
 
+    def __getstate__(self) -> dict:
+        """Pickled (a cluster worker ships its partition's table; a watch copies its slices) with only the rows in
+        use: the arenas' spare capacity (up to twice the rows) and the hash table, rebuilt on loading, stay out."""
+        state = dict(self.__dict__)
+        n_open, n_done = int(self._counts[k.C_OPEN]), int(self._counts[k.C_DONE])
+        for names, n in ((("_OF", "_OH", "_OK"), n_open), (("_DF", "_DH", "_DK"), n_done)):
+            for name in names:
+                state[name] = state[name][:n].copy()
+        del state["_tab_row"], state["_tab_h"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        n_open = int(self._counts[k.C_OPEN])
+        slots = max(MIN_TABLE_SLOTS, 1 << max(2 * n_open - 1, 1).bit_length())
+        self._tab_row, self._tab_h = np.empty(slots, np.int64), np.empty(slots, np.uint64)
+        self._index()
+
     def _open(self):
         n = int(self._counts[k.C_OPEN])
         return self._OF[:n], self._OH[:n], self._OK[:n]

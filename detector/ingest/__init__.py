@@ -61,15 +61,16 @@ def open_capture(source, batch_packets: int = BATCH_PACKETS, first_frame: int = 
     return CaptureReader(source, batch_packets=batch_packets, first_frame=first_frame)
 
 
-def read_captures(paths: Iterable, batch_packets: int = BATCH_PACKETS,
-                  opened: list | None = None) -> Iterator[tuple[CaptureReader, RawBatch]]:
-    """Read several captures as one: frame numbers continue from file to file.
+def read_captures(paths: Iterable, batch_packets: int = BATCH_PACKETS, opened: list | None = None,
+                  first_frame: int = 1) -> Iterator[tuple[CaptureReader, RawBatch]]:
+    """Read several captures as one: frame numbers continue from file to file, from `first_frame` (a
+    cluster partition's first global frame number; 1 for a whole capture).
 
     Each reader is appended to `opened` as soon as it is open, so a capture
     that yields no batch (no packet, or damage before the first) still tells
     its format and warnings.
     """
-    frame = 1
+    frame = int(first_frame)
     for path in paths:
         with open_capture(path, batch_packets=batch_packets, first_frame=frame) as reader:
             if opened is not None:
