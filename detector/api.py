@@ -166,17 +166,36 @@ def _proto_texts(proto: np.ndarray) -> np.ndarray:
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
     columns = ["rule", "severity", "title", "msg", "identifier", "first_seen", "last_seen", "n", "src_ip", "dest_ip",
-               "src_port", "dest_port", "proto", "community_id", "evidence", "remediation"]
+               "src_port", "dest_port", "proto", "community_id", "evidence", "remediation", "incident_id"]
     rows = [{k: getattr(f, k) for k in columns} for f in findings]
     frame = pd.DataFrame(rows, columns=columns)
     for name in ("first_seen", "last_seen"):
         frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
     for name in ("rule", "severity", "title", "msg", "identifier", "src_ip", "dest_ip", "proto", "community_id",
-                 "remediation"):
+                 "remediation", "incident_id"):
         frame[name] = frame[name].astype("string")
     for name in ("src_port", "dest_port"):
         frame[name] = frame[name].astype("UInt16")
     frame["n"] = frame["n"].astype("int64")
+    return frame
+
+
+def _incidents_frame(incidents) -> pd.DataFrame:
+    """One row per incident (detector.incidents.Incident), in findings.json's order: id, severity, title, the
+    root cause's rule and identifier, the rules of its findings (root cause first), how many, its span, and the
+    three-line summary."""
+    columns = ["id", "severity", "title", "root_cause", "root_identifier", "rules", "findings", "first_seen",
+               "last_seen", "summary"]
+    rows = [{"id": i.id, "severity": i.severity, "title": i.title, "root_cause": i.root_cause.rule,
+             "root_identifier": i.root_cause.identifier, "rules": [f.rule for f in i.findings],
+             "findings": len(i.findings), "first_seen": i.first_seen, "last_seen": i.last_seen,
+             "summary": i.summary} for i in incidents]
+    frame = pd.DataFrame(rows, columns=columns)
+    for name in ("first_seen", "last_seen"):
+        frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
+    for name in ("id", "severity", "title", "root_cause", "root_identifier", "summary"):
+        frame[name] = frame[name].astype("string")
+    frame["findings"] = frame["findings"].astype("int64")
     return frame
 
 
@@ -322,6 +341,14 @@ class Capture:
         if self._findings is None:
             self.analyze()
         return _findings_frame(self._findings)
+
+    @property
+    def incidents(self) -> pd.DataFrame:
+        """The findings grouped into incidents (detector.incidents: declared relations, shared entities, time),
+        as findings.json lists them; `findings.incident_id` says which finding belongs to which."""
+        if self._findings is None:
+            self.analyze()
+        return _incidents_frame(self._analysis.incidents if self._analysis is not None else [])
 
     @property
     def failures(self) -> list[dict]:

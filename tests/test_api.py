@@ -115,3 +115,18 @@ def test_application_tables_as_dataframes(tmp_path):
     none = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
     assert len(none.app("vrrp")) == 0 and {"frame", "time", "vrid"} <= set(none.app("vrrp").columns)
     assert list(none.app("vrrp_addr").columns) == ["frame", "ip", "truncated"]
+
+
+def test_incidents_group_the_findings_as_findings_json_does():
+    # a loop started by a RIP probe and, at the same seconds, a PMTUD black hole between other hosts
+    capture = detector.open(CAPTURES / "two-incidents-at-once.pcapng")
+    incidents = capture.incidents
+    assert list(incidents["root_cause"]) == ["rip-trigger", "mss-violation"]
+    assert [sorted(rules) for rules in incidents["rules"]] == [["echo-loop", "rip-trigger", "rss-saturation"],
+                                                               ["mss-violation", "pmtud-blackhole"]]
+    assert str(incidents["severity"].iloc[0]) in ("high", "critical")
+    findings = capture.findings
+    for row in incidents.itertuples():
+        members = findings[findings["incident_id"] == row.id]
+        assert sorted(members["rule"]) == sorted(row.rules) and row.findings == len(members)
+    assert incidents["first_seen"].dt.tz is not None and incidents["summary"].str.count("\n").min() >= 2

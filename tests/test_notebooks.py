@@ -20,7 +20,7 @@ EXPECTED = {"postmortem.ipynb": ["6,000 of 6,532 packets go to UDP 520",
                                  # Capture.dissect inside the kernel's running event loop (where pyshark's
                                  # FileCapture fails)
                                  "Wireshark reads frame 258 as eth:ethertype:ip:udp:rip: TTL 242, IP ID 0xd431"],
-            "triage.ipynb": ["[high] pmtud-blackhole:", "23 frames written to"]}
+            "triage.ipynb": ["[high] pmtud-blackhole:", "23 frames written to", "Where: "]}
 # the capture of the new user: a real ARP spoofer, not one of ours
 ARP_SPOOFING = "lucaderi-sgr/2022/Favilli/tests/na-arpSpoofing.pcap"
 

@@ -372,7 +372,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>Incident report</h1>", *_incidents_html(incidents, findings, timeline), "<h2>Capture summary</h2><table>"]
+           "<h1>Incident report</h1>", *_incidents_html(incidents, findings, timeline),
+           "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
     if views is not None and views.status:
