@@ -47,6 +47,9 @@ INEXACT = {
     "pmtud-works.pcapng", "repeats-not-loops.pcapng", "routing-loop-ipv4.pcapng",
     "rss-balanced-busy.pcap", "rss-elephant-flow.pcap", "rss-single-flow-flood.pcap", "rss-vxlan-tunnel.pcap",
     "scan-near-misses.pcap", "session-storm-subscriber.pcap", "syn-flood-spoofed.pcap", "tso-host-capture.pcapng",
+    # mss-violation's merge loses the segments of a connection cut at a file boundary (medium with 9 segments
+    # in one pass, low with 1 from the parts), as on the PMTUD captures above
+    "two-incidents-at-once.pcapng",
 }
 # the flow counters a cut makes lower bounds (flows/merge.py), left out where a test compares the rest
 CUT_COUNTERS = ["src2dst_ack_events", "dst2src_ack_events", "src2dst_gap_events", "dst2src_gap_events",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,8 @@ def _drawn(findings, incidents=(), start_ns=None):
 
 
 def test_a_bar_per_finding_from_its_first_to_its_last_packet(chain):
-    findings, start = chain.findings, chain.stats.first_ns
+    # the findings as the rules give them, before the correlator groups them (the next test colours them)
+    findings, start = [replace(f, incident_id=None) for f in chain.findings], chain.stats.first_ns
     assert {f.rule for f in findings} == {"vrrp-dual-master", "garp-war", "unicast-flood"}
     ax = _drawn(findings, start_ns=start)
     bars = [c.patches[0] for c in ax.containers if c.get_label() in {f.rule for f in findings}]
@@ -51,7 +53,7 @@ def test_a_bar_per_finding_from_its_first_to_its_last_packet(chain):
     # two garp-war findings share their lane side by side, not on top of each other
     garp = [b for b, f in zip(bars, findings) if f.rule == "garp-war"]
     assert len(garp) == 2 and garp[0].get_y() != garp[1].get_y()
-    # no incidents yet: every bar grey, no legend
+    # no incident: every bar grey, no legend
     assert {to_hex(b.get_facecolor()) for b in bars} == {timeline.NO_INCIDENT}
     assert ax.get_legend() is None
     assert ax.get_xlabel() == "seconds after 2026-01-01T00:00:00.000000Z"
