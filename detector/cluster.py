@@ -18,9 +18,9 @@ processes) or `--scheduler tcp://HOST:8786` (a cluster started with Dask's own `
 The evidence pass (evidence pcaps, figures) then reads the captures again in the client, in capture
 order: it is one sequential pass, as in a single-process run.
 
-A partition is a whole file today. `Partition.start`/`end`/`preamble` are the slots for a byte range of a
-large file, cut at record boundaries by a record index, with the file header (pcap) or section and interface
-blocks (pcapng) that precede the range; they are None/empty for a whole file.
+A partition is a whole file. Cutting a large file into byte ranges at record boundaries is left to
+detector.ingest.index (RecordIndex.byte_ranges, ByteRange.reader: each range readable alone); a partition
+will carry such a range when the fold reads one.
 
 Captures must lie at the same path on every worker (a shared filesystem): a worker that cannot open one
 says so, naming the path and the worker.
@@ -43,15 +43,12 @@ SCHEDULER_ENV = "DETECTOR_SCHEDULER"
 
 @dataclass(frozen=True)
 class Partition:
-    """The records one task reads: a whole file (start/end None), later a byte range of one."""
+    """The records one task reads: one whole file."""
 
     path: str                   # absolute: the workers' working folders are not the client's
     name: str                   # as the command line gave it: what findings.json and warnings say
     index: int                  # place in capture order
     first_frame: int            # global frame number of its first record
-    start: int | None = None    # byte range [start, end) at record boundaries; None: the whole file
-    end: int | None = None
-    preamble: bytes = b""       # what a byte range needs from before it (file header, pcapng SHB/IDBs)
 
 
 @dataclass
@@ -123,8 +120,6 @@ def count_records(path) -> Extent:
 def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
     """Decode `partition` and fold it into a fresh state: `kind` "analyze" (analysis.AnalysisState of `rules`
     and `site`) or "flows" (the flow table alone)."""
-    if partition.start is not None:
-        raise NotImplementedError("byte-range partitions wait for the record index")
     error = _check_open(partition.path)
     if error:
         return Folded(partition.index, error=error.replace(partition.path, partition.name))
