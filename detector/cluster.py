@@ -370,7 +370,13 @@ def partitions(client, paths, per_file=None) -> tuple[list[Partition], list[Exte
     else:
         counts = [per_file] * len(names)
     futures = [client.submit(survey, path, count, pure=False) for path, count in zip(absolute, counts)]
-    surveys = list(_gather_in_order(client, futures, "surveying"))
+    return lay_out(names, list(_gather_in_order(client, futures, "surveying")))
+
+
+def lay_out(names: list[str], surveys: list[Survey]) -> tuple[list[Partition], list[Extent], list[str]]:
+    """The partitions of files `names` (as given) from their `surveys`, in capture order with their global
+    first frames; their extents; the overlap warnings. A file that cannot be read raises its one-line error."""
+    absolute = [os.path.abspath(name) for name in names]
     for name, path, found in zip(names, absolute, surveys):
         found.extent.path = name
         if found.extent.error:
@@ -416,11 +422,20 @@ def fold_all(client, parts: list[Partition], kind: str, rules=None, site=None):
         site = client.scatter(site, broadcast=True)
     hosts = _workers(client)[1]
     futures = [client.submit(fold, part, kind, rules, site, hosts, pure=False) for part in parts]
+    try:
+        return merge_in_order(_gather_in_order(client, futures, kind))
+    except UsageError:
+        client.cancel(futures)
+        raise
+
+
+def merge_in_order(folds) -> tuple[object, engine.RunResult]:
+    """Merge the Folded answers `folds` (in capture order) into one state and the RunResult of one pass; the
+    first error raises its one line."""
     run = engine.RunResult()
     merged, last_file = None, None
-    for folded in _gather_in_order(client, futures, kind):
+    for folded in folds:
         if folded.error:
-            client.cancel(futures)
             raise UsageError(folded.error)
         _join(run.captures, folded, last_file)
         last_file = folded.file

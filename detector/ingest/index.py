@@ -36,7 +36,8 @@ if_tsresol and if_tsoffset time its records as in the whole file). The last
 range runs to the end of the file: the blocks after the last record
 (interface statistics, damage) are read by it, as the whole file's reader
 reads them. `reader()` reads a range as the whole file's reader reads those
-records: frames numbered as in the whole file (or from `first_frame`), a
+records: frames numbered from `first_frame` (as in the whole file, or as a
+cluster numbers several files: dataclasses.replace sets it), a
 leading simple packet block given the time of the record before the range
 (`last_ts_ns`), interfaces numbered file-wide (its header's first interface
 is `interface_base`), and warnings naming offsets of the file. Ranges read in
@@ -85,12 +86,10 @@ class ByteRange:
         """The range as a binary stream: header, then the file's bytes start:stop (read as the stream is)."""
         return _RangeStream(self)
 
-    def reader(self, first_frame: int | None = None, **options) -> CaptureReader:
+    def reader(self, **options) -> CaptureReader:
         """A CaptureReader of the range that reads its records as the whole file's reader does (module
-        docstring); `first_frame` numbers them from another frame (a partition's place in several files),
-        `options` go to CaptureReader (batch_packets)."""
-        return _RangeReader(self, first_frame=self.first_frame if first_frame is None else first_frame,
-                            **options)
+        docstring), from frame `first_frame`; `options` go to CaptureReader (batch_packets)."""
+        return _RangeReader(self, first_frame=self.first_frame, **options)
 
 
 class _RangeStream(io.RawIOBase):
