@@ -150,7 +150,7 @@ def test_a_range_reads_as_the_whole_file_reads_its_records(tmp_path):
         with open_capture(part) as reader:
             got += [(raw["frame"].tolist(), raw["ts_ns"].tolist(), raw["iface"].tolist()) for raw in reader]
             said += reader.warnings
-    flat = [sum((list(zip(*batch)) for batch in rows), []) for rows in (whole, got)]
+    flat = [[record for batch in rows for record in zip(*batch)] for rows in (whole, got)]
     assert flat[0] == flat[1]
     assert said == warnings and warnings and f"{path} at byte " in warnings[0]
 
