@@ -174,10 +174,12 @@ def crafted(tmp_path: Path) -> list[str]:
     return split(whole, tmp_path / "parts", 7)
 
 
-def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_path):
+@pytest.mark.parametrize("per_file", [1, 3, 7])
+def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_path, per_file):
     paths = crafted(tmp_path)
     _, one, one_path = commands.analyze(paths, tmp_path / "one")
-    _, many, many_path = commands.analyze(paths, tmp_path / "many", client=client)
+    _, many, many_path = commands.analyze(paths, tmp_path / "many", client=client, partitions_per_file=per_file)
+    assert many.captures == one.captures
     extents = [cluster.count_records(p) for p in paths]
     bounds = [e.first_ns for e in extents[1:]]
     a, b = normalised(one_path), normalised(many_path)
@@ -188,26 +190,36 @@ def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_pat
     cut = [(flows.first_seen.astype("int64") < t) & (flows.last_seen.astype("int64") > t) for t in bounds]
     spanning = flows[pd.concat(cut, axis=1).any(axis=1) & flows.history.str.startswith("S")]
     assert len(spanning) >= 1
-    assert [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops
-    # the black hole and the MSS violation are found either way; their counts across a cut are not exact yet
-    assert [f["rule"] for f in b["findings"]] == [f["rule"] for f in a["findings"]] \
-        == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    # the loop and the black hole are found either way; the black hole's counts across a cut are not exact
+    # yet, and at the finer cuts (3 and 7 partitions a file) the echo-loop merge loses a sighting (7,679 of
+    # 7,680) and mss-violation the segments of a cut connection. Strict, as INEXACT: once those merges are
+    # exact this turns red until the partition counts leave CRAFTED_INEXACT_AT
+    rules = [f["rule"] for f in b["findings"]]
+    assert rules[:2] == ["routing-loop", "pmtud-blackhole"]
+    exact = [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops and \
+        rules == [f["rule"] for f in a["findings"]] == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    assert exact != (per_file in CRAFTED_INEXACT_AT)
     pd.testing.assert_frame_equal(flows.drop(columns=CUT_COUNTERS),
                                   many.flow_table.to_frame().drop(columns=CUT_COUNTERS))
-    # the evidence pcaps hold the same frames
-    assert sorted(p.name for p in (tmp_path / "one" / "evidence").iterdir()) == \
-        sorted(p.name for p in (tmp_path / "many" / "evidence").iterdir())
+    # an evidence pcap per finding, as in one pass
+    evidence = [sorted(p.name for p in (tmp_path / run / "evidence").iterdir()) for run in ("one", "many")]
+    assert evidence[1] == [f"{rule}-1.pcap" for rule in sorted(rules)]
+    assert set(evidence[1]) <= set(evidence[0]) and (evidence[0] == evidence[1]) == exact
 
+
+# partitions per file at which the crafted capture's loop finding is not yet that of one pass
+CRAFTED_INEXACT_AT = {3, 7}
 
 EXACT = ["scan-port-scan.pcap", "syn-flood-ingress-only.pcap", "routing-loop-ipv6-vlan.pcap",
          "ospf-storm-flapping.pcap", "dhcp-rogue-server.pcapng"]
 
 
-@pytest.mark.parametrize("name", EXACT)
-def test_the_cluster_writes_the_findings_of_one_process(client, tmp_path, name):
+@pytest.mark.parametrize(("name", "per_file"), [(name, per_file) for name in EXACT for per_file in (1, 3, 7)
+                                                 if per_file == 1 or name not in INEXACT_IN_RANGES])
+def test_the_cluster_writes_the_findings_of_one_process(client, tmp_path, name, per_file):
     paths = split(CAPTURES / name, tmp_path / "parts", 3)
     *_, one = commands.analyze(paths, tmp_path / "one")
-    *_, many = commands.analyze(paths, tmp_path / "many", client=client)
+    *_, many = commands.analyze(paths, tmp_path / "many", client=client, partitions_per_file=per_file)
     assert one.read_text() == many.read_text()
     assert (tmp_path / "one" / "report.md").read_text() == (tmp_path / "many" / "report.md").read_text()
 
