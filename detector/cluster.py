@@ -269,8 +269,9 @@ def connect(workers: int | None, scheduler: str | None):
         finally:
             client.close()
         return
-    # one thread a worker: the engine reads and decodes in threads of its own
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+    # one thread a worker: the engine reads and decodes in threads of its own. The scheduler's HTTP server
+    # (health checks) takes any free port: on Dask's 8787, a second run at once would warn on stderr
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as local, Client(local) as client:
         yield client
 

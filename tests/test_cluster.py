@@ -12,8 +12,10 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pytest
 from detector import cluster, commands, ordering
 from detector.analysis import analyze as analyze_in_process
 from detector.analysis import conclude
+from detector.errors import DetectorError
 from detector.report import findings_document
 from detector.rules import load_rules
 from detector.site import load_site
@@ -285,6 +288,64 @@ def test_each_with_a_broken_capture(client, tmp_path):
     assert not (tmp_path / "out" / "<i>broken&").exists()
 
 
+def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
+    *_, one = commands.analyze(paths, tmp_path / "one", report=False)
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+            Client(local) as dask_client:
+        pids = dask_client.run(os.getpid)
+        killed, done = {}, threading.Event()
+
+        def kill_a_folding_worker():
+            while not done.is_set():
+                for address, keys in dask_client.processing().items():
+                    if address in pids and any(str(key).startswith("fold-") for key in keys):
+                        os.kill(pids[address], signal.SIGKILL)
+                        killed[address] = keys
+                        return
+                time.sleep(0.002)
+
+        killer = threading.Thread(target=kill_a_folding_worker)
+        killer.start()
+        try:
+            *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=dask_client,
+                                        partitions_per_file=7)
+        finally:
+            done.set()
+            killer.join()
+        assert killed, "no worker was killed while folding"
+        dask_client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
+        assert set(pids.values()) != set(dask_client.run(os.getpid).values())
+    assert many.read_text() == one.read_text()
+
+
+def test_a_damaged_capture_among_many_is_one_line(client, tmp_path):
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
+    damaged = Path(paths[1])
+    damaged.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\x09\x00" * 10)     # a pcap header of an unknown version
+    with pytest.raises(DetectorError) as alone:
+        commands.analyze(paths, tmp_path / "one", report=False)
+    with pytest.raises(DetectorError) as cluster_said:
+        commands.analyze(paths, tmp_path / "many", report=False, client=client, partitions_per_file=3)
+    assert str(cluster_said.value) == str(alone.value) == f"{damaged} at byte 4: unsupported pcap version 9.9"
+    assert "\n" not in str(cluster_said.value) and not (tmp_path / "many" / "findings.json").exists()
+    proc = run_cli("analyze", *paths, "-o", str(tmp_path / "cli"), "--workers", "2", "--partitions-per-file", "3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"detector: error: {alone.value}"
+
+
+def test_damage_in_a_cut_file_warns_as_one_pass(client, tmp_path):
+    # the last record cut short: the last byte range reads to the end of the file, so its reader meets the
+    # damage at the same byte of the file and says so in the same words
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((CAPTURES / "scan-port-scan.pcap").read_bytes()[:-7])
+    _, one, _ = commands.analyze([str(cut)], tmp_path / "one", report=False)
+    _, many, _ = commands.analyze([str(cut)], tmp_path / "many", report=False, client=client, partitions_per_file=3)
+    assert one.warnings and "capture cut short" in one.warnings[0]
+    assert many.warnings == one.warnings and many.captures == one.captures
+
+
 def test_a_worker_that_cannot_open_a_capture_says_so(client, tmp_path):
     missing = str(tmp_path / "gone.pcap")
     extent = client.submit(cluster.count_records, missing, pure=False).result()
@@ -360,7 +421,16 @@ def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tm
     many = run_cli("analyze", *paths, "-o", str(tmp_path / "many"), "--scheduler", dask_cluster)
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
-    flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"), env={"DETECTOR_SCHEDULER": dask_cluster})
+    # each file cut into byte ranges that the workers read in another folder (a capture whose merge is exact
+    # at those cuts: INEXACT_IN_RANGES)
+    scan = [os.path.relpath(p) for p in split(CAPTURES / "scan-port-scan.pcap", tmp_path / "scan", 2)]
+    alone = run_cli("analyze", *scan, "-o", str(tmp_path / "alone"))
+    ranges = run_cli("analyze", *scan, "-o", str(tmp_path / "ranges"), "--scheduler", dask_cluster,
+                     "--partitions-per-file", "3")
+    assert alone.returncode == ranges.returncode == 0, ranges.stderr
+    assert (tmp_path / "alone" / "findings.json").read_text() == (tmp_path / "ranges" / "findings.json").read_text()
+    flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"),
+                    env={"DETECTOR_SCHEDULER": dask_cluster, "DETECTOR_PARTITIONS_PER_FILE": "3"})
     single = run_cli("flows", *paths, "-o", str(tmp_path / "single.csv"))
     assert flows.returncode == single.returncode == 0, flows.stderr
     got, want = pd.read_csv(tmp_path / "flows.csv"), pd.read_csv(tmp_path / "single.csv")
