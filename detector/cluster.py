@@ -271,9 +271,25 @@ def connect(workers: int | None, scheduler: str | None):
         return
     # one thread a worker: the engine reads and decodes in threads of its own. The scheduler's HTTP server
     # (health checks) takes any free port: on Dask's 8787, a second run at once would warn on stderr
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as local, Client(local) as client:
-        yield client
+    import dask
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        _preload_forkserver()
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as local, Client(local) as client:
+            yield client
+
+
+# What the embedded cluster's worker processes import before they are forked (module names): a spawned
+# worker would import them itself, each on its own (about a second each on this machine, 2026-11-27).
+FORKSERVER_PRELOAD = ("distributed", "numpy", "pandas", "numba", "detector.cluster", "detector.analysis",
+                      "detector.flows", "detector.detectors")
+
+
+def _preload_forkserver() -> None:
+    """Start the embedded cluster's workers from a fork server that has imported FORKSERVER_PRELOAD once
+    (multiprocessing's forkserver: a clean single-threaded process, so forking it is safe)."""
+    from distributed.utils import get_mp_context
+    get_mp_context().set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
 
 class _Bar:
