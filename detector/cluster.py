@@ -336,8 +336,10 @@ def _gather_in_order(client, futures, label: str):
 def partitions_per_file(value=None) -> int | None:
     """--partitions-per-file N (`value`; None: DETECTOR_PARTITIONS_PER_FILE): every uncompressed file cut into
     N partitions; None (neither given) or auto: auto_partitions decides."""
+    said = "--partitions-per-file"
     if value is None:
         value = os.environ.get(PARTITIONS_ENV) or None
+        said = f"{said} (${PARTITIONS_ENV})"
     if value is None or value == "auto":
         return None
     try:
@@ -345,8 +347,8 @@ def partitions_per_file(value=None) -> int | None:
     except ValueError:
         count = 0
     if not 1 <= count <= MAX_PARTITIONS_PER_FILE:
-        raise UsageError(f"--partitions-per-file: '{value}' is not a number of partitions "
-                         f"(1 to {MAX_PARTITIONS_PER_FILE}, or auto)")
+        raise UsageError(f"{said}: '{value}' is not a number of partitions (1 to {MAX_PARTITIONS_PER_FILE}, "
+                         "or auto)")
     return count
 
 

@@ -377,6 +377,21 @@ def test_workers_flag_runs_an_embedded_cluster(tmp_path):
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
     bad = run_cli("analyze", *paths, "-o", str(tmp_path / "x"), "--workers", "none")
     assert bad.returncode == 2 and "--workers: 'none' is not a number" in bad.stderr
+    for flag, env in ((["--partitions-per-file", "0"], None), ([], {"DETECTOR_PARTITIONS_PER_FILE": "many"})):
+        bad = run_cli("analyze", *paths, "-o", str(tmp_path / "x"), "--workers", "2", *flag, env=env)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert "--partitions-per-file" in bad.stderr and "is not a number of partitions (1 to 1024" in bad.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_files_are_cut_to_keep_every_worker_busy():
+    mib = 1 << 20
+    # a ring of 8 files of 764 MiB on 2 workers: one partition each; one 1.6 GB file: four
+    assert cluster.auto_partitions([764 * mib] * 8, 2) == [1] * 8
+    assert cluster.auto_partitions([1600 * mib], 2) == [4]
+    assert cluster.auto_partitions([1600 * mib], 16) == [25]       # none under 64 MiB
+    assert cluster.auto_partitions([10 * mib, 3000 * mib], 4) == [1, 8]
+    assert cluster.auto_partitions([mib] * 3, 2) == [1, 1, 1]
 
 
 @pytest.fixture()
