@@ -162,7 +162,7 @@ def test_a_range_reads_as_the_whole_file_reads_its_records(tmp_path):
 @pytest.fixture(scope="module")
 def client():
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
             Client(local) as dask_client:
         yield dask_client
 
@@ -292,7 +292,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
     paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
     *_, one = commands.analyze(paths, tmp_path / "one", report=False)
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
             Client(local) as dask_client:
         pids = dask_client.run(os.getpid)
         killed, done = {}, threading.Event()
