@@ -8,7 +8,8 @@ editcap with its times moved on by a minute a copy (a ring buffer's consecutive 
 read once before timing (the page cache holds it). Each command runs as a separate process, start-up and the
 cluster's own start included, --no-report; the median of --runs runs. Printed: seconds, packets/s, the
 ratios the issue sets targets for (2 workers >= 1.8x one worker; one worker <= 15 % slower than no cluster),
-`cat` of the files for scale; then `analyze --each` over --each small captures, in sequence and on 2 workers
+`cat` of the files for scale; then one file alone, whole in one process and cut into byte ranges on 2
+workers; then `analyze --each` over --each small captures, in sequence and on 2 workers
 (target >= 1.8x); then the bytes of state a partition ships back (the pickled state of an in-process fold of
 one ring file, as Dask ships it) and, from them and the measured rate of one worker, a paper estimate of 10
 and 100 machines of 16 cores on a 10 Gbit/s network. Timings are of this machine at this moment: a loaded
@@ -111,6 +112,12 @@ def main(argv=None) -> int:
             print(f"  {label:<12} {seconds:7.2f} s  {packets / seconds:12,.0f} packets/s  x{seconds / cat:6.1f} of cat")
         print(f"  --workers 2 is x{w1 / w2:.2f} as fast as --workers 1 (target >= 1.8); --workers 1 takes "
               f"{(w1 / one - 1) * 100:+.0f} % of one process's time (target <= +15 %)")
+        # one file alone: --workers 2 cuts it into byte ranges (auto_partitions), one process reads it whole
+        single = [str(DETECTOR), "analyze", "--no-report", files[0]]
+        alone = timed([*single, "-o", str(scratch / "file-one")], args.runs)
+        ranges = timed([*single, "-o", str(scratch / "file-w2"), "--workers", "2"], args.runs)
+        print(f"one file of {manifest['packets']:,} packets: one process {alone:.2f} s, --workers 2 (byte ranges) "
+              f"{ranges:.2f} s: x{alone / ranges:.2f}")
         if args.each:
             small, _ = make_capture.ensure_capture(EACH_PACKETS)
             each = []

@@ -27,7 +27,11 @@ The evidence pass (evidence pcaps, figures) then reads the captures again in the
 order: it is one sequential pass, as in a single-process run.
 
 Captures must lie at the same path on every worker (a shared filesystem): a worker that cannot open one
-says so, naming the path and the worker.
+says so, naming the path and the worker. A worker that dies mid-run is Dask's to replace: its partitions
+run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
+
+The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
+once (FORKSERVER_PRELOAD), and each fold decodes with its machine's cores shared among the workers on it.
 """
 from __future__ import annotations
 

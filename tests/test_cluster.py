@@ -158,6 +158,20 @@ def test_a_range_reads_as_the_whole_file_reads_its_records(tmp_path):
     assert said == warnings and warnings and f"{path} at byte " in warnings[0]
 
 
+def test_a_compressed_capture_is_one_partition(tmp_path):
+    # reading a gzip capture at an offset means decompressing all before it: it is never cut
+    import gzip
+    packed = tmp_path / "scan.pcap.gz"
+    packed.write_bytes(gzip.compress((CAPTURES / "scan-port-scan.pcap").read_bytes()))
+    plain = cluster.survey(str(CAPTURES / "scan-port-scan.pcap"), 3)
+    found = cluster.survey(str(packed), 3)
+    assert len(plain.ranges) == 3 and found.ranges == []
+    assert (found.extent.packets, found.extent.first_ns, found.extent.last_ns) == \
+        (plain.extent.packets, plain.extent.first_ns, plain.extent.last_ns)
+    parts, _, _ = cluster.lay_out([str(packed)], [found])
+    assert [(p.part, p.first_frame) for p in parts] == [(None, 1)]
+
+
 # ---- a real embedded cluster ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client():
