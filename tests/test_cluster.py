@@ -278,6 +278,11 @@ def test_flows_dataset_reads_back_as_one_table(client, tmp_path):
     by_dask = dd.read_parquet(str(tmp_path / "set")).compute().sort_values("first_frame").reset_index(drop=True)
     pd.testing.assert_frame_equal(one, by_pandas)
     pd.testing.assert_frame_equal(one, by_dask, check_dtype=False)   # dask reads text as string[pyarrow]
+    # each file cut into 2 byte ranges: a Parquet file per range, each flow in the range of its first packet
+    commands.write_flows(paths, tmp_path / "ranges", client=client, dataset=True, partitions_per_file=2)
+    assert len(list((tmp_path / "ranges").iterdir())) == 6
+    by_range = pd.read_parquet(tmp_path / "ranges").sort_values("first_frame", kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(one.drop(columns=CUT_COUNTERS), by_range.drop(columns=CUT_COUNTERS))
     try:
         import duckdb
     except ImportError:
