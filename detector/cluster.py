@@ -31,7 +31,8 @@ says so, naming the path and the worker. A worker that dies mid-run is Dask's to
 run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
 
 The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
-once (FORKSERVER_PRELOAD), and each fold decodes with its machine's cores shared among the workers on it.
+and loaded its compiled kernels once (FORKSERVER_PRELOAD), and each fold decodes with its machine's cores
+shared among the workers on it.
 """
 from __future__ import annotations
 
@@ -284,9 +285,11 @@ def connect(workers: int | None, scheduler: str | None):
 
 
 # What the embedded cluster's worker processes import before they are forked (module names): a spawned
-# worker would import them itself, each on its own (about a second each on this machine, 2026-11-27).
+# worker would import them itself, each on its own, and load the compiled kernels on its first partition
+# (cluster_preload loads them in the fork server). Two workers on this machine under load, 2026-11-27:
+# from cluster start to a first partition folded on each, 8-10 s spawned, 3.8-5.3 s forked from here.
 FORKSERVER_PRELOAD = ("distributed", "numpy", "pandas", "numba", "detector.cluster", "detector.analysis",
-                      "detector.flows", "detector.detectors")
+                      "detector.flows", "detector.detectors", "detector.cluster_preload")
 
 
 def _preload_forkserver() -> None:
