@@ -33,16 +33,24 @@ def cut(capture: Path, folder: Path, starts: list[int]) -> list[str]:
     return paths
 
 
-def merged(paths, rules, site=None):
-    """The Analysis of the parts folded one by one, pickled and merged in capture order."""
-    run, state, frame = RunResult(), None, 1
+def merged(paths, rules, site=None, tree: bool = False):
+    """The Analysis of the parts folded one by one, pickled and merged in capture order: one after the other,
+    or (`tree`) neighbours in pairs, then those in pairs, as a tree reduction does."""
+    run, states, frame = RunResult(), [], 1
     for index, path in enumerate(paths):
         extent = cluster.count_records(path)
         folded = pickle.loads(pickle.dumps(
             cluster.fold(cluster.Partition(path, path, index, frame), "analyze", rules, site)))
         frame += extent.packets
         run.captures += folded.captures
-        state = folded.state if state is None else state.merge(folded.state)
+        states.append(folded.state)
+    while len(states) > 1:
+        if tree:
+            states = [states[i].merge(states[i + 1]) if i + 1 < len(states) else states[i]
+                      for i in range(0, len(states), 2)]
+        else:
+            states = [states[0].merge(states[1]), *states[2:]]
+    state = states[0]
     return conclude(state.detectors, state.flows, state.stats, run)
 
 
@@ -56,7 +64,8 @@ def findings(result, rule: str | None = None) -> list[dict]:
     return [f for f in out if rule is None or f["rule"] == rule]
 
 
-def one_and_merged(paths, rule: str | None = None, rules=None, site=None) -> tuple[list[dict], list[dict]]:
-    """The findings (of `rule`, or all) of one pass over `paths` and of the parts merged."""
+def one_and_merged(paths, rule: str | None = None, rules=None, site=None,
+                   tree: bool = False) -> tuple[list[dict], list[dict]]:
+    """The findings (of `rule`, or all) of one pass over `paths` and of the parts merged (`tree`: see merged)."""
     rules = load_rules() if rules is None else rules
-    return findings(analyze(paths, rules, site=site), rule), findings(merged(paths, rules, site), rule)
+    return findings(analyze(paths, rules, site=site), rule), findings(merged(paths, rules, site, tree), rule)
