@@ -38,10 +38,11 @@ peer) pair the header rows of its first MAX_ROWS_PER_PAIR packets, then
 per flow and size a count with its times and frames); `merge` replays those
 of the pairs the earlier state named after that state's messages, as one
 pass checked them, and a pair named only in the later part keeps what that
-part checked itself. Left inexact, by design: more than MAX_PAIRS pairs or
-MAX_PENDING_ROWS header rows in one part (the first kept; further packets
-are counted by flow and size, which keeps the counts but not the size
-ladder and goodput of their rows); a smaller MTU reported in a later batch
+part checked itself. Left inexact, by design: the host packets of pairs
+beyond the first MAX_PAIRS a part sees (not kept: a busy link's later parts
+lose the pairs they meet late), and those past MAX_PENDING_ROWS header rows
+in one part (counted by flow and size, which keeps the counts but not the
+size ladder and goodput of their rows); a smaller MTU reported in a later batch
 of the same part (one pass judged that part's earlier batches against the
 larger one); and packets counted by size that fall within the grace time
 of the first message (judged as after it).
@@ -72,6 +73,7 @@ from ..units import NS
 from .base import (
     ALERT_SECONDS,
     COUNT,
+    EVIDENCE_FRAMES_MAX,
     AnalysisContext,
     Detector,
     Param,
@@ -89,6 +91,7 @@ from .base import (
     match_flow,
     member,
     mix64,
+    rank_by_key,
     register,
 )
 
@@ -255,6 +258,15 @@ class _Pair:
 
 def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
     return mix64(src_hi, src_lo, dst_hi, dst_lo)
+
+
+def _later_ends(kept: np.ndarray, later: np.ndarray) -> np.ndarray:
+    """keep_ends of frames that all follow the kept ones (a part's batches in order): no sort needed."""
+    both = np.concatenate([kept, later])
+    if len(both) <= EVIDENCE_FRAMES_MAX:
+        return both
+    head = EVIDENCE_FRAMES_MAX // 2
+    return np.concatenate([both[:head], both[len(both) - (EVIDENCE_FRAMES_MAX - head):]])
 
 
 def _carriers(batch: PacketBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -438,33 +450,34 @@ class PmtudBlackhole(Detector):
             return
         keys = _pair_key(batch["src_ip_hi"][rows], batch["src_ip_lo"][rows],
                          batch["dest_ip_hi"][rows], batch["dest_ip_lo"][rows])
-        order, starts, counts = group_by(keys)
-        pairs = keys[order[starts]]
+        if len(self.pending_keys) >= MAX_PAIRS:     # full: only the pairs kept go on
+            inside = member(keys, self.pending_keys)
+            self.dropped_pending += int(np.count_nonzero(~inside))
+            rows, keys = rows[inside], keys[inside]
+            if len(rows) == 0:
+                return
+        group, rank, firsts = rank_by_key(keys)
+        pairs = keys[firsts]
         at, known = find_sorted(self.pending_keys, pairs)
         fresh = ~known
         admitted = known | (fresh & (np.cumsum(fresh) <= max(MAX_PAIRS - len(self.pending_keys), 0)))
         before = np.zeros(len(pairs), dtype=np.int64)
         before[known] = self.pending_counts[at[known]]
-        rank = np.arange(len(rows)) - np.repeat(starts, counts) + np.repeat(before, counts)
-        inside = np.repeat(admitted, counts)
+        inside = admitted[group]
         self.dropped_pending += int(np.count_nonzero(~inside))
-        as_row = inside & (rank < MAX_ROWS_PER_PAIR)
-        room = MAX_PENDING_ROWS - int(self.pending_counts.sum())
-        as_row &= np.cumsum(as_row) <= room
-        as_size = inside & ~as_row
-        kept = np.zeros(len(pairs), dtype=np.int64)
-        np.add.at(kept, np.repeat(np.arange(len(pairs)), counts), as_row)
+        as_row = inside & (rank + before[group] < MAX_ROWS_PER_PAIR)
+        as_row &= np.cumsum(as_row) <= MAX_PENDING_ROWS - int(self.pending_counts.sum())
+        kept = np.bincount(group[as_row], minlength=len(pairs)).astype(np.int64)
         self.pending_counts[at[known]] += kept[known]
         new = fresh & admitted
         self.pending_keys = np.insert(self.pending_keys, at[new], pairs[new])
         self.pending_counts = np.insert(self.pending_counts, at[new], kept[new])
-        cols = _host_rows(batch, rows, echo)
-        mine = np.sort(order[as_row])
+        mine = np.flatnonzero(as_row)
         if len(mine):
-            self.pending_chunks.append({"key": keys[mine], **{name: col[mine] for name, col in cols.items()}})
-        bulk = np.sort(order[as_size])
+            self.pending_chunks.append({"key": keys[mine], **_host_rows(batch, rows[mine], echo)})
+        bulk = np.flatnonzero(inside & ~as_row)
         if len(bulk):
-            self._count_sizes(keys[bulk], {name: col[bulk] for name, col in cols.items()})
+            self._count_sizes(keys[bulk], _host_rows(batch, rows[bulk], echo))
 
     def _count_sizes(self, keys: np.ndarray, cols: dict) -> None:
         """Host packets beyond the rows kept, by pair, flow, IP length and echo: counts, times, frames."""
@@ -480,7 +493,7 @@ class PmtudBlackhole(Detector):
         for g, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
             h = int(part["hkey"][g])
             frames = cols["frame"][order[start:start + count]]
-            self.pending_size_frames[h] = keep_ends(self.pending_size_frames.get(h, frames[:0]), frames)
+            self.pending_size_frames[h] = _later_ends(self.pending_size_frames.get(h, frames[:0]), frames)
         self.pending_sizes = fold_rows(self.pending_sizes, part, "hkey", {"count": np.add, "last_ns": np.maximum})
 
     def _pending_rows(self) -> dict:
