@@ -206,9 +206,10 @@ def test_at_the_default_link_mtu_a_1500_byte_packet_is_on_the_wire_and_1501_is_n
     ("pmtud-blackhole-ipv6-vlan.pcapng", [5, 12]),
     ("tso-host-capture.pcapng", [4, 5, 17]),               # super-segments: info either way, the same counts
 ])
-def test_a_cut_after_the_syn_merges_to_the_findings_of_one_pass(tmp_path, capture, starts):
+@pytest.mark.parametrize("tree", [False, True], ids=["in-order", "tree"])
+def test_a_cut_after_the_syn_merges_to_the_findings_of_one_pass(tmp_path, capture, starts, tree):
     paths = cut(CAPTURES / capture, tmp_path, starts)
-    one, many = one_and_merged(paths, RULE)
+    one, many = one_and_merged(paths, RULE, tree=tree)
     assert len(one) == 1 and one[0]["n"] >= 12
     assert many == one
 
@@ -240,3 +241,12 @@ def test_residual_segments_at_most_the_floor_after_a_cut_are_not_judged(tmp_path
     paths = cut(mss_below_the_floor(tmp_path / "below.pcap", 500), tmp_path / "parts", [3])
     one, many = one_and_merged(paths, RULE)
     assert [f["n"] for f in one] == [3] and many == []
+
+
+def test_a_real_host_capture_cut_just_before_its_super_segment(captures_real, tmp_path):
+    # a Windows host's capture: one GRO super-segment of 2,904 bytes (frame 942) long after its connection's SYN
+    path = captures_real / "lucaderi-sgr/2021/Esercitazioni/2/Gruppo9/DNS/dgapcap.pcapng"
+    paths = cut(path, tmp_path, [300, 942, 943])
+    one, many = one_and_merged(paths, RULE)
+    assert [(f["severity"], f["evidence"]["evidence_frames"]) for f in one] == [("info", [942])]
+    assert many == one
