@@ -36,9 +36,10 @@ BIN = Path(sys.executable).parent
 
 # Bundled captures whose partitioned answer still differs from one pass: a merge that is not exact. The flow
 # table's capture-gap counters (ack/gap events), retransmissions and endpoint states across a cut are lower
-# bounds by design (detector/flows/merge.py); the pmtud-blackhole, echo-loop, arp-spoof, mss-violation,
-# capture-loss and unicast-flood detectors do not carry what they watch for across a cut. Strict: a merge
-# made exact turns its capture's test red until it leaves this list.
+# bounds by design (detector/flows/merge.py); the capture-loss detector does not carry what it watches for
+# across a cut (every other detector's findings are those of one pass on every bundled capture cut in 3 and 7:
+# the cut tests of each detector, tests/_cuts.py). Strict: a merge made exact turns its capture's test red until
+# it leaves this list.
 INEXACT = {
     "arp-campus-nic-change.pcapng", "arp-proxy-router.pcapng", "arp-spoof-mitm.pcapng", "echo-loop-buried.pcapng",
     "echo-loop-rip-ipv4.pcapng", "hostile-markup.pcapng", "identical-frame-floods.pcapng",
@@ -47,8 +48,7 @@ INEXACT = {
     "pmtud-works.pcapng", "repeats-not-loops.pcapng", "routing-loop-ipv4.pcapng",
     "rss-balanced-busy.pcap", "rss-elephant-flow.pcap", "rss-single-flow-flood.pcap", "rss-vxlan-tunnel.pcap",
     "scan-near-misses.pcap", "session-storm-subscriber.pcap", "syn-flood-spoofed.pcap", "tso-host-capture.pcapng",
-    # mss-violation's merge loses the segments of a connection cut at a file boundary (medium with 9 segments
-    # in one pass, low with 1 from the parts), as on the PMTUD captures above
+    # the flow table's retransmissions and ack events of the connections cut at a file boundary
     "two-incidents-at-once.pcapng",
 }
 # the flow counters a cut makes lower bounds (flows/merge.py), left out where a test compares the rest
@@ -144,9 +144,9 @@ def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_pat
     spanning = flows[pd.concat(cut, axis=1).any(axis=1) & flows.history.str.startswith("S")]
     assert len(spanning) >= 1
     assert [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops
-    # the black hole and the MSS violation are found either way; their counts across a cut are not exact yet
-    assert [f["rule"] for f in b["findings"]] == [f["rule"] for f in a["findings"]] \
-        == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    # the black hole and the MSS violation too, with the counts, times and frames of one pass
+    assert [f["rule"] for f in a["findings"]] == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    assert b["findings"] == a["findings"]
     pd.testing.assert_frame_equal(flows.drop(columns=CUT_COUNTERS),
                                   many.flow_table.to_frame().drop(columns=CUT_COUNTERS))
     # the evidence pcaps hold the same frames
