@@ -35,8 +35,13 @@ then forgets what one pass would have: the counts, times, frames and
 evidence of one pass. Left inexact, by design: a candidate alive at the cut
 whose next copy comes later than the horizon after it, or whose copies in a
 later batch of the part are each alone in their batch (one pass still counts
-them); and evidence from batches before a candidate became hot, where one
-pass, which keeps evidence from the batch it becomes hot in, has none.
+them); head copies past MAX_HEAD_CANDIDATES; of a candidate's copies picked
+only by the head, the frames between its first and last there (not kept as
+evidence) and their bytes (a loop hot only with them is shown by its header
+fields, not decoded); and, under a tree reduction (a part merged with its
+successor before its predecessor; the cluster merges in capture order),
+evidence from parts before a candidate became hot, where one pass, which
+keeps evidence from the batch it becomes hot in, has none.
 """
 from __future__ import annotations
 
@@ -88,6 +93,10 @@ FORGET_AFTER_COPIES = 10
 FLOOD_SEVERITY = "low"
 # The group bit of a MAC address (IEEE 802: least significant bit of the first octet)
 MAC_GROUP_BIT = 1 << 40
+
+# Candidates a partition after the first keeps from the copies in its head that no rule of its own picks
+# (some 110 bytes each): at a million packets per second the head of 50 ms holds about 50,000, the first kept.
+MAX_HEAD_CANDIDATES = 16_384
 
 # the header fields of the first copy, kept per candidate (name -> dtype)
 DESCRIPTOR_COLUMNS = {
@@ -203,8 +212,10 @@ class EchoLoop(Detector):
         return state["first_ns"] < self.head_end_ns
 
     def _keep_head(self, batch: PacketBatch, rows: np.ndarray) -> None:
-        """Copies in the head no rule picked: candidates of their own, until the merge says whose they are."""
-        if len(rows) == 0:
+        """Copies in the head no rule picked: candidates of their own (MAX_HEAD_CANDIDATES at most), until the
+        merge says whose they are. Their first and last frames are their evidence, their bytes are not kept."""
+        room = MAX_HEAD_CANDIDATES - len(self.head["fp"])
+        if len(rows) == 0 or room <= 0:
             return
         fp, ts = batch["fingerprint"], batch["ts_ns"]
         order, starts, counts = group_by(fp[rows])
@@ -214,14 +225,13 @@ class EchoLoop(Detector):
         part.update(fp=fp[first], count=counts.astype(np.int64), first_ns=np.minimum.reduceat(ts[rows], starts),
                     last_ns=np.maximum.reduceat(ts[rows], starts),
                     first_frame=batch["frame"][first], last_frame=batch["frame"][last])
+        known = member(part["fp"], self.head["fp"])
+        fresh = np.flatnonzero(~known)[room:]       # the candidates past the bound
+        if len(fresh):
+            keep = np.ones(len(known), dtype=bool)
+            keep[fresh] = False
+            part = {name: col[keep] for name, col in part.items()}
         self.head = _combine(self.head, part)
-        for g in range(len(starts)):
-            key = int(fp[first[g]])
-            if key not in self.frame_bytes:
-                self.frame_bytes[key] = (batch.frame_bytes(int(first[g]))[:FRAME_BYTES_KEPT],
-                                         int(batch["linktype"][first[g]]))
-            span = batch["frame"][rows[starts[g]:starts[g] + counts[g]]]
-            self.evidence[key] = keep_ends(self.evidence.get(key, span[:0]), span)
 
     def _keep_evidence(self, batch, rows, starts, counts) -> None:
         """Frame numbers (bounded) and the bytes of candidates that have reached min_copies."""
@@ -260,12 +270,13 @@ class EchoLoop(Detector):
             return self
         theirs = other.state
         if len(other.head["fp"]):
-            alive = member(other.head["fp"], self.state["fp"])
+            alive = np.flatnonzero(member(other.head["fp"], self.state["fp"]))
             theirs = _combine(theirs, {name: col[alive] for name, col in other.head.items()})
-            if not alive.all():
-                gone = set(other.head["fp"][~alive].tolist()) - set(theirs["fp"].tolist())
-                other.evidence = {k: v for k, v in other.evidence.items() if k not in gone}
-                other.frame_bytes = {k: v for k, v in other.frame_bytes.items() if k not in gone}
+            head = other.head
+            for key, first, last in zip(head["fp"][alive].tolist(), head["first_frame"][alive].tolist(),
+                                        head["last_frame"][alive].tolist()):
+                self.evidence[key] = keep_ends(self.evidence.get(key, np.zeros(0, dtype=np.int64)),
+                                               np.array([first, last], dtype=np.int64))
         self.state = _combine(self.state, theirs)
         for key, frames in other.evidence.items():
             self.evidence[key] = keep_ends(self.evidence.get(key, frames[:0]), frames)
