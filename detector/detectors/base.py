@@ -289,6 +289,15 @@ def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MA
     return np.concatenate([both[:head], both[len(both) - (limit - head):]])
 
 
+def append_ends(kept: np.ndarray, later: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> np.ndarray:
+    """keep_ends of frames that all follow the kept ones, in order (a part's batches as they come): no sort."""
+    both = np.concatenate([kept, later]).astype(np.int64)
+    if len(both) <= limit:
+        return both
+    head = limit // 2
+    return np.concatenate([both[:head], both[len(both) - (limit - head):]])
+
+
 # scapy dissectors loaded for frame summaries: every link type the decoder reads (they fill
 # conf.l2types), the tunnels it removes and the protocols the rules name. scapy.layers.all would load
 # some 80 more (TLS, X.509, Kerberos, SMB...), 0.7 s of every run that writes a finding.

@@ -45,6 +45,7 @@ from .base import (
     Detector,
     Param,
     Range,
+    append_ends,
     check_merge,
     endpoint,
     evidence_frames,
@@ -282,8 +283,8 @@ class MssViolation(Detector):
                 kept[g] = False
                 self.dropped_pending += count
                 continue
-            self.pending_frames[name] = keep_ends(frames[:0] if before is None else before,
-                                                  frames[order[start:start + count]])
+            self.pending_frames[name] = append_ends(frames[:0] if before is None else before,
+                                                    frames[order[start:start + count]])
         self.pending = _fold_pending(self.pending, {name: col[kept] for name, col in part.items()})
 
     def _judge_pending(self, other: MssViolation) -> None:

@@ -73,13 +73,13 @@ from ..units import NS
 from .base import (
     ALERT_SECONDS,
     COUNT,
-    EVIDENCE_FRAMES_MAX,
     AnalysisContext,
     Detector,
     Param,
     Range,
     ReportFigure,
     TimeBins,
+    append_ends,
     check_merge,
     evidence_frames,
     find_sorted,
@@ -258,15 +258,6 @@ class _Pair:
 
 def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
     return mix64(src_hi, src_lo, dst_hi, dst_lo)
-
-
-def _later_ends(kept: np.ndarray, later: np.ndarray) -> np.ndarray:
-    """keep_ends of frames that all follow the kept ones (a part's batches in order): no sort needed."""
-    both = np.concatenate([kept, later])
-    if len(both) <= EVIDENCE_FRAMES_MAX:
-        return both
-    head = EVIDENCE_FRAMES_MAX // 2
-    return np.concatenate([both[:head], both[len(both) - (EVIDENCE_FRAMES_MAX - head):]])
 
 
 def _carriers(batch: PacketBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -493,7 +484,7 @@ class PmtudBlackhole(Detector):
         for g, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
             h = int(part["hkey"][g])
             frames = cols["frame"][order[start:start + count]]
-            self.pending_size_frames[h] = _later_ends(self.pending_size_frames.get(h, frames[:0]), frames)
+            self.pending_size_frames[h] = append_ends(self.pending_size_frames.get(h, frames[:0]), frames)
         self.pending_sizes = fold_rows(self.pending_sizes, part, "hkey", {"count": np.add, "last_ns": np.maximum})
 
     def _pending_rows(self) -> dict:
