@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detector.detectors.base import member, repeated_rows
+from detector.detectors.base import append_ends, keep_ends, member, rank_by_key, repeated_rows
 
 # small alphabets make repeats and hash collisions (keys equal modulo the table) likely; the extremes of uint64
 # and 0 are keys like any other
@@ -37,3 +37,30 @@ def test_member_is_isin(values, chosen):
     keys = np.array(values, dtype=np.uint64)
     sorted_set = np.unique(np.array(chosen, dtype=np.uint64))
     assert np.array_equal(member(keys, sorted_set), np.isin(keys, sorted_set))
+
+
+@settings(max_examples=300, deadline=None)
+@given(KEYS)
+def test_rank_by_key_numbers_groups_by_first_appearance_and_rows_within_them(values):
+    keys = np.array(values, dtype=np.uint64)
+    group, rank, firsts = rank_by_key(keys)
+    first_rows = np.unique(keys, return_index=True)[1]
+    assert np.array_equal(firsts, np.sort(first_rows))              # one group per key, in order of appearance
+    assert np.array_equal(keys[firsts][group], keys)                # each row's group is its key's
+    for g, first in enumerate(firsts.tolist()):
+        rows = np.flatnonzero(keys == keys[first])
+        assert np.array_equal(rank[rows], np.arange(len(rows)))     # its rows numbered in row order
+        assert (group[rows] == g).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=8))
+def test_append_ends_is_keep_ends_for_frames_that_follow(chunks):
+    # frames as a part's batches bring them: increasing, in chunks
+    kept_sorted = kept_appended = np.zeros(0, dtype=np.int64)
+    start = 1
+    for size in chunks:
+        later = np.arange(start, start + size, dtype=np.int64)
+        start += size + 3
+        kept_sorted, kept_appended = keep_ends(kept_sorted, later), append_ends(kept_appended, later)
+        assert np.array_equal(kept_sorted, kept_appended)

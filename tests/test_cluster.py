@@ -39,9 +39,10 @@ BIN = Path(sys.executable).parent
 
 # Bundled captures whose partitioned answer still differs from one pass: a merge that is not exact. The flow
 # table's capture-gap counters (ack/gap events), retransmissions and endpoint states across a cut are lower
-# bounds by design (detector/flows/merge.py); the pmtud-blackhole, echo-loop, arp-spoof, mss-violation,
-# capture-loss and unicast-flood detectors do not carry what they watch for across a cut. Strict: a merge
-# made exact turns its capture's test red until it leaves this list.
+# bounds by design (detector/flows/merge.py); the capture-loss detector does not carry what it watches for
+# across a cut (every other detector's findings are those of one pass on every bundled capture cut in 3 and 7:
+# the cut tests of each detector, tests/_cuts.py). Strict: a merge made exact turns its capture's test red until
+# it leaves this list.
 INEXACT = {
     "arp-campus-nic-change.pcapng", "arp-proxy-router.pcapng", "arp-spoof-mitm.pcapng", "echo-loop-buried.pcapng",
     "echo-loop-rip-ipv4.pcapng", "hostile-markup.pcapng", "identical-frame-floods.pcapng",
@@ -50,16 +51,18 @@ INEXACT = {
     "pmtud-works.pcapng", "repeats-not-loops.pcapng", "routing-loop-ipv4.pcapng",
     "rss-balanced-busy.pcap", "rss-elephant-flow.pcap", "rss-single-flow-flood.pcap", "rss-vxlan-tunnel.pcap",
     "scan-near-misses.pcap", "session-storm-subscriber.pcap", "syn-flood-spoofed.pcap", "tso-host-capture.pcapng",
-    # mss-violation's merge loses the segments of a connection cut at a file boundary (medium with 9 segments
-    # in one pass, low with 1 from the parts), as on the PMTUD captures above
+    # the flow table's retransmissions and ack events of the connections cut at a file boundary
     "two-incidents-at-once.pcapng",
 }
 # Bundled captures whose merge is exact at the three file cuts above but not at the byte ranges' cuts (3 and 7
-# partitions of the whole file fall elsewhere), for the causes above: the flow table's ack events across a cut,
-# arp-spoof's unsolicited replies, syn-flood's per-source counts. Strict as INEXACT.
+# partitions of the whole file fall elsewhere): the flow table's ack events across a cut (arp-dynamic-pool,
+# benign-office, loss-interface-drops); arp-spoof's unsolicited replies, whose request fell before the cut
+# (arp-flip-flop); echo-loop's evidence frames, which one pass takes from the batch in which a loop reached
+# min_copies, so they follow where batches begin (echo-loop-rip-ipv6-vlan); syn-flood's top-sources sketch, whose
+# error bounds depend on what each part saw (counts equal, syn_error not: syn-flood-ingress-only). Strict as INEXACT.
 INEXACT_IN_RANGES = {
     "arp-dynamic-pool.pcapng", "arp-flip-flop.pcapng", "benign-office.pcapng", "echo-loop-rip-ipv6-vlan.pcap",
-    "loss-interface-drops.pcapng", "pmtud-diagnostic-probes.pcapng", "syn-flood-ingress-only.pcap",
+    "loss-interface-drops.pcapng", "syn-flood-ingress-only.pcap",
 }
 # the flow counters a cut makes lower bounds (flows/merge.py), left out where a test compares the rest
 CUT_COUNTERS = ["src2dst_ack_events", "dst2src_ack_events", "src2dst_gap_events", "dst2src_gap_events",
@@ -207,25 +210,15 @@ def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_pat
     cut = [(flows.first_seen.astype("int64") < t) & (flows.last_seen.astype("int64") > t) for t in bounds]
     spanning = flows[pd.concat(cut, axis=1).any(axis=1) & flows.history.str.startswith("S")]
     assert len(spanning) >= 1
-    # the loop and the black hole are found either way; the black hole's counts across a cut are not exact
-    # yet, and at the finer cuts (3 and 7 partitions a file) the echo-loop merge loses a sighting (7,679 of
-    # 7,680) and mss-violation the segments of a cut connection. Strict, as INEXACT: once those merges are
-    # exact this turns red until the partition counts leave CRAFTED_INEXACT_AT
-    rules = [f["rule"] for f in b["findings"]]
-    assert rules[:2] == ["routing-loop", "pmtud-blackhole"]
-    exact = [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops and \
-        rules == [f["rule"] for f in a["findings"]] == ["routing-loop", "pmtud-blackhole", "mss-violation"]
-    assert exact != (per_file in CRAFTED_INEXACT_AT)
+    # the black hole and the MSS violation too, with the counts, times and frames of one pass
+    assert [f["rule"] for f in a["findings"]] == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    # cut into byte ranges too (a partition's head holds the last copies of packets the one before it tracks)
+    assert b["findings"] == a["findings"]
     pd.testing.assert_frame_equal(flows.drop(columns=CUT_COUNTERS),
                                   many.flow_table.to_frame().drop(columns=CUT_COUNTERS))
     # an evidence pcap per finding, as in one pass
     evidence = [sorted(p.name for p in (tmp_path / run / "evidence").iterdir()) for run in ("one", "many")]
-    assert evidence[1] == [f"{rule}-1.pcap" for rule in sorted(rules)]
-    assert set(evidence[1]) <= set(evidence[0]) and (evidence[0] == evidence[1]) == exact
-
-
-# partitions per file at which the crafted capture's loop finding is not yet that of one pass
-CRAFTED_INEXACT_AT = {3, 7}
+    assert evidence[1] == evidence[0] == [f"{rule}-1.pcap" for rule in sorted(f["rule"] for f in a["findings"])]
 
 EXACT = ["scan-port-scan.pcap", "syn-flood-ingress-only.pcap", "routing-loop-ipv6-vlan.pcap",
          "ospf-storm-flapping.pcap", "dhcp-rogue-server.pcapng"]

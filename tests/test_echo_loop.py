@@ -17,6 +17,7 @@ from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.stats import CaptureStats
+from tests._cuts import cut, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -338,3 +339,60 @@ def test_only_packets_from_the_target_back_to_the_source_count_as_replies(tmp_pa
                             extra=others + talk("192.0.2.1", "203.0.113.9"))
     (f,) = rule_findings(analyze([answered], tmp_path / "out-answered")[0])
     assert f.evidence["loop_evidence"]["replies_from_target"] == 20 and f.evidence["loop"] is False
+
+
+# ---- a cluster's cuts inside the loop --------------------------------------------------------------------------
+@pytest.mark.parametrize("capture,starts", [
+    ("echo-loop-rip-ipv4.pcapng", [259]),                      # between the RIP probe and its first echo
+    ("echo-loop-rip-ipv4.pcapng", [259, 1000, 2500, 4000, 6200]),   # and through the burst
+    ("echo-loop-rip-ipv4.pcapng", [6299]),          # the last copy alone in the part after the cut
+    ("echo-loop-rip-ipv6-vlan.pcap", [15, 600, 2000]),
+    ("echo-loop-buried.pcapng", [1616, 2400, 3300]),           # the loop among other traffic
+    ("identical-frame-floods.pcapng", [31, 1000, 4102, 6200]),  # floods, not loops: the same counts either way
+])
+def test_a_cut_inside_the_loop_merges_to_the_findings_of_one_pass(tmp_path, capture, starts):
+    paths = cut(CAPTURES / capture, tmp_path, starts)
+    for rule in ("echo-loop", "rip-trigger"):
+        one, many = one_and_merged(paths, rule)
+        assert many == one, rule
+    assert one_and_merged(paths, "echo-loop")[0]
+
+
+def paused_loop(path: Path) -> Path:
+    """600 copies at 1 kHz, a pause of 100 ms (twice the forget horizon at min_rate_pps 200) with other traffic
+    in it, 600 more copies, then a second of other traffic: one loop of 1,200 copies for one pass."""
+    frame = Ether(src="00:1b:54:c2:00:02", dst="00:1b:54:c2:00:01") / IP(src="198.18.4.2", dst="192.0.2.61") \
+        / UDP(sport=40000, dport=520) / Raw(b"\x00" * 24)
+    packets = []
+    for i in range(1200):
+        copy = frame.copy()
+        copy.time = T0 + i / 1000 + (0.1 if i >= 600 else 0)
+        packets.append(copy)
+    for i, at in enumerate([0.62, 0.64, 0.66, 0.68] + [1.4 + i / 100 for i in range(100)]):
+        other = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1000 + i, dport=53)
+        other.time = T0 + at
+        packets.append(other)
+    packets.sort(key=lambda p: float(p.time))
+    wrpcap(str(path), packets)
+    return path
+
+
+def test_residual_a_loop_paused_beyond_the_horizon_across_a_cut_is_lost(tmp_path):
+    # documented in echo_loop.py: the cut falls in the pause, the later part's copies begin after its head, so
+    # it forgets them below min_copies before the merge could join them to the 600 before the cut
+    paths = cut(paused_loop(tmp_path / "paused.pcap"), tmp_path / "parts", [601])
+    one, many = one_and_merged(paths, "echo-loop")
+    assert [f["n"] for f in one] == [1200] and many == []
+
+
+def test_residual_a_tree_merge_keeps_evidence_from_before_the_loop_became_hot(tmp_path):
+    # documented in echo_loop.py: one pass keeps a loop's evidence frames from the batch in which it reached
+    # min_copies; a part merged with its successor before its predecessor keeps those of the copies before too
+    # (the cluster merges in capture order, where the answer is that of one pass)
+    paths = cut(CAPTURES / "echo-loop-buried.pcapng", tmp_path, [2000, 2500, 3000, 3500, 4000, 5000])
+    [one], [in_order] = one_and_merged(paths, "echo-loop")
+    _, [tree] = one_and_merged(paths, "echo-loop", tree=True)
+    assert in_order == one
+    assert {k: v for k, v in tree["evidence"].items() if k != "evidence_frames"} == \
+        {k: v for k, v in one["evidence"].items() if k != "evidence_frames"}
+    assert tree["evidence"]["evidence_frames"][1] < one["evidence"]["evidence_frames"][1]

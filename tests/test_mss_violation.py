@@ -10,6 +10,7 @@ from scapy.utils import PcapWriter
 
 import detector
 from detector.commands import analyze
+from tests._cuts import cut, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 RULE = "mss-violation"
@@ -196,3 +197,56 @@ def test_at_the_default_link_mtu_a_1500_byte_packet_is_on_the_wire_and_1501_is_n
     [finding] = run([path], tmp_path)
     assert finding.severity == severity and finding.evidence["largest_payload_bytes"] == payload
     assert finding.evidence["on_wire_segments"] == (3 if severity == "medium" else 0)
+
+
+# ---- a cluster's cut between the SYN and the segments it limits ------------------------------------------------
+@pytest.mark.parametrize("capture,starts", [
+    ("pmtud-blackhole-ipv4.pcapng", [5]),                  # the first violating segment opens the second part
+    ("pmtud-blackhole-ipv4.pcapng", [4, 6, 9, 20, 33]),    # and cuts between many of them
+    ("pmtud-blackhole-ipv6-vlan.pcapng", [5, 12]),
+    ("tso-host-capture.pcapng", [4, 5, 17]),               # super-segments: info either way, the same counts
+])
+@pytest.mark.parametrize("tree", [False, True], ids=["in-order", "tree"])
+def test_a_cut_after_the_syn_merges_to_the_findings_of_one_pass(tmp_path, capture, starts, tree):
+    paths = cut(CAPTURES / capture, tmp_path, starts)
+    one, many = one_and_merged(paths, RULE, tree=tree)
+    assert len(one) == 1 and one[0]["n"] >= 12
+    assert many == one
+
+
+def mss_below_the_floor(path, payload: int) -> Path:
+    """A SYN announcing MSS 400 (below PENDING_FLOOR_BYTES), then three segments of `payload` bytes back."""
+    client, server = IP(src="10.9.0.2", dst="10.9.0.1"), IP(src="10.9.0.1", dst="10.9.0.2")
+    frames = [Ether() / client / TCP(sport=40000, dport=80, flags="S", seq=1, options=[("MSS", 400)]),
+              Ether() / server / TCP(sport=80, dport=40000, flags="SA", seq=7, ack=2, options=[("MSS", 1460)])]
+    frames += [Ether() / server / TCP(sport=80, dport=40000, flags="A", seq=8 + i * payload, ack=2)
+               / Raw(b"x" * payload) for i in range(3)]
+    for i, frame in enumerate(frames):
+        frame.time = 1_700_000_000 + i * 0.01
+    wrpcap(str(path), frames)
+    return path
+
+
+def test_segments_above_the_floor_are_judged_after_a_cut(tmp_path):
+    paths = cut(mss_below_the_floor(tmp_path / "above.pcap", 600), tmp_path / "parts", [3])
+    one, many = one_and_merged(paths, RULE)
+    assert [f["n"] for f in one] == [3] and many == one
+
+
+def test_residual_segments_at_most_the_floor_after_a_cut_are_not_judged(tmp_path):
+    # documented in mss_violation.py: a later part keeps no segment of PENDING_FLOOR_BYTES or less, so an MSS
+    # announced below it before the cut goes unjudged there (one pass: 3 violations, the parts: none)
+    from detector.detectors.mss_violation import PENDING_FLOOR_BYTES
+    assert 500 <= PENDING_FLOOR_BYTES
+    paths = cut(mss_below_the_floor(tmp_path / "below.pcap", 500), tmp_path / "parts", [3])
+    one, many = one_and_merged(paths, RULE)
+    assert [f["n"] for f in one] == [3] and many == []
+
+
+def test_a_real_host_capture_cut_just_before_its_super_segment(captures_real, tmp_path):
+    # a Windows host's capture: one GRO super-segment of 2,904 bytes (frame 942) long after its connection's SYN
+    path = captures_real / "lucaderi-sgr/2021/Esercitazioni/2/Gruppo9/DNS/dgapcap.pcapng"
+    paths = cut(path, tmp_path, [300, 942, 943])
+    one, many = one_and_merged(paths, RULE)
+    assert [(f["severity"], f["evidence"]["evidence_frames"]) for f in one] == [("info", [942])]
+    assert many == one

@@ -14,6 +14,7 @@ from detector.flows import FlowTable
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.stats import CaptureStats
+from tests._cuts import cut, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 RULE = "pmtud-blackhole"
@@ -282,3 +283,47 @@ def test_the_message_count_that_makes_a_black_hole_high(tmp_path, high_icmp_coun
     findings, _, _ = analyze([str(path)], tmp_path / "out", rules_dir=rules)
     [finding] = [f for f in findings if f.rule == RULE]
     assert finding.evidence["icmp_count"] == 9 and finding.severity == severity
+
+
+# ---- a cluster's cuts between the oversized packets and the routers' messages ----------------------------------
+# pmtud-blackhole-ipv4: frame 5 the first 1500-byte segment, 6 the router's message, 7 the retransmission at
+# 1460, 8 its message, 9 the one at 1420, then the same again every second
+CUTS = [
+    ("pmtud-blackhole-ipv4.pcapng", [6]),                   # between the oversized segment and its message
+    ("pmtud-blackhole-ipv4.pcapng", [7]),                   # every host packet after the part that named the pair
+    ("pmtud-blackhole-ipv4.pcapng", [7, 8]),                # a part of one retransmission and no message at all
+    ("pmtud-blackhole-ipv4.pcapng", [7, 9, 11, 13, 15, 30]),
+    ("pmtud-blackhole-ipv6-vlan.pcapng", [6, 9, 14]),
+    ("pmtud-blackhole-busy.pcapng", [41, 60, 100, 175, 211]),   # among other hosts' traffic
+    ("two-incidents-at-once.pcapng", [297, 15228, 15343, 15398, 15467]),   # messages at 296, 15227, ...
+]
+
+
+@pytest.mark.parametrize("capture,starts", CUTS)
+@pytest.mark.parametrize("tree", [False, True], ids=["in-order", "tree"])
+def test_a_cut_after_the_message_merges_to_the_findings_of_one_pass(tmp_path, capture, starts, tree):
+    paths = cut(CAPTURES / capture, tmp_path, starts)
+    one, many = one_and_merged(paths, RULE, tree=tree)
+    assert one and one[0]["evidence"]["oversized_after_icmp"] >= 2
+    assert many == one
+
+
+def test_host_packets_past_the_rows_kept_are_counted_by_size_across_a_cut(tmp_path, monkeypatch):
+    from detector.detectors import pmtud_blackhole
+    monkeypatch.setattr(pmtud_blackhole, "MAX_ROWS_PER_PAIR", 3)    # one pass keeps as few rows
+    paths = cut(CAPTURES / "pmtud-blackhole-ipv4.pcapng", tmp_path, [7, 9, 20])
+    for tree in (False, True):
+        one, many = one_and_merged(paths, RULE, tree=tree)
+        assert one[0]["evidence"]["oversized_after_icmp"] == 11 and many == one
+
+
+def test_residual_past_max_pending_rows_the_counts_hold_but_not_the_ladder(tmp_path, monkeypatch):
+    # documented in pmtud_blackhole.py: a part keeps MAX_PENDING_ROWS header rows in all; the pair's packets
+    # past them are counted by flow and size, so counts stay those of one pass, the size ladder does not
+    from detector.detectors import pmtud_blackhole
+    monkeypatch.setattr(pmtud_blackhole, "MAX_PENDING_ROWS", 20)
+    paths = cut(CAPTURES / "two-incidents-at-once.pcapng", tmp_path, [297])
+    [one], [many] = one_and_merged(paths, RULE)
+    assert many["n"] == one["n"] == 5
+    assert many["evidence"]["oversized_after_icmp"] == one["evidence"]["oversized_after_icmp"]
+    assert one["evidence"]["shrinking_retransmissions"] > many["evidence"]["shrinking_retransmissions"] == 0

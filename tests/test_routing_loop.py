@@ -13,6 +13,7 @@ from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.stats import CaptureStats
+from tests._cuts import cut, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -151,3 +152,14 @@ def test_small_batches_and_merge_agree_with_one_pass():
     right.update(PacketBatch(data=batch.data, cols={k: v[cut:] for k, v in batch.cols.items()}))
     (c,) = left.merge(right).findings(ctx)
     assert (c.n, c.evidence["sightings"]) == (120, 120 * 64)
+
+
+@pytest.mark.parametrize("starts", [[77], [141, 206], [76, 140, 205]], ids=["last-copy", "two-last-copies",
+                                                                               "before-the-last-two"])
+def test_a_cut_just_before_a_packets_last_copies_merges_to_one_pass(tmp_path, starts):
+    # the part after the cut sees a looping packet's last copy (hop limit 1) once: alone it cannot tell it
+    # from any other packet; one pass picks it because it tracks the identity, and the merge must too
+    paths = cut(CAPTURES / "routing-loop-ipv6-vlan.pcap", tmp_path, starts)
+    one, many = one_and_merged(paths, "routing-loop")
+    assert one and one[0]["evidence"]["sightings"] == 7680
+    assert many == one

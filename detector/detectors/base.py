@@ -289,6 +289,15 @@ def keep_ends(kept: np.ndarray, new: np.ndarray, limit: int = EVIDENCE_FRAMES_MA
     return np.concatenate([both[:head], both[len(both) - (limit - head):]])
 
 
+def append_ends(kept: np.ndarray, later: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> np.ndarray:
+    """keep_ends of frames that all follow the kept ones, in order (a part's batches as they come): no sort."""
+    both = np.concatenate([kept, later]).astype(np.int64)
+    if len(both) <= limit:
+        return both
+    head = limit // 2
+    return np.concatenate([both[:head], both[len(both) - (limit - head):]])
+
+
 # scapy dissectors loaded for frame summaries: every link type the decoder reads (they fill
 # conf.l2types), the tunnels it removes and the protocols the rules name. scapy.layers.all would load
 # some 80 more (TLS, X.509, Kerberos, SMB...), 0.7 s of every run that writes a finding.
@@ -420,6 +429,41 @@ def _repeated_hashed(keys):
     for i in range(len(keys)):
         out[i] = again[slots[i]]
     return out
+
+
+def rank_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows numbered by equal key without sorting: (group of each row, numbered by first appearance; its rank
+    among its key's rows, in row order; the first row of each group). One hashed pass."""
+    return _rank_hashed(np.ascontiguousarray(keys, dtype=np.uint64))
+
+
+@kernel("(u8[::1],)")
+def _rank_hashed(keys):
+    # open addressing over a power-of-two table at most half full, each slot holding its key's group (-1 free)
+    size = 1
+    while size < 2 * len(keys):
+        size <<= 1
+    mask = np.uint64(size - 1)
+    slot_group = np.full(size, -1, dtype=np.int64)
+    group = np.empty(len(keys), dtype=np.int64)
+    rank = np.empty(len(keys), dtype=np.int64)
+    seen = np.zeros(len(keys), dtype=np.int64)
+    firsts = np.empty(len(keys), dtype=np.int64)
+    groups = 0
+    for i in range(len(keys)):
+        k = keys[i]
+        slot = ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+        while slot_group[slot] >= 0 and keys[firsts[slot_group[slot]]] != k:
+            slot = (slot + np.uint64(1)) & mask
+        if slot_group[slot] < 0:
+            slot_group[slot] = groups
+            firsts[groups] = i
+            groups += 1
+        g = slot_group[slot]
+        group[i] = g
+        rank[i] = seen[g]
+        seen[g] += 1
+    return group, rank, firsts[:groups]
 
 
 def find_sorted(table: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,6 +24,24 @@ frame, and the header fields of its first copy, kept in arrays sorted by
 fingerprint. Fingerprints that stop repeating before reaching `min_copies`
 are dropped, so the state stays near the number of live candidates. Replies
 from the target are counted from the flow table when findings are asked for.
+
+A cluster partition that does not begin the capture cannot know the
+candidates alive at its start. For its first `horizon` (the time after which
+an unseen candidate is forgotten) it also keeps the copies no rule of its own
+picks (`head`), and it neither forgets the candidates that began there nor
+leaves out their evidence frames (they may continue one that is hot before
+the cut). `merge` joins the head copies of the earlier state's candidates,
+then forgets what one pass would have: the counts, times, frames and
+evidence of one pass. Left inexact, by design: a candidate alive at the cut
+whose next copy comes later than the horizon after it, or whose copies in a
+later batch of the part are each alone in their batch (one pass still counts
+them); head copies past MAX_HEAD_CANDIDATES; of a candidate's copies picked
+only by the head, the frames between its first and last there (not kept as
+evidence) and their bytes (a loop hot only with them is shown by its header
+fields, not decoded); and, under a tree reduction (a part merged with its
+successor before its predecessor; the cluster merges in capture order),
+evidence from parts before a candidate became hot, where one pass, which
+keeps evidence from the batch it becomes hot in, has none.
 """
 from __future__ import annotations
 
@@ -75,6 +93,10 @@ FORGET_AFTER_COPIES = 10
 FLOOD_SEVERITY = "low"
 # The group bit of a MAC address (IEEE 802: least significant bit of the first octet)
 MAC_GROUP_BIT = 1 << 40
+
+# Candidates a partition after the first keeps from the copies in its head that no rule of its own picks
+# (some 110 bytes each): at a million packets per second the head of 50 ms holds about 50,000, the first kept.
+MAX_HEAD_CANDIDATES = 16_384
 
 # the header fields of the first copy, kept per candidate (name -> dtype)
 DESCRIPTOR_COLUMNS = {
@@ -143,6 +165,12 @@ class EchoLoop(Detector):
         self.state = _empty_state()
         self.evidence: dict[int, np.ndarray] = {}     # fingerprint -> kept frame numbers (hot candidates)
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)
+        # a partition after the first: copies in its first horizon picked by no rule of its own, and the end of
+        # that head (None: nothing read yet, or the state begins the capture and has no head)
+        self.begins_capture: bool | None = None
+        self.head_end_ns: int | None = None
+        self.head = _empty_state()
+        self.last_ns = 0
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -150,7 +178,13 @@ class EchoLoop(Detector):
             return
         ts = batch["ts_ns"]
         fp = batch["fingerprint"]
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
+            if not self.begins_capture:
+                self.head_end_ns = int(ts.min()) + self._horizon_ns()
         picked = repeated_rows(fp) | member(fp, self.state["fp"]) | batch_tail(ts)
+        if self.head_end_ns is not None and int(ts.min()) < self.head_end_ns:
+            self._keep_head(batch, np.flatnonzero((ts < self.head_end_ns) & ~picked))
         rows = np.flatnonzero(picked)
         if len(rows):
             order, starts, counts = group_by(fp[rows])
@@ -163,12 +197,46 @@ class EchoLoop(Detector):
                         first_frame=batch["frame"][first], last_frame=batch["frame"][last])
             self.state = _combine(self.state, part)
             self._keep_evidence(batch, rows, starts, counts)
+        self.last_ns = max(self.last_ns, int(ts.max()))
         self._forget(int(ts.max()))
+
+    def _horizon_ns(self) -> int:
+        """How long an unseen candidate below min_copies is kept (0: never forgotten)."""
+        rate = self.params["min_rate_pps"]
+        return max(int(FORGET_AFTER_COPIES / rate * NS), int(CARRY_OVER_S * NS)) if rate > 0 else 0
+
+    def _pinned(self, state: dict) -> np.ndarray:
+        """Candidates a partition after the first keeps whatever their count: those that began in its head."""
+        if self.head_end_ns is None:
+            return np.zeros(len(state["fp"]), dtype=bool)
+        return state["first_ns"] < self.head_end_ns
+
+    def _keep_head(self, batch: PacketBatch, rows: np.ndarray) -> None:
+        """Copies in the head no rule picked: candidates of their own (MAX_HEAD_CANDIDATES at most), until the
+        merge says whose they are. Their first and last frames are their evidence, their bytes are not kept."""
+        room = MAX_HEAD_CANDIDATES - len(self.head["fp"])
+        if len(rows) == 0 or room <= 0:
+            return
+        fp, ts = batch["fingerprint"], batch["ts_ns"]
+        order, starts, counts = group_by(fp[rows])
+        rows = rows[order]
+        first, last = rows[starts], rows[starts + counts - 1]
+        part = {name: batch[name][first].astype(dtype) for name, dtype in DESCRIPTOR_COLUMNS.items()}
+        part.update(fp=fp[first], count=counts.astype(np.int64), first_ns=np.minimum.reduceat(ts[rows], starts),
+                    last_ns=np.maximum.reduceat(ts[rows], starts),
+                    first_frame=batch["frame"][first], last_frame=batch["frame"][last])
+        known = member(part["fp"], self.head["fp"])
+        fresh = np.flatnonzero(~known)[room:]       # the candidates past the bound
+        if len(fresh):
+            keep = np.ones(len(known), dtype=bool)
+            keep[fresh] = False
+            part = {name: col[keep] for name, col in part.items()}
+        self.head = _combine(self.head, part)
 
     def _keep_evidence(self, batch, rows, starts, counts) -> None:
         """Frame numbers (bounded) and the bytes of candidates that have reached min_copies."""
         state = self.state
-        hot = np.sort(state["fp"][state["count"] >= self.params["min_copies"]])
+        hot = np.sort(state["fp"][(state["count"] >= self.params["min_copies"]) | self._pinned(state)])
         fp, frames = batch["fingerprint"], batch["frame"]
         for g in np.flatnonzero(member(fp[rows[starts]], hot)):
             span = rows[starts[g]:starts[g] + counts[g]]
@@ -181,23 +249,53 @@ class EchoLoop(Detector):
             self.evidence[key] = keep_ends(self.evidence[key], frames[span])
 
     def _forget(self, now_ns: int) -> None:
-        rate = self.params["min_rate_pps"]
-        if rate <= 0:
+        horizon = self._horizon_ns()
+        if horizon <= 0:
             return
-        horizon = max(int(FORGET_AFTER_COPIES / rate * NS), int(CARRY_OVER_S * NS))
         state = self.state
-        keep = (state["count"] >= self.params["min_copies"]) | (state["last_ns"] >= now_ns - horizon)
+        keep = ((state["count"] >= self.params["min_copies"]) | (state["last_ns"] >= now_ns - horizon)
+                | self._pinned(state))
         if not keep.all():
             self.state = {name: col[keep] for name, col in state.items()}
 
     def merge(self, other: EchoLoop) -> EchoLoop:
+        """Absorb `other`, the state of the packets that follow this one's: its head copies of this state's
+        candidates count as one pass counted them, the rest of its head goes, and what one pass would have
+        forgotten by the end of `other` is forgotten."""
         check_merge(self, other)
-        self.state = _combine(self.state, other.state)
+        if other.begins_capture is None:
+            return self
+        if self.begins_capture is None:
+            self.__dict__.update(other.__dict__)
+            return self
+        theirs = other.state
+        if len(other.head["fp"]):
+            alive = np.flatnonzero(member(other.head["fp"], self.state["fp"]))
+            theirs = _combine(theirs, {name: col[alive] for name, col in other.head.items()})
+            head = other.head
+            for key, first, last in zip(head["fp"][alive].tolist(), head["first_frame"][alive].tolist(),
+                                        head["last_frame"][alive].tolist()):
+                self.evidence[key] = keep_ends(self.evidence.get(key, np.zeros(0, dtype=np.int64)),
+                                               np.array([first, last], dtype=np.int64))
+        self.state = _combine(self.state, theirs)
         for key, frames in other.evidence.items():
             self.evidence[key] = keep_ends(self.evidence.get(key, frames[:0]), frames)
         for key, value in other.frame_bytes.items():
             self.frame_bytes.setdefault(key, value)
+        self.last_ns = max(self.last_ns, other.last_ns)
+        self._forget(self.last_ns)
+        self._settle_evidence()
         return self
+
+    def _settle_evidence(self) -> None:
+        """Evidence only of candidates that are hot or still pinned, each from its first copy, as one pass keeps
+        it."""
+        state = self.state
+        kept = (state["count"] >= self.params["min_copies"]) | self._pinned(state)
+        keys = dict(zip(state["fp"][kept].tolist(), state["first_frame"][kept].tolist()))
+        self.evidence = {k: keep_ends(v, np.array([keys[k]], dtype=np.int64))
+                         for k, v in self.evidence.items() if k in keys}
+        self.frame_bytes = {k: v for k, v in self.frame_bytes.items() if k in keys}
 
     # ---- findings ---------------------------------------------------------
     def _severity(self, rate: float, share: float) -> str:

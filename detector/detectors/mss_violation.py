@@ -17,6 +17,18 @@ State: the MSS each SYN announced, by the direction it constrains, in a
 sorted array; per violating direction of a flow, counters and bounded
 evidence frames. Segments of a flow whose SYN was not captured are not
 judged (the MSS is unknown).
+
+A cluster partition that does not begin the capture cannot know the SYNs
+before it: it keeps what it needs to judge its unannounced segments once
+merged after them (`pending`: per direction, payload size and whether the
+packet fits the link, the count, first and last time and the first and last
+evidence frames), and `merge` judges those against the earlier part's
+announcements, which gives the counts, sizes, times and frames of one pass.
+Left inexact, by design: segments of at most PENDING_FLOOR_BYTES (judged
+only against a smaller MSS, which nobody announces), more than
+MAX_PENDING_GROUPS groups in one part (the first kept), and a direction
+announced on both sides of a cut with different MSS values (one pass judges
+the later part's segments against the larger, the part against its own).
 """
 from __future__ import annotations
 
@@ -33,10 +45,12 @@ from .base import (
     Detector,
     Param,
     Range,
+    append_ends,
     check_merge,
     endpoint,
     evidence_frames,
     find_sorted,
+    fold_rows,
     group_by,
     ip_text,
     keep_ends,
@@ -57,6 +71,17 @@ MAX_ANNOUNCED = 1 << 21
 UNANNOUNCED = 1 << 32
 # Violating flow directions tracked with their own counters.
 MAX_FLOWS = 4096
+# A partition after the first keeps its segments of directions whose SYN it has not seen above this payload,
+# grouped by direction and size, to be judged at the merge: 536 is the MSS a host assumes without the option
+# (RFC 9293 section 3.7.1); announcing less is unheard of, and smaller segments are most of a busy link's.
+PENDING_FLOOR_BYTES = 536
+# Groups (direction, payload size, fits the link) kept pending in one partition: a few per connection; past
+# this, further groups are counted in dropped_pending and not judged.
+MAX_PENDING_GROUPS = 65_536
+PENDING_COLUMNS = {"key": np.uint64, "payload": np.uint32, "wire": np.bool_, "count": np.int64,
+                   "first_ns": np.int64, "last_ns": np.int64,
+                   "src_hi": np.uint64, "src_lo": np.uint64, "dst_hi": np.uint64, "dst_lo": np.uint64,
+                   "sport": np.uint16, "dport": np.uint16}
 
 FLOW_FIELDS = ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
 
@@ -97,6 +122,17 @@ def _direction_key(src_hi, src_lo, dst_hi, dst_lo, sport, dport) -> np.ndarray:
     return mix64(src_hi, src_lo, dst_hi, dst_lo, ports)
 
 
+def _group_key(keys: np.ndarray, payload: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    """One key per pending group: direction, payload size and whether the packet fits the link."""
+    return mix64(keys, payload.astype(np.uint64), wire.astype(np.uint64))
+
+
+def _fold_pending(a: dict, b: dict) -> dict:
+    """Two pending tables as one, one row per group (counts summed, earliest first and latest last time)."""
+    return fold_rows(a, b, lambda t: _group_key(t["key"], t["payload"], t["wire"]),
+                     {"count": np.add, "last_ns": np.maximum})
+
+
 @register
 class MssViolation(Detector):
     rule_id = "mss-violation"
@@ -133,14 +169,25 @@ class MssViolation(Detector):
         self.min_mss_v4 = self.min_mss_v6 = UNANNOUNCED
         self.dropped_announcements = 0
         self.flows: dict[int, dict] = {}
+        # None until the first packet: whether this state begins the capture (frame 1), so nothing came before
+        self.begins_capture: bool | None = None
+        # segments of directions not announced here, grouped: (key, payload, wire) -> frames in `pending_frames`
+        self.pending = {name: np.zeros(0, dtype=dtype) for name, dtype in PENDING_COLUMNS.items()}
+        self.pending_frames: dict[tuple[int, int, bool], np.ndarray] = {}
+        self.dropped_pending = 0
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
         layers = batch["layers"]
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
+        floor_v4, floor_v6 = self.min_mss_v4, self.min_mss_v6
+        if not self.begins_capture:     # a later part also keeps what SYNs before it may make violations
+            floor_v4, floor_v6 = min(floor_v4, PENDING_FLOOR_BYTES), min(floor_v6, PENDING_FLOOR_BYTES)
         syn, segments = _scan(layers, batch["tcp_flags"], batch["payload_len"], batch["tcp_mss"],
-                              self.min_mss_v4, self.min_mss_v6)
+                              floor_v4, floor_v6)
         if len(syn):
             # the SYN's sender limits what its peer may send: key the reverse direction
             keys = _direction_key(batch["dest_ip_hi"][syn], batch["dest_ip_lo"][syn], batch["src_ip_hi"][syn],
@@ -182,6 +229,9 @@ class MssViolation(Detector):
                 "sport": batch["src_port"][rows], "dport": batch["dest_port"][rows]}
         keys = _direction_key(*(cols[name] for name in FLOW_FIELDS))
         at, announced = find_sorted(self.limit_keys, keys)
+        if not self.begins_capture and not announced.all():
+            unknown = np.flatnonzero(~announced)
+            self._keep_pending(batch, rows[unknown], keys[unknown], {k: v[unknown] for k, v in cols.items()})
         sel = np.flatnonzero(announced)
         sel = sel[payload[rows[sel]] > self.limit_mss[at[sel]]]
         if len(sel) == 0:
@@ -215,8 +265,79 @@ class MssViolation(Detector):
             flow["last_ns"] = max(flow["last_ns"], int(ts[mine].max()))
             flow["frames"] = keep_ends(flow["frames"], frames[mine])
 
+    def _keep_pending(self, batch: PacketBatch, rows: np.ndarray, keys: np.ndarray, cols: dict) -> None:
+        """Group segments of unannounced directions by direction, payload size and fit, into `pending`."""
+        payload = batch["payload_len"][rows].astype(np.uint32)
+        wire = batch["ip_len"][rows] <= self.params["link_mtu_bytes"]
+        ts, frames = batch["ts_ns"][rows], batch["frame"][rows].astype(np.int64)
+        order, starts, counts = group_by(_group_key(keys, payload, wire))
+        first = order[starts]
+        part = {"key": keys[first], "payload": payload[first], "wire": wire[first], "count": counts.astype(np.int64),
+                "first_ns": np.minimum.reduceat(ts[order], starts), "last_ns": np.maximum.reduceat(ts[order], starts),
+                **{name: cols[name][first].astype(PENDING_COLUMNS[name]) for name in FLOW_FIELDS}}
+        kept = np.ones(len(starts), dtype=bool)
+        for g, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
+            name = (int(part["key"][g]), int(part["payload"][g]), bool(part["wire"][g]))
+            before = self.pending_frames.get(name)
+            if before is None and len(self.pending_frames) >= MAX_PENDING_GROUPS:
+                kept[g] = False
+                self.dropped_pending += count
+                continue
+            self.pending_frames[name] = append_ends(frames[:0] if before is None else before,
+                                                    frames[order[start:start + count]])
+        self.pending = _fold_pending(self.pending, {name: col[kept] for name, col in part.items()})
+
+    def _judge_pending(self, other: MssViolation) -> None:
+        """`other`'s pending segments (a later part) judged against this state's announcements, which precede them;
+        those of directions this state has not announced either stay pending, unless it begins the capture."""
+        pending = other.pending
+        at, known = find_sorted(self.limit_keys, pending["key"])
+        mss = np.zeros(len(at), dtype=np.int64)
+        mss[known] = self.limit_mss[at[known]]
+        violating = np.flatnonzero(known & (pending["payload"] > mss))
+        for i in violating[np.lexsort((pending["payload"][violating], pending["key"][violating]))].tolist():
+            key, size, wire = int(pending["key"][i]), int(pending["payload"][i]), bool(pending["wire"][i])
+            flow = self.flows.get(key)
+            if flow is None:
+                if len(self.flows) >= MAX_FLOWS:
+                    continue
+                flow = {name: int(pending[name][i]) for name in FLOW_FIELDS}
+                flow.update(mss=int(mss[i]), count=0, on_wire=0, largest=0, largest_on_wire=0,
+                            first_ns=int(pending["first_ns"][i]), last_ns=int(pending["last_ns"][i]),
+                            frames=np.zeros(0, dtype=np.int64))
+                self.flows[key] = flow
+            count = int(pending["count"][i])
+            flow["count"] += count
+            flow["largest"] = max(flow["largest"], size)
+            if wire:
+                flow["on_wire"] += count
+                flow["largest_on_wire"] = max(flow["largest_on_wire"], size)
+            flow["first_ns"] = min(flow["first_ns"], int(pending["first_ns"][i]))
+            flow["last_ns"] = max(flow["last_ns"], int(pending["last_ns"][i]))
+            flow["frames"] = keep_ends(flow["frames"], other.pending_frames[(key, size, wire)])
+        if self.begins_capture:
+            return      # nothing came before this state: what it has not announced never will be
+        later = np.flatnonzero(~known)
+        kept = np.ones(len(later), dtype=bool)
+        for j, i in enumerate(later.tolist()):
+            name = (int(pending["key"][i]), int(pending["payload"][i]), bool(pending["wire"][i]))
+            before = self.pending_frames.get(name)
+            if before is None and len(self.pending_frames) >= MAX_PENDING_GROUPS:
+                kept[j] = False
+                self.dropped_pending += int(pending["count"][i])
+                continue
+            theirs = other.pending_frames[name]
+            self.pending_frames[name] = theirs if before is None else keep_ends(before, theirs)
+        self.pending = _fold_pending(self.pending, {name: col[later[kept]] for name, col in pending.items()})
+
     def merge(self, other: MssViolation) -> MssViolation:
+        """Absorb `other`, the state of the packets that follow this one's: its pending segments are judged
+        against this state's announcements first, as one pass would have judged them."""
         check_merge(self, other)
+        self._judge_pending(other)
+        if self.begins_capture is None:
+            self.begins_capture = other.begins_capture
+        self.dropped_pending += other.dropped_pending
         self._insert(other.limit_keys, other.limit_mss)
         self.min_mss_v4 = min(self.min_mss_v4, other.min_mss_v4)
         self.min_mss_v6 = min(self.min_mss_v6, other.min_mss_v6)

@@ -30,9 +30,22 @@ whether sizes varied and counters of oversized packets, and a bounded buffer
 of those packets' header fields for the size ladder, the retransmissions
 and the goodput. Packets sent before a pair is first named are not kept:
 they are the ones that triggered the message. Two partial states merge by
-pair; a partition that never saw a message for a pair does not check that
-pair's packets (a stream split by time loses only what precedes the first
-message of each part).
+pair.
+
+A cluster partition that does not begin the capture cannot know the pairs
+named before it, so it also keeps every host packet (`pending`: per (host,
+peer) pair the header rows of its first MAX_ROWS_PER_PAIR packets, then
+per flow and size a count with its times and frames); `merge` replays those
+of the pairs the earlier state named after that state's messages, as one
+pass checked them, and a pair named only in the later part keeps what that
+part checked itself. Left inexact, by design: the host packets of pairs
+beyond the first MAX_PAIRS a part sees (not kept: a busy link's later parts
+lose the pairs they meet late), and those past MAX_PENDING_ROWS header rows
+in one part (counted by flow and size, which keeps the counts but not the
+size ladder and goodput of their rows); a smaller MTU reported in a later batch
+of the same part (one pass judged that part's earlier batches against the
+larger one); and packets counted by size that fall within the grace time
+of the first message (judged as after it).
 """
 from __future__ import annotations
 
@@ -66,8 +79,11 @@ from .base import (
     Range,
     ReportFigure,
     TimeBins,
+    append_ends,
     check_merge,
     evidence_frames,
+    find_sorted,
+    fold_rows,
     group_by,
     ip_halves,
     ip_text,
@@ -75,6 +91,7 @@ from .base import (
     match_flow,
     member,
     mix64,
+    rank_by_key,
     register,
 )
 
@@ -119,6 +136,14 @@ TCP_OVERHEAD = {4: 20 + 20, 6: 40 + 20}
 
 ROW_COLUMNS = {"ts": np.int64, "frame": np.int64, "proto": np.uint8, "sport": np.uint16,
                "dport": np.uint16, "seq": np.uint32, "payload": np.uint32, "ip_len": np.uint32}
+# A partition after the first keeps the header rows of every pair's first MAX_ROWS_PER_PAIR host packets
+# for the merge, up to this many in all (some 40 bytes each); further packets are counted by flow and size.
+MAX_PENDING_ROWS = 1 << 18
+PENDING_ROW_COLUMNS = {"key": np.uint64, "echo": np.bool_, **ROW_COLUMNS}
+# per (pair, flow, IP length, echo): the packets beyond the rows kept
+PENDING_SIZE_COLUMNS = {"hkey": np.uint64, "key": np.uint64, "proto": np.uint8, "sport": np.uint16,
+                        "dport": np.uint16, "ip_len": np.uint32, "echo": np.bool_, "count": np.int64,
+                        "first_ns": np.int64, "last_ns": np.int64}
 
 
 @dataclass
@@ -206,6 +231,15 @@ class _Pair:
         return self.flows[key]
 
     def absorb(self, other: _Pair) -> None:
+        self.absorb_messages(other)
+        self.packets_after += other.packets_after
+        self.largest_after = max(self.largest_after, other.largest_after)
+        for key, theirs in other.flows.items():
+            self.flow_entry(key, theirs.echo, theirs.size).absorb(theirs)
+        self.add_rows(other.rows)
+
+    def absorb_messages(self, other: _Pair) -> None:
+        """The routers' messages of `other`, not the host packets it checked."""
         self.mtu = min(self.mtu, other.mtu)
         self.first_icmp_ns = min(self.first_icmp_ns, other.first_icmp_ns)
         self.last_icmp_ns = max(self.last_icmp_ns, other.last_icmp_ns)
@@ -215,11 +249,6 @@ class _Pair:
                 if key in mine or len(mine) < MAX_LISTED:
                     mine[key] = mine.get(key, 0) + count
         self.icmp_frames = keep_ends(self.icmp_frames, other.icmp_frames)
-        self.packets_after += other.packets_after
-        self.largest_after = max(self.largest_after, other.largest_after)
-        for key, theirs in other.flows.items():
-            self.flow_entry(key, theirs.echo, theirs.size).absorb(theirs)
-        self.add_rows(other.rows)
 
     def add_rows(self, rows: dict) -> None:
         room = MAX_ROWS_PER_PAIR - len(self.rows["ts"])
@@ -229,6 +258,32 @@ class _Pair:
 
 def _pair_key(src_hi, src_lo, dst_hi, dst_lo) -> np.ndarray:
     return mix64(src_hi, src_lo, dst_hi, dst_lo)
+
+
+def _carriers(batch: PacketBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of a host's own packets (anything IP but ICMP, whose errors and replies carry no data; echo
+    requests kept to tell a diagnostic's probes from a host whose packets the capture lacks) and of echo
+    requests."""
+    layers = batch["layers"]
+    icmp = (layers & np.uint32(L_ICMP | L_ICMP6)) != 0
+    kind = batch["icmp_type"]
+    echo = icmp & (((layers & np.uint32(L_ICMP)) != 0) & (kind == ICMP_ECHO) |
+                   ((layers & np.uint32(L_ICMP6)) != 0) & (kind == ICMP6_ECHO))
+    return ((layers & np.uint32(IP)) != 0) & (~icmp | echo), echo
+
+
+def _host_rows(batch: PacketBatch, rows: np.ndarray, echo: np.ndarray) -> dict:
+    """The header fields of host packets `rows` the checks read (ROW_COLUMNS and echo)."""
+    layers = batch["layers"][rows]
+    ports = (layers & np.uint32(L_PORTS)) != 0
+    tcp = (layers & np.uint32(L_TCP)) != 0
+    return {"ts": batch["ts_ns"][rows].astype(np.int64), "frame": batch["frame"][rows].astype(np.int64),
+            "proto": batch["proto"][rows].astype(np.uint8),
+            "sport": np.where(ports, batch["src_port"][rows], 0).astype(np.uint16),
+            "dport": np.where(ports, batch["dest_port"][rows], 0).astype(np.uint16),
+            "seq": np.where(tcp, batch["tcp_seq"][rows], 0).astype(np.uint32),
+            "payload": np.where((layers & np.uint32(L_PAYLOAD)) != 0, batch["payload_len"][rows], 0).astype(np.uint32),
+            "ip_len": batch["ip_len"][rows].astype(np.uint32), "echo": echo[rows]}
 
 
 @register
@@ -267,18 +322,33 @@ class PmtudBlackhole(Detector):
         self.pairs: dict[int, _Pair] = {}
         self.unwatched_icmp = 0      # messages for pairs beyond MAX_PAIRS
         self.ignored_icmp = 0        # messages reporting an MTU no host may adopt
+        # None until the first packet: whether this state begins the capture (frame 1), so nothing came before
+        self.begins_capture: bool | None = None
+        # a partition after the first: its host packets for the merge (rows in chunks, sizes, the rows per pair)
+        self.pending_chunks: list[dict] = []
+        self.pending_keys = np.zeros(0, dtype=np.uint64)       # pairs with rows kept, sorted
+        self.pending_counts = np.zeros(0, dtype=np.int64)      # rows kept per pair
+        self.pending_sizes = {name: np.zeros(0, dtype=t) for name, t in PENDING_SIZE_COLUMNS.items()}
+        self.pending_size_frames: dict[int, np.ndarray] = {}
+        self.dropped_pending = 0     # host packets of pairs beyond MAX_PAIRS in one part
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
         layers = batch["layers"]
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
         need = np.uint32(L_MTU | L_QUOTE)
         icmp_rows = np.flatnonzero((layers & need) == need)
         if len(icmp_rows):
             self._add_messages(batch, icmp_rows)
-        if self.pairs:
-            self._add_host_packets(batch)
+        if self.pairs or not self.begins_capture:
+            carrier, echo = _carriers(batch)
+            if self.pairs:
+                self._add_host_packets(batch, carrier, echo)
+            if not self.begins_capture:
+                self._keep_pending(batch, carrier, echo)
 
     def _add_messages(self, batch: PacketBatch, rows: np.ndarray) -> None:
         import pandas as pd
@@ -333,15 +403,7 @@ class PmtudBlackhole(Detector):
         for key, part in parts.items():
             self.pairs[key].absorb(part)
 
-    def _add_host_packets(self, batch: PacketBatch) -> None:
-        layers = batch["layers"]
-        icmp = (layers & np.uint32(L_ICMP | L_ICMP6)) != 0
-        kind = batch["icmp_type"]
-        echo = icmp & (((layers & np.uint32(L_ICMP)) != 0) & (kind == ICMP_ECHO) |
-                       ((layers & np.uint32(L_ICMP6)) != 0) & (kind == ICMP6_ECHO))
-        # the host's own packets: anything but ICMP, whose errors and replies carry no data; echo requests
-        # are kept to tell a diagnostic's probes from a host whose packets the capture lacks
-        carrier = ((layers & np.uint32(IP)) != 0) & (~icmp | echo)
+    def _add_host_packets(self, batch: PacketBatch, carrier: np.ndarray, echo: np.ndarray) -> None:
         hosts = np.unique(np.array([p.host[1] for p in self.pairs.values()], dtype=np.uint64))
         rows = np.flatnonzero(carrier & member(batch["src_ip_lo"], hosts))
         if len(rows) == 0:
@@ -354,29 +416,132 @@ class PmtudBlackhole(Detector):
         if len(rows) == 0:
             return
         grace_ns = int(self.params["grace_ms"] * 1e6)
-        ts, ip_len, frames = batch["ts_ns"][rows], batch["ip_len"][rows], batch["frame"][rows]
-        ports = (batch["layers"][rows] & np.uint32(L_PORTS)) != 0
-        tcp = (batch["layers"][rows] & np.uint32(L_TCP)) != 0
-        payload = np.where((batch["layers"][rows] & np.uint32(L_PAYLOAD)) != 0, batch["payload_len"][rows], 0)
-        proto = batch["proto"][rows]
-        sport = np.where(ports, batch["src_port"][rows], 0).astype(np.uint16)
-        dport = np.where(ports, batch["dest_port"][rows], 0).astype(np.uint16)
-        echo = echo[rows]
+        cols = _host_rows(batch, rows, echo)
         order, starts, counts = group_by(keys)
         for start, count in zip(starts.tolist(), counts.tolist()):
-            group = order[start:start + count]
-            pair = self.pairs[int(keys[group[0]])]
-            sel = group[ts[group] >= pair.first_icmp_ns]
-            if len(sel) == 0:
+            self._check_host_rows(self.pairs[int(keys[order[start]])], order[start:start + count], cols, grace_ns)
+
+    def _check_host_rows(self, pair: _Pair, group: np.ndarray, cols: dict, grace_ns: int) -> None:
+        """Fold the host's packets `group` (rows of `cols`, in time order) into the pair named before them."""
+        ts, ip_len = cols["ts"], cols["ip_len"]
+        sel = group[ts[group] >= pair.first_icmp_ns]
+        if len(sel) == 0:
+            return
+        pair.packets_after += len(sel)
+        pair.largest_after = max(pair.largest_after, int(ip_len[sel].max()))
+        self._add_flows(pair, sel, cols["proto"], cols["sport"], cols["dport"], cols["echo"], ts, ip_len,
+                        cols["frame"], grace_ns)
+        pair.add_rows({name: cols[name][sel] for name in ROW_COLUMNS})
+
+    def _keep_pending(self, batch: PacketBatch, carrier: np.ndarray, echo: np.ndarray) -> None:
+        """Every host packet of this part, for pairs an earlier part may have named: header rows of each pair's
+        first MAX_ROWS_PER_PAIR packets (MAX_PENDING_ROWS in all), further ones counted by flow and size."""
+        rows = np.flatnonzero(carrier)
+        if len(rows) == 0:
+            return
+        keys = _pair_key(batch["src_ip_hi"][rows], batch["src_ip_lo"][rows],
+                         batch["dest_ip_hi"][rows], batch["dest_ip_lo"][rows])
+        if len(self.pending_keys) >= MAX_PAIRS:     # full: only the pairs kept go on
+            inside = member(keys, self.pending_keys)
+            self.dropped_pending += int(np.count_nonzero(~inside))
+            rows, keys = rows[inside], keys[inside]
+            if len(rows) == 0:
+                return
+        group, rank, firsts = rank_by_key(keys)
+        pairs = keys[firsts]
+        at, known = find_sorted(self.pending_keys, pairs)
+        fresh = ~known
+        admitted = known | (fresh & (np.cumsum(fresh) <= max(MAX_PAIRS - len(self.pending_keys), 0)))
+        before = np.zeros(len(pairs), dtype=np.int64)
+        before[known] = self.pending_counts[at[known]]
+        inside = admitted[group]
+        self.dropped_pending += int(np.count_nonzero(~inside))
+        as_row = inside & (rank + before[group] < MAX_ROWS_PER_PAIR)
+        as_row &= np.cumsum(as_row) <= MAX_PENDING_ROWS - int(self.pending_counts.sum())
+        kept = np.bincount(group[as_row], minlength=len(pairs)).astype(np.int64)
+        self.pending_counts[at[known]] += kept[known]
+        new = fresh & admitted
+        self.pending_keys = np.insert(self.pending_keys, at[new], pairs[new])
+        self.pending_counts = np.insert(self.pending_counts, at[new], kept[new])
+        mine = np.flatnonzero(as_row)
+        if len(mine):
+            self.pending_chunks.append({"key": keys[mine], **_host_rows(batch, rows[mine], echo)})
+        bulk = np.flatnonzero(inside & ~as_row)
+        if len(bulk):
+            self._count_sizes(keys[bulk], _host_rows(batch, rows[bulk], echo))
+
+    def _count_sizes(self, keys: np.ndarray, cols: dict) -> None:
+        """Host packets beyond the rows kept, by pair, flow, IP length and echo: counts, times, frames."""
+        hkey = mix64(keys, (cols["proto"].astype(np.uint64) << np.uint64(32)) | (cols["sport"].astype(np.uint64)
+                     << np.uint64(16)) | cols["dport"].astype(np.uint64), cols["ip_len"], cols["echo"])
+        order, starts, counts = group_by(hkey)
+        first = order[starts]
+        part = {"hkey": hkey[first], "key": keys[first], "count": counts.astype(np.int64),
+                "first_ns": np.minimum.reduceat(cols["ts"][order], starts),
+                "last_ns": np.maximum.reduceat(cols["ts"][order], starts),
+                **{name: cols[name][first].astype(PENDING_SIZE_COLUMNS[name])
+                   for name in ("proto", "sport", "dport", "ip_len", "echo")}}
+        for g, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
+            h = int(part["hkey"][g])
+            frames = cols["frame"][order[start:start + count]]
+            self.pending_size_frames[h] = append_ends(self.pending_size_frames.get(h, frames[:0]), frames)
+        self.pending_sizes = fold_rows(self.pending_sizes, part, "hkey", {"count": np.add, "last_ns": np.maximum})
+
+    def _pending_rows(self) -> dict:
+        """The kept header rows as one table, in capture order."""
+        chunks = self.pending_chunks or [{name: np.zeros(0, dtype=t) for name, t in PENDING_ROW_COLUMNS.items()}]
+        table = {name: np.concatenate([c[name] for c in chunks]) for name in PENDING_ROW_COLUMNS}
+        self.pending_chunks = [table]
+        return table
+
+    def _replay(self, other: PmtudBlackhole, named: list[int]) -> None:
+        """`other`'s host packets of the pairs `named` here (and before it), checked as one pass checked them."""
+        grace_ns = int(self.params["grace_ms"] * 1e6)
+        table = other._pending_rows()
+        order, starts, counts = group_by(table["key"])
+        known = member(table["key"][order[starts]], np.array(sorted(named), dtype=np.uint64))
+        for g in np.flatnonzero(known).tolist():
+            group = order[starts[g]:starts[g] + counts[g]]
+            self._check_host_rows(self.pairs[int(table["key"][group[0]])], group, table, grace_ns)
+        sizes = other.pending_sizes
+        for i in np.lexsort((sizes["first_ns"], sizes["key"])).tolist():
+            pair = self.pairs.get(int(sizes["key"][i]))
+            if pair is None or int(sizes["key"][i]) not in named:
                 continue
-            pair.packets_after += len(sel)
-            pair.largest_after = max(pair.largest_after, int(ip_len[sel].max()))
-            self._add_flows(pair, sel, proto, sport, dport, echo, ts, ip_len, frames, grace_ns)
-            r = rows[sel]
-            pair.add_rows({
-                "ts": ts[sel], "frame": frames[sel], "proto": proto[sel], "sport": sport[sel], "dport": dport[sel],
-                "seq": np.where(tcp[sel], batch["tcp_seq"][r], 0).astype(np.uint32),
-                "payload": payload[sel].astype(np.uint32), "ip_len": ip_len[sel].astype(np.uint32)})
+            count, ip_len = int(sizes["count"][i]), int(sizes["ip_len"][i])
+            pair.packets_after += count
+            pair.largest_after = max(pair.largest_after, ip_len)
+            key = (int(sizes["proto"][i]), int(sizes["sport"][i]), int(sizes["dport"][i]))
+            flow = pair.flow_entry(key, bool(sizes["echo"][i]), ip_len)
+            flow.varies = flow.varies or ip_len != flow.size
+            flow.packets += count
+            if ip_len > pair.mtu:
+                flow.oversized += count
+                flow.last_oversized_ns = max(flow.last_oversized_ns, int(sizes["last_ns"][i]))
+                flow.oversized_frames = keep_ends(flow.oversized_frames,
+                                                  other.pending_size_frames[int(sizes["hkey"][i])])
+
+    def _absorb_pending(self, other: PmtudBlackhole) -> None:
+        """Keep `other`'s pending host packets after this state's (both parts after the first)."""
+        mine, theirs = self._pending_rows(), other._pending_rows()
+        both = {name: np.concatenate([mine[name], theirs[name]]) for name in PENDING_ROW_COLUMNS}
+        order, starts, counts = group_by(both["key"])
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order)) - np.repeat(starts, counts)
+        as_row = (rank < MAX_ROWS_PER_PAIR) & (np.cumsum(rank < MAX_ROWS_PER_PAIR) <= MAX_PENDING_ROWS)
+        self.pending_chunks = [{name: col[as_row] for name, col in both.items()}]
+        pairs = both["key"][order[starts]]
+        kept = np.add.reduceat(as_row[order], starts) if len(starts) else np.zeros(0, dtype=np.int64)
+        self.pending_keys, self.pending_counts = pairs, kept.astype(np.int64)
+        for h, frames in other.pending_size_frames.items():
+            self.pending_size_frames[h] = keep_ends(self.pending_size_frames.get(h, frames[:0]), frames)
+        self.pending_sizes = fold_rows(self.pending_sizes, other.pending_sizes, "hkey",
+                                       {"count": np.add, "last_ns": np.maximum})
+        if not as_row.all():
+            spill = np.flatnonzero(~as_row)
+            self._count_sizes(both["key"][spill], {name: both[name][spill] for name in PENDING_ROW_COLUMNS
+                                                   if name != "key"})
+        self.dropped_pending += other.dropped_pending
 
     @staticmethod
     def _add_flows(pair: _Pair, sel, proto, sport, dport, echo, ts, ip_len, frames, grace_ns) -> None:
@@ -398,7 +563,16 @@ class PmtudBlackhole(Detector):
                 flow.oversized_frames = keep_ends(flow.oversized_frames, frames[over])
 
     def merge(self, other: PmtudBlackhole) -> PmtudBlackhole:
+        """Absorb `other`, the state of the packets that follow this one's. A pair named here takes `other`'s
+        messages, then its host packets as one pass checked them (its pending ones, when `other` does not begin
+        the capture); a pair named only in `other` keeps what `other` checked."""
         check_merge(self, other)
+        if other.begins_capture is None:
+            return self
+        if self.begins_capture is None:
+            self.__dict__.update(other.__dict__)
+            return self
+        named = set(self.pairs)
         for key, theirs in other.pairs.items():
             mine = self.pairs.get(key)
             if mine is None:
@@ -406,11 +580,24 @@ class PmtudBlackhole(Detector):
                     self.unwatched_icmp += theirs.icmp_count
                     continue
                 self.pairs[key] = theirs
-            else:
+            elif other.begins_capture:
                 mine.absorb(theirs)
+            else:
+                mine.absorb_messages(theirs)
+        if not other.begins_capture:
+            self._replay(other, named)
+            if not self.begins_capture:
+                self._absorb_pending(other)
+            else:
+                self._drop_pending()
         self.unwatched_icmp += other.unwatched_icmp
         self.ignored_icmp += other.ignored_icmp
         return self
+
+    def _drop_pending(self) -> None:
+        self.pending_chunks, self.pending_size_frames = [], {}
+        self.pending_keys, self.pending_counts = self.pending_keys[:0], self.pending_counts[:0]
+        self.pending_sizes = {name: col[:0] for name, col in self.pending_sizes.items()}
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:

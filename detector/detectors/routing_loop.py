@@ -15,6 +15,17 @@ source MACs), kept in arrays; identities that qualify as looping are folded
 into a per-destination summary once they stop, others are forgotten. Those
 seen in the first second of the input wait until merge() or the end, so
 partitions cut through a loop merge to the counts of one pass.
+
+A partition that does not begin the capture cannot tell, in its first
+second (FINISHED_AFTER_S), which packets continue an identity the partition
+before it tracks: one pass picks such a packet although it is seen once in
+its batch (the last copy of a looping packet, right after the cut). Those
+sightings no rule of its own picks are kept aside as its head (at most
+MAX_HEAD_PIECES summaries, the earliest) and merge() adds those of the
+identities the earlier state still tracks, as one pass counts them.
+Residual: a sparse identity whose copies stay more than a batch apart for
+longer than that first second, and a head past its bound, count as the
+partition alone sees them.
 """
 from __future__ import annotations
 
@@ -60,6 +71,8 @@ IDENTITY_COLUMNS = ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto
                     "frag_offset", "src_port", "dest_port", "tcp_seq", "tcp_ack", "icmp_type", "icmp_code")
 # Looping packets whose frames are kept for evidence, per destination.
 EVIDENCE_PACKETS = 16
+# A later partition's head: at most this many identity summaries (module docstring).
+MAX_HEAD_PIECES = 1 << 14
 # The prefix a finding names: the routes that loop are usually for a prefix.
 PREFIX_V4, PREFIX_V6 = 24, 64
 
@@ -200,19 +213,28 @@ class RoutingLoop(Detector):
         # destination -> (first time, first frame, last frame) of its EVIDENCE_PACKETS earliest looping packets:
         # chosen by time, not by when each was seen to finish, so a partitioned run keeps the same ones
         self.evidence: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        # a partition after the first: its first second's sightings picked by no rule of its own, and the end
+        # of that head (None: nothing read yet, or the state begins the capture and has no head)
+        self.begins_capture: bool | None = None
+        self.head_end_ns: int | None = None
+        self.head = _empty(CANDIDATE_COLUMNS)
 
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
         first = int(batch["ts_ns"].min())
         self.start_ns = first if self.start_ns is None else min(self.start_ns, first)
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
+            if not self.begins_capture:
+                self.head_end_ns = first + int(FINISHED_AFTER_S * NS)
         # the identity from header columns first (absent layers hold 0, non-IP
         # rows are dropped below); the transport bytes only for repeats
         coarse = _identity(batch)
         tracked = np.unique(self.cand["coarse"])
         tail = batch_tail(batch["ts_ns"])
-        picked = (repeated_rows(coarse) | member(coarse, tracked) | tail) \
-            & ((batch["layers"] & np.uint32(IP)) != 0)
+        ip = (batch["layers"] & np.uint32(IP)) != 0
+        picked = (repeated_rows(coarse) | member(coarse, tracked) | tail) & ip
         rows = np.flatnonzero(picked)
         if len(rows):
             # a packet whose TTL never changed in this batch is a repeat, not a loop
@@ -223,10 +245,25 @@ class RoutingLoop(Detector):
             varies |= member(coarse[rows[starts]], tracked) | tail[rows[starts + counts - 1]]
             rows = rows[np.repeat(varies, counts)]
             if len(rows):
-                self._fold_batch(batch, rows, coarse[rows])
+                self.cand = _combine(self.cand, self._pieces(batch, rows, coarse[rows]))
+        if self.head_end_ns is not None and first < self.head_end_ns:
+            aside = ip & (batch["ts_ns"] < self.head_end_ns)
+            aside[rows] = False
+            self._keep_head(batch, np.flatnonzero(aside), coarse)
         self._finish(int(batch["ts_ns"].max()))
 
-    def _fold_batch(self, batch: PacketBatch, rows: np.ndarray, coarse: np.ndarray) -> None:
+    def _keep_head(self, batch: PacketBatch, rows: np.ndarray, coarse: np.ndarray) -> None:
+        """Keep the sightings `rows` of a later partition's first second aside (module docstring), bounded."""
+        if len(rows) == 0 or len(self.head["key"]) >= MAX_HEAD_PIECES:
+            return
+        head = _combine(self.head, self._pieces(batch, rows, coarse[rows]))
+        if len(head["key"]) > MAX_HEAD_PIECES:
+            keep = np.sort(np.argsort(head["first_ns"], kind="stable")[:MAX_HEAD_PIECES])
+            head = {name: col[keep] for name, col in head.items()}
+        self.head = head
+
+    def _pieces(self, batch: PacketBatch, rows: np.ndarray, coarse: np.ndarray) -> dict:
+        """The candidate summaries (CANDIDATE_COLUMNS) of the sightings `rows`, one per packet identity."""
         key = mix64(coarse, _l4_sample(batch, rows))
         order, starts, counts = group_by(key)
         rows, coarse, key = rows[order], coarse[order], key[order]
@@ -252,7 +289,7 @@ class RoutingLoop(Detector):
         }
         for name in ("layers", "src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo", "proto"):
             part[name] = batch[name][rows[starts]].astype(CANDIDATE_COLUMNS[name])
-        self.cand = _combine(self.cand, part)
+        return part
 
     def _looping(self, cand: dict) -> np.ndarray:
         p = self.params
@@ -280,9 +317,19 @@ class RoutingLoop(Detector):
 
     def merge(self, other: RoutingLoop) -> RoutingLoop:
         check_merge(self, other)
+        if other.begins_capture is None:
+            return self
+        if self.begins_capture is None:
+            self.__dict__.update(other.__dict__)
+            return self
         starts = [t for t in (self.start_ns, other.start_ns) if t is not None]
         self.start_ns = min(starts) if starts else None
-        self.cand = _combine(self.cand, other.cand)
+        theirs = other.cand
+        if len(other.head["key"]):
+            # the later part's head sightings of identities this state still tracks: one pass picked them
+            alive = member(other.head["coarse"], np.unique(self.cand["coarse"]))
+            theirs = _combine(theirs, {name: col[alive] for name, col in other.head.items()})
+        self.cand = _combine(self.cand, theirs)
         self.dest = _combine_dest(self.dest, other.dest)
         for dst, packets in other.evidence.items():
             self.evidence[dst] = _earliest(self.evidence.get(dst, []) + packets)
