@@ -29,6 +29,8 @@ from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.site import Site
 from detector.stats import CaptureStats
+from tests._cuts import cut as cut_at
+from tests._cuts import one_and_merged
 from tests._rules import batch_of, detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
@@ -398,3 +400,16 @@ def test_any_mix_of_arp_packets_is_judged_never_crashes(packets):
     detector.update(decode(records))
     for f in detector.findings(AnalysisContext(flows=None, stats=CaptureStats())):
         assert f.severity in ("low", "medium", "high") and len(f.evidence["evidence_frames"]) <= 64
+
+
+@pytest.mark.parametrize("starts", [[2], [5, 8], [2, 5, 8, 11]], ids=["first", "two", "every"])
+def test_a_cut_between_a_request_and_its_reply_merges_to_one_pass(tmp_path, starts):
+    # each reply of arp-flip-flop answers the request a millisecond before it: cut between them, the later part
+    # alone calls it unsolicited (a sign of spoofing); the merge asks the earlier part's requests, as one pass
+    paths = cut_at(CAPTURES / "arp-flip-flop.pcapng", tmp_path, starts)
+    one, many = one_and_merged(paths, "arp-spoof")
+    assert one and all(claim["unsolicited"] == 0 for conflict in one[0]["evidence"]["conflicts"]
+                       for claim in conflict["claims"])
+    assert many == one
+    # as a tree too: a part merged with its successor first keeps its own doubts for its predecessor
+    assert one_and_merged(paths, "arp-spoof", tree=True)[1] == one

@@ -56,12 +56,12 @@ INEXACT = {
 }
 # Bundled captures whose merge is exact at the three file cuts above but not at the byte ranges' cuts (3 and 7
 # partitions of the whole file fall elsewhere): the flow table's ack events across a cut (arp-dynamic-pool,
-# benign-office, loss-interface-drops); arp-spoof's unsolicited replies, whose request fell before the cut
-# (arp-flip-flop); echo-loop's evidence frames, which one pass takes from the batch in which a loop reached
-# min_copies, so they follow where batches begin (echo-loop-rip-ipv6-vlan); syn-flood's top-sources sketch, whose
-# error bounds depend on what each part saw (counts equal, syn_error not: syn-flood-ingress-only). Strict as INEXACT.
+# benign-office, loss-interface-drops); echo-loop's evidence frames, which one pass takes from the batch in
+# which a loop reached min_copies, so they follow where batches begin (echo-loop-rip-ipv6-vlan); syn-flood's
+# top-sources sketch, whose error bounds depend on what each part saw (counts equal, syn_error not:
+# syn-flood-ingress-only). Strict as INEXACT.
 INEXACT_IN_RANGES = {
-    "arp-dynamic-pool.pcapng", "arp-flip-flop.pcapng", "benign-office.pcapng", "echo-loop-rip-ipv6-vlan.pcap",
+    "arp-dynamic-pool.pcapng", "benign-office.pcapng", "echo-loop-rip-ipv6-vlan.pcap",
     "loss-interface-drops.pcapng", "syn-flood-ingress-only.pcap",
 }
 # the flow counters a cut makes lower bounds (flows/merge.py), left out where a test compares the rest

@@ -57,9 +57,12 @@ role, all rows to `MAX_ROWS`, the rows first seen kept); the ARP requests
 of the last `UNSOLICITED_WINDOW_S`, which a reply in the next batch may
 answer; and the latest and earliest claim of each IP: the next batch's
 first claim of it follows the latest, and when two partitions in time order
-merge, the later one's earliest follows the earlier one's latest. A request
-in one partition does not answer a reply in the other; partitions that
-overlap in time miss the change at their border.
+merge, the later one's earliest follows the earlier one's latest. A
+partition that does not begin the capture keeps aside the replies of its
+first UNSOLICITED_WINDOW_S that it found unsolicited (at most
+MAX_CARRIED_REQUESTS): merge() asks the earlier partition's last requests
+whether they answered them, as one pass does. Partitions that overlap in
+time miss the change at their border.
 """
 from __future__ import annotations
 
@@ -129,6 +132,8 @@ COLUMNS = {"key": np.uint64, "link": np.uint32, "ip_hi": np.uint64, "ip_lo": np.
 REDUCE = {"count": np.add, "unsolicited": np.add, "mismatched": np.add, "changes": np.add,
           "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
 REQUEST_COLUMNS = {"key": np.uint64, "ts": np.int64}
+# a later partition's reply it found unsolicited in its first window: the request it answers, when, its row
+DOUBT_COLUMNS = {"key": np.uint64, "ts": np.int64, "row": np.uint64}
 # an IP's latest (and earliest) claim: the IP's key, the claiming MAC, when, and the observation row it is in
 CLAIM_COLUMNS = {"key": np.uint64, "mac": np.uint64, "ts": np.int64, "row": np.uint64}
 
@@ -214,9 +219,18 @@ class Neighbors:
         self.latest = _empty(CLAIM_COLUMNS)
         self.earliest = _empty(CLAIM_COLUMNS)
         self.dropped = 0
+        # a partition after the first: the end of its first window, and the replies in it no request of its own
+        # answered (None: nothing read yet, or the state begins the capture)
+        self.begins_capture: bool | None = None
+        self.head_end_ns: int | None = None
+        self.doubts = _empty(DOUBT_COLUMNS)
 
     # ---- one batch
     def update(self, batch: PacketBatch) -> None:
+        if self.begins_capture is None and len(batch):
+            self.begins_capture = int(batch["frame"][0]) == 1
+            if not self.begins_capture:
+                self.head_end_ns = int(batch["ts_ns"].min()) + int(UNSOLICITED_WINDOW_S * NS)
         parts = [self._arp(batch)]
         if self.ip_sources:
             parts.append(self._ip(batch, IP_SOURCE, "src"))
@@ -251,6 +265,8 @@ class Neighbors:
         target = reply & ~gratuitous & unicast_mac(tha) & unicast_ipv4(tpa)
         how = np.where(gratuitous, GRATUITOUS, np.where(reply, REPLY, REQUEST)).astype(np.uint8)
         s, t = np.flatnonzero(sender), np.flatnonzero(target)
+        if self.head_end_ns is not None:
+            self._doubt(link, spa, tpa, sha, ts, np.flatnonzero(sender & unsolicited & (ts < self.head_end_ns)))
         rows = {
             "link": np.concatenate([link[s], link[t]]),
             "ip_hi": np.zeros(len(s) + len(t), dtype=np.uint64),
@@ -357,6 +373,37 @@ class Neighbors:
         self.requests = _take(carried, recent)
         return answered[len(keys) - len(ts):]
 
+    def _doubt(self, link, spa, tpa, sha, ts, rows: np.ndarray) -> None:
+        """Keep the unsolicited replies `rows` of a later partition's first window for merge() (bounded)."""
+        room = MAX_CARRIED_REQUESTS - len(self.doubts["key"])
+        rows = rows[:max(room, 0)]
+        if len(rows) == 0:
+            return
+        address = IPV4_MAPPED | spa[rows].astype(np.uint64)
+        new = {"key": mix64(link[rows], spa[rows], tpa[rows]), "ts": ts[rows],
+               "row": mix64(link[rows], np.zeros(len(rows), dtype=np.uint64), address, sha[rows],
+                            np.full(len(rows), REPLY, dtype=np.uint8))}
+        self.doubts = {name: np.concatenate([self.doubts[name], new[name]]) for name in DOUBT_COLUMNS}
+
+    def _answered_before(self, requests: dict, doubts: dict) -> np.ndarray:
+        """Which `doubts` (a later partition's unsolicited replies) a request of `requests` (the earlier one's
+        last window) answered, by the rule of _answered."""
+        answered = np.zeros(len(doubts["key"]), dtype=bool)
+        if len(requests["key"]) == 0 or len(doubts["key"]) == 0:
+            return answered
+        order = np.lexsort((requests["ts"], requests["key"]))
+        keys, times = requests["key"][order], requests["ts"][order]
+        # the latest request of the reply's key at or before it
+        at = np.searchsorted(keys, doubts["key"], side="right") - 1
+        ok = at >= 0
+        ok[ok] = keys[at[ok]] == doubts["key"][ok]
+        for i in np.flatnonzero(ok):
+            lo = int(np.searchsorted(keys, doubts["key"][i], side="left"))
+            before = np.searchsorted(times[lo:at[i] + 1], doubts["ts"][i], side="right") - 1
+            if before >= 0:
+                answered[i] = doubts["ts"][i] - times[lo + before] <= int(UNSOLICITED_WINDOW_S * NS)
+        return answered
+
     def _changes(self, rows: dict) -> np.ndarray:
         """1 for each claim that follows, within CONFLICT_WINDOW_S, a claim of the same IP by another MAC."""
         ip_key = mix64(rows["link"], rows["ip_hi"], rows["ip_lo"])
@@ -458,8 +505,23 @@ class Neighbors:
         return rows
 
     def merge(self, other: Neighbors) -> None:
+        if other.begins_capture is None:
+            return
+        if self.begins_capture is None:
+            self.__dict__.update(other.__dict__)
+            return
         self._flush()
         theirs = dict(other.rows, changes=other.rows["changes"].copy())
+        # the later part's first replies that a request before it answered were not unsolicited
+        answered = self._answered_before(self.requests, other.doubts)
+        if answered.any():
+            rows, counts = np.unique(other.doubts["row"][answered], return_counts=True)
+            at = np.searchsorted(rows, theirs["key"])
+            hit = at < len(rows)
+            hit[hit] = rows[at[hit]] == theirs["key"][hit]
+            fix = np.zeros(len(theirs["key"]), dtype=np.int64)
+            fix[hit] = counts[at[hit]]
+            theirs["unsolicited"] = theirs["unsolicited"] - fix
         # the change at the border of two partitions in time order: the later one's first claim of an IP
         # follows the earlier one's last
         self._border(self.latest, other.earliest, theirs)
