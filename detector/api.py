@@ -53,6 +53,9 @@ __all__ = ["open", "Capture"]
 
 # Seconds Capture.dissect gives tshark: it dissects every frame of the file up to the one asked for.
 DISSECT_TIMEOUT_S = 120.0
+# Packets a batch of packets_frame holds at most: batches in flight (decoded columns, a mapped file's pages, what
+# the allocator keeps of them) cost memory in proportion, and each batch a fixed time (bench/packets_frame.py).
+FRAME_BATCH_PACKETS = 1 << 13
 
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
@@ -78,13 +81,15 @@ class _PacketColumns:
 
     def update(self, batch: PacketBatch) -> None:
         extra = {"rss_queue": self.rss.queue(batch)} if "rss_queue" in self.built else None
-        part = packet_view.frame_of(packet_view.batch_columns(batch, self.built, extra), self.built)
+        arrays = packet_view.arrays_of(packet_view.batch_columns(batch, self.built, extra), self.built)
         if self.where is not None:
+            part = pd.DataFrame(arrays, copy=False)
             keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
             # a comparison with a field the packet lacks is <NA>: not kept
-            part = part[pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)]
+            keep = pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)
+            arrays = {name: arrays[name][keep] for name in self.names}
         for name in self.names:
-            self.pieces[name].append(part[name].array)
+            self.pieces[name].append(arrays[name])
 
     def frame(self) -> pd.DataFrame:
         if not self.pieces[self.names[0]]:
@@ -235,7 +240,7 @@ class Capture:
         if where is not None and not isinstance(where, str) and not callable(where):
             raise UsageError("where: a query string or a callable")
         consumer = _PacketColumns(RssModel(queues=DEFAULT_QUEUES), names, where)
-        engine.run(self.paths, [consumer], label="packets")
+        engine.run(self.paths, [consumer], label="packets", batch_packets=FRAME_BATCH_PACKETS)
         return consumer.frame()
 
     def has(self, layer: str) -> pd.Series:
