@@ -55,7 +55,7 @@ __all__ = ["open", "Capture"]
 DISSECT_TIMEOUT_S = 120.0
 # Packets a batch of packets_frame holds at most: batches in flight (decoded columns, a mapped file's pages, what
 # the allocator keeps of them) cost memory in proportion, and each batch a fixed time (bench/packets_frame.py).
-FRAME_BATCH_PACKETS = 1 << 13
+FRAME_BATCH_PACKETS = 1 << 12
 
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a

@@ -189,7 +189,7 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     batch = batch_of(path)
     real_run = engine.run
 
-    def run_in_small_batches(paths, consumers, label="reading"):
+    def run_in_small_batches(paths, consumers, label="reading", **options):
         for start in range(0, len(batch), 7):
             for consumer in consumers:
                 consumer.update(rows(batch, start, start + 7))
