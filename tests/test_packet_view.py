@@ -159,6 +159,45 @@ def test_a_tunnelled_packet_has_its_outer_header(tshark):
     assert len(plain) and plain[["outer_src_ip", "outer_proto", "outer_dest_port"]].isna().all().all()
 
 
+def _address_batch():
+    """Decoded columns of six packets: IPv4 and IPv6 (compressed, full, mapped) addresses, one packet without IP
+    (its halves hold a stale value that must not show), MACs on all but the last."""
+    from detector.decode.addr import str_to_ip
+    from detector.schema import L_IP4, L_IP6, L_SRC_MAC
+
+    texts = ["10.0.0.1", "2001:db8::1", "10.0.0.1", "fe80::1:2:3:4", None, "2001:db8:1:2:3:4:5:6"]
+    halves = [str_to_ip(t or "192.0.2.9") for t in texts]
+    layers = [0 if t is None else (L_IP6 if ":" in t else L_IP4) for t in texts]
+    layers = np.array([bits | (L_SRC_MAC if i < 5 else 0) for i, bits in enumerate(layers)], dtype=np.uint32)
+    macs = np.array([0x0200_0000_0001, 0x0200_0000_0002, 0x0200_0000_0001, 0xFFFF_FFFF_FFFF, 0x0A0B_0C0D_0E0F, 7],
+                    dtype=np.uint64)
+    cols = {"layers": layers, "src_ip_hi": np.array([h for h, _ in halves], dtype=np.uint64),
+            "src_ip_lo": np.array([lo for _, lo in halves], dtype=np.uint64), "src_mac": macs}
+    mac_texts = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:01", "ff:ff:ff:ff:ff:ff",
+                 "0a:0b:0c:0d:0e:0f", None]
+    return cols, texts, mac_texts
+
+
+@pytest.mark.parametrize("storage", ["pyarrow", "python"])
+def test_address_columns_are_the_addresses_text_and_na_without_the_layer(storage):
+    cols, ips, macs = _address_batch()
+    with pd.option_context("mode.string_storage", storage):
+        frame = packet_view.frame_of(cols, ["src_ip", "src_mac"])
+    assert frame["src_ip"].dtype == pd.StringDtype(storage)
+    assert [None if pd.isna(v) else v for v in frame["src_ip"]] == ips
+    assert [None if pd.isna(v) else v for v in frame["src_mac"]] == macs
+
+
+def test_arrow_address_columns_hold_their_bytes_exactly():
+    # the Arrow path makes the column's buffers itself: its data buffer is the rows' text, no more
+    cols, ips, _macs = _address_batch()
+    column = packet_view.frame_of(cols, ["src_ip"])["src_ip"].array
+    (chunk,) = column._pa_array.chunks
+    bitmap, offsets, data = chunk.buffers()
+    assert data.size == sum(len(t) for t in ips if t) and offsets.size == 8 * (len(ips) + 1)
+    assert chunk.null_count == 1 and bitmap is not None
+
+
 def test_types_and_masks():
     packets = detector.open(CAPTURES / "arp-spoof-mitm.pcapng").packets
     dtypes = {name: str(dtype) for name, dtype in packets.dtypes.items()}
