@@ -8,7 +8,9 @@ Three figures, each a ratio to a peer or a size measured in the same run:
   file: wall time, start-up included for both (target: within 3x);
 - that call's memory: the process's peak RSS above what it held before the call (imports, compiled kernels),
   against the five columns' own size (DataFrame.memory_usage(deep=True); target: within 2x); the whole
-  process's peak is shown too;
+  process's peak is shown too, and what the peak is made of: whether it came during the read or while the
+  batches' pieces are joined, the columns kept by then, the capture's mapped pages, the other anonymous
+  memory (batches in flight, freed memory the allocator keeps, the join's new arrays);
 - the full-schema frame (`capture.packets`) of a small capture, timed in the process once it is warm
   (imports done, kernels cached; target: under 1 s), and the process's wall time from a cold start.
 

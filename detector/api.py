@@ -62,9 +62,12 @@ class _PacketColumns:
     pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
     batch's columns at a time are built, so memory holds what is kept.
 
-    The kept pieces are joined one column at a time, each column's pieces let go as soon as it is whole, and
-    the table is made of the joined arrays without a copy: the join adds one column's size to the table's,
-    not the table's own (bench/packets_frame.py)."""
+    The engine reads for it in batches of FRAME_BATCH_PACKETS, so what is in flight (decoded batches, the
+    capture's mapped pages) stays small beside what is kept. The kept pieces are joined one column at a time,
+    each column's pieces let go as soon as it is whole (a string column stays in its Arrow chunks, uncopied),
+    and the table is made of the joined arrays without a copy: the join holds one column twice at a time, never
+    the whole table (the freed pieces' memory the allocator may keep: bench/packets_frame.py says what the peak
+    is made of)."""
 
     needs_fingerprint = False
 
