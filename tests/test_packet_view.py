@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from pandas.testing import assert_frame_equal
 
 import detector
-from detector import engine, packet_view
+from detector import api, engine, packet_view
 from detector.errors import UsageError
 from detector.schema import PACKET_COLUMNS, RAW_COLUMNS
 from tests._rules import batch_of, rows
@@ -235,7 +236,10 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
         return real_run([], [])
 
     monkeypatch.setattr(engine, "run", run_in_small_batches)
+    # blocks of 8 int64 (5 uint16): a batch's rows straddle them
+    monkeypatch.setattr(api, "BLOCK_BYTES", 64)
     capture = detector.open(path)
+    assert_frame_equal(capture.packets_frame(list(whole.columns)), whole)
     part = capture.packets_frame(["frame", "proto", "dest_port"], where="proto == 'tcp' and tcp_mss > 1400")
     expected = whole[(whole["proto"] == "tcp") & (whole["tcp_mss"] > 1400).fillna(False).astype(bool)]
     assert 0 < len(part) < len(whole)
@@ -247,6 +251,27 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     assert called["frame"].tolist() == [f for f in whole["frame"] if f % 2 == 0]
     with pytest.raises(ValueError, match="no packet column 'dst_port'"):
         capture.packets_frame(["dst_port"])
+
+
+@pytest.mark.parametrize("count", [5, 200, 40_000])
+def test_kept_categories_are_the_union_of_the_batches_as_pandas_makes_it(count):
+    # each batch names its own categories; the kept column maps every batch's codes onto their union, in order
+    # of appearance, with codes as narrow as pandas gives that many categories (int8, int16, int32)
+    rng = np.random.default_rng(count)
+    labels = np.array([f"p{i}" for i in range(count)], dtype=object)
+    pieces = []
+    step = max(1, count // 7)
+    for start in range(0, count, step):
+        present = labels[start:start + step + 3]        # overlapping the next batch's
+        codes = rng.integers(-1, len(present), size=50)
+        pieces.append(pd.Categorical.from_codes(codes, categories=list(present)))
+    kept = api._kept(pieces[0])
+    for piece in pieces:
+        kept.append(piece)
+    joined = kept.join()
+    expected = pd.api.types.union_categoricals(pieces)
+    assert list(joined.categories) == list(expected.categories) == list(labels)
+    assert joined.codes.dtype == expected.codes.dtype and joined.codes.tolist() == expected.codes.tolist()
 
 
 def test_an_empty_selection_is_an_empty_typed_table():
