@@ -38,13 +38,14 @@ TARGET_TIME_RATIO = 3.0
 TARGET_MEMORY_RATIO = 2.0
 TARGET_SMALL_S = 1.0
 
-# Run in a process of its own: the packet table's columns of one capture, and what they cost. The consumer's
-# update and frame are wrapped (measurement only) to know, at each sample, the bytes of columns it keeps so far
-# and whether the read is over (the pieces then being joined into the table).
+# Run in a process of its own: the packet table's columns of one capture, and what they cost. The batches'
+# columns (packet_view.arrays_of: all kept, no `where`) and the consumer's frame are wrapped (measurement only)
+# to know, at each sample, the bytes of columns kept so far and whether the read is over (the kept blocks and
+# chunks then being joined into the table).
 CHILD = """
 import json, resource, sys, threading, time
 import detector
-from detector import api
+from detector import api, packet_view
 from detector.ingest import reader
 
 def memory():
@@ -60,17 +61,18 @@ path, columns, warm = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 detector.open(warm).packets_frame(columns)      # warm on a small capture: modules loaded, kernels from the cache
 kept = [0]
 read_over = {}
-update, frame_of_pieces = api._PacketColumns.update, api._PacketColumns.frame
+arrays_of, frame_of_kept = packet_view.arrays_of, api._PacketColumns.frame
 
-def counted_update(self, batch):
-    update(self, batch)
-    kept[0] += sum(self.pieces[name][-1].nbytes for name in self.names)
+def counted_arrays(cols, names):
+    arrays = arrays_of(cols, names)
+    kept[0] += sum(array.nbytes for array in arrays.values())
+    return arrays
 
 def timed_frame(self):
     read_over["memory"] = memory()
-    return frame_of_pieces(self)
+    return frame_of_kept(self)
 
-api._PacketColumns.update, api._PacketColumns.frame = counted_update, timed_frame
+packet_view.arrays_of, api._PacketColumns.frame = counted_arrays, timed_frame
 capture = detector.open(path)
 before = memory()
 peak = dict(before)
@@ -109,7 +111,7 @@ def child(capture: Path, columns, warm: Path) -> tuple[dict, object]:
     out = OUT_DIR / "packets_frame.json"
     run = measure([sys.executable, "-c", CHILD, str(capture), json.dumps(columns), str(warm)], stdout_path=out)
     if run.code:
-        raise SystemExit(f"packets_frame run failed ({run.code}): {run.tail}")
+        raise SystemExit(f"packets_frame run failed ({run.code}): {run.stderr[-2000:]}")
     report = json.loads(out.read_text())
     out.unlink()
     return report, run
@@ -130,8 +132,8 @@ def peak_parts(five: dict, frame_mib: float) -> list[str]:
         f"  the peak came {when}: {kept:,.1f} MiB of columns kept, {mapped:,.1f} MiB of the capture mapped, "
         f"{other:,.1f} MiB other anonymous memory"
         + (f" (the read over, {left:,.1f} MiB beyond the columns: freed batch memory the allocator keeps; the "
-           "join's new arrays of the fixed-width columns, their pieces freed into holes among the string pieces)"
-           if at["joining"] else " (batches in flight, freed batch memory the allocator keeps)"),
+           "join copies a fixed-width column's blocks into it a block at a time)"
+           if at["joining"] else " (decoded batches in flight, freed batch memory the allocator keeps)"),
         f"  during the read ({five['batch_packets']:,}-packet batches): at most {five['reading']['file'] / 1024:,.1f} "
         f"MiB of the capture mapped (the pages of the reader's last {five['keep_batches']} batches) and "
         f"{five['reading']['other_anon'] / 1024:,.1f} MiB anonymous beyond the columns kept (decoded batches in "
