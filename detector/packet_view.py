@@ -271,6 +271,9 @@ def _valid(column: Column, cols: dict, layers: np.ndarray) -> np.ndarray:
     return valid
 
 
+_UTC = pd.DatetimeTZDtype("ns", "UTC")
+
+
 @functools.lru_cache(maxsize=256)
 def _category_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
     """The dtype of these categories, made (and checked) once, not once a batch."""
@@ -281,7 +284,8 @@ def _build(column: Column, cols: dict, layers: np.ndarray):
     valid = _valid(column, cols, layers)
     kind = column.kind
     if kind == "time":
-        return pd.to_datetime(np.asarray(cols["ts_ns"], dtype=np.int64), unit="ns", utc=True).array
+        # the nanoseconds as they are (batch_columns copied them), seen as UTC times: no conversion pass
+        return pd.array(np.asarray(cols["ts_ns"], dtype=np.int64).view("M8[ns]"), copy=False).view(_UTC)
     if kind in ("int", "layers"):
         values = np.asarray(cols[column.source]).astype(column.dtype.lower(), copy=False)
         return pd.arrays.IntegerArray(values, ~valid)
@@ -299,8 +303,15 @@ def _build(column: Column, cols: dict, layers: np.ndarray):
             hi = np.zeros(len(lo), dtype=np.uint64)
         return _strings(ip_text_codes(hi, lo), valid)
     if kind == "category":
-        values = np.asarray(cols[column.source]).astype(np.int64)
-        distinct, codes = np.unique(values, return_inverse=True)
+        values = np.asarray(cols[column.source])
+        if len(values) and values.dtype.kind == "u" and values.dtype.itemsize <= 2:
+            # small numbers (protocol, ARP op, ...): the distinct ones counted in order, not sorted
+            distinct = np.flatnonzero(np.bincount(values))
+            lookup = np.zeros(int(distinct[-1]) + 1, dtype=np.int64)
+            lookup[distinct] = np.arange(len(distinct))
+            codes = lookup[values]
+        else:
+            distinct, codes = np.unique(values.astype(np.int64), return_inverse=True)
         labels = [column.names.get(int(v), str(int(v))) for v in distinct]
         # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
         categories = list(dict.fromkeys(labels))
