@@ -88,6 +88,7 @@ bench: venv $(PEERS_STAMP)
 	$(BYTECODE)
 	$(BIN)/python bench/run.py --memory-check
 	$(BIN)/python bench/watch.py
+	$(BIN)/python bench/cluster.py
 
 # Mutation testing (tests/mutation/focus.py says what is mutated): each session mutates a copy of the tree, never this one,
 # so an interrupted run leaves no mutant behind; the two sessions run side by side, one per core.

@@ -102,13 +102,18 @@ def _cluster_flags(command) -> None:
     command.add_argument("--scheduler", metavar="ADDRESS",
                          help="run on an existing Dask cluster (tcp://HOST:8786, or $DETECTOR_SCHEDULER); "
                               "every worker must see the captures at the same path")
+    command.add_argument("--partitions-per-file", metavar="N",
+                         help="on a cluster, cut each uncompressed capture file into N partitions at record "
+                              "boundaries (or $DETECTOR_PARTITIONS_PER_FILE; default auto: from the files' sizes "
+                              "and the workers)")
 
 
 @contextlib.contextmanager
 def _client(args, paths):
     """A distributed.Client for --workers/--scheduler (detector.cluster), or None for this process."""
-    from .cluster import connect, wanted
+    from .cluster import connect, partitions_per_file, wanted
     workers, scheduler = wanted(args.workers, args.scheduler)
+    partitions_per_file(getattr(args, "partitions_per_file", None))     # a bad number: said before any work
     if workers is None and scheduler is None:
         yield None
         return
@@ -205,7 +210,8 @@ def cmd_flows(args) -> int:
         raise UsageError(f"{out}: output must end in .csv or .parquet, or be a folder (ending in /)")
     _prepare_kernels()
     with _client(args, args.captures) as client:
-        result, count = write_flows(captures, out, client=client, dataset=dataset)
+        result, count = write_flows(captures, out, client=client, dataset=dataset,
+                                    partitions_per_file=args.partitions_per_file)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     print(f"{count} flows written to {out}", file=sys.stderr)
@@ -225,7 +231,8 @@ def cmd_analyze(args) -> int:
     _prepare_kernels()
     with _client(args, args.captures) as client:
         findings, result, out = analyze(captures, args.output, rules_dir=args.rules, report=not args.no_report,
-                                        site_file=args.site, client=client)
+                                        site_file=args.site, client=client,
+                                        partitions_per_file=args.partitions_per_file)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
     if findings:

@@ -2,53 +2,91 @@
 
 `detector analyze|flows CAPTURES... --workers N` (an embedded `distributed.LocalCluster` of N worker
 processes) or `--scheduler tcp://HOST:8786` (a cluster started with Dask's own `dask scheduler` and
-`dask worker`) cut the work into partitions, one per file:
+`dask worker`) cut the work into partitions:
 
-1. A counting task per file reads its records (no decoding) for their count and first and last times. The
-   files are then put in the order of their first packet (a ring buffer's names need not sort by time),
-   an overlap in time is warned about, and each partition learns its first global frame number, so frame
+1. A survey task per file walks its records (no decoding: the record index walk of detector.ingest.index)
+   for their count, first and last times and, where the file is cut, the byte offsets of its partitions. A
+   large uncompressed pcap or pcapng file is cut into byte ranges at record boundaries, each carrying the
+   header that makes it readable alone (ingest.index.ByteRange: the pcap file header, or the section header
+   and interface descriptions declared before it, with their time resolution and offset); a compressed or
+   small file is one partition. How many partitions a file makes: `partitions_per_file` (the command line's
+   --partitions-per-file, or DETECTOR_PARTITIONS_PER_FILE), else `auto_partitions` from its size, all the
+   files' sizes and the cluster's workers.
+2. The files are put in the order of their first packet (a ring buffer's names need not sort by time), an
+   overlap in time is warned about, and each partition learns its first global frame number, so frame
    numbers, evidence frames and Community IDs are those of a single-process run. Counting first, rather
    than renumbering at the merge, keeps the detectors unaware of the cluster: every one of them holds frame
    numbers in its state, and none would have to learn to shift them.
-2. A fold task per partition decodes it and folds it into the flow table, capture statistics and every
+3. A fold task per partition decodes it and folds it into the flow table, capture statistics and every
    detector (analysis.AnalysisState). Only these states travel back, never packets.
-3. The client merges the states in capture order as they arrive (the merges `detector watch` uses for its
-   slices; the flow table joins flows cut by a partition boundary) and asks for findings once.
+4. The client merges the states in capture order as they arrive (the merges `detector watch` uses for its
+   slices; the flow table joins flows cut by a partition boundary), joins the partitions of one file into
+   that file's entry (packets, warnings, interfaces) and asks for findings once.
 
 The evidence pass (evidence pcaps, figures) then reads the captures again in the client, in capture
 order: it is one sequential pass, as in a single-process run.
 
-A partition is a whole file. Cutting a large file into byte ranges at record boundaries is left to
-detector.ingest.index (RecordIndex.byte_ranges, ByteRange.reader: each range readable alone); a partition
-will carry such a range when the fold reads one.
-
 Captures must lie at the same path on every worker (a shared filesystem): a worker that cannot open one
-says so, naming the path and the worker.
+says so, naming the path and the worker. A worker that dies mid-run is Dask's to replace: its partitions
+run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
+
+The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
+and loaded its compiled kernels once (FORKSERVER_PRELOAD), and each fold decodes with its machine's cores
+shared among the workers on it.
 """
 from __future__ import annotations
 
 import logging
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from . import engine
 from .errors import DetectorError, UsageError
 from .ordering import Extent, overlap_warnings
 from .progress import Progress
 
+if TYPE_CHECKING:
+    from .ingest.index import ByteRange
+
 DASK_EXTRA = "pip install 'detector[dask]'"
 SCHEDULER_ENV = "DETECTOR_SCHEDULER"
+PARTITIONS_ENV = "DETECTOR_PARTITIONS_PER_FILE"
+
+# auto_partitions: partitions a worker gets of the whole capture. More balance the load better (a worker
+# that finishes early takes another) but each ships a state back and costs a merge.
+PARTITIONS_PER_WORKER = 2
+# auto_partitions: no file is cut into partitions smaller than this. A partition's fixed costs (a task, its
+# state shipped and merged, a header read) stay small beside reading and decoding this many bytes.
+MIN_PARTITION_BYTES = 64 << 20
+# the most partitions one file is cut into, asked for or not
+MAX_PARTITIONS_PER_FILE = 1024
 
 
 @dataclass(frozen=True)
 class Partition:
-    """The records one task reads: one whole file."""
+    """The records one fold task reads: a whole file, or a byte range of one (`part`)."""
 
     path: str                   # absolute: the workers' working folders are not the client's
     name: str                   # as the command line gave it: what findings.json and warnings say
     index: int                  # place in capture order
     first_frame: int            # global frame number of its first record
+    file: int = 0               # place of its file in capture order
+    part: ByteRange | None = None   # None: the whole file
+
+    @property
+    def source(self):
+        """What engine.run reads: the file's path, or the range."""
+        return self.path if self.part is None else self.part
+
+
+@dataclass
+class Survey:
+    """A survey task's answer: the file's extent and, when it was cut, its byte ranges (frames from 1)."""
+
+    extent: Extent
+    ranges: list = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +98,8 @@ class Folded:
     captures: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     error: str | None = None
+    file: int = 0
+    interface_base: int = 0
 
     @property
     def packets(self) -> int:
@@ -117,9 +157,54 @@ def count_records(path) -> Extent:
     return extent
 
 
-def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
+def survey(path, parts: int = 1) -> Survey:
+    """Walk the records of capture `path` (nothing decoded): its extent and, for `parts` > 1 on an uncompressed
+    file, its byte ranges (ingest.index). A compressed file is one partition: reading it at an offset would
+    mean decompressing everything before it."""
+    if parts <= 1 or _compressed(path):
+        return Survey(count_records(path))
+    from .ingest.index import build_index
+    extent = Extent(str(path))
+    extent.error = _check_open(path)
+    if extent.error:
+        return Survey(extent)
+    try:
+        index = build_index(path)
+    except DetectorError as exc:
+        extent.error = str(exc)
+        return Survey(extent)
+    except OSError as exc:
+        extent.error = unopenable(path, exc)
+        return Survey(extent)
+    try:
+        extent.packets, extent.first_ns, extent.last_ns = len(index), index.first_ns, index.last_ns
+        return Survey(extent, index.byte_ranges(parts))
+    finally:
+        index.close()
+
+
+def _compressed(path) -> bool:
+    from .ingest.source import ByteSource
+    try:
+        with open(path, "rb", buffering=0) as probe:
+            return bool(ByteSource(probe).compression)
+    except (OSError, DetectorError):
+        return False        # the walk says what is wrong with it
+
+
+def decode_threads(hosts: dict[str, int]) -> int:
+    """Decoding threads for a fold on this worker: the cores of its machine shared among the workers on it
+    (`hosts`: workers per host), at most engine.DECODE_THREADS; a worker's own threads must not crowd out
+    its neighbours'."""
+    address = _worker() or ""
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    siblings = max(1, hosts.get(host, 1))
+    return max(1, min(engine.DECODE_THREADS, (os.cpu_count() or 1) // siblings))
+
+
+def fold(partition: Partition, kind: str, rules=None, site=None, hosts: dict[str, int] | None = None) -> Folded:
     """Decode `partition` and fold it into a fresh state: `kind` "analyze" (analysis.AnalysisState of `rules`
-    and `site`) or "flows" (the flow table alone)."""
+    and `site`) or "flows" (the flow table alone). `hosts`: workers per host of the cluster (decode_threads)."""
     error = _check_open(partition.path)
     if error:
         return Folded(partition.index, error=error.replace(partition.path, partition.name))
@@ -129,9 +214,10 @@ def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
     else:
         from .flows import FlowTable
         state = FlowTable()
+    threads = decode_threads(hosts) if hosts else engine.DECODE_THREADS
     try:
-        result = engine.run([partition.path], [state], label=kind, first_frame=partition.first_frame,
-                            show_progress=False)
+        result = engine.run([partition.source], [state], label=kind, first_frame=partition.first_frame,
+                            show_progress=False, decode_threads=threads)
     except DetectorError as exc:
         return Folded(partition.index, error=str(exc).replace(partition.path, partition.name))
     except OSError as exc:
@@ -140,7 +226,8 @@ def fold(partition: Partition, kind: str, rules=None, site=None) -> Folded:
         capture["file"] = partition.name
         capture["warnings"] = [w.replace(partition.path, partition.name) for w in capture["warnings"]]
     warnings = [w.replace(partition.path, partition.name) for w in result.warnings]
-    return Folded(partition.index, state, result.captures, warnings)
+    base = 0 if partition.part is None else partition.part.interface_base
+    return Folded(partition.index, state, result.captures, warnings, file=partition.file, interface_base=base)
 
 
 # ---- the client ---------------------------------------------------------------------------------------------
@@ -187,10 +274,29 @@ def connect(workers: int | None, scheduler: str | None):
         finally:
             client.close()
         return
-    # one thread a worker: the engine reads and decodes in threads of its own
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as local, Client(local) as client:
-        yield client
+    # one thread a worker: the engine reads and decodes in threads of its own. The scheduler's HTTP server
+    # (health checks) takes any free port: on Dask's 8787, a second run at once would warn on stderr
+    import dask
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        _preload_forkserver()
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as local, Client(local) as client:
+            yield client
+
+
+# What the embedded cluster's worker processes import before they are forked (module names): a spawned
+# worker would import them itself, each on its own, and load the compiled kernels on its first partition
+# (cluster_preload loads them in the fork server). Two workers on this machine under load, 2026-11-27:
+# from cluster start to a first partition folded on each, 8-10 s spawned, 3.8-5.3 s forked from here.
+FORKSERVER_PRELOAD = ("distributed", "numpy", "pandas", "numba", "detector.cluster", "detector.analysis",
+                      "detector.flows", "detector.detectors", "detector.cluster_preload")
+
+
+def _preload_forkserver() -> None:
+    """Start the embedded cluster's workers from a fork server that has imported FORKSERVER_PRELOAD once
+    (multiprocessing's forkserver: a clean single-threaded process, so forking it is safe)."""
+    from distributed.utils import get_mp_context
+    get_mp_context().set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
 
 class _Bar:
@@ -234,22 +340,104 @@ def _gather_in_order(client, futures, label: str):
         bar.close()
 
 
-def partitions(client, paths) -> tuple[list[Partition], list[Extent], list[str]]:
-    """Count the records of `paths` on the cluster: their partitions in capture order, their extents, the
-    overlap warnings. A file that cannot be read raises its one-line error."""
+def partitions_per_file(value=None) -> int | None:
+    """--partitions-per-file N (`value`; None: DETECTOR_PARTITIONS_PER_FILE): every uncompressed file cut into
+    N partitions; None (neither given) or auto: auto_partitions decides."""
+    said = "--partitions-per-file"
+    if value is None:
+        value = os.environ.get(PARTITIONS_ENV) or None
+        said = f"{said} (${PARTITIONS_ENV})"
+    if value is None or value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_PARTITIONS_PER_FILE:
+        raise UsageError(f"{said}: '{value}' is not a number of partitions (1 to {MAX_PARTITIONS_PER_FILE}, "
+                         "or auto)")
+    return count
+
+
+def auto_partitions(sizes: list[int], workers: int) -> list[int]:
+    """Partitions for files of `sizes` bytes on `workers` workers: about PARTITIONS_PER_WORKER partitions a
+    worker over the whole capture, none smaller than MIN_PARTITION_BYTES. Many files need no cutting (8 ring
+    files on 2 workers: one each); one large file is cut to keep every worker busy."""
+    target = max(MIN_PARTITION_BYTES, sum(sizes) // max(1, workers * PARTITIONS_PER_WORKER))
+    return [max(1, min(MAX_PARTITIONS_PER_FILE, round(size / target))) for size in sizes]
+
+
+def _workers(client) -> tuple[int, dict[str, int]]:
+    """The cluster's worker threads, and its workers per host."""
+    info = client.scheduler_info().get("workers", {})
+    hosts: dict[str, int] = {}
+    for address in info:
+        host = address.split("://")[-1].rsplit(":", 1)[0]
+        hosts[host] = hosts.get(host, 0) + 1
+    return max(1, sum(int(w.get("nthreads") or 1) for w in info.values())), hosts
+
+
+def _size(path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0        # the survey on a worker says what is wrong
+
+
+def partitions(client, paths, per_file=None) -> tuple[list[Partition], list[Extent], list[str]]:
+    """Survey `paths` on the cluster: their partitions in capture order (each file cut into `per_file`
+    partitions: partitions_per_file's value), their extents, the overlap warnings. A file that cannot be read
+    raises its one-line error."""
     names = [os.fspath(p) for p in paths]
-    futures = [client.submit(count_records, os.path.abspath(name), pure=False) for name in names]
-    extents = list(_gather_in_order(client, futures, "counting"))
-    for name, extent in zip(names, extents):
-        absolute, extent.path = extent.path, name
-        if extent.error:
-            raise UsageError(extent.error.replace(absolute, name))
-    extents.sort(key=lambda e: (e.first_ns is None, e.first_ns or 0))     # stable: ties keep the given order
+    absolute = [os.path.abspath(name) for name in names]
+    per_file = partitions_per_file(per_file)
+    if per_file is None:
+        counts = auto_partitions([_size(p) for p in absolute], _workers(client)[0])
+    else:
+        counts = [per_file] * len(names)
+    futures = [client.submit(survey, path, count, pure=False) for path, count in zip(absolute, counts)]
+    return lay_out(names, list(_gather_in_order(client, futures, "surveying")))
+
+
+def lay_out(names: list[str], surveys: list[Survey]) -> tuple[list[Partition], list[Extent], list[str]]:
+    """The partitions of files `names` (as given) from their `surveys`, in capture order with their global
+    first frames; their extents; the overlap warnings. A file that cannot be read raises its one-line error."""
+    absolute = [os.path.abspath(name) for name in names]
+    for name, path, found in zip(names, absolute, surveys):
+        found.extent.path = name
+        if found.extent.error:
+            raise UsageError(found.extent.error.replace(path, name))
+    order = sorted(range(len(surveys)), key=lambda i: (surveys[i].extent.first_ns is None,
+                                                       surveys[i].extent.first_ns or 0))    # stable: ties keep
     parts, frame = [], 1
-    for index, extent in enumerate(extents):
-        parts.append(Partition(os.path.abspath(extent.path), extent.path, index, frame))
-        frame += extent.packets
+    for place, i in enumerate(order):
+        ranges = surveys[i].ranges
+        if len(ranges) < 2:     # uncut: the file itself (the reader of the whole file, its own warnings)
+            parts.append(Partition(absolute[i], names[i], len(parts), frame, place))
+        for part in ranges if len(ranges) >= 2 else ():
+            global_first = frame + part.first_frame - 1
+            parts.append(Partition(absolute[i], names[i], len(parts), global_first, place,
+                                   replace(part, first_frame=global_first)))
+        frame += surveys[i].extent.packets
+    extents = [surveys[i].extent for i in order]
     return parts, extents, overlap_warnings(extents)
+
+
+def _join(captures: list[dict], folded: Folded, last_file: int | None) -> None:
+    """Add a partition's capture entry to `captures`: a new file's as it is, a later range of the file before
+    it joined into that file's entry (packets, warnings, interface statistics; interfaces by file-wide
+    number)."""
+    if folded.file != last_file or not captures:
+        captures.extend(folded.captures)
+        return
+    entry = captures[-1]
+    for more in folded.captures:
+        entry["packets"] = int(entry.get("packets") or 0) + int(more.get("packets") or 0)
+        entry["warnings"] = entry["warnings"] + more["warnings"]
+        entry["interface_stats"] = entry["interface_stats"] + more["interface_stats"]
+        for number, interface in enumerate(more["interfaces"], start=folded.interface_base):
+            if number >= len(entry["interfaces"]):
+                entry["interfaces"].append(interface)
 
 
 def fold_all(client, parts: list[Partition], kind: str, rules=None, site=None):
@@ -258,32 +446,45 @@ def fold_all(client, parts: list[Partition], kind: str, rules=None, site=None):
         rules = client.scatter(rules, broadcast=True)
     if site is not None:
         site = client.scatter(site, broadcast=True)
-    futures = [client.submit(fold, part, kind, rules, site, pure=False) for part in parts]
+    hosts = _workers(client)[1]
+    futures = [client.submit(fold, part, kind, rules, site, hosts, pure=False) for part in parts]
+    try:
+        return merge_in_order(_gather_in_order(client, futures, kind))
+    except UsageError:
+        client.cancel(futures)
+        raise
+
+
+def merge_in_order(folds) -> tuple[object, engine.RunResult]:
+    """Merge the Folded answers `folds` (in capture order) into one state and the RunResult of one pass; the
+    first error raises its one line."""
     run = engine.RunResult()
-    merged = None
-    for folded in _gather_in_order(client, futures, kind):
+    merged, last_file = None, None
+    for folded in folds:
         if folded.error:
-            client.cancel(futures)
             raise UsageError(folded.error)
-        run.captures.extend(folded.captures)
+        _join(run.captures, folded, last_file)
+        last_file = folded.file
         run.warnings.extend(folded.warnings)
         merged = folded.state if merged is None else merged.merge(folded.state)
     return merged, run
 
 
-def analyze(client, paths, rules, site):
-    """analysis.analyze over the cluster: (analysis.Analysis, the paths in capture order)."""
+def analyze(client, paths, rules, site, per_file=None):
+    """analysis.analyze over the cluster, each file cut into `per_file` partitions (partitions_per_file):
+    (analysis.Analysis, the paths in capture order)."""
     from .analysis import conclude
-    parts, _extents, warnings = partitions(client, paths)
+    parts, _extents, warnings = partitions(client, paths, per_file)
     state, run = fold_all(client, parts, "analyze", rules, site)
     run.warnings.extend(warnings)
     result = conclude(state.detectors, state.flows, state.stats, run)
-    return result, [p.name for p in parts]
+    return result, list(dict.fromkeys(p.name for p in parts))
 
 
-def flow_table(client, paths):
-    """The flow table of `paths` (one capture) over the cluster: (FlowTable, RunResult, partitions)."""
-    parts, _extents, warnings = partitions(client, paths)
+def flow_table(client, paths, per_file=None):
+    """The flow table of `paths` (one capture) over the cluster, each file cut into `per_file` partitions
+    (partitions_per_file): (FlowTable, RunResult, partitions)."""
+    parts, _extents, warnings = partitions(client, paths, per_file)
     table, run = fold_all(client, parts, "flows")
     run.warnings.extend(warnings)
     return table, run, parts

@@ -80,12 +80,13 @@ def _counters(stats: dict) -> str:
     return name + (", ".join(said) or "statistics without counters")
 
 
-def write_flows(paths, out: Path, client=None, dataset: bool | None = None):
+def write_flows(paths, out: Path, client=None, dataset: bool | None = None, partitions_per_file=None):
     """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: a .csv
     or .parquet file, or a folder (a name ending in /, or an existing folder): a Parquet dataset of one file
     per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
-    all. `client`: a distributed.Client to fold the partitions on; None: this process. `dataset`: whether `out`
-    is a dataset folder (None: is_dataset says)."""
+    all. `client`: a distributed.Client to fold the partitions on, each file cut into `partitions_per_file`
+    (cluster.partitions_per_file); None: this process. `dataset`: whether `out` is a dataset folder (None:
+    is_dataset says)."""
     from .cluster import flow_table
     from .ordering import FileSpans, capture_order, overlap_warnings
     if dataset is None:
@@ -93,7 +94,7 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None):
     if dataset:
         _need_pyarrow()
     if client is not None:
-        table, result, parts = flow_table(client, paths)
+        table, result, parts = flow_table(client, paths, partitions_per_file)
         bounds = [p.first_frame for p in parts]
     else:
         paths = capture_order(paths)
@@ -167,7 +168,8 @@ def _refuse_foreign(folder: str) -> None:
                          "give an empty or new folder")
 
 
-def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None, client=None):
+def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None, client=None,
+            partitions_per_file=None):
     """Run every enabled detector over the captures and write DIR/findings.json, findings.jsonl and
     DIR/evidence/ (one pcap per finding), report.md and report.html.
 
@@ -182,7 +184,8 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
     (findings, the analysis.Analysis, findings.json path).
 
     Several files are one capture in the order of their first packet (cluster.capture_order). `client`: a
-    distributed.Client whose workers fold the partitions (detector.cluster); None: this process.
+    distributed.Client whose workers fold the partitions (detector.cluster), each file cut into
+    `partitions_per_file` (cluster.partitions_per_file); None: this process.
     """
     # detectors (and the pandas they use) load only here: `info` and `flows` start faster without them
     from . import analysis
@@ -194,7 +197,7 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
     with OutputDir(out_dir, rule_ids=rules) as out:
         if client is not None:
             from . import cluster
-            result, paths = cluster.analyze(client, paths, rules, site)
+            result, paths = cluster.analyze(client, paths, rules, site, partitions_per_file)
         else:
             from .ordering import capture_order
             paths = capture_order(paths)

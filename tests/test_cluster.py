@@ -12,8 +12,10 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pytest
 from detector import cluster, commands, ordering
 from detector.analysis import analyze as analyze_in_process
 from detector.analysis import conclude
+from detector.errors import DetectorError
 from detector.report import findings_document
 from detector.rules import load_rules
 from detector.site import load_site
@@ -51,6 +54,13 @@ INEXACT = {
     # in one pass, low with 1 from the parts), as on the PMTUD captures above
     "two-incidents-at-once.pcapng",
 }
+# Bundled captures whose merge is exact at the three file cuts above but not at the byte ranges' cuts (3 and 7
+# partitions of the whole file fall elsewhere), for the causes above: the flow table's ack events across a cut,
+# arp-spoof's unsolicited replies, syn-flood's per-source counts. Strict as INEXACT.
+INEXACT_IN_RANGES = {
+    "arp-dynamic-pool.pcapng", "arp-flip-flop.pcapng", "benign-office.pcapng", "echo-loop-rip-ipv6-vlan.pcap",
+    "loss-interface-drops.pcapng", "pmtud-diagnostic-probes.pcapng", "syn-flood-ingress-only.pcap",
+}
 # the flow counters a cut makes lower bounds (flows/merge.py), left out where a test compares the rest
 CUT_COUNTERS = ["src2dst_ack_events", "dst2src_ack_events", "src2dst_gap_events", "dst2src_gap_events",
                 "src2dst_gap_bytes", "dst2src_gap_bytes", "src2dst_retransmits", "dst2src_retransmits"]
@@ -75,19 +85,14 @@ def normalised(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def merged_in_process(paths, rules, site):
-    """What a cluster computes, without one: scan, fold each partition, ship the state (pickle), merge."""
-    extents = [cluster.count_records(p) for p in paths]
-    frame, merged, run = 1, None, None
-    from detector.engine import RunResult
-    run = RunResult()
-    for index, extent in enumerate(extents):
-        folded = cluster.fold(cluster.Partition(extent.path, extent.path, index, frame), "analyze", rules, site)
-        frame += extent.packets
-        folded = pickle.loads(pickle.dumps(folded))
-        run.captures += folded.captures
-        run.warnings += folded.warnings
-        merged = folded.state if merged is None else merged.merge(folded.state)
+def merged_in_process(paths, rules, site, per_file: int = 1):
+    """What a cluster computes, without one: survey each file (cut into `per_file` byte ranges), lay out the
+    partitions, fold each, ship its state (pickle), merge in capture order."""
+    surveys = [cluster.survey(path, per_file) for path in paths]
+    parts, _, warnings = cluster.lay_out(list(paths), surveys)
+    folds = (pickle.loads(pickle.dumps(cluster.fold(part, "analyze", rules, site))) for part in parts)
+    merged, run = cluster.merge_in_order(folds)
+    run.warnings.extend(warnings)
     return conclude(merged.detectors, merged.flows, merged.stats, run)
 
 
@@ -110,11 +115,68 @@ def test_partitions_merge_to_the_answer_of_one_pass(entry, tmp_path):
     pd.testing.assert_frame_equal(one.flow_table.to_frame(), many.flow_table.to_frame())
 
 
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
+def test_byte_ranges_merge_to_the_answer_of_one_pass(entry):
+    # one file cut into 3 and into 7 byte ranges at record boundaries: frame numbers, interfaces, pcapng
+    # headers and the times of simple packet blocks as in one pass, so the merge meets the answer of one pass
+    path = str(CAPTURES / entry["file"])
+    rules, site = load_rules(), load_site(site_file(entry))
+    one = analyze_in_process([path], rules, site=site)
+    same = {}
+    for per_file in (3, 7):
+        many = merged_in_process([path], rules, site, per_file)
+        assert many.stats.packets == one.stats.packets
+        assert many.captures == one.captures          # one entry for the file: packets, interfaces, warnings
+        same[per_file] = document(one) == document(many) and \
+            one.flow_table.to_frame().equals(many.flow_table.to_frame())
+    if entry["file"] in INEXACT | INEXACT_IN_RANGES:
+        assert not all(same.values()), f"{entry['file']}: now merges exactly: take it out of INEXACT"
+        return
+    assert same == {3: True, 7: True}
+
+
+def test_a_range_reads_as_the_whole_file_reads_its_records(tmp_path):
+    # a pcapng of two sections whose second declares its interfaces with another time resolution and offset,
+    # and a damaged tail: each range's records, interfaces and warnings are the whole file's
+    from detector.ingest import open_capture
+    from tests.test_ingest import multi_section_capture
+    data = multi_section_capture()[0]
+    path = tmp_path / "sections.pcapng"
+    path.write_bytes(data + data + data[:-5])      # a third copy cut short: damage in the last range
+    with open_capture(str(path)) as reader:
+        whole = [(raw["frame"].tolist(), raw["ts_ns"].tolist(), raw["iface"].tolist()) for raw in reader]
+        warnings = reader.warnings
+    found = cluster.survey(str(path), 4)
+    assert len(found.ranges) >= 3 and found.extent.packets == sum(len(f) for f, _, _ in whole)
+    got, said = [], []
+    for part in pickle.loads(pickle.dumps(found.ranges)):       # as a cluster ships them
+        with open_capture(part) as reader:
+            got += [(raw["frame"].tolist(), raw["ts_ns"].tolist(), raw["iface"].tolist()) for raw in reader]
+            said += reader.warnings
+    flat = [[record for batch in rows for record in zip(*batch)] for rows in (whole, got)]
+    assert flat[0] == flat[1]
+    assert said == warnings and warnings and f"{path} at byte " in warnings[0]
+
+
+def test_a_compressed_capture_is_one_partition(tmp_path):
+    # reading a gzip capture at an offset means decompressing all before it: it is never cut
+    import gzip
+    packed = tmp_path / "scan.pcap.gz"
+    packed.write_bytes(gzip.compress((CAPTURES / "scan-port-scan.pcap").read_bytes()))
+    plain = cluster.survey(str(CAPTURES / "scan-port-scan.pcap"), 3)
+    found = cluster.survey(str(packed), 3)
+    assert len(plain.ranges) == 3 and found.ranges == []
+    assert (found.extent.packets, found.extent.first_ns, found.extent.last_ns) == \
+        (plain.extent.packets, plain.extent.first_ns, plain.extent.last_ns)
+    parts, _, _ = cluster.lay_out([str(packed)], [found])
+    assert [(p.part, p.first_frame) for p in parts] == [(None, 1)]
+
+
 # ---- a real embedded cluster ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client():
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
             Client(local) as dask_client:
         yield dask_client
 
@@ -129,10 +191,12 @@ def crafted(tmp_path: Path) -> list[str]:
     return split(whole, tmp_path / "parts", 7)
 
 
-def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_path):
+@pytest.mark.parametrize("per_file", [1, 3, 7])
+def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_path, per_file):
     paths = crafted(tmp_path)
     _, one, one_path = commands.analyze(paths, tmp_path / "one")
-    _, many, many_path = commands.analyze(paths, tmp_path / "many", client=client)
+    _, many, many_path = commands.analyze(paths, tmp_path / "many", client=client, partitions_per_file=per_file)
+    assert many.captures == one.captures
     extents = [cluster.count_records(p) for p in paths]
     bounds = [e.first_ns for e in extents[1:]]
     a, b = normalised(one_path), normalised(many_path)
@@ -143,26 +207,36 @@ def test_a_loop_a_black_hole_and_syn_spanning_flows_across_files(client, tmp_pat
     cut = [(flows.first_seen.astype("int64") < t) & (flows.last_seen.astype("int64") > t) for t in bounds]
     spanning = flows[pd.concat(cut, axis=1).any(axis=1) & flows.history.str.startswith("S")]
     assert len(spanning) >= 1
-    assert [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops
-    # the black hole and the MSS violation are found either way; their counts across a cut are not exact yet
-    assert [f["rule"] for f in b["findings"]] == [f["rule"] for f in a["findings"]] \
-        == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    # the loop and the black hole are found either way; the black hole's counts across a cut are not exact
+    # yet, and at the finer cuts (3 and 7 partitions a file) the echo-loop merge loses a sighting (7,679 of
+    # 7,680) and mss-violation the segments of a cut connection. Strict, as INEXACT: once those merges are
+    # exact this turns red until the partition counts leave CRAFTED_INEXACT_AT
+    rules = [f["rule"] for f in b["findings"]]
+    assert rules[:2] == ["routing-loop", "pmtud-blackhole"]
+    exact = [f for f in b["findings"] if f["rule"] == "routing-loop"] == loops and \
+        rules == [f["rule"] for f in a["findings"]] == ["routing-loop", "pmtud-blackhole", "mss-violation"]
+    assert exact != (per_file in CRAFTED_INEXACT_AT)
     pd.testing.assert_frame_equal(flows.drop(columns=CUT_COUNTERS),
                                   many.flow_table.to_frame().drop(columns=CUT_COUNTERS))
-    # the evidence pcaps hold the same frames
-    assert sorted(p.name for p in (tmp_path / "one" / "evidence").iterdir()) == \
-        sorted(p.name for p in (tmp_path / "many" / "evidence").iterdir())
+    # an evidence pcap per finding, as in one pass
+    evidence = [sorted(p.name for p in (tmp_path / run / "evidence").iterdir()) for run in ("one", "many")]
+    assert evidence[1] == [f"{rule}-1.pcap" for rule in sorted(rules)]
+    assert set(evidence[1]) <= set(evidence[0]) and (evidence[0] == evidence[1]) == exact
 
+
+# partitions per file at which the crafted capture's loop finding is not yet that of one pass
+CRAFTED_INEXACT_AT = {3, 7}
 
 EXACT = ["scan-port-scan.pcap", "syn-flood-ingress-only.pcap", "routing-loop-ipv6-vlan.pcap",
          "ospf-storm-flapping.pcap", "dhcp-rogue-server.pcapng"]
 
 
-@pytest.mark.parametrize("name", EXACT)
-def test_the_cluster_writes_the_findings_of_one_process(client, tmp_path, name):
+@pytest.mark.parametrize(("name", "per_file"), [(name, per_file) for name in EXACT for per_file in (1, 3, 7)
+                                                 if per_file == 1 or name not in INEXACT_IN_RANGES])
+def test_the_cluster_writes_the_findings_of_one_process(client, tmp_path, name, per_file):
     paths = split(CAPTURES / name, tmp_path / "parts", 3)
     *_, one = commands.analyze(paths, tmp_path / "one")
-    *_, many = commands.analyze(paths, tmp_path / "many", client=client)
+    *_, many = commands.analyze(paths, tmp_path / "many", client=client, partitions_per_file=per_file)
     assert one.read_text() == many.read_text()
     assert (tmp_path / "one" / "report.md").read_text() == (tmp_path / "many" / "report.md").read_text()
 
@@ -204,6 +278,11 @@ def test_flows_dataset_reads_back_as_one_table(client, tmp_path):
     by_dask = dd.read_parquet(str(tmp_path / "set")).compute().sort_values("first_frame").reset_index(drop=True)
     pd.testing.assert_frame_equal(one, by_pandas)
     pd.testing.assert_frame_equal(one, by_dask, check_dtype=False)   # dask reads text as string[pyarrow]
+    # each file cut into 2 byte ranges: a Parquet file per range, each flow in the range of its first packet
+    commands.write_flows(paths, tmp_path / "ranges", client=client, dataset=True, partitions_per_file=2)
+    assert len(list((tmp_path / "ranges").iterdir())) == 6
+    by_range = pd.read_parquet(tmp_path / "ranges").sort_values("first_frame", kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(one.drop(columns=CUT_COUNTERS), by_range.drop(columns=CUT_COUNTERS))
     try:
         import duckdb
     except ImportError:
@@ -226,6 +305,64 @@ def test_each_with_a_broken_capture(client, tmp_path):
     assert 'href="scan-port-scan/findings.json"' in page
     assert (tmp_path / "out" / "scan-port-scan" / "findings.json").exists()
     assert not (tmp_path / "out" / "<i>broken&").exists()
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
+    *_, one = commands.analyze(paths, tmp_path / "one", report=False)
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
+            Client(local) as dask_client:
+        pids = dask_client.run(os.getpid)
+        killed, done = {}, threading.Event()
+
+        def kill_a_folding_worker():
+            while not done.is_set():
+                for address, keys in dask_client.processing().items():
+                    if address in pids and any(str(key).startswith("fold-") for key in keys):
+                        os.kill(pids[address], signal.SIGKILL)
+                        killed[address] = keys
+                        return
+                time.sleep(0.002)
+
+        killer = threading.Thread(target=kill_a_folding_worker)
+        killer.start()
+        try:
+            *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=dask_client,
+                                        partitions_per_file=7)
+        finally:
+            done.set()
+            killer.join()
+        assert killed, "no worker was killed while folding"
+        dask_client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
+        assert set(pids.values()) != set(dask_client.run(os.getpid).values())
+    assert many.read_text() == one.read_text()
+
+
+def test_a_damaged_capture_among_many_is_one_line(client, tmp_path):
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
+    damaged = Path(paths[1])
+    damaged.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\x09\x00" * 10)     # a pcap header of an unknown version
+    with pytest.raises(DetectorError) as alone:
+        commands.analyze(paths, tmp_path / "one", report=False)
+    with pytest.raises(DetectorError) as cluster_said:
+        commands.analyze(paths, tmp_path / "many", report=False, client=client, partitions_per_file=3)
+    assert str(cluster_said.value) == str(alone.value) == f"{damaged} at byte 4: unsupported pcap version 9.9"
+    assert "\n" not in str(cluster_said.value) and not (tmp_path / "many" / "findings.json").exists()
+    proc = run_cli("analyze", *paths, "-o", str(tmp_path / "cli"), "--workers", "2", "--partitions-per-file", "3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"detector: error: {alone.value}"
+
+
+def test_damage_in_a_cut_file_warns_as_one_pass(client, tmp_path):
+    # the last record cut short: the last byte range reads to the end of the file, so its reader meets the
+    # damage at the same byte of the file and says so in the same words
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((CAPTURES / "scan-port-scan.pcap").read_bytes()[:-7])
+    _, one, _ = commands.analyze([str(cut)], tmp_path / "one", report=False)
+    _, many, _ = commands.analyze([str(cut)], tmp_path / "many", report=False, client=client, partitions_per_file=3)
+    assert one.warnings and "capture cut short" in one.warnings[0]
+    assert many.warnings == one.warnings and many.captures == one.captures
 
 
 def test_a_worker_that_cannot_open_a_capture_says_so(client, tmp_path):
@@ -259,6 +396,21 @@ def test_workers_flag_runs_an_embedded_cluster(tmp_path):
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
     bad = run_cli("analyze", *paths, "-o", str(tmp_path / "x"), "--workers", "none")
     assert bad.returncode == 2 and "--workers: 'none' is not a number" in bad.stderr
+    for flag, env in ((["--partitions-per-file", "0"], None), ([], {"DETECTOR_PARTITIONS_PER_FILE": "many"})):
+        bad = run_cli("analyze", *paths, "-o", str(tmp_path / "x"), "--workers", "2", *flag, env=env)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert "--partitions-per-file" in bad.stderr and "is not a number of partitions (1 to 1024" in bad.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_files_are_cut_to_keep_every_worker_busy():
+    mib = 1 << 20
+    # a ring of 8 files of 764 MiB on 2 workers: one partition each; one 1.6 GB file: four
+    assert cluster.auto_partitions([764 * mib] * 8, 2) == [1] * 8
+    assert cluster.auto_partitions([1600 * mib], 2) == [4]
+    assert cluster.auto_partitions([1600 * mib], 16) == [25]       # none under 64 MiB
+    assert cluster.auto_partitions([10 * mib, 3000 * mib], 4) == [1, 8]
+    assert cluster.auto_partitions([mib] * 3, 2) == [1, 1, 1]
 
 
 @pytest.fixture()
@@ -303,7 +455,16 @@ def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tm
     many = run_cli("analyze", *paths, "-o", str(tmp_path / "many"), "--scheduler", dask_cluster)
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
-    flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"), env={"DETECTOR_SCHEDULER": dask_cluster})
+    # each file cut into byte ranges that the workers read in another folder (a capture whose merge is exact
+    # at those cuts: INEXACT_IN_RANGES)
+    scan = [os.path.relpath(p) for p in split(CAPTURES / "scan-port-scan.pcap", tmp_path / "scan", 2)]
+    alone = run_cli("analyze", *scan, "-o", str(tmp_path / "alone"))
+    ranges = run_cli("analyze", *scan, "-o", str(tmp_path / "ranges"), "--scheduler", dask_cluster,
+                     "--partitions-per-file", "3")
+    assert alone.returncode == ranges.returncode == 0, ranges.stderr
+    assert (tmp_path / "alone" / "findings.json").read_text() == (tmp_path / "ranges" / "findings.json").read_text()
+    flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"),
+                    env={"DETECTOR_SCHEDULER": dask_cluster, "DETECTOR_PARTITIONS_PER_FILE": "3"})
     single = run_cli("flows", *paths, "-o", str(tmp_path / "single.csv"))
     assert flows.returncode == single.returncode == 0, flows.stderr
     got, want = pd.read_csv(tmp_path / "flows.csv"), pd.read_csv(tmp_path / "single.csv")

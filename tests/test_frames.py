@@ -181,7 +181,7 @@ def _ranges(index, parts) -> list[tuple]:
                 for i in range(len(raw)):
                     at = int(raw["offset"][i])
                     out.append((int(raw["frame"][i]), int(raw["ts_ns"][i]), int(raw["wirelen"][i]),
-                                int(raw["linktype"][i]), int(raw["iface"][i]) + part.interface_base,
+                                int(raw["linktype"][i]), int(raw["iface"][i]),
                                 raw.data[at:at + int(raw["caplen"][i])].tobytes()))
     return out
 

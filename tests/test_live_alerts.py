@@ -248,3 +248,46 @@ def test_alert_log_writes_incident_events(tmp_path):
         ("alert", "incident-1", 3), ("alert", "incident-2", 2)]
     assert log.counts == {("rip-trigger", "alert"): 1, ("mss-violation", "alert"): 1}
     assert len(told) > len(lines)
+
+
+def test_running_incidents_the_window_later_finds_one_merge_into_the_earliest(tmp_path):
+    """The loop's probe, copies and drowned queue first correlated apart (each its own incident, as when the
+    entity that links them has not been seen yet), then found one: the earliest raised absorbs the others,
+    which say `merged` and where they went; it resolves only when all its members have."""
+    from detector.incidents import correlate
+    rules = load_rules()
+    analysis = analyze([CAPTURES / "two-incidents-at-once.pcapng"], rules)
+    book = IncidentBook(rules)
+    apart = [correlate([finding], rules)[0] for finding in analysis.findings]
+    raised = book.observe(analysis.findings, apart, 0.0, WALL)
+    assert [e.kind for e in raised] == ["alert"] * len(analysis.findings)
+    loop = next(i for i in analysis.incidents if i.root_cause.rule == "rip-trigger")
+    owners = [book.incident_of(entity_key(f)).alert_id for f in loop.findings]
+    assert len(set(owners)) == len(loop.findings)
+    survivor = min(owners, key=lambda name: int(name.rsplit("-", 1)[1]))
+
+    log = AlertLog(tmp_path / "alerts.jsonl", stdout=io.StringIO())
+    for event in book.observe(analysis.findings, analysis.incidents, 1.0, WALL):
+        log.write(event)
+    log.close()
+    told = [json.loads(line) for line in (tmp_path / "alerts.jsonl").read_text().splitlines()]
+    merged = [r for r in told if r["event_type"] == "merged"]
+    # each of the black hole's and the loop's later-raised incidents went into its earliest one
+    assert {r["alert_id"] for r in merged} >= set(owners) - {survivor}
+    assert all(r["merged_into"] != r["alert_id"] for r in merged)
+    into_loop = [r for r in merged if r["merged_into"] == survivor]
+    assert sorted(r["alert_id"] for r in into_loop) == sorted(set(owners) - {survivor})
+    assert all(r["incident"]["id"] == survivor for r in into_loop)
+    (update,) = [r for r in told if r["event_type"] == "update" and r["alert_id"] == survivor]
+    first = loop.findings[owners.index(survivor)]
+    assert sorted(j["rule"] for j in update["joined"]) == sorted(f.rule for f in loop.findings if f is not first)
+    assert update["incident"]["root_cause"]["rule"] == "rip-trigger"
+    assert {book.incident_of(entity_key(f)).alert_id for f in loop.findings} == {survivor}
+    # told once: the next evaluation has nothing to say about it
+    assert [e for e in book.observe(analysis.findings, analysis.incidents, 2.0, WALL)
+            if survivor in (e.live.alert_id, e.live.merged_into)] == []
+    # the merged incident resolves as one, when its last member does
+    resolve = max(rule.resolve_s for rule in rules.values())
+    events = book.observe([], [], 3.0 + 3 * resolve, WALL)
+    assert [e.live.alert_id for e in events if e.kind == "resolved"].count(survivor) == 1
+    assert not [e for e in events if e.live.merged_into is not None]

@@ -57,7 +57,12 @@ __all__ = ["CaptureReader", "StreamCapture", "open_capture", "read_captures"]
 
 
 def open_capture(source, batch_packets: int = BATCH_PACKETS, first_frame: int = 1) -> CaptureReader:
-    """Open a capture path, binary file object or StreamCapture; header problems raise CaptureError here."""
+    """Open a capture path, binary file object, StreamCapture or ingest.index.ByteRange (a cluster partition:
+    part of a file, read as the whole file's reader reads it, its frames numbered from its own first_frame);
+    header problems raise CaptureError here."""
+    from .index import ByteRange
+    if isinstance(source, ByteRange):
+        return source.reader(batch_packets=batch_packets)
     return CaptureReader(source, batch_packets=batch_packets, first_frame=first_frame)
 
 

@@ -31,12 +31,19 @@ records into n runs of about equal bytes; each ByteRange is a capture of its
 own once its `header` is put in front of its bytes (`open()` does it): the
 pcap file header, or the section header block of its first record's section
 and the interface description blocks that section declared before the range
-began (copied from the file, options and byte order as written).
-`reader()` reads it as a CaptureReader that numbers frames as the whole
-file does and gives a leading simple packet block the time of the record
-before the range (`last_ts_ns`); it numbers interfaces from 0, so add
-`interface_base` for the file-wide number. Ranges read in parallel and
-concatenated in order give the whole file's records.
+began (copied from the file, options and byte order as written, so
+if_tsresol and if_tsoffset time its records as in the whole file). The last
+range runs to the end of the file: the blocks after the last record
+(interface statistics, damage) are read by it, as the whole file's reader
+reads them. `reader()` reads a range as the whole file's reader reads those
+records: frames numbered from `first_frame` (as in the whole file, or as a
+cluster numbers several files: dataclasses.replace sets it), a
+leading simple packet block given the time of the record before the range
+(`last_ts_ns`), interfaces numbered file-wide (its header's first interface
+is `interface_base`), and warnings naming offsets of the file. Ranges read in
+parallel and concatenated in order give the whole file's records. A range of
+an uncompressed file holds no index: it pickles small (a cluster ships it to
+the worker that reads it) and reads the file at `path` itself.
 """
 from __future__ import annotations
 
@@ -64,32 +71,40 @@ COPY_CHUNK_BYTES = 4 << 20
 class ByteRange:
     """A run of whole records of an indexed capture that reads as a capture of its own (module docstring)."""
 
-    index: RecordIndex
+    path: str
     start: int              # offset of the first record
-    stop: int               # offset just past the last record's bytes (or the next range's start)
+    stop: int               # offset just past the range (the next range's start; the file's end for the last)
     first_frame: int        # frame number of its first record
     frames: int             # records in it
     header: bytes           # what makes start:stop a capture alone
-    interface_base: int     # pcapng: file-wide number of the interface a reader of the range numbers 0
+    interface_base: int     # pcapng: file-wide number of the first interface its header describes
     last_ts_ns: int         # time of the record before the range (a leading simple packet block's)
+    # a compressed capture's index, whose decompressed copy the range reads; None: the file at `path`
+    index: RecordIndex | None = field(default=None, repr=False, compare=False)
 
     def open(self):
         """The range as a binary stream: header, then the file's bytes start:stop (read as the stream is)."""
-        return _RangeStream(self.header, self.index, self.start, self.stop)
+        return _RangeStream(self)
 
     def reader(self, **options) -> CaptureReader:
-        """A CaptureReader of the range: frames numbered as in the whole file, a leading simple packet block
-        timed as there; `options` go to CaptureReader (batch_packets)."""
-        return CaptureReader(self.open(), first_frame=self.first_frame, last_ts_ns=self.last_ts_ns, **options)
+        """A CaptureReader of the range that reads its records as the whole file's reader does (module
+        docstring), from frame `first_frame`; `options` go to CaptureReader (batch_packets)."""
+        return _RangeReader(self, first_frame=self.first_frame, **options)
 
 
 class _RangeStream(io.RawIOBase):
-    def __init__(self, header: bytes, index: RecordIndex, start: int, stop: int):
-        self._header = header
-        self._index = index
-        self._at = start
-        self._stop = stop
-        self.name = index.path
+    def __init__(self, part: ByteRange):
+        self._header = part.header
+        self._at = part.start
+        self._stop = part.stop
+        self.name = part.path
+        self._index = part.index
+        self._file = None
+        if part.index is None:
+            try:
+                self._file = open(part.path, "rb", buffering=0)
+            except OSError as exc:
+                raise CaptureError(part.path, exc.strerror or str(exc)) from None
 
     def readable(self) -> bool:
         return True
@@ -104,10 +119,46 @@ class _RangeStream(io.RawIOBase):
         take = min(len(view), self._stop - self._at)
         if take <= 0:
             return 0
-        data = self._index._pread(take, self._at)
-        view[:len(data)] = data
-        self._at += len(data)
-        return len(data)
+        if self._file is not None:
+            got = os.preadv(self._file.fileno(), [view[:take]], self._at)
+        else:
+            data = self._index._pread(take, self._at)
+            got = len(data)
+            view[:got] = data
+        self._at += got
+        return got
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        super().close()
+
+
+class _RangeReader(CaptureReader):
+    """A CaptureReader of a ByteRange that speaks of the whole file: its interfaces numbered file-wide in the
+    records and interface statistics, its warnings at offsets of the file, not of the range's stream."""
+
+    def __init__(self, part: ByteRange, **options):
+        # a stream offset past the header is the file offset start + (offset - len(header))
+        self._shift = part.start - len(part.header)
+        self._interface_base = part.interface_base
+        super().__init__(part.open(), last_ts_ns=part.last_ts_ns, **options)
+
+    def _offset(self, pos: int | None = None) -> int:
+        return super()._offset(pos) + self._shift
+
+    def _batch(self, *args):
+        batch = super()._batch(*args)
+        if self._interface_base:
+            batch.cols["iface"] += np.uint16(self._interface_base)
+        return batch
+
+    def _read_isb(self, blen: int) -> None:
+        kept = len(self.interface_stats)
+        super()._read_isb(blen)
+        for record in self.interface_stats[kept:]:
+            record["interface"] += self._interface_base
 
 
 @dataclass
@@ -123,6 +174,8 @@ class RecordIndex:
     interfaces: list[dict]          # the reader's: linktype, snaplen, tsresol, tsoffset_s, section, offset, length
     sections: list[dict]            # the reader's: offset, length, big, first_interface (pcap: nano too)
     spb_times: dict[int, int] = field(default_factory=dict)     # frame -> ns, for simple packet blocks
+    first_ns: int | None = None     # time of the first record
+    last_ns: int | None = None      # the newest record's time (records need not be in time order)
     warnings: list[str] = field(default_factory=list)
     stamp: tuple | None = None      # (size, mtime_ns) of the file when indexed
     _copy: object = None            # the decompressed copy (a temporary file), or None
@@ -216,10 +269,11 @@ class RecordIndex:
         first, last = int(self.offsets[0]), end
         targets = first + (last - first) * np.arange(1, int(parts)) // int(parts)
         cuts = np.unique(np.concatenate([[0], np.searchsorted(self.offsets, targets), [n]]))
+        size = self._size()
         out = []
         for lo, hi in itertools.pairwise(cuts.tolist()):
             start = int(self.offsets[lo])
-            stop = int(self.offsets[hi]) if hi < n else end
+            stop = int(self.offsets[hi]) if hi < n else max(end, size)
             interface = self._interface(lo)
             section = self.sections[interface["section"]]
             header = self._pread(section["length"], section["offset"])
@@ -230,9 +284,15 @@ class RecordIndex:
             last_ts = 0
             if lo > 0:
                 last_ts = self.read([lo - 1])[0][0]
-            out.append(ByteRange(self, start, stop, self.first_frame + lo, hi - lo, header,
-                                 section["first_interface"], last_ts))
+            out.append(ByteRange(self.path, start, stop, self.first_frame + lo, hi - lo, header,
+                                 section["first_interface"], last_ts, self if self._copy is not None else None))
         return out
+
+    def _size(self) -> int:
+        """Bytes of the file read (the decompressed copy's for a compressed capture)."""
+        if self._copy is not None:
+            return os.fstat(self._copy.fileno()).st_size
+        return os.path.getsize(self.path)
 
     def _end_offset(self) -> int:
         """Just past the last record's bytes."""
@@ -325,10 +385,15 @@ def build_index(path, first_frame: int = 1) -> RecordIndex:
     try:
         reader = CaptureReader(source, first_frame=first_frame, keep_offsets=True)
         ifaces = []
+        first_ns = last_ns = None
         with reader:
             for raw in reader:
                 if reader.format == "pcapng":
                     ifaces.append(raw["iface"].copy())
+                if first_ns is None:
+                    first_ns = int(raw["ts_ns"][0])
+                newest = int(raw["ts_ns"].max())
+                last_ns = newest if last_ns is None else max(last_ns, newest)
     except BaseException:
         if copy is not None:
             copy.close()
@@ -350,4 +415,5 @@ def build_index(path, first_frame: int = 1) -> RecordIndex:
         spb = dict(zip(np.concatenate(reader.spb_frames).tolist(), np.concatenate(reader.spb_times).tolist()))
     return RecordIndex(path=path, format=reader.format, compression=compression, first_frame=first_frame,
                        offsets=offsets, iface=iface, interfaces=reader.interfaces, sections=reader.sections,
-                       spb_times=spb, warnings=warnings, stamp=stamp, _copy=copy)
+                       spb_times=spb, first_ns=first_ns, last_ns=last_ns, warnings=warnings, stamp=stamp,
+                       _copy=copy)

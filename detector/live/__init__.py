@@ -4,7 +4,7 @@ The same pipeline as `detector analyze`, fed by a capture instead of a file:
 
     dumpcap -w - (or an AF_PACKET socket)  ->  CaptureReader  ->  decode  ->  batches
         -> sliding window of detector states (window)  ->  findings every 0.5 s
-        -> alert book: de-duplicated alert/update/resolved events (alerts)  ->  stdout, DIR/alerts.jsonl
+        -> alert book: de-duplicated alert/update/resolved/merged events (alerts)  ->  stdout, DIR/alerts.jsonl
         -> packet ring of the last N seconds (ring, segments)  ->  DIR/evidence/<alert>.pcap (evidence)
         -> Prometheus text at --metrics (metrics)
     SIGINT/SIGTERM  ->  DIR/findings.json, findings.jsonl, report.md, report.html (period)

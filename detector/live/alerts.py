@@ -185,17 +185,19 @@ class LiveIncident:
     root: Finding               # its root cause as last correlated (the record of its alert and resolution)
     evidence_pcap: str | None = None
     resolved_at: float = 0.0
+    merged_into: str | None = None   # the incident that absorbed it, once the window found them one
 
 
-# Which event an evaluation tells about one incident when several of its members moved: the strongest.
-_KIND_RANK = {"resolved": 0, "update": 1, "alert": 2}
+# Which event an evaluation tells about one incident when several of its members moved: the strongest. An
+# incident merged into another says so last: it has no other news.
+_KIND_RANK = {"resolved": 0, "update": 1, "alert": 2, "merged": 3}
 
 
 @dataclass
 class IncidentEvent:
-    kind: str                   # alert, update, resolved
+    kind: str                   # alert, update, resolved, merged
     live: LiveIncident
-    finding: Finding            # what it is about: the root cause (alert, resolved), what changed or joined (update)
+    finding: Finding            # the root cause (alert, resolved, merged), what changed or joined (update)
     joined: list[Finding]       # the members that joined the incident with this event
     wall_ns: int
 
@@ -204,8 +206,10 @@ class IncidentEvent:
                   **self.finding.to_json()}
         record["incident_id"] = self.live.alert_id
         record["evidence_pcap"] = self.live.evidence_pcap
+        if self.live.merged_into is not None:
+            record["merged_into"] = self.live.merged_into
         if self.live.incident is not None:
-            record["incident"] = self.live.incident.to_json() | {"id": self.live.alert_id}
+            record["incident"] = self.live.incident.to_json() | {"id": self.live.merged_into or self.live.alert_id}
         if self.joined:
             record["joined"] = [{"rule": f.rule, "identifier": f.identifier, "severity": f.severity}
                                 for f in self.joined]
@@ -235,8 +239,36 @@ class IncidentBook:
                     self._tell(out, IncidentEvent("resolved", live, live.root, [], wall_ns))
                 continue
             self._activity(out, key, event.tracked, window.get(key), now, wall_ns)
+        for incident in incidents:
+            self._merge_running(out, incident, now, wall_ns)
         self._bound()
         return list(out.values())
+
+    def _merge_running(self, out: dict, incident: Incident, now: float, wall_ns: int) -> None:
+        """Two or more live incidents whose members the window now finds in one `incident` (a relation whose
+        shared entity showed up later, a cause found after its effects had been raised apart): the earliest
+        raised absorbs the others. It tells an update naming the members that joined it; each absorbed one
+        tells `merged` with the incident it went into, and says nothing more."""
+        lives = {id(live): live for live in (self.owner.get(entity_key(f)) for f in incident.findings)
+                 if live is not None and live.merged_into is None}
+        if len(lives) < 2:
+            return
+        survivor, *absorbed = sorted(lives.values(), key=lambda live: int(live.alert_id.rsplit("-", 1)[1]))
+        joined = []
+        for live in absorbed:
+            for key in sorted(live.members):
+                self.owner[key] = survivor
+                tracked = self.entities.entities.get(key)
+                if tracked is not None and key not in survivor.members:
+                    joined.append(tracked.finding)
+            survivor.members |= live.members
+            survivor.open = survivor.open or live.open
+            live.open, live.resolved_at, live.merged_into = False, now, survivor.alert_id
+            live.incident = incident
+            self._tell(out, IncidentEvent("merged", live, live.root, [], wall_ns))
+        survivor.incident, survivor.root = incident, incident.root_cause
+        if joined:
+            self._tell(out, IncidentEvent("update", survivor, joined[0], joined, wall_ns))
 
     def _open(self, key: tuple) -> bool:
         tracked = self.entities.entities.get(key)

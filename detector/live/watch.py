@@ -376,9 +376,12 @@ class Watch:
         tracked = {entity_key(f) for f in findings}
         findings += [f for f in self.last_analysis.findings if entity_key(f) not in tracked]
         files = []
-        for key, entity in self.book.entities.entities.items():
-            live = self.book.incident_of(key)
-            packets = self.recorder.written.get(live.alert_id) if live is not None else None
+        # an entity's evidence file is the one of the incident it was raised in, which may since have merged
+        # into another: its packets are that file's
+        recorded = {live.evidence_pcap: live.alert_id for live in self.book.incidents.values()}
+        for entity in self.book.entities.entities.values():
+            alert_id = recorded.get(entity.evidence_pcap)
+            packets = self.recorder.written.get(alert_id) if alert_id is not None else None
             if packets is not None and entity.evidence_pcap:
                 entity.finding.evidence["evidence_packets"] = packets
                 entity.finding.evidence["pcap_filename"] = entity.evidence_pcap
