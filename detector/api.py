@@ -32,6 +32,7 @@ findings: it is left out with a RuntimeWarning naming it, and
 """
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
 from pathlib import Path
@@ -53,15 +54,163 @@ __all__ = ["open", "Capture"]
 
 # Seconds Capture.dissect gives tshark: it dissects every frame of the file up to the one asked for.
 DISSECT_TIMEOUT_S = 120.0
+# Packets a batch of packets_frame holds at most: batches in flight (decoded columns, a mapped file's pages, what
+# the allocator keeps of them) cost memory in proportion, and each batch a fixed time (bench/packets_frame.py).
+FRAME_BATCH_PACKETS = 1 << 12
+# A kept fixed-width column grows in blocks of this many bytes at most, each its own memory map: the table is
+# made a block at a time, so it holds one block twice, not a column.
+BLOCK_BYTES = 4 << 20
+
+def _own_memory(nbytes: int) -> np.ndarray:
+    """`nbytes` bytes in an anonymous private memory map of their own, whose pages go back to the system when
+    it is freed; from the allocator where the platform has no such maps."""
+    if hasattr(mmap, "MAP_PRIVATE"):
+        return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=np.uint8)
+    return np.empty(nbytes, dtype=np.uint8)
+
+
+class _Blocks:
+    """A column of fixed-width values appended batch by batch, joined at the end into one array.
+
+    The values go into blocks that are anonymous memory maps of their own (up to BLOCK_BYTES, growing from
+    the first batch's size), so a block freed returns its pages at once, whatever the allocator keeps; the
+    join copies them into the column a block at a time, freeing each as it is copied: it holds one block
+    twice, not the column (per-batch pieces, freed into holes among the string pieces, stayed resident).
+    """
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.blocks: list[np.ndarray] = []
+        self.used = 0           # rows filled in the last block
+        self.rows = 0
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=self.dtype)
+        at = 0
+        while at < len(values):
+            if not self.blocks or self.used == len(self.blocks[-1]):
+                rows = min(BLOCK_BYTES // self.dtype.itemsize, max(len(values) - at, self.rows, 1))
+                self.blocks.append(_own_memory(rows * self.dtype.itemsize).view(self.dtype))
+                self.used = 0
+            block = self.blocks[-1]
+            n = min(len(block) - self.used, len(values) - at)
+            block[self.used:self.used + n] = values[at:at + n]
+            self.used += n
+            at += n
+        self.rows += len(values)
+
+    def join(self, dtype=None) -> np.ndarray:
+        """The column (as `dtype`, default its own); the blocks are gone after."""
+        out = np.empty(self.rows, dtype=dtype or self.dtype)
+        at = 0
+        while self.blocks:
+            block = self.blocks.pop(0)
+            n = min(len(block), self.rows - at)
+            out[at:at + n] = block[:n]
+            at += n
+            del block
+        return out
+
+
+class _Datetimes:
+    """A kept datetime column: its int64 nanoseconds in blocks, the dtype (UTC) given back without a copy."""
+
+    def __init__(self, first):
+        self.dtype = first.dtype
+        self.values = _Blocks(np.int64)
+
+    def append(self, array) -> None:
+        self.values.append(array.asi8)
+
+    def join(self):
+        return pd.array(self.values.join().view(f"M8[{self.dtype.unit}]"), copy=False).view(self.dtype)
+
+
+class _Masked:
+    """A kept nullable integer or boolean column: values and mask in blocks."""
+
+    def __init__(self, first):
+        self.kind = type(first)
+        self.values = _Blocks(first.dtype.numpy_dtype)
+        self.mask = _Blocks(bool)
+
+    def append(self, array) -> None:
+        self.values.append(array.to_numpy(dtype=self.values.dtype, na_value=0))
+        self.mask.append(array.isna())
+
+    def join(self):
+        return self.kind(self.values.join(), self.mask.join())
+
+
+class _Categories:
+    """A kept categorical column: the union of the batches' categories in order of appearance (as pandas'
+    union_categoricals), each batch's codes mapped onto it into blocks, as narrow as the union allows."""
+
+    def __init__(self, first):
+        self.categories: list = []
+        self.index: dict = {}
+        self.codes = _Blocks(np.int8)
+
+    def append(self, array) -> None:
+        for category in array.categories:
+            if category not in self.index:
+                self.index[category] = len(self.categories)
+                self.categories.append(category)
+        need = _codes_dtype(len(self.categories))
+        if need.itemsize > self.codes.dtype.itemsize:     # more categories than the codes can number
+            wider = _Blocks(need)
+            wider.append(self.codes.join())
+            self.codes = wider
+        mapping = np.array([self.index[c] for c in array.categories] + [-1], dtype=self.codes.dtype)
+        self.codes.append(mapping[array.codes])     # code -1 (<NA>) picks the last entry, -1
+
+    def join(self):
+        codes = self.codes.join(_codes_dtype(len(self.categories)))
+        return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(self.categories))
+
+
+def _codes_dtype(categories: int) -> np.dtype:
+    """The narrowest codes pandas gives a categorical of that many categories."""
+    return np.dtype(np.int8 if categories < 1 << 7 else np.int16 if categories < 1 << 15 else np.int32)
+
+
+class _Pieces:
+    """A kept column of any other type (strings): its pieces, joined by pandas at the end; Arrow strings stay
+    in their chunks, uncopied."""
+
+    def __init__(self, first):
+        self.pieces: list = []
+
+    def append(self, array) -> None:
+        self.pieces.append(array)
+
+    def join(self):
+        pieces = self.pieces
+        self.pieces = []
+        return type(pieces[0])._concat_same_type(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def _kept(first):
+    """How a column like `first` (one batch's pandas array) is kept until the table is made."""
+    if isinstance(first.dtype, pd.DatetimeTZDtype):
+        return _Datetimes(first)
+    if isinstance(first, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
+        return _Masked(first)
+    if isinstance(first, pd.Categorical):
+        return _Categories(first)
+    return _Pieces(first)
+
 
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
     pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
     batch's columns at a time are built, so memory holds what is kept.
 
-    The kept pieces are joined one column at a time, each column's pieces let go as soon as it is whole, and
-    the table is made of the joined arrays without a copy: the join adds one column's size to the table's,
-    not the table's own (bench/packets_frame.py)."""
+    The engine reads for it in batches of FRAME_BATCH_PACKETS, so what is in flight (decoded batches, the
+    capture's mapped pages) stays small beside what is kept. Fixed-width columns are kept in blocks of their
+    own memory (_Blocks), string columns as their batches' Arrow chunks; the table is made one column at a
+    time, each from its blocks or chunks without a second copy of the table (bench/packets_frame.py says what
+    the peak is made of)."""
 
     needs_fingerprint = False
 
@@ -74,31 +223,29 @@ class _PacketColumns:
             built = list(dict.fromkeys([*self.names, *packet_view.referenced(where)]))
         self.built = built
         self.needs_fingerprint = "fingerprint" in built
-        self.pieces: dict[str, list] = {name: [] for name in self.names}
+        self.kept: dict[str, object] = {}
+        self.rows = 0
 
     def update(self, batch: PacketBatch) -> None:
         extra = {"rss_queue": self.rss.queue(batch)} if "rss_queue" in self.built else None
-        part = packet_view.frame_of(packet_view.batch_columns(batch, self.built, extra), self.built)
+        arrays = packet_view.arrays_of(packet_view.batch_columns(batch, self.built, extra), self.built)
         if self.where is not None:
+            part = pd.DataFrame(arrays, copy=False)
             keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
             # a comparison with a field the packet lacks is <NA>: not kept
-            part = part[pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)]
+            keep = pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)
+            arrays = {name: arrays[name][keep] for name in self.names}
         for name in self.names:
-            self.pieces[name].append(part[name].array)
+            if name not in self.kept:
+                self.kept[name] = _kept(arrays[name])
+            self.kept[name].append(arrays[name])
+        self.rows += len(arrays[self.names[0]])
 
     def frame(self) -> pd.DataFrame:
-        if not self.pieces[self.names[0]]:
+        if not self.rows:
             empty = {name: np.zeros(0, dtype=np.uint64) for name in packet_view.sources(self.names) | {"rss_queue"}}
             return packet_view.frame_of(empty, self.names)
-        columns = {}
-        for name in self.names:
-            pieces = self.pieces.pop(name)
-            if packet_view.COLUMNS[name].dtype == "category":
-                # categories differ from batch to batch: their union, each batch's codes mapped onto it
-                columns[name] = pd.api.types.union_categoricals(pieces)
-            else:
-                columns[name] = type(pieces[0])._concat_same_type(pieces) if len(pieces) > 1 else pieces[0]
-        return pd.DataFrame(columns, copy=False)
+        return pd.DataFrame({name: self.kept.pop(name).join() for name in self.names}, copy=False)
 
 
 def _addresses(cols: dict[str, np.ndarray]) -> dict[str, object]:
@@ -235,7 +382,7 @@ class Capture:
         if where is not None and not isinstance(where, str) and not callable(where):
             raise UsageError("where: a query string or a callable")
         consumer = _PacketColumns(RssModel(queues=DEFAULT_QUEUES), names, where)
-        engine.run(self.paths, [consumer], label="packets")
+        engine.run(self.paths, [consumer], label="packets", batch_packets=FRAME_BATCH_PACKETS)
         return consumer.frame()
 
     def has(self, layer: str) -> pd.Series:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .decode import decode
 from .ingest import read_captures
 from .progress import Progress
+from .schema import BATCH_PACKETS
 
 
 @dataclass
@@ -53,9 +54,11 @@ _DONE = object()
 
 
 def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None, tables: tuple[str, ...] = (),
-                    first_frame: int = 1, decode_threads: int = DECODE_THREADS):
+                    first_frame: int = 1, decode_threads: int = DECODE_THREADS,
+                    batch_packets: int = BATCH_PACKETS):
     """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread (and
-    `decode_threads` decoding ones), with the application side-tables `tables` built (detector.decode.app).
+    `decode_threads` decoding ones), with the application side-tables `tables` built (detector.decode.app),
+    at most `batch_packets` packets a batch.
 
     Errors in the reading thread (a CaptureError for a damaged file) are
     raised here, in the caller's thread, after the batches read before them.
@@ -80,7 +83,8 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
                 decoding = deque()      # (reader, future) in capture order
                 failure = None
                 try:
-                    for reader, raw in read_captures(paths, opened=opened, first_frame=first_frame):
+                    for reader, raw in read_captures(paths, opened=opened, first_frame=first_frame,
+                                                           batch_packets=batch_packets):
                         decoding.append((reader, pool.submit(decode, raw, fingerprint, tables=tables)))
                         if len(decoding) > decode_threads:
                             done_reader, future = decoding.popleft()
@@ -114,14 +118,15 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
 
 
 def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_progress: bool = True,
-        decode_threads: int = DECODE_THREADS) -> RunResult:
+        decode_threads: int = DECODE_THREADS, batch_packets: int = BATCH_PACKETS) -> RunResult:
     """Stream every capture in `paths` (one continuous capture) through `consumers`.
 
     A path may also be a binary stream, an ingest.StreamCapture or an ingest.index.ByteRange (part of a file,
     read as the whole file's reader reads it). `first_frame`: the frame number of the first record (a cluster
     partition's place in the whole capture, detector.cluster). `show_progress`: draw the byte progress line on
     a terminal (off on a cluster worker). `decode_threads`: batches decoded at once (fewer on a cluster worker
-    that shares its cores).
+    that shares its cores). `batch_packets`: the most packets a batch holds; fewer hold less memory in flight
+    (the batches and a mapped file's pages), at a cost per batch.
     """
     paths = list(paths)
     progress = Progress(sum(_file_size(p) for p in paths) if show_progress else 0, label,
@@ -136,7 +141,8 @@ def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_pro
         fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
         tables = tuple(sorted({name for c in consumers for name in getattr(c, "app_tables", ())}))
         for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened, tables=tables,
-                                             first_frame=first_frame, decode_threads=decode_threads):
+                                             first_frame=first_frame, decode_threads=decode_threads,
+                                             batch_packets=batch_packets):
             if reader is not current:
                 current = reader
                 done_before = sum(r.size or 0 for r in opened[:opened.index(reader)])

@@ -14,6 +14,7 @@ packets_frame): the decoder is the engine's, never a second parser.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -56,6 +57,7 @@ from .schema import (
     TUNNEL_NAMES,
     PacketBatch,
 )
+from .text import TextCodes
 
 ICMP_ANY = L_ICMP | L_ICMP6
 
@@ -222,8 +224,39 @@ def referenced(expression: str) -> list[str]:
 
 def frame_of(cols: dict[str, np.ndarray], names) -> pd.DataFrame:
     """The packet columns `names` of one batch's decoded columns `cols` (at least `sources(names)`)."""
+    return pd.DataFrame(arrays_of(cols, names), copy=False)
+
+
+def arrays_of(cols: dict[str, np.ndarray], names) -> dict[str, object]:
+    """frame_of's columns as pandas arrays, without a DataFrame (which costs a batch more than its columns)."""
     layers = np.asarray(cols["layers"], dtype=np.uint32)
-    return pd.DataFrame({name: _build(COLUMNS[name], cols, layers) for name in names}, index=None)
+    return {name: _build(COLUMNS[name], cols, layers) for name in names}
+
+
+def _strings(text: TextCodes, valid: np.ndarray):
+    """A string column of `text`'s rows, <NA> where not `valid`.
+
+    With pandas' Arrow strings (pyarrow installed) the column's buffers are
+    made here: each row's bytes gathered from its distinct value's, one
+    exactly sized data buffer and its offsets, no Python str per row and no
+    builder growing as it goes (packets_frame keeps one such piece a batch).
+    """
+    if pd.StringDtype().storage != "pyarrow":
+        return pd.array(np.where(valid, text.text(), None) if len(valid) else np.zeros(0, object), dtype="string")
+    import pyarrow as pa
+
+    blob, starts, lengths = text.value_bytes()
+    codes = np.asarray(text.codes, dtype=np.intp)
+    sizes = np.where(valid, lengths[codes], 0) if len(codes) else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(len(codes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    # byte j of row i is byte j of its value: one index per byte of the column
+    at = np.repeat(starts[codes] - offsets[:-1], sizes) + np.arange(offsets[-1])
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    array = pa.Array.from_buffers(pa.large_string(), len(codes), [bitmap, pa.py_buffer(offsets),
+                                                                  pa.py_buffer(blob[at])], null_count=nulls)
+    return pd.arrays.ArrowStringArray(array)
 
 
 def _valid(column: Column, cols: dict, layers: np.ndarray) -> np.ndarray:
@@ -238,11 +271,21 @@ def _valid(column: Column, cols: dict, layers: np.ndarray) -> np.ndarray:
     return valid
 
 
+_UTC = pd.DatetimeTZDtype("ns", "UTC")
+
+
+@functools.lru_cache(maxsize=256)
+def _category_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+    """The dtype of these categories, made (and checked) once, not once a batch."""
+    return pd.CategoricalDtype(list(categories))
+
+
 def _build(column: Column, cols: dict, layers: np.ndarray):
     valid = _valid(column, cols, layers)
     kind = column.kind
     if kind == "time":
-        return pd.to_datetime(np.asarray(cols["ts_ns"], dtype=np.int64), unit="ns", utc=True)
+        # the nanoseconds as they are (batch_columns copied them), seen as UTC times: no conversion pass
+        return pd.array(np.asarray(cols["ts_ns"], dtype=np.int64).view("M8[ns]"), copy=False).view(_UTC)
     if kind in ("int", "layers"):
         values = np.asarray(cols[column.source]).astype(column.dtype.lower(), copy=False)
         return pd.arrays.IntegerArray(values, ~valid)
@@ -250,25 +293,31 @@ def _build(column: Column, cols: dict, layers: np.ndarray):
         values = (np.asarray(cols[column.source]).astype(np.uint32) & np.uint32(column.flag)) != 0
         return pd.arrays.BooleanArray(values, ~valid)
     if kind == "mac":
-        texts = mac_to_str(np.asarray(cols[column.source], dtype=np.uint64)) if len(layers) else np.zeros(0, object)
-        return pd.array(np.where(valid, texts, None), dtype="string")
+        distinct, codes = np.unique(np.asarray(cols[column.source], dtype=np.uint64), return_inverse=True)
+        return _strings(TextCodes(codes.reshape(-1), mac_to_str(distinct)), valid)
     if kind in ("ip", "ipv4"):
         if kind == "ip":
             hi, lo = cols[f"{column.source}_hi"], cols[f"{column.source}_lo"]
         else:   # an IPv4 address as the schema's IPv4-mapped halves
             lo = np.asarray(cols[column.source], dtype=np.uint64) | np.uint64(0xFFFF_0000_0000)
             hi = np.zeros(len(lo), dtype=np.uint64)
-        texts = ip_text_codes(hi, lo).text() if len(layers) else np.zeros(0, object)
-        return pd.array(np.where(valid, texts, None), dtype="string")
+        return _strings(ip_text_codes(hi, lo), valid)
     if kind == "category":
-        values = np.asarray(cols[column.source]).astype(np.int64)
-        distinct, codes = np.unique(values, return_inverse=True)
+        values = np.asarray(cols[column.source])
+        if len(values) and values.dtype.kind == "u" and values.dtype.itemsize <= 2:
+            # small numbers (protocol, ARP op, ...): the distinct ones counted in order, not sorted
+            distinct = np.flatnonzero(np.bincount(values))
+            lookup = np.zeros(int(distinct[-1]) + 1, dtype=np.int64)
+            lookup[distinct] = np.arange(len(distinct))
+            codes = lookup[values]
+        else:
+            distinct, codes = np.unique(values.astype(np.int64), return_inverse=True)
         labels = [column.names.get(int(v), str(int(v))) for v in distinct]
         # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
         categories = list(dict.fromkeys(labels))
         remap = np.array([categories.index(label) for label in labels], dtype=np.int64)
         codes = np.where(valid, remap[codes.reshape(-1)] if len(values) else codes, -1)
-        return pd.Categorical.from_codes(codes, categories=categories)
+        return pd.Categorical.from_codes(codes, dtype=_category_dtype(tuple(categories)))
     raise AssertionError(f"unknown column kind {kind}")
 
 

@@ -77,17 +77,17 @@ def test_leaving_early_stops_the_reading_thread(tmp_path):
     assert not any(t.name == "detector-read" and t.is_alive() for t in __import__("threading").enumerate())
 
 
-def test_small_batches_give_identical_stats(tmp_path, monkeypatch):
+def test_small_batches_give_identical_stats():
     whole = CaptureStats()
     engine.run([BUNDLED], [whole])
-    import detector.ingest as ingest
-    original = ingest.read_captures
+    sizes = []
 
-    def small(paths, batch_packets=7, **kw):
-        return original(paths, batch_packets=batch_packets, **kw)
+    class Sizes:
+        def update(self, batch):
+            sizes.append(len(batch))
 
-    monkeypatch.setattr(engine, "read_captures", small)
     pieces = CaptureStats()
-    engine.run([BUNDLED], [pieces])
+    engine.run([BUNDLED], [pieces, Sizes()], batch_packets=7)
+    assert sizes == [7] * 14 + [6]
     assert pieces.to_json() == whole.to_json()
     assert whole.packets == 104 and np.isclose(whole.duration_s, 8.115)

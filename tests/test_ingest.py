@@ -459,6 +459,38 @@ def test_mapped_pages_released_behind_the_walk_read_back_intact(tmp_path, monkey
     assert frames == bodies and cols["frame"].tolist() == list(range(1, 3001))
 
 
+def _mapped_rss(reader) -> int:
+    """Bytes of the reader's mapped file resident in this process (its mapping's Rss in /proc/self/smaps)."""
+    start = f"{reader._buf.ctypes.data:x}-"
+    with open("/proc/self/smaps") as smaps:
+        lines = iter(smaps)
+        for line in lines:
+            if line.startswith(start):
+                for field in lines:
+                    if field.startswith("Rss:"):
+                        return int(field.split()[1]) * 1024
+    raise AssertionError("the capture is not mapped")
+
+
+def test_small_batches_keep_only_the_last_batches_of_a_mapped_file(tmp_path):
+    # analyze's batches keep up to MAP_KEEP_BEHIND_BYTES (96 MiB) mapped behind the walk; small batches (the
+    # notebook's packets_frame) keep those of the last MAP_KEEP_BATCHES only, so the process holds a few
+    # batches of a 40 MB file, not all of it; every record still reads as written
+    bodies = [struct.pack("<I", i) * 1000 for i in range(10_000)]
+    path = write(tmp_path, "big.pcap", pcap_header() + b"".join(pcap_record(T0, i, b) for i, b in enumerate(bodies)))
+    batch_bytes = 256 * (4000 + 16)
+    # the page cache may map a file in folios of up to 2 MiB: one at each end of the window
+    bound = (reader_module.MAP_KEEP_BATCHES + 2) * batch_bytes + 2 * (2 << 20)
+    reader = open_capture(path, batch_packets=256)
+    resident, frames = [], []
+    for raw in reader:
+        frames += [raw.data[o:o + c].tobytes() for o, c in zip(raw["offset"].tolist(), raw["caplen"].tolist())]
+        resident.append(_mapped_rss(reader))
+    assert frames == bodies and len(resident) == 40
+    assert max(resident) <= bound < len(bodies) * 4000 // 3
+    assert reader._released > 25 * batch_bytes
+
+
 def test_read_captures_continues_frames(tmp_path):
     a = write(tmp_path, "a.pcap", pcap_file(4))
     b = write(tmp_path, "b.pcapng", shb() + idb(1) + epb(0, 5, b"abc") + epb(0, 6, b"de"))

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from pandas.testing import assert_frame_equal
 
 import detector
-from detector import engine, packet_view
+from detector import api, engine, packet_view
 from detector.errors import UsageError
 from detector.schema import PACKET_COLUMNS, RAW_COLUMNS
 from tests._rules import batch_of, rows
@@ -159,6 +160,45 @@ def test_a_tunnelled_packet_has_its_outer_header(tshark):
     assert len(plain) and plain[["outer_src_ip", "outer_proto", "outer_dest_port"]].isna().all().all()
 
 
+def _address_batch():
+    """Decoded columns of six packets: IPv4 and IPv6 (compressed, full, mapped) addresses, one packet without IP
+    (its halves hold a stale value that must not show), MACs on all but the last."""
+    from detector.decode.addr import str_to_ip
+    from detector.schema import L_IP4, L_IP6, L_SRC_MAC
+
+    texts = ["10.0.0.1", "2001:db8::1", "10.0.0.1", "fe80::1:2:3:4", None, "2001:db8:1:2:3:4:5:6"]
+    halves = [str_to_ip(t or "192.0.2.9") for t in texts]
+    layers = [0 if t is None else (L_IP6 if ":" in t else L_IP4) for t in texts]
+    layers = np.array([bits | (L_SRC_MAC if i < 5 else 0) for i, bits in enumerate(layers)], dtype=np.uint32)
+    macs = np.array([0x0200_0000_0001, 0x0200_0000_0002, 0x0200_0000_0001, 0xFFFF_FFFF_FFFF, 0x0A0B_0C0D_0E0F, 7],
+                    dtype=np.uint64)
+    cols = {"layers": layers, "src_ip_hi": np.array([h for h, _ in halves], dtype=np.uint64),
+            "src_ip_lo": np.array([lo for _, lo in halves], dtype=np.uint64), "src_mac": macs}
+    mac_texts = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:01", "ff:ff:ff:ff:ff:ff",
+                 "0a:0b:0c:0d:0e:0f", None]
+    return cols, texts, mac_texts
+
+
+@pytest.mark.parametrize("storage", ["pyarrow", "python"])
+def test_address_columns_are_the_addresses_text_and_na_without_the_layer(storage):
+    cols, ips, macs = _address_batch()
+    with pd.option_context("mode.string_storage", storage):
+        frame = packet_view.frame_of(cols, ["src_ip", "src_mac"])
+    assert frame["src_ip"].dtype == pd.StringDtype(storage)
+    assert [None if pd.isna(v) else v for v in frame["src_ip"]] == ips
+    assert [None if pd.isna(v) else v for v in frame["src_mac"]] == macs
+
+
+def test_arrow_address_columns_hold_their_bytes_exactly():
+    # the Arrow path makes the column's buffers itself: its data buffer is the rows' text, no more
+    cols, ips, _macs = _address_batch()
+    column = packet_view.frame_of(cols, ["src_ip"])["src_ip"].array
+    (chunk,) = column._pa_array.chunks
+    bitmap, offsets, data = chunk.buffers()
+    assert data.size == sum(len(t) for t in ips if t) and offsets.size == 8 * (len(ips) + 1)
+    assert chunk.null_count == 1 and bitmap is not None
+
+
 def test_types_and_masks():
     packets = detector.open(CAPTURES / "arp-spoof-mitm.pcapng").packets
     dtypes = {name: str(dtype) for name, dtype in packets.dtypes.items()}
@@ -189,14 +229,17 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     batch = batch_of(path)
     real_run = engine.run
 
-    def run_in_small_batches(paths, consumers, label="reading"):
+    def run_in_small_batches(paths, consumers, label="reading", **options):
         for start in range(0, len(batch), 7):
             for consumer in consumers:
                 consumer.update(rows(batch, start, start + 7))
         return real_run([], [])
 
     monkeypatch.setattr(engine, "run", run_in_small_batches)
+    # blocks of 8 int64 (5 uint16): a batch's rows straddle them
+    monkeypatch.setattr(api, "BLOCK_BYTES", 64)
     capture = detector.open(path)
+    assert_frame_equal(capture.packets_frame(list(whole.columns)), whole)
     part = capture.packets_frame(["frame", "proto", "dest_port"], where="proto == 'tcp' and tcp_mss > 1400")
     expected = whole[(whole["proto"] == "tcp") & (whole["tcp_mss"] > 1400).fillna(False).astype(bool)]
     assert 0 < len(part) < len(whole)
@@ -208,6 +251,27 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     assert called["frame"].tolist() == [f for f in whole["frame"] if f % 2 == 0]
     with pytest.raises(ValueError, match="no packet column 'dst_port'"):
         capture.packets_frame(["dst_port"])
+
+
+@pytest.mark.parametrize("count", [5, 200, 40_000])
+def test_kept_categories_are_the_union_of_the_batches_as_pandas_makes_it(count):
+    # each batch names its own categories; the kept column maps every batch's codes onto their union, in order
+    # of appearance, with codes as narrow as pandas gives that many categories (int8, int16, int32)
+    rng = np.random.default_rng(count)
+    labels = np.array([f"p{i}" for i in range(count)], dtype=object)
+    pieces = []
+    step = max(1, count // 7)
+    for start in range(0, count, step):
+        present = labels[start:start + step + 3]        # overlapping the next batch's
+        codes = rng.integers(-1, len(present), size=50)
+        pieces.append(pd.Categorical.from_codes(codes, categories=list(present)))
+    kept = api._kept(pieces[0])
+    for piece in pieces:
+        kept.append(piece)
+    joined = kept.join()
+    expected = pd.api.types.union_categoricals(pieces)
+    assert list(joined.categories) == list(expected.categories) == list(labels)
+    assert joined.codes.dtype == expected.codes.dtype and joined.codes.tolist() == expected.codes.tolist()
 
 
 def test_an_empty_selection_is_an_empty_typed_table():

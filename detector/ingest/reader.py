@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections import deque
 
 import numpy as np
 
@@ -61,10 +62,15 @@ CHUNK_BYTES = min(16 << 20, BATCH_BYTES)
 # one read missed the cache on every record header (a third of the read time).
 READ_SLICE_BYTES = 2 << 20
 # Mapped files: bytes walked into one batch at most (the bound reads get from
-# CHUNK_BYTES); how far behind the walk pages leave the mapping (beyond the
-# batches still decoding or waiting for the consumers, so they are not faulted
-# in twice), and in steps of how many bytes.
+# CHUNK_BYTES); which pages stay in the mapping behind the walk: those of the
+# batches still decoding or waiting for the consumers (detector.engine holds at
+# most six: the one just walked, two decoding, two waiting, one being consumed),
+# so they are not faulted in twice, and never more than MAP_KEEP_BEHIND_BYTES;
+# pages leave about a batch at a time, at most MAP_RELEASE_STEP_BYTES. Counting
+# batches, not only bytes, is what lets a caller of small batches
+# (batch_packets) hold a small window: the notebook's packets_frame.
 MAP_WINDOW_BYTES = CHUNK_BYTES
+MAP_KEEP_BATCHES = 6
 MAP_KEEP_BEHIND_BYTES = 96 << 20
 MAP_RELEASE_STEP_BYTES = 32 << 20
 # The smallest record either format can hold (pcap record header; pcapng SPB),
@@ -226,6 +232,7 @@ class CaptureReader:
         self._time_overflow_warned = False
         self._map = self._src.map()
         self._released = 0      # mapped files: pages before this offset have left the mapping
+        self._kept_batches: deque[int] = deque(maxlen=MAP_KEEP_BATCHES)    # where the last batches begin
         if self._map is not None:
             self._buf = np.frombuffer(self._map, dtype=np.uint8)
             self._end = len(self._buf)
@@ -605,10 +612,15 @@ class CaptureReader:
             "this and any other such packet keep their place with the time saturated at the nearest end",
             self._offset(pos))))
 
-    def _release_behind(self) -> None:
-        """Mapped files: drop the pages far behind the walk from this process (not from the page cache)."""
-        keep_from = (self._pos - MAP_KEEP_BEHIND_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
-        if keep_from - self._released >= MAP_RELEASE_STEP_BYTES:
+    def _release_behind(self, start: int) -> None:
+        """Mapped files, after walking a batch that begins at `start`: drop the pages before the last
+        MAP_KEEP_BATCHES batches (and MAP_KEEP_BEHIND_BYTES) from this process, not from the page cache."""
+        self._kept_batches.append(start)
+        oldest = self._kept_batches[0] if len(self._kept_batches) == MAP_KEEP_BATCHES else 0
+        keep_from = max(oldest, self._pos - MAP_KEEP_BEHIND_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
+        # in steps of about a batch (the kept span's share), at most MAP_RELEASE_STEP_BYTES
+        step = min(MAP_RELEASE_STEP_BYTES, (self._pos - keep_from) // MAP_KEEP_BATCHES)
+        if keep_from > self._released and keep_from - self._released >= step:
             self._map.madvise(mmap.MADV_DONTNEED, self._released, keep_from - self._released)
             self._released = keep_from
 
@@ -669,5 +681,5 @@ class CaptureReader:
         self.packets += n
         self.bytes += int(cols["caplen"].sum(dtype=np.int64))
         if self._map is not None and hasattr(self._map, "madvise"):
-            self._release_behind()
+            self._release_behind(lo)
         return RawBatch(data=self._buf[lo:hi], cols=cols, source=self.path)
