@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba import njit
+
 from ..cpu import kernel
-from ..schema import PROTO_TCP
+from ..schema import PROTO_TCP, TH_ACK, TH_SYN
 from . import kernel as k
 from . import keys as K_
 from .kernel import (
@@ -77,14 +79,190 @@ def add_later_history(F, H, later_F, later_H, same_direction):
             record_history(F, H, r, side, history_kind(letter - RESPONDER_CASE * later_side))
 
 
-def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns: np.ndarray):
+# The tracking fields the later part's own run must share with the continuation after the head for the rest of
+# its run to be the continuation's (the endpoint states are not among them: the entries redo them).
+_TRACKED = (k.F_SEQEND, k.F_ACKED, k.F_REACH, k.F_HOLE_OPEN, k.F_FIN_AT, k.F_SNAP_OPEN)
+_HOLE_SPAN = (k.F_HOLE_LO, k.F_HOLE_HI)
+_TRACKED_ALL = _TRACKED + _HOLE_SPAN
+# The handshake's fields: the later part's run may not change them after its head (else not exact)
+_HANDSHAKE = (k.F_SYN_NS, k.F_SYNACK_NS, k.F_LASTSYN_NS, k.F_ACK_NS, k.F_ACK1_NS, k.F_SYN_RETX)
+# Counters the later part's run adds to the continuation's after the head, whatever the endpoint states
+_ADDED_AFTER_HEAD = (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX, k.F_SEQ_HOLES, k.F_HOLE_BYTES)
+
+
+@njit(_nrt=False, inline="always")
+def _head_packet(CL, c, i):
+    """The i-th head packet of cut log row c: (ts, from_a, flags, tcp header, seq, ack, payload, ip_len,
+    captured, mss)."""
+    at = k.LG_PKT + k.PKT_W * i
+    w1, w2, w3 = CL[c, at + 1], CL[c, at + 2], CL[c, at + 3]
+    return (CL[c, at], (w3 >> 16) & 1, w3 & 0xFFFF, ((w3 >> 18) & 1) == 1, w1 & 0xFFFFFFFF, w1 >> 32,
+            w2 & 0xFFFFFFFF, w2 >> 32, ((w3 >> 17) & 1) == 1, w3 >> 19)
+
+
+@njit(_nrt=False, inline="always")
+def _side(F, row, from_a):
+    return 0 if from_a == F[row, F_ORIG_IS_A] else 1
+
+
+@njit(_nrt=False, inline="always")
+def _count_segment(C, CL, c, segment):
+    """Add the ack events of a segment of the later part's run that its endpoint states count (both clean)."""
+    if not (k.clean(C, 1, 0) and k.clean(C, 1, 1)):
+        return
+    at = k.LG_SEG + k.SEG_W * segment
+    for side in range(2):
+        end = side if C[1, F_ORIG_IS_A] else 1 - side
+        C[1, k.F_ACK_EVENTS + side] += CL[c, at + 1 + end]
+        C[1, k.F_GAP_EVENTS + side] += CL[c, at + 3 + end]
+        C[1, k.F_GAP_BYTES + side] += CL[c, at + 5 + end]
+
+
+@njit(_nrt=False)
+def _replay(EF, EH, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
+    """Redo the later part L (cut log CL[L's F_CUT]) from the earlier part E: the continuation in C[1], CH[1].
+    S, SH (row 0) hold the later part's own run over its head, redone to compare. Returns False where the
+    log does not make the continuation exact (merge.py's residual cases)."""
+    c = LF[r, k.F_CUT]
+    n = CL[c, k.LG_HEAD_N] if c >= 0 else 0
+    if n == 0:
+        return False
+    for j in range(k.NF):
+        C[1, j] = EF[r, j]
+    for j in range(k.HIST_MAX):
+        CH[1, j] = EH[r, j]
+    C[1, k.F_CUT] = -1
+    ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, 0)
+    sender_server, receiver_server, sender_port, receiver_port = k.server_hints(word, a, server_port)
+    k.start_flow(S, SH, 0, ts, LF[r, k.F_FIRST_FRAME], a, flags, tcp_ok, seq, LF[r, k.F_VLAN], LF[r, k.F_IPVER], True, False,
+                 sender_server, receiver_server, sender_port, receiver_port)
+    for i in range(n):
+        ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, i)
+        if i > 0 and must_split(C, 1, ts, timeout_ns, _side(C, 1, a), flags, tcp_ok, seq, True):
+            return False       # the continuation ends inside the later part's head, which its run did not
+        k.add_packet(S, SH, 0, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
+        k.add_packet(C, CH, 1, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
+    if LF[r, k.F_PKTS] + LF[r, k.F_PKTS + 1] > n:
+        if not _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+            return False
+    if CL[c, k.LG_SPLIT] >= 0:         # the later part's run split the flow: the continuation must split there too
+        w = CL[c, k.LG_SPLIT + 2]
+        if not must_split(C, 1, CL[c, k.LG_SPLIT], timeout_ns, _side(C, 1, (w >> 16) & 1), w & 0xFFFF, True,
+                          CL[c, k.LG_SPLIT + 1], True):
+            return False
+    return True
+
+
+@njit(_nrt=False, inline="always")
+def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+    """The continuation C[1] after the head: where its tracking meets the later part's own run S[0] at the end of
+    the head, that run's counters after it, its endpoint states redone over the log's entries. False: not exact."""
+    if LF[r, F_ORIG_IS_A] != S[0, F_ORIG_IS_A]:
+        return False                   # the later part's roles flipped after its head
+    same = S[0, F_ORIG_IS_A] == C[1, F_ORIG_IS_A]
+    for side in range(2):
+        cs = side if same else 1 - side
+        for base in _TRACKED:
+            if S[0, base + side] != C[1, base + cs]:
+                return False
+        if S[0, k.F_HOLE_OPEN + side] > 0:
+            for base in _HOLE_SPAN:
+                if S[0, base + side] != C[1, base + cs]:
+                    return False
+        if S[0, k.F_HSEEN + side] & ~C[1, k.F_HSEEN + cs]:
+            return False               # a letter the later part recorded in its head but the continuation not
+    for base in _HANDSHAKE:
+        if LF[r, base] != S[0, base]:
+            return False
+    for j in range(S[0, F_HLEN], LF[r, F_HLEN]):
+        letter = np.int64(LH[r, j])
+        if letter == FLIP_MARK:
+            return False
+        later_side = 1 if letter >= LOWER_CASE_FIRST else 0
+        record_history(C, CH, 1, later_side if same else 1 - later_side,
+                       history_kind(letter - RESPONDER_CASE * later_side))
+    for side in range(2):
+        cs = side if same else 1 - side
+        for base in _ADDED_AFTER_HEAD:
+            C[1, base + cs] += LF[r, base + side] - S[0, base + side]
+        for base in _TRACKED_ALL:
+            C[1, base + cs] = LF[r, base + side]
+        C[1, k.F_FLAGS + cs] |= LF[r, k.F_FLAGS + side]
+        C[1, k.F_MAXPAY + cs] = max(C[1, k.F_MAXPAY + cs], LF[r, k.F_MAXPAY + side])
+        if C[1, k.F_MSS + cs] == 0:
+            C[1, k.F_MSS + cs] = LF[r, k.F_MSS + side]
+    C[1, k.F_LAST_NS] = max(C[1, k.F_LAST_NS], LF[r, k.F_LAST_NS])
+    # the endpoint states over the entries, each segment's ack events counted in the states it was in
+    _count_segment(C, CL, c, 0)
+    used = CL[c, k.LG_ENTRIES]
+    for entry in range(1, min(used, k.ENTRIES_MAX) + 1):
+        w = CL[c, k.LG_SEG + k.SEG_W * entry]
+        flags, a, length, seq = w & 0xFFFF, (w >> 16) & 1, (w >> 17) & 1, w >> 18
+        side = _side(C, 1, a)
+        if (flags & TH_SYN) and not (flags & TH_ACK):
+            if must_split(C, 1, C[1, k.F_LAST_NS], 0, side, flags, True, seq, True):
+                return False           # a new connection the later part's run took for the same one
+            if C[1, k.F_SYNSEQ + side] < 0:
+                C[1, k.F_SYNSEQ + side] = seq
+        orig = C[1, F_ORIG_IS_A]
+        k.tcp_state_machine(C, CH, 1, side, flags, length)
+        if C[1, F_ORIG_IS_A] != orig:
+            return False
+        _count_segment(C, CL, c, entry)
+    for side in range(2):
+        cs = side if same else 1 - side
+        if C[1, k.F_SYNSEQ + cs] < 0:
+            C[1, k.F_SYNSEQ + cs] = LF[r, k.F_SYNSEQ + side]
+    if used > k.ENTRIES_MAX:
+        # the log overflowed: exact when the continuation's states met the later part's own there
+        for side in range(2):
+            cs = side if same else 1 - side
+            end = side if LF[r, F_ORIG_IS_A] else 1 - side
+            if C[1, k.F_STATE + cs] != CL[c, k.LG_OVER + end] or C[1, k.F_PREV + cs] != CL[c, k.LG_OVER + 2 + end]:
+                return False
+            if C[1, k.F_SYNSEQ + cs] != CL[c, k.LG_OVER + 11 + end]:
+                return False
+        if C[1, k.F_ENDED] != CL[c, k.LG_OVER + 4]:
+            return False
+        for side in range(2):
+            cs = side if same else 1 - side
+            end = side if LF[r, F_ORIG_IS_A] else 1 - side
+            C[1, k.F_ACK_EVENTS + cs] += LF[r, k.F_ACK_EVENTS + side] - CL[c, k.LG_OVER + 5 + end]
+            C[1, k.F_GAP_EVENTS + cs] += LF[r, k.F_GAP_EVENTS + side] - CL[c, k.LG_OVER + 7 + end]
+            C[1, k.F_GAP_BYTES + cs] += LF[r, k.F_GAP_BYTES + side] - CL[c, k.LG_OVER + 9 + end]
+            C[1, k.F_STATE + cs] = LF[r, k.F_STATE + side]
+            C[1, k.F_PREV + cs] = LF[r, k.F_PREV + side]
+        C[1, k.F_ENDED] = LF[r, k.F_ENDED]
+    return True
+
+
+@kernel("(i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u8[::1], i8[::1], b1[::1], i8[:, ::1], "
+        "u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], b1[::1])", _nrt=False, nogil=True)
+def replay_continuations(EF, EH, LF, LH, CL, words, timeout_ns, server_port, S, SH, C, CH, out_F, out_H,
+                          exact):
+    """Each later TCP flow LF (with its cut log in CL) redone as the continuation of the earlier open flow EF of
+    its key (row by row), into out_F, out_H; exact[r] False where the log could not make it so. S, SH (one
+    row) and C, CH (two rows) are scratch."""
+    for r in range(EF.shape[0]):
+        ok = _replay(EF, EH, LF, LH, r, CL, words[r], timeout_ns[PROTO_TCP], server_port, S, SH, C, CH)
+        exact[r] = ok
+        if ok:
+            for j in range(k.NF):
+                out_F[r, j] = C[1, j]
+            for j in range(k.HIST_MAX):
+                out_H[r, j] = CH[1, j]
+
+
+def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns: np.ndarray, cut_log: np.ndarray):
     """The open flows (F, H, K) of a table with `later_flows` (F, H, K), all the flows of the table of the
-    packets that follow, whose last `later_open` rows are still open: (finished parts, open flows).
+    packets that follow, whose last `later_open` rows are still open: (finished parts, open flows, joins that
+    are not exact).
 
     Each key's earliest later flow that continues an open one becomes it,
     with the earlier flow's direction; an open flow with a later flow of its
     key that does not continue it is finished. `seed` is the earlier table's
-    key hash seed, `timeout_ns` its idle timeouts by IP protocol.
+    key hash seed, `timeout_ns` its idle timeouts by IP protocol, `cut_log`
+    the cut log rows the flows' kernel.F_CUT point to.
     """
     mF, mH, mK = open_flows
     oF, oH, oK = later_flows
@@ -105,20 +283,39 @@ def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns:
     mine_rows, theirs = posc[hit], heads[hit]
     joined = np.empty(len(theirs), bool)
     continuations(mF[mine_rows], oF[theirs], K_.key_proto(oK[theirs]), timeout_ns, joined)
-    combined_F, combined_H = _combine(mF[mine_rows[joined]], mH[mine_rows[joined]],
-                                      oF[theirs[joined]], oH[theirs[joined]])
+    mine_rows, theirs = mine_rows[joined], theirs[joined]
+    combined_F, combined_H, inexact = _join(mF[mine_rows], mH[mine_rows], oF[theirs], oH[theirs], oK[theirs],
+                                            timeout_ns, cut_log)
     oF, oH = oF.copy(), oH.copy()
-    oF[theirs[joined]] = combined_F
-    oH[theirs[joined]] = combined_H
+    oF[theirs] = combined_F
+    oH[theirs] = combined_H
     superseded = np.zeros(len(mF), bool)
-    superseded[mine_rows] = True               # a later flow of the same key exists
+    superseded[posc[hit]] = True               # a later flow of the same key exists
     ended_mine = superseded.copy()
-    ended_mine[mine_rows[joined]] = False      # those continue inside oF instead
+    ended_mine[mine_rows] = False              # those continue inside oF instead
     done = ~o_is_open
     keep = ~superseded
     return ([(mF[ended_mine], mH[ended_mine], mK[ended_mine]), (oF[done], oH[done], oK[done])],
             (np.concatenate([mF[keep], oF[o_is_open]]), np.concatenate([mH[keep], oH[o_is_open]]),
-             np.concatenate([mK[keep], oK[o_is_open]])))
+             np.concatenate([mK[keep], oK[o_is_open]])), inexact)
+
+
+def _join(mF, mH, tF, tH, tK, timeout_ns, cut_log):
+    """Earlier open flows with their continuations: a TCP continuation redone from its cut log where that is
+    exact, else (and for other protocols, whose records combine exactly) combined field by field. Returns the
+    flows and how many TCP joins are not exact."""
+    out_F, out_H = _combine(mF, mH, tF, tH)
+    tcp = np.flatnonzero(K_.key_proto(tK) == PROTO_TCP)
+    exact = np.zeros(len(tcp), bool)
+    if len(tcp):
+        redone_F, redone_H = out_F[tcp], out_H[tcp]
+        scratch = (np.zeros((1, k.NF), np.int64), np.zeros((1, k.HIST_MAX), np.uint8),
+                   np.zeros((2, k.NF), np.int64), np.zeros((2, k.HIST_MAX), np.uint8))
+        replay_continuations(mF[tcp], mH[tcp], tF[tcp], tH[tcp], cut_log, np.ascontiguousarray(tK[tcp, 4]),
+                             timeout_ns, K_.SERVER_PORT, *scratch, redone_F, redone_H, exact)
+        out_F[tcp[exact]], out_H[tcp[exact]] = redone_F[exact], redone_H[exact]
+    out_F[:, k.F_CUT] = -1       # a joined flow's log would describe its earlier part alone
+    return out_F, out_H, int(len(tcp) - np.count_nonzero(exact))
 
 
 def _compose_state(mine, mine_peer_closed, theirs):
