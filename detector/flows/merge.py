@@ -96,7 +96,7 @@ def _head_packet(CL, c, i):
     captured, mss)."""
     at = k.LG_PKT + k.PKT_W * i
     w1, w2, w3 = CL[c, at + 1], CL[c, at + 2], CL[c, at + 3]
-    return (CL[c, at], (w3 >> 16) & 1, w3 & 0xFFFF, ((w3 >> 18) & 1) == 1, w1 & 0xFFFFFFFF, w1 >> 32,
+    return (CL[c, at], (w3 >> 16) & 1, w3 & 0xFFFF, ((w3 >> 18) & 1) == 1, w1 & 0xFFFFFFFF, (w1 >> 32) & 0xFFFFFFFF,
             w2 & 0xFFFFFFFF, w2 >> 32, ((w3 >> 17) & 1) == 1, w3 >> 19)
 
 
