@@ -87,8 +87,10 @@ NF = 66
 HEAD_MAX = 64        # packets replayed: the tracking of a continuation meets the later part's own within them
 ENTRIES_MAX = 6      # state-changing packets after the head (a SYN, FIN or RST, an endpoint's first segments)
 LG_HEAD_N = 0        # head packets recorded
-LG_SENT = 1          # bit e: endpoint e sent a segment no endpoint state can stay inactive after (payload, SYN, FIN, RST)
-LG_LAST = 2          # 1 + e when the latest entry is a pure ack of endpoint e not yet `sent` (its repeats change nothing)
+LG_SENT = 1          # bit e: endpoint e sent a segment no endpoint state stays inactive after (payload, SYN, FIN,
+                     # RST)
+LG_LAST = 2          # 1 + e when the latest entry is a pure ack of endpoint e not yet `sent` (its repeats change
+                     # nothing); -1 when a SYN came after the overflow
 LG_ENTRIES = 3       # entries used; ENTRIES_MAX + 1 once more came (overflow)
 LG_SPLIT = 4         # the packet that split the flow in its table: ts (-1 none), seq, flags | from_a << 16
 LG_OVER = 7          # at the overflow, before its packet: by endpoint state (2), prev state (2), ended, the counted
@@ -561,8 +563,12 @@ def _log_packet(CL, c, F, row, ts, a, flags, tcp_ok, seq, ack, pay, ip_len, capt
             CL[c, LG_SENT] |= 1 << e
         return -1
     used = CL[c, LG_ENTRIES]
-    if used > ENTRIES_MAX or not tcp_ok:
-        return -1 if used > ENTRIES_MAX else used
+    if used > ENTRIES_MAX:
+        if tcp_ok and (flags & TH_SYN) and not (flags & TH_ACK):
+            CL[c, LG_LAST] = -1        # a SYN after the overflow: the split rule's SYN numbers must agree
+        return -1
+    if not tcp_ok:
+        return used
     sent = (CL[c, LG_SENT] >> e) & 1
     significant = special or (sent == 0 and CL[c, LG_LAST] != 1 + e)
     if takes_out:
