@@ -84,7 +84,7 @@ NF = 66
 # the flow's first HEAD_MAX packets (replayed), then its packets that may change an endpoint state (entries,
 # at most ENTRIES_MAX), each with the ack events that followed it counted whatever the states (the state they
 # are counted in is decided at the merge). Endpoints are the key's `a` (0) and `b` (1): the log knows no roles.
-HEAD_MAX = 64        # packets replayed: the tracking of a continuation meets the later part's own within them
+HEAD_MAX = 32        # packets replayed: the tracking of a continuation meets the later part's own within them
 ENTRIES_MAX = 6      # state-changing packets after the head (a SYN, FIN or RST, an endpoint's first segments)
 LG_HEAD_N = 0        # head packets recorded
 LG_SENT = 1          # bit e: endpoint e sent a segment no endpoint state stays inactive after (payload, SYN, FIN,
