@@ -152,16 +152,24 @@ def test_residual_an_overflow_in_states_that_differ():
     assert merged.inexact_joins == 1
 
 
-def test_residual_a_split_the_later_part_makes_and_one_pass_does_not():
+def test_a_split_the_later_part_makes_and_one_pass_does_not():
     # A's SYN, then (after the cut) B's RST and A's SYN again with the same number: the later part's own run has
     # an ended connection and a SYN from a side with none, a new flow; one pass knows that SYN number (a
-    # retransmission: the same flow). The merge keeps the later part's two flows
+    # retransmission: the same flow). The merge continues the connection through the flow split off
     pkts = [tcp(0.0, A, B, 40000, 80, "S", 7), tcp(0.1, B, A, 80, 40000, "RA", 0, 8),
             tcp(0.2, A, B, 40000, 80, "S", 7)]
-    whole = flows_of(pkts).finish()
-    merged = merged_parts(pkts, [1])
-    assert merged.inexact_joins == 1
-    assert (len(whole["first_frame"]), len(merged.finish()["first_frame"])) == (1, 2)
+    whole = cut_everywhere(pkts)
+    assert len(whole["first_frame"]) == 1
+
+
+def test_a_flood_of_one_syn_and_its_reset():
+    # the same SYN and RST, over and over (a frame flood, one connection to Zeek): a cut after a RST makes the
+    # later part start with the SYN, after a SYN with the RST (an ended flow, then a SYN it splits on)
+    pkts = []
+    for i in range(3 * HEAD_MAX):
+        pkts += [tcp(0.01 * i, A, B, 6666, 80, "S", 7), tcp(0.01 * i + 0.005, B, A, 80, 6666, "RA", 0, 8)]
+    whole = cut_everywhere(pkts, step=7)
+    assert len(whole["first_frame"]) == 1 and whole["state"][0] == "REJ"
 
 
 def test_logs_stay_bounded():

@@ -95,7 +95,8 @@ LG_ENTRIES = 3       # entries used; ENTRIES_MAX + 1 once more came (overflow)
 LG_SPLIT = 4         # the packet that split the flow in its table: ts (-1 none), seq, flags | from_a << 16
 LG_OVER = 7          # at the overflow, before its packet: by endpoint state (2), prev state (2), ended, the counted
                      # ack events (2), gap events (2), gap bytes (2) of each endpoint's bytes, and SYN seq (2)
-LG_SEG = 20          # per segment (0: after the head; k: after entry k) a word (entry k's packet: flags |
+LG_CHAINED = 20      # 1: the log of a flow its key's first flow split off on a SYN (merge.py may need it)
+LG_SEG = 21          # per segment (0: after the head; k: after entry k) a word (entry k's packet: flags |
                      # from_a << 16 | has payload << 17 | seq << 18), and the ack events, gap events, gap bytes
 SEG_W = 7            # over the bytes of endpoint a, b (in pairs), counted whatever the endpoint states
 LG_PKT = LG_SEG + SEG_W * (ENTRIES_MAX + 1)
@@ -701,6 +702,7 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         is_udp = proto == 17
         start = row < 0
         first_of_key = start           # no open flow of the key: it may continue one of an earlier partition
+        chain = False
         if start:
             row = n_open
             n_open += 1
@@ -713,6 +715,9 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
             if must_split(OF, row, ts, timeout_ns[proto], side, flags, tcp_ok, seq, is_tcp):
                 c = OF[row, F_CUT]
                 if c >= 0:
+                    # a split on a SYN that one pass, knowing the flow's earlier part, may not make: the next flow
+                    # gets a log too (once), for merge.py to continue the connection through it
+                    chain = CL[c, LG_CHAINED] == 0 and ts - OF[row, F_LAST_NS] <= timeout_ns[proto]
                     CL[c, LG_SPLIT] = ts
                     CL[c, LG_SPLIT + 1] = seq
                     CL[c, LG_SPLIT + 2] = flags | (a << 16)
@@ -729,10 +734,11 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
             vl = np.int64(vlan[i]) if (lay & L_VLAN) != 0 else np.int64(0)
             start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
                         is_tcp, is_udp, sender_server, receiver_server, sender_port, receiver_port)
-            if first_of_key and is_tcp:
+            if is_tcp and (first_of_key or chain):
                 for j in range(LOG_W):
                     CL[n_log, j] = 0
                 CL[n_log, LG_SPLIT] = -1
+                CL[n_log, LG_CHAINED] = np.int64(chain)
                 OF[row, F_CUT] = n_log
                 n_log += 1
         c = OF[row, F_CUT]

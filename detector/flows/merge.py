@@ -28,11 +28,14 @@ strict test in tests/test_flows_cut.py):
   HEAD_MAX packets after the cut (no ack over a hole open at the cut), or a
   retransmission burst reaching back over the cut longer than the head;
 - the later part's own run splits the connection where one pass does not
-  (a retransmitted SYN after a RST, whose number only the earlier part saw),
+  (a retransmitted SYN after a RST, whose number only the earlier part saw)
+  twice: the flow split off the first time has a log of its own
+  (kernel.LG_CHAINED) and the continuation goes on through it, not further;
   or the continuation splits inside the head;
 - more than ENTRIES_MAX state changes after the head, when the endpoint
   states (or previous states) of the two runs differ at the overflow;
-- the roles flip, or handshake packets come, after the head;
+- the roles flip after the head, or handshake packets come after it that
+  the two runs, having seen different ones in the head, read differently;
 - a later part that is itself a merge of tables (a joined flow's log would
   describe its earlier part alone: it is dropped), as in a tree reduction;
   the cluster merges partitions one after the other.
@@ -96,13 +99,15 @@ def add_later_history(F, H, later_F, later_H, same_direction):
             record_history(F, H, r, side, history_kind(letter - RESPONDER_CASE * later_side))
 
 
+# What redoing a continuation came to (replay_continuations)
+REDONE, NOT_EXACT, GOES_ON, THROUGH_NEXT = 0, 1, 2, 3
 # The tracking fields the later part's own run must share with the continuation after the head for the rest of
 # its run to be the continuation's (the endpoint states are not among them: the entries redo them).
 _TRACKED = (k.F_SEQEND, k.F_ACKED, k.F_REACH, k.F_HOLE_OPEN, k.F_FIN_AT, k.F_SNAP_OPEN)
 _HOLE_SPAN = (k.F_HOLE_LO, k.F_HOLE_HI)
 _TRACKED_ALL = _TRACKED + _HOLE_SPAN
-# The handshake's fields: the later part's run may not change them after its head (else not exact)
-_HANDSHAKE = (k.F_SYN_NS, k.F_SYNACK_NS, k.F_LASTSYN_NS, k.F_ACK_NS, k.F_ACK1_NS, k.F_SYN_RETX)
+# The handshake's times that are set once (kernel.F_SYN_NS ..)
+_HANDSHAKE_ONCE = (k.F_SYN_NS, k.F_SYNACK_NS, k.F_ACK_NS, k.F_ACK1_NS)
 # Counters the later part's run adds to the continuation's after the head, whatever the endpoint states
 _ADDED_AFTER_HEAD = (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX, k.F_SEQ_HOLES, k.F_HOLE_BYTES)
 
@@ -136,18 +141,19 @@ def _count_segment(C, CL, c, segment):
 
 
 @njit(_nrt=False)
-def _replay(EF, EH, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
+def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
     """Redo the later part L (cut log CL[L's F_CUT]) from the earlier part E: the continuation in C[1], CH[1].
     S, SH (row 0) hold the later part's own run over its head, redone to compare. Returns False where the
-    log does not make the continuation exact (merge.py's residual cases)."""
+    log does not make the continuation exact (merge.py's residual cases): REDONE, NOT_EXACT, or GOES_ON when
+    the later part's run split the flow where the continuation does not (C[1] then holds it up to there)."""
     c = LF[r, k.F_CUT]
     n = CL[c, k.LG_HEAD_N] if c >= 0 else 0
     if n == 0:
-        return False
+        return NOT_EXACT
     for j in range(k.NF):
-        C[1, j] = EF[r, j]
+        C[1, j] = EF[er, j]
     for j in range(k.HIST_MAX):
-        CH[1, j] = EH[r, j]
+        CH[1, j] = EH[er, j]
     C[1, k.F_CUT] = -1
     ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, 0)
     sender_server, receiver_server, sender_port, receiver_port = k.server_hints(word, a, server_port)
@@ -156,17 +162,41 @@ def _replay(EF, EH, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
     for i in range(n):
         ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, i)
         if i > 0 and must_split(C, 1, ts, timeout_ns, _side(C, 1, a), flags, tcp_ok, seq, True):
-            return False       # the continuation ends inside the later part's head, which its run did not
+            return NOT_EXACT   # the continuation ends inside the later part's head, which its run did not
         k.add_packet(S, SH, 0, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
         k.add_packet(C, CH, 1, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
     if LF[r, k.F_PKTS] + LF[r, k.F_PKTS + 1] > n:
         if not _after_head(LF, LH, r, CL, c, S, SH, C, CH):
-            return False
-    if CL[c, k.LG_SPLIT] >= 0:         # the later part's run split the flow: the continuation must split there too
+            return NOT_EXACT
+    if CL[c, k.LG_SPLIT] >= 0:         # the later part's run split the flow: does the continuation split there?
         w = CL[c, k.LG_SPLIT + 2]
         if not must_split(C, 1, CL[c, k.LG_SPLIT], timeout_ns, _side(C, 1, (w >> 16) & 1), w & 0xFFFF, True,
                           CL[c, k.LG_SPLIT + 1], True):
+            return GOES_ON
+    return REDONE
+
+
+@njit(_nrt=False, inline="always")
+def _handshake_after_head(LF, r, S, C, same):
+    """The handshake's fields of the continuation C[1] after the head, from the later part's run (final LF[r], at
+    the end of its head S[0]). Exact when that run changed none after its head, or when it has the same roles as
+    the continuation and both had seen the same handshake packets (by kind) by the end of the head."""
+    changed = LF[r, k.F_LASTSYN_NS] != S[0, k.F_LASTSYN_NS] or LF[r, k.F_SYN_RETX] != S[0, k.F_SYN_RETX]
+    for base in _HANDSHAKE_ONCE:
+        changed = changed or LF[r, base] != S[0, base]
+    if not changed:
+        return True
+    if not same:
+        return False
+    for base in _HANDSHAKE_ONCE:
+        if (S[0, base] >= 0) != (C[1, base] >= 0):
             return False
+    for base in _HANDSHAKE_ONCE:
+        if S[0, base] < 0:
+            C[1, base] = LF[r, base]
+    if S[0, k.F_SYNACK_NS] < 0 and LF[r, k.F_LASTSYN_NS] != S[0, k.F_LASTSYN_NS]:
+        C[1, k.F_LASTSYN_NS] = LF[r, k.F_LASTSYN_NS]
+    C[1, k.F_SYN_RETX] += LF[r, k.F_SYN_RETX] - S[0, k.F_SYN_RETX]
     return True
 
 
@@ -188,9 +218,8 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
                     return False
         if S[0, k.F_HSEEN + side] & ~C[1, k.F_HSEEN + cs]:
             return False               # a letter the later part recorded in its head but the continuation not
-    for base in _HANDSHAKE:
-        if LF[r, base] != S[0, base]:
-            return False
+    if not _handshake_after_head(LF, r, S, C, same):
+        return False
     for j in range(S[0, F_HLEN], LF[r, F_HLEN]):
         letter = np.int64(LH[r, j])
         if letter == FLIP_MARK:
@@ -253,17 +282,27 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
     return True
 
 
-@kernel("(i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u8[::1], i8[::1], b1[::1], i8[:, ::1], "
-        "u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], b1[::1])", _nrt=False, nogil=True)
-def replay_continuations(EF, EH, LF, LH, CL, words, timeout_ns, server_port, S, SH, C, CH, out_F, out_H,
-                          exact):
-    """Each later TCP flow LF (with its cut log in CL) redone as the continuation of the earlier open flow EF of
-    its key (row by row), into out_F, out_H; exact[r] False where the log could not make it so. S, SH (one
-    row) and C, CH (two rows) are scratch."""
+@kernel("(i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[::1], i8[::1], i8[:, ::1], u8[::1], i8[::1], "
+        "b1[::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i1[::1])", _nrt=False,
+        nogil=True)
+def replay_continuations(EF, EH, LF, LH, later, after, CL, words, timeout_ns, server_port, S, SH, C, CH, out_F,
+                          out_H, outcome):
+    """Each earlier open TCP flow EF[r] continued by the later flow LF[later[r]] (with its cut log in CL), redone
+    into out_F[r], out_H[r]; outcome[r] is REDONE, NOT_EXACT, or THROUGH_NEXT when the continuation also takes
+    in the next later flow of its key, LF[after[r]] (-1 none), which the later part's run split off on a SYN
+    one pass takes for the same connection. S, SH (one row) and C, CH (two rows) are scratch."""
+    timeout = timeout_ns[PROTO_TCP]
     for r in range(EF.shape[0]):
-        ok = _replay(EF, EH, LF, LH, r, CL, words[r], timeout_ns[PROTO_TCP], server_port, S, SH, C, CH)
-        exact[r] = ok
-        if ok:
+        done = _replay(EF, EH, r, LF, LH, later[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+        if done == GOES_ON and after[r] >= 0:
+            for j in range(k.NF):
+                C[0, j] = C[1, j]
+            for j in range(k.HIST_MAX):
+                CH[0, j] = CH[1, j]
+            done = _replay(C, CH, 0, LF, LH, after[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+            done = THROUGH_NEXT if done == REDONE else NOT_EXACT
+        outcome[r] = done if done != GOES_ON else NOT_EXACT
+        if done == REDONE or done == THROUGH_NEXT:
             for j in range(k.NF):
                 out_F[r, j] = C[1, j]
             for j in range(k.HIST_MAX):
@@ -298,41 +337,59 @@ def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns:
     hit = (pos < len(mh)) & (mh[posc] == oh[heads]) if len(mh) else np.zeros(len(heads), bool)
     hit &= np.all(mK[posc] == oK[heads], axis=1) if len(mh) else hit
     mine_rows, theirs = posc[hit], heads[hit]
+    # each head's next flow of the same key in the later table, -1 none
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    nxt = np.minimum(rank[theirs] + 1, len(order) - 1) if len(order) else rank[theirs]
+    after = order[nxt] if len(order) else nxt
+    after = np.where((rank[theirs] + 1 < len(order)) & (oh[after] == oh[theirs]) &
+                     np.all(oK[after] == oK[theirs], axis=1), after, -1)
     joined = np.empty(len(theirs), bool)
     continuations(mF[mine_rows], oF[theirs], K_.key_proto(oK[theirs]), timeout_ns, joined)
-    mine_rows, theirs = mine_rows[joined], theirs[joined]
-    combined_F, combined_H, inexact = _join(mF[mine_rows], mH[mine_rows], oF[theirs], oH[theirs], oK[theirs],
-                                            timeout_ns, cut_log)
+    mine_rows, theirs, after = mine_rows[joined], theirs[joined], after[joined]
+    combined_F, combined_H, inexact, through = _join(mF[mine_rows], mH[mine_rows], oF, oH, oK, theirs, after,
+                                                     timeout_ns, cut_log)
     oF, oH = oF.copy(), oH.copy()
-    oF[theirs] = combined_F
-    oH[theirs] = combined_H
+    # a continuation that took in the next later flow of its key replaces that one; the head it went through goes
+    target = np.where(through, after, theirs)
+    oF[target] = combined_F
+    oH[target] = combined_H
+    kept = np.ones(len(oF), bool)
+    kept[theirs[through]] = False
     superseded = np.zeros(len(mF), bool)
     superseded[posc[hit]] = True               # a later flow of the same key exists
     ended_mine = superseded.copy()
     ended_mine[mine_rows] = False              # those continue inside oF instead
-    done = ~o_is_open
+    done = ~o_is_open & kept
+    live = o_is_open & kept
     keep = ~superseded
     return ([(mF[ended_mine], mH[ended_mine], mK[ended_mine]), (oF[done], oH[done], oK[done])],
-            (np.concatenate([mF[keep], oF[o_is_open]]), np.concatenate([mH[keep], oH[o_is_open]]),
-             np.concatenate([mK[keep], oK[o_is_open]])), inexact)
+            (np.concatenate([mF[keep], oF[live]]), np.concatenate([mH[keep], oH[live]]),
+             np.concatenate([mK[keep], oK[live]])), inexact)
 
 
-def _join(mF, mH, tF, tH, tK, timeout_ns, cut_log):
-    """Earlier open flows with their continuations: a TCP continuation redone from its cut log where that is
-    exact, else (and for other protocols, whose records combine exactly) combined field by field. Returns the
-    flows and how many TCP joins are not exact."""
+def _join(mF, mH, oF, oH, oK, theirs, after, timeout_ns, cut_log):
+    """Earlier open flows with their continuations oF[theirs]: a TCP continuation redone from its cut log where
+    that is exact (through the next later flow of its key, oF[after], where one pass takes that in too), else
+    (and for other protocols, whose records combine exactly) combined field by field. Returns the flows, how
+    many TCP joins are not exact, and which went through the next flow."""
+    tF, tH, tK = oF[theirs], oH[theirs], oK[theirs]
     out_F, out_H = _combine(mF, mH, tF, tH)
     tcp = np.flatnonzero(K_.key_proto(tK) == PROTO_TCP)
-    exact = np.zeros(len(tcp), bool)
+    outcome = np.full(len(tcp), NOT_EXACT, np.int8)
     if len(tcp):
         redone_F, redone_H = out_F[tcp], out_H[tcp]
         scratch = (np.zeros((1, k.NF), np.int64), np.zeros((1, k.HIST_MAX), np.uint8),
                    np.zeros((2, k.NF), np.int64), np.zeros((2, k.HIST_MAX), np.uint8))
-        replay_continuations(mF[tcp], mH[tcp], tF[tcp], tH[tcp], cut_log, np.ascontiguousarray(tK[tcp, 4]),
-                             timeout_ns, K_.SERVER_PORT, *scratch, redone_F, redone_H, exact)
+        replay_continuations(mF[tcp], mH[tcp], oF, oH, theirs[tcp].astype(np.int64), after[tcp].astype(np.int64),
+                             cut_log, np.ascontiguousarray(tK[tcp, 4]), timeout_ns, K_.SERVER_PORT, *scratch,
+                             redone_F, redone_H, outcome)
+        exact = outcome != NOT_EXACT
         out_F[tcp[exact]], out_H[tcp[exact]] = redone_F[exact], redone_H[exact]
     out_F[:, k.F_CUT] = -1       # a joined flow's log would describe its earlier part alone
-    return out_F, out_H, int(len(tcp) - np.count_nonzero(exact))
+    through = np.zeros(len(theirs), bool)
+    through[tcp] = outcome == THROUGH_NEXT
+    return out_F, out_H, int(np.count_nonzero(outcome == NOT_EXACT)), through
 
 
 def _compose_state(mine, mine_peer_closed, theirs):
