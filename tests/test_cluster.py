@@ -35,17 +35,15 @@ MANIFEST = json.loads((CAPTURES / "MANIFEST.json").read_text())["captures"]
 BIN = Path(sys.executable).parent
 
 # Bundled captures whose partitioned answer still differs from one pass: a merge that is not exact. The flow
-# table's merge redoes a cut connection's tracking from a bounded log (detector/flows/merge.py), exact but for
-# its named residual cases, among them a connection whose capture gaps stay open past the replayed head
-# (repeats-not-loops). The
-# pmtud-blackhole, echo-loop, mss-violation and capture-loss detectors do not carry what they watch for across a
-# cut (capture-loss bins each packet's ack event as its part saw it). Strict: a merge made exact turns its
-# capture's test red until it leaves this list.
+# table's merge redoes a cut connection's tracking from a bounded log (detector/flows/merge.py), exact on every
+# bundled capture. The pmtud-blackhole, echo-loop, mss-violation and capture-loss detectors do not carry what they
+# watch for across a cut (capture-loss bins each packet's ack event as its part saw it). Strict: a merge made
+# exact turns its capture's test red until it leaves this list.
 INEXACT = {
     "echo-loop-buried.pcapng", "hostile-markup.pcapng",
     "loss-every-nth-segment.pcap", "loss-mirror-peak.pcap",
     "pmtud-blackhole-busy.pcapng", "pmtud-blackhole-ipv4.pcapng", "pmtud-blackhole-ipv6-vlan.pcapng",
-    "repeats-not-loops.pcapng", "tso-host-capture.pcapng",
+    "tso-host-capture.pcapng",
     # mss-violation's merge loses the segments of a connection cut at a file boundary (medium with 9 segments
     # in one pass, low with 1 from the parts), as on the PMTUD captures above
     "two-incidents-at-once.pcapng",

@@ -115,6 +115,14 @@ def test_more_state_changes_after_the_head_than_the_log_holds():
     assert_same_flows(merged.finish(), whole)
 
 
+def test_one_direction_with_holes_and_no_acks():
+    # a capture of one direction (the acks take another path): every other segment missing, nothing acked, so
+    # the holes the parts opened never close; what is counted, the holes, follows the reach alone
+    pkts = [tcp(0.001 * i, A, B, 46000, 443, "PA", 1 + 100 * i, 1, payload=100) for i in range(0, 6 * HEAD_MAX, 2)]
+    whole = cut_everywhere(pkts, step=5)
+    assert whole["src2dst_seq_holes"][0] == 3 * HEAD_MAX - 1
+
+
 # ---- the residual cases merge.py names: strict, they fail once the merge makes them exact ----------------------
 def test_residual_gaps_still_open_after_the_head():
     # A sends every other segment into the capture and B acks nothing for more than HEAD_MAX packets after the

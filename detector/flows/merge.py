@@ -25,8 +25,11 @@ Exact but for these residual cases, where the merge falls back to adding
 the parts' counters (the table's `inexact_joins` counts them; each has a
 strict test in tests/test_flows_cut.py):
 - the tracking has not met by the end of the head: capture gaps still open
-  HEAD_MAX packets after the cut (no ack over a hole open at the cut), or a
-  retransmission burst reaching back over the cut longer than the head;
+  HEAD_MAX packets after the cut (no ack over a hole open at the cut) and
+  acked later, or a retransmission burst reaching back over the cut longer
+  than the head. (A side whose bytes nobody acks after the head, as in a
+  capture of one direction, needs only its reach to meet: its holes after
+  the head are followed from the later part's while they only open.)
 - the later part's own run splits the connection where one pass does not
   (a retransmitted SYN after a RST, whose number only the earlier part saw)
   twice: the flow split off the first time has a log of its own
@@ -177,6 +180,41 @@ def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, 
 
 
 @njit(_nrt=False, inline="always")
+def _unacked_after_head(LF, r, S, side):
+    """No ack of `side`'s bytes after the head: its peer sent nothing more (a capture of one direction)."""
+    return LF[r, k.F_PKTS + 1 - side] == S[0, k.F_PKTS + 1 - side]
+
+
+@njit(_nrt=False, inline="always")
+def _holes_only_opened(LF, r, S, C, side, cs):
+    """A side with no ack of its bytes after the head: its reach (which alone decides the holes counted) must meet
+    the continuation's at the end of the head, and its holes after it only open (none filled): then the open
+    bytes and span of the continuation's follow from the later part's."""
+    for base in (k.F_SEQEND, k.F_REACH, k.F_FIN_AT):
+        if S[0, base + side] != C[1, base + cs]:
+            return False
+    opened = LF[r, k.F_HOLE_OPEN + side] - S[0, k.F_HOLE_OPEN + side]
+    if opened != LF[r, k.F_HOLE_BYTES + side] - S[0, k.F_HOLE_BYTES + side]:
+        return False
+    # a hole the later part's run had open keeps its low end there; the continuation's, without one, starts anew
+    return opened == 0 or C[1, k.F_HOLE_OPEN + cs] > 0 or S[0, k.F_HOLE_OPEN + side] == 0
+
+
+@njit(_nrt=False, inline="always")
+def _continue_unacked(LF, r, S, C, side, cs):
+    """The tracking of a side with no ack of its bytes after the head (_holes_only_opened held)."""
+    opened = LF[r, k.F_HOLE_OPEN + side] - S[0, k.F_HOLE_OPEN + side]
+    if opened > 0:
+        if C[1, k.F_HOLE_OPEN + cs] == 0:
+            C[1, k.F_HOLE_LO + cs] = LF[r, k.F_HOLE_LO + side]
+        C[1, k.F_HOLE_HI + cs] = LF[r, k.F_HOLE_HI + side]
+        C[1, k.F_HOLE_OPEN + cs] += opened
+    C[1, k.F_SNAP_OPEN + cs] += LF[r, k.F_SNAP_OPEN + side] - S[0, k.F_SNAP_OPEN + side]
+    for base in (k.F_SEQEND, k.F_REACH, k.F_FIN_AT):
+        C[1, base + cs] = LF[r, base + side]
+
+
+@njit(_nrt=False, inline="always")
 def _handshake_after_head(LF, r, S, C, same):
     """The handshake's fields of the continuation C[1] after the head, from the later part's run (final LF[r], at
     the end of its head S[0]). Exact when that run changed none after its head, or when it has the same roles as
@@ -209,13 +247,17 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
     same = S[0, F_ORIG_IS_A] == C[1, F_ORIG_IS_A]
     for side in range(2):
         cs = side if same else 1 - side
-        for base in _TRACKED:
-            if S[0, base + side] != C[1, base + cs]:
+        if _unacked_after_head(LF, r, S, side):
+            if not _holes_only_opened(LF, r, S, C, side, cs):
                 return False
-        if S[0, k.F_HOLE_OPEN + side] > 0:
-            for base in _HOLE_SPAN:
+        else:
+            for base in _TRACKED:
                 if S[0, base + side] != C[1, base + cs]:
                     return False
+            if S[0, k.F_HOLE_OPEN + side] > 0:
+                for base in _HOLE_SPAN:
+                    if S[0, base + side] != C[1, base + cs]:
+                        return False
         if S[0, k.F_HSEEN + side] & ~C[1, k.F_HSEEN + cs]:
             return False               # a letter the later part recorded in its head but the continuation not
     if not _handshake_after_head(LF, r, S, C, same):
@@ -231,8 +273,11 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
         cs = side if same else 1 - side
         for base in _ADDED_AFTER_HEAD:
             C[1, base + cs] += LF[r, base + side] - S[0, base + side]
-        for base in _TRACKED_ALL:
-            C[1, base + cs] = LF[r, base + side]
+        if _unacked_after_head(LF, r, S, side):
+            _continue_unacked(LF, r, S, C, side, cs)
+        else:
+            for base in _TRACKED_ALL:
+                C[1, base + cs] = LF[r, base + side]
         C[1, k.F_FLAGS + cs] |= LF[r, k.F_FLAGS + side]
         C[1, k.F_MAXPAY + cs] = max(C[1, k.F_MAXPAY + cs], LF[r, k.F_MAXPAY + side])
         if C[1, k.F_MSS + cs] == 0:
