@@ -74,7 +74,35 @@ F_SEQ_HOLES = 57     # +side: segments that started above F_REACH (a hole opened
 F_HOLE_BYTES = 59    # +side: the bytes of those holes
 F_FIN_AT = 61        # +side: sequence number of the side's last FIN (Zeek's FIN_seq - 1), -1 none
 F_SNAP_OPEN = 63     # +side: payload bytes of the side's segments cut by the snapshot length, not yet acked over
-NF = 65
+F_CUT = 65           # the flow's row in the cut log (below), -1 none
+NF = 66
+
+# ---- the cut log ------------------------------------------------------------
+# A TCP flow that starts in a table without an open flow of its key may continue a flow of the partition before
+# (merge.py): what its tracking did depends on the state that flow left, which this table does not have. Its row
+# of the cut log (int64, LOG_W words) holds what merge.py needs to redo the tracking from that state, bounded:
+# the flow's first HEAD_MAX packets (replayed), then its packets that may change an endpoint state (entries,
+# at most ENTRIES_MAX), each with the ack events that followed it counted whatever the states (the state they
+# are counted in is decided at the merge). Endpoints are the key's `a` (0) and `b` (1): the log knows no roles.
+HEAD_MAX = 32        # packets replayed: the tracking of a continuation meets the later part's own within them
+ENTRIES_MAX = 6      # state-changing packets after the head (a SYN, FIN or RST, an endpoint's first segments)
+LG_HEAD_N = 0        # head packets recorded
+LG_SENT = 1          # bit e: endpoint e sent a segment no endpoint state stays inactive after (payload, SYN, FIN,
+                     # RST)
+LG_LAST = 2          # 1 + e when the latest entry is a pure ack of endpoint e not yet `sent` (its repeats change
+                     # nothing); -1 when a SYN came after the overflow
+LG_ENTRIES = 3       # entries used; ENTRIES_MAX + 1 once more came (overflow)
+LG_SPLIT = 4         # the packet that split the flow in its table: ts (-1 none), seq, flags | from_a << 16
+LG_OVER = 7          # at the overflow, before its packet: by endpoint state (2), prev state (2), ended, the counted
+                     # ack events (2), gap events (2), gap bytes (2) of each endpoint's bytes, and SYN seq (2)
+LG_CHAINED = 20      # 1: the log of a flow its key's first flow split off on a SYN (merge.py may need it)
+LG_SEG = 21          # per segment (0: after the head; k: after entry k) a word (entry k's packet: flags |
+                     # from_a << 16 | has payload << 17 | seq << 18), and the ack events, gap events, gap bytes
+SEG_W = 7            # over the bytes of endpoint a, b (in pairs), counted whatever the endpoint states
+LG_PKT = LG_SEG + SEG_W * (ENTRIES_MAX + 1)
+PKT_W = 4            # a head packet: ts, seq | ack << 32, payload | ip_len << 32, flags | from_a << 16 |
+                     # captured << 17 | tcp header << 18 | mss << 19
+LOG_W = LG_PKT + PKT_W * HEAD_MAX
 
 # What each packet did to the capture gaps (update_flows' `events`, one code per packet of the batch): the
 # per-packet view of F_ACK_EVENTS/F_GAP_EVENTS that lets a rule bin them in time. A gap over bytes that were on
@@ -172,7 +200,7 @@ def _flip_roles(F, H, row):
 
 
 @njit(_nrt=False, inline="always")
-def _tcp_state_machine(F, H, row, side, flags, length):
+def tcp_state_machine(F, H, row, side, flags, length):
     """One packet through Zeek's UpdateStateMachine for the endpoint `side`."""
     peer = 1 - side
     syn = (flags & TH_SYN) != 0
@@ -249,7 +277,7 @@ def _tcp_history(F, H, row, side, flags, length):
 
 
 @njit(_nrt=False, inline="always")
-def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, is_tcp, is_udp,
+def start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, is_tcp, is_udp,
                 sender_server, receiver_server, sender_port, receiver_port):
     for j in range(NF):
         F[row, j] = 0
@@ -264,6 +292,7 @@ def _start_flow(F, H, row, ts, frame, from_a, flags, tcp_ok, seq, vlan, ipver, i
     F[row, F_SEQEND + 1] = -1
     F[row, F_SYNSEQ] = -1
     F[row, F_SYNSEQ + 1] = -1
+    F[row, F_CUT] = -1
     for j in (F_SYN_NS, F_SYNACK_NS, F_LASTSYN_NS, F_ACK_NS, F_ACK1_NS, F_ACKED, F_ACKED + 1, F_REACH, F_REACH + 1,
               F_FIN_AT, F_FIN_AT + 1):
         F[row, j] = -1
@@ -303,8 +332,9 @@ def must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
 
 
 @njit(_nrt=False, inline="always")
-def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, is_tcp, is_udp):
-    """Fold one packet into flow `row`; returns what it did to the capture gaps (EV_*)."""
+def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, is_tcp, is_udp):
+    """Fold one packet into flow `row`; returns what it did to the capture gaps (EV_*) and the bytes never
+    captured its ack advanced over, whatever the endpoint states (-1: it advanced nothing)."""
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1
     F[row, F_BYTES + side] += ip_len
@@ -318,7 +348,7 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
     if is_udp:
         record_history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
     if not (is_tcp and tcp_ok):
-        return EV_NONE
+        return EV_NONE, -1
     syn = (flags & TH_SYN) != 0
     has_ack = (flags & TH_ACK) != 0
     F[row, F_FLAGS + side] |= flags
@@ -360,14 +390,16 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
     _tcp_history(F, H, row, side, flags, pay)
     if retx:
         record_history(F, H, row, side, H_RETX)
-    _tcp_state_machine(F, H, row, side, flags, pay)
+    tcp_state_machine(F, H, row, side, flags, pay)
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1      # the state machine may have flipped the roles
     # Zeek's order: the state machine, then the ack (of the peer's bytes), then this side's bytes
+    missing = -1
     event = EV_NONE
     if has_ack:
-        event = _ack_received(F, row, 1 - side, ack)
+        missing, snapped = _ack_received(F, row, 1 - side, ack)
+        event = _ack_event(F, row, 1 - side, missing, snapped)
     _data_captured(F, row, side, flags, seq, pay, captured)
-    return event
+    return event, missing
 
 
 # ---- capture gaps -------------------------------------------------------------
@@ -384,7 +416,7 @@ def _add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, cap
 
 
 @njit(_nrt=False, inline="always")
-def _clean(F, row, side):
+def clean(F, row, side):
     """Zeek's is_clean: the endpoint is established, or closed after being established."""
     state = F[row, F_STATE + side]
     return state == TCP_ESTABLISHED or (state == TCP_CLOSED and F[row, F_PREV + side] == TCP_ESTABLISHED)
@@ -396,11 +428,9 @@ def _ack_received(F, row, side, ack):
 
     An ack at or below the highest one before does nothing. Otherwise the
     open holes below it and the bytes between the side's reach and it were
-    never captured: a gap. Counted, as Zeek reports content gaps, only while
-    both ends are established or cleanly closing; a partial connection
-    (picked up mid-stream) or an ack in a RST advances the point uncounted.
-    Returns the event (EV_*): a gap over no more bytes than the side's segments
-    cut by the snapshot length held is EV_SNAPPED, not loss.
+    never captured: a gap. Returns those bytes (-1: the ack advanced
+    nothing) and how many of them the side's segments cut by the snapshot
+    length held; _ack_event counts them.
     """
     fin_at = F[row, F_FIN_AT + side]
     if fin_at >= 0 and _seq_delta(ack, fin_at) > 0:
@@ -409,9 +439,9 @@ def _ack_received(F, row, side, ack):
     if acked < 0:                  # nothing of the side seen yet: its bytes start here (Zeek's init_peer)
         F[row, F_ACKED + side] = ack
         F[row, F_REACH + side] = ack
-        return EV_NONE
+        return -1, 0
     if _seq_delta(ack, acked) <= 0:
-        return EV_NONE
+        return -1, 0
     F[row, F_ACKED + side] = ack
     missing = 0
     open_bytes = F[row, F_HOLE_OPEN + side]
@@ -430,7 +460,16 @@ def _ack_received(F, row, side, ack):
         F[row, F_REACH + side] = ack
     snapped = min(missing, F[row, F_SNAP_OPEN + side])
     F[row, F_SNAP_OPEN + side] -= snapped
-    if not (_clean(F, row, side) and _clean(F, row, 1 - side)):
+    return missing, snapped
+
+
+@njit(_nrt=False, inline="always")
+def _ack_event(F, row, side, missing, snapped):
+    """Count an ack that advanced over `missing` bytes of `side` never captured (-1: it advanced nothing), as
+    Zeek reports content gaps: only while both ends are established or cleanly closing (a partial connection,
+    picked up mid-stream, advances uncounted). Returns the event (EV_*): a gap over no more bytes than the
+    side's segments cut by the snapshot length held is EV_SNAPPED, not loss."""
+    if missing < 0 or not (clean(F, row, side) and clean(F, row, 1 - side)):
         return EV_NONE
     F[row, F_ACK_EVENTS + side] += 1
     if missing <= 0:
@@ -488,13 +527,91 @@ def _data_captured(F, row, side, flags, seq, pay, captured):
                                                                    F[row, F_HOLE_LO + side]))
 
 
+# ---- the cut log (its layout above) ------------------------------------------------
+
+
+@njit(_nrt=False, inline="always")
+def server_hints(word, from_a, server_port):
+    """Zeek's likely-server-port hints for _start_flow, from a key's last word (proto << 32 | a port << 16 |
+    b port) and the sender: (sender is a server port, receiver is, sender's port, receiver's port)."""
+    proto = np.int64(word >> np.uint64(32))
+    a_port = np.int64((word >> np.uint64(16)) & np.uint64(0xFFFF))
+    b_port = np.int64(word & np.uint64(0xFFFF))
+    ported = proto == 6 or proto == 17
+    a_server = ported and server_port[a_port]
+    b_server = ported and server_port[b_port]
+    if from_a:
+        return a_server, b_server, a_port, b_port
+    return b_server, a_server, b_port, a_port
+
+
+@njit(_nrt=False, inline="always")
+def _log_packet(CL, c, F, row, ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss):
+    """Record a packet of a flow with cut log row `c`, before the pass folds it in. Returns the segment its
+    ack event is counted in (-1: none, the packet is in the head or the log overflowed)."""
+    e = 1 - a                          # the sender's endpoint
+    special = (flags & (TH_SYN | TH_FIN | TH_RST)) != 0
+    takes_out = tcp_ok and (pay > 0 or special)
+    n = CL[c, LG_HEAD_N]
+    if n < HEAD_MAX:
+        at = LG_PKT + PKT_W * n
+        CL[c, at] = ts
+        CL[c, at + 1] = seq | (ack << 32)
+        CL[c, at + 2] = pay | (ip_len << 32)
+        CL[c, at + 3] = flags | (a << 16) | (np.int64(captured) << 17) | (np.int64(tcp_ok) << 18) | (mss << 19)
+        CL[c, LG_HEAD_N] = n + 1
+        if takes_out:
+            CL[c, LG_SENT] |= 1 << e
+        return -1
+    used = CL[c, LG_ENTRIES]
+    if used > ENTRIES_MAX:
+        if tcp_ok and (flags & TH_SYN) and not (flags & TH_ACK):
+            CL[c, LG_LAST] = -1        # a SYN after the overflow: the split rule's SYN numbers must agree
+        return -1
+    if not tcp_ok:
+        return used
+    sent = (CL[c, LG_SENT] >> e) & 1
+    significant = special or (sent == 0 and CL[c, LG_LAST] != 1 + e)
+    if takes_out:
+        CL[c, LG_SENT] |= 1 << e
+    if not significant:
+        return used
+    if used == ENTRIES_MAX:
+        for end in range(2):
+            side = end if F[row, F_ORIG_IS_A] else 1 - end
+            CL[c, LG_OVER + end] = F[row, F_STATE + side]
+            CL[c, LG_OVER + 2 + end] = F[row, F_PREV + side]
+            CL[c, LG_OVER + 5 + end] = F[row, F_ACK_EVENTS + side]
+            CL[c, LG_OVER + 7 + end] = F[row, F_GAP_EVENTS + side]
+            CL[c, LG_OVER + 9 + end] = F[row, F_GAP_BYTES + side]
+            CL[c, LG_OVER + 11 + end] = F[row, F_SYNSEQ + side]
+        CL[c, LG_OVER + 4] = F[row, F_ENDED]
+        CL[c, LG_ENTRIES] = ENTRIES_MAX + 1
+        return -1
+    used += 1
+    CL[c, LG_SEG + SEG_W * used] = flags | (a << 16) | (np.int64(pay > 0) << 17) | (seq << 18)
+    CL[c, LG_ENTRIES] = used
+    CL[c, LG_LAST] = 1 + e if not special and pay == 0 and sent == 0 else 0
+    return used
+
+
+@njit(_nrt=False, inline="always")
+def _log_ack(CL, c, segment, a, missing):
+    """Count in `segment` an ack of the sender's peer's bytes that advanced over `missing` bytes never captured."""
+    at = LG_SEG + SEG_W * segment + 1 + a     # a sender `a` (from_a 1) acks the bytes of endpoint b (1)
+    CL[c, at] += 1
+    if missing > 0:
+        CL[c, at + 2] += 1
+        CL[c, at + 4] += missing
+
+
 # ---- the open-flow hash table and the per-batch pass ------------------------
 # Longest probe run tolerated before the table is rehashed with another seed:
 # at the load factor kept (at most 1/2) runs average 1.5 probes and one of
 # 128 does not occur by chance; it means keys crafted to collide.
 MAX_PROBES = 128
 # counts[]: rows in use of the open and done arenas, newest packet time of the pass
-C_OPEN, C_DONE, C_NEWEST = 0, 1, 2
+C_OPEN, C_DONE, C_NEWEST, C_LOG = 0, 1, 2, 3
 NO_TIME = np.iinfo(np.int64).min
 
 
@@ -521,23 +638,25 @@ def build_table(h, tab_row, tab_h):
 
 @kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u4[::1], u2[::1], "
         "u4[::1], u2[::1], u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
-        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[::1], i1[::1])", _nrt=False, nogil=True)
+        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[:, ::1], i8[::1], i1[::1])", _nrt=False,
+        nogil=True)
 def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss, payload_len,
                  payload_off, caplen, ip_len, vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK,
-                 DF, DH, DK, counts, events):
+                 DF, DH, DK, CL, counts, events):
     """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.
 
     Packet i has key row K[i] and hash h[i]; its other fields are valid under
     the schema's layer bits. A packet without an open flow of its key starts
     one at the end of the open arena (OF, OH, OK) and in the table; a packet
     that must start a new flow of an open key moves the old one to the done
-    arena (DF, DH, DK) first. The caller reserves room for one new open and
-    one new done row per packet. events[i] is set to what packet i did to
+    arena (DF, DH, DK) first. A TCP flow started without an open flow of its
+    key gets a row of the cut log CL. The caller reserves room for one new
+    open, one new done and one new cut log row per packet. events[i] is set to what packet i did to
     the capture gaps (EV_*; rows skipped are left alone). Returns len(K), or the packet at which two
     keys share a hash or a probe run grew too long: rehash, then resume there.
     """
     mask = np.uint64(len(tab_row) - 1)
-    n_open, n_done, newest = counts[C_OPEN], counts[C_DONE], counts[C_NEWEST]
+    n_open, n_done, newest, n_log = counts[C_OPEN], counts[C_DONE], counts[C_NEWEST], counts[C_LOG]
     stop = len(K)
     for i in range(i0, len(K)):
         lay = layers[i]
@@ -582,6 +701,8 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         is_tcp = proto == 6
         is_udp = proto == 17
         start = row < 0
+        first_of_key = start           # no open flow of the key: it may continue one of an earlier partition
+        chain = False
         if start:
             row = n_open
             n_open += 1
@@ -592,6 +713,14 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         else:
             side = 0 if a == OF[row, F_ORIG_IS_A] else 1
             if must_split(OF, row, ts, timeout_ns[proto], side, flags, tcp_ok, seq, is_tcp):
+                c = OF[row, F_CUT]
+                if c >= 0:
+                    # a split on a SYN that one pass, knowing the flow's earlier part, may not make: the next flow
+                    # gets a log too (once), for merge.py to continue the connection through it
+                    chain = CL[c, LG_CHAINED] == 0 and ts - OF[row, F_LAST_NS] <= timeout_ns[proto]
+                    CL[c, LG_SPLIT] = ts
+                    CL[c, LG_SPLIT + 1] = seq
+                    CL[c, LG_SPLIT + 2] = flags | (a << 16)
                 for j in range(NF):
                     DF[n_done, j] = OF[row, j]
                 for j in range(HIST_MAX):
@@ -601,24 +730,30 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
                 n_done += 1
                 start = True
         if start:
-            a_port = np.int64((word >> np.uint64(16)) & np.uint64(0xFFFF))
-            b_port = np.int64(word & np.uint64(0xFFFF))
-            ported = is_tcp or is_udp
-            a_server = ported and server_port[a_port]
-            b_server = ported and server_port[b_port]
-            if a:
-                sender_server, receiver_server, sender_port, receiver_port = a_server, b_server, a_port, b_port
-            else:
-                sender_server, receiver_server, sender_port, receiver_port = b_server, a_server, b_port, a_port
+            sender_server, receiver_server, sender_port, receiver_port = server_hints(word, a, server_port)
             vl = np.int64(vlan[i]) if (lay & L_VLAN) != 0 else np.int64(0)
-            _start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
+            start_flow(OF, OH, row, ts, np.int64(frame[i]), a, flags, tcp_ok, seq, vl, np.int64(ip_version[i]),
                         is_tcp, is_udp, sender_server, receiver_server, sender_port, receiver_port)
-        event = _add_packet(OF, OH, row, ts, a, flags, tcp_ok, np.int64(ip_len[i]), pay, seq, ack, captured, mss,
-                            is_tcp, is_udp)
+            if is_tcp and (first_of_key or chain):
+                for j in range(LOG_W):
+                    CL[n_log, j] = 0
+                CL[n_log, LG_SPLIT] = -1
+                CL[n_log, LG_CHAINED] = np.int64(chain)
+                OF[row, F_CUT] = n_log
+                n_log += 1
+        c = OF[row, F_CUT]
+        ip_bytes = np.int64(ip_len[i])
+        segment = -1
+        if c >= 0:
+            segment = _log_packet(CL, c, OF, row, ts, a, flags, tcp_ok, seq, ack, pay, ip_bytes, captured, mss)
+        event, missing = add_packet(OF, OH, row, ts, a, flags, tcp_ok, ip_bytes, pay, seq, ack, captured, mss,
+                                     is_tcp, is_udp)
+        if segment >= 0 and missing >= 0:
+            _log_ack(CL, c, segment, a, missing)
         if event != EV_NONE and OF[row, F_SYN_NS] < 0:
             event += EV_MID_STREAM
         events[i] = event
         if ts > newest:
             newest = ts
-    counts[C_OPEN], counts[C_DONE], counts[C_NEWEST] = n_open, n_done, newest
+    counts[C_OPEN], counts[C_DONE], counts[C_NEWEST], counts[C_LOG] = n_open, n_done, newest, n_log
     return stop

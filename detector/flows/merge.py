@@ -3,30 +3,55 @@
 A flow cut by the partition boundary is open in the earlier table and is the
 earliest flow of its key in the later one. Whether the later part continues
 it is the flow pass's own rule (kernel.must_split, applied to the later
-part's first packet), and the history letters the later part adds are
-recorded by the pass's own history rule (kernel.record_history): one rule,
-one place, whichever side of a boundary a packet fell on. Counters, times,
-flags, MSS and payload maxima combine exactly; the endpoint states are
-composed (exact when the later part continues an established connection);
-a segment after the boundary cannot be recognised as a retransmission of
-one before it, nor the handshake RTT measured when the boundary falls
-between the SYN-ACK and the originator's ACK of it, as the merge keeps no
-packets.
+part's first packet). Counters, times, flags, MSS and payload maxima combine
+exactly field by field, as do a UDP or ICMP flow's records.
 
-Capture gaps (kernel.F_ACK_EVENTS ..) are summed, each part counting what
-it saw on its own, so a cut inside a connection makes them lower bounds:
-the later part sees the connection mid-stream, a partial connection in
-which Zeek's rule counts no ack or gap events (its holes still count); a
-hole open at the cut is not found by an ack after it, and bytes missing
-right at the cut are no hole to either part. The tracking state continues
-from the later part's own.
+A TCP connection's tracking (endpoint states, retransmissions, capture gaps,
+history, handshake times) depends on the state the earlier part left, which
+the later part's own run did not have: it saw the connection mid-stream. So
+the later part keeps, for each TCP flow it started without an open flow of
+its key, a row of the cut log (kernel.py, bounded: kernel.LOG_W words): its
+first kernel.HEAD_MAX packets, then its packets that may change an endpoint
+state (SYN, FIN, RST, an endpoint's first segments; at most
+kernel.ENTRIES_MAX), each with the ack events after it counted whatever the
+states. The merge redoes the head from the earlier part's state with the
+pass's own functions (kernel.add_packet), and its own run from a fresh start
+beside it; where the two runs' tracking meets at the end of the head, the
+later part's counts after it are the continuation's, except the ack events,
+which the entries count in the endpoint states redone over them. No packet
+travels.
+
+Exact but for these residual cases, where the merge falls back to adding
+the parts' counters (the table's `inexact_joins` counts them; each has a
+strict test in tests/test_flows_cut.py):
+- the tracking has not met by the end of the head: capture gaps still open
+  HEAD_MAX packets after the cut (no ack over a hole open at the cut) and
+  acked later, or a retransmission burst reaching back over the cut longer
+  than the head. (A side whose bytes nobody acks after the head, as in a
+  capture of one direction, needs only its reach to meet: its holes after
+  the head are followed from the later part's while they only open.)
+- the later part's own run splits the connection where one pass does not
+  (a retransmitted SYN after a RST, whose number only the earlier part saw)
+  twice: the flow split off the first time has a log of its own
+  (kernel.LG_CHAINED) and the continuation goes on through it, not further;
+  or the continuation splits inside the head;
+- more than ENTRIES_MAX state changes after the head, when the endpoint
+  states (or previous states) of the two runs differ at the overflow;
+- the roles flip after the head, or handshake packets come after it that
+  the two runs, having seen different ones in the head, read differently;
+- a later part that is itself a merge of tables (a joined flow's log would
+  describe its earlier part alone: it is dropped), as in a tree reduction;
+  the cluster merges partitions one after the other.
+Timestamps out of capture order across the cut by more than a flow's idle
+timeout are outside the model, as in the pass.
 """
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..cpu import kernel
-from ..schema import PROTO_TCP
+from ..schema import PROTO_TCP, TH_ACK, TH_SYN
 from . import kernel as k
 from . import keys as K_
 from .kernel import (
@@ -77,14 +102,268 @@ def add_later_history(F, H, later_F, later_H, same_direction):
             record_history(F, H, r, side, history_kind(letter - RESPONDER_CASE * later_side))
 
 
-def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns: np.ndarray):
+# What redoing a continuation came to (replay_continuations)
+REDONE, NOT_EXACT, GOES_ON, THROUGH_NEXT = 0, 1, 2, 3
+# The tracking fields the later part's own run must share with the continuation after the head for the rest of
+# its run to be the continuation's (the endpoint states are not among them: the entries redo them).
+_TRACKED = (k.F_SEQEND, k.F_ACKED, k.F_REACH, k.F_HOLE_OPEN, k.F_FIN_AT, k.F_SNAP_OPEN)
+_HOLE_SPAN = (k.F_HOLE_LO, k.F_HOLE_HI)
+_TRACKED_ALL = _TRACKED + _HOLE_SPAN
+# The handshake's times that are set once (kernel.F_SYN_NS ..)
+_HANDSHAKE_ONCE = (k.F_SYN_NS, k.F_SYNACK_NS, k.F_ACK_NS, k.F_ACK1_NS)
+# Counters the later part's run adds to the continuation's after the head, whatever the endpoint states
+_ADDED_AFTER_HEAD = (k.F_PKTS, k.F_BYTES, k.F_PAY, k.F_RETX, k.F_SEQ_HOLES, k.F_HOLE_BYTES)
+
+
+@njit(_nrt=False, inline="always")
+def _head_packet(CL, c, i):
+    """The i-th head packet of cut log row c: (ts, from_a, flags, tcp header, seq, ack, payload, ip_len,
+    captured, mss)."""
+    at = k.LG_PKT + k.PKT_W * i
+    w1, w2, w3 = CL[c, at + 1], CL[c, at + 2], CL[c, at + 3]
+    return (CL[c, at], (w3 >> 16) & 1, w3 & 0xFFFF, ((w3 >> 18) & 1) == 1, w1 & 0xFFFFFFFF, (w1 >> 32) & 0xFFFFFFFF,
+            w2 & 0xFFFFFFFF, w2 >> 32, ((w3 >> 17) & 1) == 1, w3 >> 19)
+
+
+@njit(_nrt=False, inline="always")
+def _side(F, row, from_a):
+    return 0 if from_a == F[row, F_ORIG_IS_A] else 1
+
+
+@njit(_nrt=False, inline="always")
+def _count_segment(C, CL, c, segment):
+    """Add the ack events of a segment of the later part's run that its endpoint states count (both clean)."""
+    if not (k.clean(C, 1, 0) and k.clean(C, 1, 1)):
+        return
+    at = k.LG_SEG + k.SEG_W * segment
+    for side in range(2):
+        end = side if C[1, F_ORIG_IS_A] else 1 - side
+        C[1, k.F_ACK_EVENTS + side] += CL[c, at + 1 + end]
+        C[1, k.F_GAP_EVENTS + side] += CL[c, at + 3 + end]
+        C[1, k.F_GAP_BYTES + side] += CL[c, at + 5 + end]
+
+
+@njit(_nrt=False)
+def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
+    """Redo the later part L (cut log CL[L's F_CUT]) from the earlier part E: the continuation in C[1], CH[1].
+    S, SH (row 0) hold the later part's own run over its head, redone to compare. Returns False where the
+    log does not make the continuation exact (merge.py's residual cases): REDONE, NOT_EXACT, or GOES_ON when
+    the later part's run split the flow where the continuation does not (C[1] then holds it up to there)."""
+    c = LF[r, k.F_CUT]
+    n = CL[c, k.LG_HEAD_N] if c >= 0 else 0
+    if n == 0:
+        return NOT_EXACT
+    for j in range(k.NF):
+        C[1, j] = EF[er, j]
+    for j in range(k.HIST_MAX):
+        CH[1, j] = EH[er, j]
+    C[1, k.F_CUT] = -1
+    ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, 0)
+    sender_server, receiver_server, sender_port, receiver_port = k.server_hints(word, a, server_port)
+    k.start_flow(S, SH, 0, ts, LF[r, k.F_FIRST_FRAME], a, flags, tcp_ok, seq, LF[r, k.F_VLAN], LF[r, k.F_IPVER],
+                 True, False, sender_server, receiver_server, sender_port, receiver_port)
+    for i in range(n):
+        ts, a, flags, tcp_ok, seq, ack, pay, ip_len, captured, mss = _head_packet(CL, c, i)
+        if i > 0 and must_split(C, 1, ts, timeout_ns, _side(C, 1, a), flags, tcp_ok, seq, True):
+            return NOT_EXACT   # the continuation ends inside the later part's head, which its run did not
+        k.add_packet(S, SH, 0, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
+        k.add_packet(C, CH, 1, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
+    if LF[r, k.F_PKTS] + LF[r, k.F_PKTS + 1] > n:
+        if not _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+            return NOT_EXACT
+    if CL[c, k.LG_SPLIT] >= 0:         # the later part's run split the flow: does the continuation split there?
+        w = CL[c, k.LG_SPLIT + 2]
+        if not must_split(C, 1, CL[c, k.LG_SPLIT], timeout_ns, _side(C, 1, (w >> 16) & 1), w & 0xFFFF, True,
+                          CL[c, k.LG_SPLIT + 1], True):
+            return GOES_ON
+    return REDONE
+
+
+@njit(_nrt=False, inline="always")
+def _unacked_after_head(LF, r, S, side):
+    """No ack of `side`'s bytes after the head: its peer sent nothing more (a capture of one direction)."""
+    return LF[r, k.F_PKTS + 1 - side] == S[0, k.F_PKTS + 1 - side]
+
+
+@njit(_nrt=False, inline="always")
+def _holes_only_opened(LF, r, S, C, side, cs):
+    """A side with no ack of its bytes after the head: its reach (which alone decides the holes counted) must meet
+    the continuation's at the end of the head, and its holes after it only open (none filled): then the open
+    bytes and span of the continuation's follow from the later part's."""
+    for base in (k.F_SEQEND, k.F_REACH, k.F_FIN_AT):
+        if S[0, base + side] != C[1, base + cs]:
+            return False
+    opened = LF[r, k.F_HOLE_OPEN + side] - S[0, k.F_HOLE_OPEN + side]
+    if opened != LF[r, k.F_HOLE_BYTES + side] - S[0, k.F_HOLE_BYTES + side]:
+        return False
+    # a hole the later part's run had open keeps its low end there; the continuation's, without one, starts anew
+    return opened == 0 or C[1, k.F_HOLE_OPEN + cs] > 0 or S[0, k.F_HOLE_OPEN + side] == 0
+
+
+@njit(_nrt=False, inline="always")
+def _continue_unacked(LF, r, S, C, side, cs):
+    """The tracking of a side with no ack of its bytes after the head (_holes_only_opened held)."""
+    opened = LF[r, k.F_HOLE_OPEN + side] - S[0, k.F_HOLE_OPEN + side]
+    if opened > 0:
+        if C[1, k.F_HOLE_OPEN + cs] == 0:
+            C[1, k.F_HOLE_LO + cs] = LF[r, k.F_HOLE_LO + side]
+        C[1, k.F_HOLE_HI + cs] = LF[r, k.F_HOLE_HI + side]
+        C[1, k.F_HOLE_OPEN + cs] += opened
+    C[1, k.F_SNAP_OPEN + cs] += LF[r, k.F_SNAP_OPEN + side] - S[0, k.F_SNAP_OPEN + side]
+    for base in (k.F_SEQEND, k.F_REACH, k.F_FIN_AT):
+        C[1, base + cs] = LF[r, base + side]
+
+
+@njit(_nrt=False, inline="always")
+def _handshake_after_head(LF, r, S, C, same):
+    """The handshake's fields of the continuation C[1] after the head, from the later part's run (final LF[r], at
+    the end of its head S[0]). Exact when that run changed none after its head, or when it has the same roles as
+    the continuation and both had seen the same handshake packets (by kind) by the end of the head."""
+    changed = LF[r, k.F_LASTSYN_NS] != S[0, k.F_LASTSYN_NS] or LF[r, k.F_SYN_RETX] != S[0, k.F_SYN_RETX]
+    for base in _HANDSHAKE_ONCE:
+        changed = changed or LF[r, base] != S[0, base]
+    if not changed:
+        return True
+    if not same:
+        return False
+    for base in _HANDSHAKE_ONCE:
+        if (S[0, base] >= 0) != (C[1, base] >= 0):
+            return False
+    for base in _HANDSHAKE_ONCE:
+        if S[0, base] < 0:
+            C[1, base] = LF[r, base]
+    if S[0, k.F_SYNACK_NS] < 0 and LF[r, k.F_LASTSYN_NS] != S[0, k.F_LASTSYN_NS]:
+        C[1, k.F_LASTSYN_NS] = LF[r, k.F_LASTSYN_NS]
+    C[1, k.F_SYN_RETX] += LF[r, k.F_SYN_RETX] - S[0, k.F_SYN_RETX]
+    return True
+
+
+@njit(_nrt=False, inline="always")
+def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+    """The continuation C[1] after the head: where its tracking meets the later part's own run S[0] at the end of
+    the head, that run's counters after it, its endpoint states redone over the log's entries. False: not exact."""
+    if LF[r, F_ORIG_IS_A] != S[0, F_ORIG_IS_A]:
+        return False                   # the later part's roles flipped after its head
+    same = S[0, F_ORIG_IS_A] == C[1, F_ORIG_IS_A]
+    for side in range(2):
+        cs = side if same else 1 - side
+        if _unacked_after_head(LF, r, S, side):
+            if not _holes_only_opened(LF, r, S, C, side, cs):
+                return False
+        else:
+            for base in _TRACKED:
+                if S[0, base + side] != C[1, base + cs]:
+                    return False
+            if S[0, k.F_HOLE_OPEN + side] > 0:
+                for base in _HOLE_SPAN:
+                    if S[0, base + side] != C[1, base + cs]:
+                        return False
+        if S[0, k.F_HSEEN + side] & ~C[1, k.F_HSEEN + cs]:
+            return False               # a letter the later part recorded in its head but the continuation not
+    if not _handshake_after_head(LF, r, S, C, same):
+        return False
+    for j in range(S[0, F_HLEN], LF[r, F_HLEN]):
+        letter = np.int64(LH[r, j])
+        if letter == FLIP_MARK:
+            return False
+        later_side = 1 if letter >= LOWER_CASE_FIRST else 0
+        record_history(C, CH, 1, later_side if same else 1 - later_side,
+                       history_kind(letter - RESPONDER_CASE * later_side))
+    for side in range(2):
+        cs = side if same else 1 - side
+        for base in _ADDED_AFTER_HEAD:
+            C[1, base + cs] += LF[r, base + side] - S[0, base + side]
+        if _unacked_after_head(LF, r, S, side):
+            _continue_unacked(LF, r, S, C, side, cs)
+        else:
+            for base in _TRACKED_ALL:
+                C[1, base + cs] = LF[r, base + side]
+        C[1, k.F_FLAGS + cs] |= LF[r, k.F_FLAGS + side]
+        C[1, k.F_MAXPAY + cs] = max(C[1, k.F_MAXPAY + cs], LF[r, k.F_MAXPAY + side])
+        if C[1, k.F_MSS + cs] == 0:
+            C[1, k.F_MSS + cs] = LF[r, k.F_MSS + side]
+    C[1, k.F_LAST_NS] = max(C[1, k.F_LAST_NS], LF[r, k.F_LAST_NS])
+    # the endpoint states over the entries, each segment's ack events counted in the states it was in
+    _count_segment(C, CL, c, 0)
+    used = CL[c, k.LG_ENTRIES]
+    for entry in range(1, min(used, k.ENTRIES_MAX) + 1):
+        w = CL[c, k.LG_SEG + k.SEG_W * entry]
+        flags, a, length, seq = w & 0xFFFF, (w >> 16) & 1, (w >> 17) & 1, w >> 18
+        side = _side(C, 1, a)
+        if (flags & TH_SYN) and not (flags & TH_ACK):
+            if must_split(C, 1, C[1, k.F_LAST_NS], 0, side, flags, True, seq, True):
+                return False           # a new connection the later part's run took for the same one
+            if C[1, k.F_SYNSEQ + side] < 0:
+                C[1, k.F_SYNSEQ + side] = seq
+        orig = C[1, F_ORIG_IS_A]
+        k.tcp_state_machine(C, CH, 1, side, flags, length)
+        if C[1, F_ORIG_IS_A] != orig:
+            return False
+        _count_segment(C, CL, c, entry)
+    for side in range(2):
+        cs = side if same else 1 - side
+        if C[1, k.F_SYNSEQ + cs] < 0:
+            C[1, k.F_SYNSEQ + cs] = LF[r, k.F_SYNSEQ + side]
+    if used > k.ENTRIES_MAX:
+        # the log overflowed: exact when the continuation's states met the later part's own there
+        for side in range(2):
+            cs = side if same else 1 - side
+            end = side if LF[r, F_ORIG_IS_A] else 1 - side
+            if C[1, k.F_STATE + cs] != CL[c, k.LG_OVER + end] or C[1, k.F_PREV + cs] != CL[c, k.LG_OVER + 2 + end]:
+                return False
+            if CL[c, k.LG_LAST] < 0 and C[1, k.F_SYNSEQ + cs] != CL[c, k.LG_OVER + 11 + end]:
+                return False           # a later SYN the two would split on differently
+        if C[1, k.F_ENDED] != CL[c, k.LG_OVER + 4]:
+            return False
+        for side in range(2):
+            cs = side if same else 1 - side
+            end = side if LF[r, F_ORIG_IS_A] else 1 - side
+            C[1, k.F_ACK_EVENTS + cs] += LF[r, k.F_ACK_EVENTS + side] - CL[c, k.LG_OVER + 5 + end]
+            C[1, k.F_GAP_EVENTS + cs] += LF[r, k.F_GAP_EVENTS + side] - CL[c, k.LG_OVER + 7 + end]
+            C[1, k.F_GAP_BYTES + cs] += LF[r, k.F_GAP_BYTES + side] - CL[c, k.LG_OVER + 9 + end]
+            C[1, k.F_STATE + cs] = LF[r, k.F_STATE + side]
+            C[1, k.F_PREV + cs] = LF[r, k.F_PREV + side]
+        C[1, k.F_ENDED] = LF[r, k.F_ENDED]
+    return True
+
+
+@kernel("(i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[::1], i8[::1], i8[:, ::1], u8[::1], i8[::1], "
+        "b1[::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i1[::1])", _nrt=False,
+        nogil=True)
+def replay_continuations(EF, EH, LF, LH, later, after, CL, words, timeout_ns, server_port, S, SH, C, CH, out_F,
+                          out_H, outcome):
+    """Each earlier open TCP flow EF[r] continued by the later flow LF[later[r]] (with its cut log in CL), redone
+    into out_F[r], out_H[r]; outcome[r] is REDONE, NOT_EXACT, or THROUGH_NEXT when the continuation also takes
+    in the next later flow of its key, LF[after[r]] (-1 none), which the later part's run split off on a SYN
+    one pass takes for the same connection. S, SH (one row) and C, CH (two rows) are scratch."""
+    timeout = timeout_ns[PROTO_TCP]
+    for r in range(EF.shape[0]):
+        done = _replay(EF, EH, r, LF, LH, later[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+        if done == GOES_ON and after[r] >= 0:
+            for j in range(k.NF):
+                C[0, j] = C[1, j]
+            for j in range(k.HIST_MAX):
+                CH[0, j] = CH[1, j]
+            done = _replay(C, CH, 0, LF, LH, after[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+            done = THROUGH_NEXT if done == REDONE else NOT_EXACT
+        outcome[r] = done if done != GOES_ON else NOT_EXACT
+        if done == REDONE or done == THROUGH_NEXT:
+            for j in range(k.NF):
+                out_F[r, j] = C[1, j]
+            for j in range(k.HIST_MAX):
+                out_H[r, j] = CH[1, j]
+
+
+def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns: np.ndarray, cut_log: np.ndarray):
     """The open flows (F, H, K) of a table with `later_flows` (F, H, K), all the flows of the table of the
-    packets that follow, whose last `later_open` rows are still open: (finished parts, open flows).
+    packets that follow, whose last `later_open` rows are still open: (finished parts, open flows, joins that
+    are not exact).
 
     Each key's earliest later flow that continues an open one becomes it,
     with the earlier flow's direction; an open flow with a later flow of its
     key that does not continue it is finished. `seed` is the earlier table's
-    key hash seed, `timeout_ns` its idle timeouts by IP protocol.
+    key hash seed, `timeout_ns` its idle timeouts by IP protocol, `cut_log`
+    the cut log rows the flows' kernel.F_CUT point to.
     """
     mF, mH, mK = open_flows
     oF, oH, oK = later_flows
@@ -103,22 +382,59 @@ def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns:
     hit = (pos < len(mh)) & (mh[posc] == oh[heads]) if len(mh) else np.zeros(len(heads), bool)
     hit &= np.all(mK[posc] == oK[heads], axis=1) if len(mh) else hit
     mine_rows, theirs = posc[hit], heads[hit]
+    # each head's next flow of the same key in the later table, -1 none
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    nxt = np.minimum(rank[theirs] + 1, len(order) - 1) if len(order) else rank[theirs]
+    after = order[nxt] if len(order) else nxt
+    after = np.where((rank[theirs] + 1 < len(order)) & (oh[after] == oh[theirs]) &
+                     np.all(oK[after] == oK[theirs], axis=1), after, -1)
     joined = np.empty(len(theirs), bool)
     continuations(mF[mine_rows], oF[theirs], K_.key_proto(oK[theirs]), timeout_ns, joined)
-    combined_F, combined_H = _combine(mF[mine_rows[joined]], mH[mine_rows[joined]],
-                                      oF[theirs[joined]], oH[theirs[joined]])
+    mine_rows, theirs, after = mine_rows[joined], theirs[joined], after[joined]
+    combined_F, combined_H, inexact, through = _join(mF[mine_rows], mH[mine_rows], oF, oH, oK, theirs, after,
+                                                     timeout_ns, cut_log)
     oF, oH = oF.copy(), oH.copy()
-    oF[theirs[joined]] = combined_F
-    oH[theirs[joined]] = combined_H
+    # a continuation that took in the next later flow of its key replaces that one; the head it went through goes
+    target = np.where(through, after, theirs)
+    oF[target] = combined_F
+    oH[target] = combined_H
+    kept = np.ones(len(oF), bool)
+    kept[theirs[through]] = False
     superseded = np.zeros(len(mF), bool)
-    superseded[mine_rows] = True               # a later flow of the same key exists
+    superseded[posc[hit]] = True               # a later flow of the same key exists
     ended_mine = superseded.copy()
-    ended_mine[mine_rows[joined]] = False      # those continue inside oF instead
-    done = ~o_is_open
+    ended_mine[mine_rows] = False              # those continue inside oF instead
+    done = ~o_is_open & kept
+    live = o_is_open & kept
     keep = ~superseded
     return ([(mF[ended_mine], mH[ended_mine], mK[ended_mine]), (oF[done], oH[done], oK[done])],
-            (np.concatenate([mF[keep], oF[o_is_open]]), np.concatenate([mH[keep], oH[o_is_open]]),
-             np.concatenate([mK[keep], oK[o_is_open]])))
+            (np.concatenate([mF[keep], oF[live]]), np.concatenate([mH[keep], oH[live]]),
+             np.concatenate([mK[keep], oK[live]])), inexact)
+
+
+def _join(mF, mH, oF, oH, oK, theirs, after, timeout_ns, cut_log):
+    """Earlier open flows with their continuations oF[theirs]: a TCP continuation redone from its cut log where
+    that is exact (through the next later flow of its key, oF[after], where one pass takes that in too), else
+    (and for other protocols, whose records combine exactly) combined field by field. Returns the flows, how
+    many TCP joins are not exact, and which went through the next flow."""
+    tF, tH, tK = oF[theirs], oH[theirs], oK[theirs]
+    out_F, out_H = _combine(mF, mH, tF, tH)
+    tcp = np.flatnonzero(K_.key_proto(tK) == PROTO_TCP)
+    outcome = np.full(len(tcp), NOT_EXACT, np.int8)
+    if len(tcp):
+        redone_F, redone_H = out_F[tcp], out_H[tcp]
+        scratch = (np.zeros((1, k.NF), np.int64), np.zeros((1, k.HIST_MAX), np.uint8),
+                   np.zeros((2, k.NF), np.int64), np.zeros((2, k.HIST_MAX), np.uint8))
+        replay_continuations(mF[tcp], mH[tcp], oF, oH, theirs[tcp].astype(np.int64), after[tcp].astype(np.int64),
+                             cut_log, np.ascontiguousarray(tK[tcp, 4]), timeout_ns, K_.SERVER_PORT, *scratch,
+                             redone_F, redone_H, outcome)
+        exact = outcome != NOT_EXACT
+        out_F[tcp[exact]], out_H[tcp[exact]] = redone_F[exact], redone_H[exact]
+    out_F[:, k.F_CUT] = -1       # a joined flow's log would describe its earlier part alone
+    through = np.zeros(len(theirs), bool)
+    through[tcp] = outcome == THROUGH_NEXT
+    return out_F, out_H, int(np.count_nonzero(outcome == NOT_EXACT)), through
 
 
 def _compose_state(mine, mine_peer_closed, theirs):

@@ -121,7 +121,10 @@ class FlowTable:
         self._tab_row, self._tab_h = np.full(MIN_TABLE_SLOTS, -1, np.int64), np.zeros(MIN_TABLE_SLOTS, np.uint64)
         # finished flows: rows [0, counts[C_DONE]) of the done arena
         self._DF, self._DH, self._DK = _empty()
-        self._counts = np.zeros(3, np.int64)
+        # the cut log of the flows that may continue one of an earlier partition: rows [0, counts[C_LOG])
+        self._CL = np.zeros((0, k.LOG_W), np.int64)
+        self._counts = np.zeros(4, np.int64)
+        self.inexact_joins = 0      # merges of a connection cut by a partition boundary that are not exact
         self._frag = (np.zeros(0, np.uint64), np.zeros(0, np.uint16), np.zeros(0, np.uint16),
                       np.zeros(0, np.int64))
         self._newest_ns: int | None = None
@@ -182,7 +185,7 @@ class FlowTable:
             at = k.update_flows(at, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss,
                                 payload_len, payload_off, caplen, ip_len, vlan, ip_version, self._timeout_ns,
                                 K_.SERVER_PORT, self._tab_row,
-                                self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK,
+                                self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK, self._CL,
                                 self._counts, events)
             if at == len(K):
                 return
@@ -197,6 +200,9 @@ class FlowTable:
         if n_done + packets > len(self._DF):
             cap = max(n_done + packets, 2 * len(self._DF))
             self._DF, self._DH, self._DK = _grown((self._DF, self._DH, self._DK), n_done, cap)
+        n_log = int(self._counts[k.C_LOG])
+        if n_log + packets > len(self._CL):
+            self._CL, = _grown((self._CL,), n_log, max(n_log + packets, 2 * len(self._CL)))
         if 2 * (n_open + packets) > len(self._tab_row):
             slots = 1 << (2 * (n_open + packets) - 1).bit_length()
             self._tab_row, self._tab_h = np.empty(slots, np.int64), np.empty(slots, np.uint64)
@@ -231,7 +237,8 @@ class FlowTable:
         use: the arenas' spare capacity (up to twice the rows) and the hash table, rebuilt on loading, stay out."""
         state = dict(self.__dict__)
         n_open, n_done = int(self._counts[k.C_OPEN]), int(self._counts[k.C_DONE])
-        for names, n in ((("_OF", "_OH", "_OK"), n_open), (("_DF", "_DH", "_DK"), n_done)):
+        for names, n in ((("_OF", "_OH", "_OK"), n_open), (("_DF", "_DH", "_DK"), n_done),
+                         (("_CL",), int(self._counts[k.C_LOG]))):
             for name in names:
                 state[name] = state[name][:n].copy()
         del state["_tab_row"], state["_tab_h"]
@@ -365,16 +372,38 @@ class FlowTable:
         """
         self.packets += other.packets
         self.non_ip_packets += other.non_ip_packets
+        self.inexact_joins += other.inexact_joins
         later = other._all()
         if len(later[0]) == 0:
             return self
-        done, open_flows = merge_flows(self._open(), later, int(other._counts[k.C_OPEN]), self._seed,
-                                       self._timeout_ns)
+        # one cut log: the later rows' after this table's
+        n_log = int(self._counts[k.C_LOG])
+        later[0][:, k.F_CUT] = np.where(later[0][:, k.F_CUT] >= 0, later[0][:, k.F_CUT] + n_log, -1)
+        cut_log = np.concatenate([self._CL[:n_log], other._CL[:int(other._counts[k.C_LOG])]])
+        done, open_flows, inexact = merge_flows(self._open(), later, int(other._counts[k.C_OPEN]), self._seed,
+                                                self._timeout_ns, cut_log)
+        self.inexact_joins += inexact
+        self._CL, self._counts[k.C_LOG] = cut_log, len(cut_log)
         self._set_flows(done, *open_flows)
+        self._compact_log()
         self._merge_fragments(other)
         if other._newest_ns is not None:
             self._newest_ns = other._newest_ns if self._newest_ns is None else max(self._newest_ns, other._newest_ns)
         return self
+
+    def _compact_log(self) -> None:
+        """Keep the cut log rows flows still point to (a joined flow's is dropped)."""
+        n_open, n_done = int(self._counts[k.C_OPEN]), int(self._counts[k.C_DONE])
+        rows = [self._DF[:n_done, k.F_CUT], self._OF[:n_open, k.F_CUT]]
+        used = np.concatenate(rows)
+        used = np.sort(used[used >= 0])
+        renumber = np.full(int(self._counts[k.C_LOG]) + 1, -1, np.int64)      # [-1]: none
+        renumber[used] = np.arange(len(used))
+        for F, n in ((self._DF, n_done), (self._OF, n_open)):
+            cut = F[:n, k.F_CUT]
+            F[:n, k.F_CUT] = renumber[cut]
+        self._CL = self._CL[used]
+        self._counts[k.C_LOG] = len(used)
 
     def _merge_fragments(self, other) -> None:
         parts = list(zip(self._frag, other._frag))
