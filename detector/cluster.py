@@ -23,8 +23,12 @@ processes) or `--scheduler tcp://HOST:8786` (a cluster started with Dask's own `
    slices; the flow table joins flows cut by a partition boundary), joins the partitions of one file into
    that file's entry (packets, warnings, interfaces) and asks for findings once.
 
-The evidence pass (evidence pcaps, figures) then reads the captures again in the client, in capture
-order: it is one sequential pass, as in a single-process run.
+The evidence pass (evidence pcaps, figures) runs on the workers too: a task per partition reads its records
+again (gather_evidence) for the evidence frames it holds, its packets per bin of the report's time axis and
+its copies of the rules' figures (shipped to it as built), and the client joins them in capture order
+(report.evidence.join: records united, counts added, each figure merging its copies) before it writes the
+evidence files as one process does. The client reads no capture. A figure that cannot merge
+(ReportFigure.merge) keeps that run's evidence pass in the client, one sequential pass.
 
 Captures must lie at the same path on every worker (a shared filesystem): a worker that cannot open one
 says so, naming the path and the worker. A worker that dies mid-run is Dask's to replace: its partitions
@@ -228,6 +232,64 @@ def fold(partition: Partition, kind: str, rules=None, site=None, hosts: dict[str
     warnings = [w.replace(partition.path, partition.name) for w in result.warnings]
     base = 0 if partition.part is None else partition.part.interface_base
     return Folded(partition.index, state, result.captures, warnings, file=partition.file, interface_base=base)
+
+
+@dataclass
+class Gathered:
+    """An evidence task's answer (report.evidence.gather over one partition), or its one-line error."""
+
+    index: int
+    records: dict = field(default_factory=dict)
+    counts: object = None
+    figures: list = field(default_factory=list)
+    error: str | None = None
+
+
+def gather_evidence(partition: Partition, wanted, bins, figures: bytes, hosts: dict[str, int] | None = None
+                    ) -> Gathered:
+    """The evidence pass over `partition`: the records of frames `wanted`, its packets per bin of `bins`, and
+    `figures` (the rules' figures as built, pickled: each task unpickles copies of its own to feed)."""
+    import pickle
+
+    from .report.evidence import gather
+    error = _check_open(partition.path)
+    if error:
+        return Gathered(partition.index, error=error.replace(partition.path, partition.name))
+    copies = pickle.loads(figures)
+    threads = decode_threads(hosts) if hosts else engine.DECODE_THREADS
+    try:
+        records, counts = gather([partition.source], wanted, bins, copies, first_frame=partition.first_frame,
+                                 name=partition.name, decode_threads=threads)
+    except DetectorError as exc:
+        return Gathered(partition.index, error=str(exc).replace(partition.path, partition.name))
+    except OSError as exc:
+        return Gathered(partition.index, error=unopenable(partition.name, exc))
+    return Gathered(partition.index, records, counts, copies)
+
+
+def evidence_collector(client, parts: list[Partition]):
+    """The evidence pass of `parts` on the cluster, as report.evidence.write_evidence's `collector`: a task per
+    partition (gather_evidence), joined in capture order as they complete; the first error raises its line."""
+    def collect(wanted, bins, figures):
+        import pickle
+
+        from .report.evidence import join
+        shipped = client.scatter(pickle.dumps(list(figures)), broadcast=True)
+        wanted = client.scatter(wanted, broadcast=True)
+        hosts = _workers(client)[1]
+        futures = [client.submit(gather_evidence, part, wanted, bins, shipped, hosts, pure=False) for part in parts]
+
+        def answers():
+            for gathered in _gather_in_order(client, futures, "evidence"):
+                if gathered.error:
+                    raise UsageError(gathered.error)
+                yield gathered.records, gathered.counts, gathered.figures
+        try:
+            return join(answers(), bins, figures)
+        except UsageError:
+            client.cancel(futures)
+            raise
+    return collect
 
 
 # ---- the client ---------------------------------------------------------------------------------------------
@@ -473,12 +535,19 @@ def merge_in_order(folds) -> tuple[object, engine.RunResult]:
 def analyze(client, paths, rules, site, per_file=None):
     """analysis.analyze over the cluster, each file cut into `per_file` partitions (partitions_per_file):
     (analysis.Analysis, the paths in capture order)."""
+    result, names, _parts = analyze_partitions(client, paths, rules, site, per_file)
+    return result, names
+
+
+def analyze_partitions(client, paths, rules, site, per_file=None):
+    """analyze, and the partitions it cut (for the evidence pass: evidence_collector):
+    (analysis.Analysis, the paths in capture order, partitions)."""
     from .analysis import conclude
     parts, _extents, warnings = partitions(client, paths, per_file)
     state, run = fold_all(client, parts, "analyze", rules, site)
     run.warnings.extend(warnings)
     result = conclude(state.detectors, state.flows, state.stats, run)
-    return result, list(dict.fromkeys(p.name for p in parts))
+    return result, list(dict.fromkeys(p.name for p in parts)), parts
 
 
 def flow_table(client, paths, per_file=None):

@@ -195,9 +195,11 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
     rules = load_rules(rules_dir)
     site = load_site(site_file)
     with OutputDir(out_dir, rule_ids=rules) as out:
+        collector = None
         if client is not None:
             from . import cluster
-            result, paths = cluster.analyze(client, paths, rules, site, partitions_per_file)
+            result, paths, parts = cluster.analyze_partitions(client, paths, rules, site, partitions_per_file)
+            collector = cluster.evidence_collector(client, parts)      # the evidence pass on the workers too
         else:
             from .ordering import capture_order
             paths = capture_order(paths)
@@ -208,7 +210,8 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
 
         evidence = None
         if report:
-            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors)
+            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors,
+                                      collector=collector)
         document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
                                      result.failures, result.incidents)
         path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)

@@ -147,6 +147,13 @@ class ReportFigure(ABC):
     def add(self, batch: PacketBatch) -> None:
         """Keep what the figure needs of one batch."""
 
+    def merge(self, other: ReportFigure) -> ReportFigure:
+        """Take in `other`, a copy of this figure (as built, then fed the batches of the partition after the ones
+        this one saw), and return self: merged in capture order, the state of one pass over them all. The
+        evidence pass of a cluster feeds each partition's copy on a worker (detector.cluster); a figure
+        without a merge keeps that pass in one process."""
+        raise NotImplementedError(f"{type(self).__name__} cannot merge a partition's copy")
+
     @abstractmethod
     def draw(self, ax, flows) -> None:
         """Draw on the matplotlib Axes `ax`; `flows` is the flow table (FlowTable.to_frame())."""

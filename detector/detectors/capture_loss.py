@@ -397,6 +397,10 @@ class LossFigure(ReportFigure):
     def add(self, batch: PacketBatch) -> None:
         """Drawn from the rule's own bins: nothing to keep from the evidence pass."""
 
+    def merge(self, other: LossFigure) -> LossFigure:
+        """Nothing to take: drawn from the rule's own bins."""
+        return self
+
     def draw(self, ax, flows) -> None:
         ax.bar(self.x, self.ratio, width=self.width_s, align="edge", color="tab:red", alpha=0.6,
                label="gap events / ack events")

@@ -537,6 +537,10 @@ class ConcurrencyFigure(ReportFigure):
     def add(self, batch: PacketBatch) -> None:
         """Nothing: the figure redraws the model from the flow table."""
 
+    def merge(self, other: ConcurrencyFigure) -> ConcurrencyFigure:
+        """Nothing to take: drawn from the flow table."""
+        return self
+
     def draw(self, ax, flows) -> None:
         occ = self.detector.model(flows)
         peaks, inserts = occ.series(self.bins.start_ns, self.bins.bin_ns, self.bins.count)

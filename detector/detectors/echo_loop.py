@@ -400,6 +400,11 @@ class CopiesFigure(ReportFigure):
     def add(self, batch: PacketBatch) -> None:
         self.copies += self.bins.counts(batch["ts_ns"][batch["fingerprint"] == self.fingerprint])
 
+    def merge(self, other: CopiesFigure) -> CopiesFigure:
+        """Counts per bin add up: the same bins in every copy."""
+        self.copies += other.copies
+        return self
+
     def draw(self, ax, flows) -> None:
         ax.plot(self.bins.starts_s, self.copies / self.bins.width_s, drawstyle="steps-post", lw=1, color="#d33")
         ax.set_xlabel(self.bins.axis_label)

@@ -363,6 +363,10 @@ class RttFigure(ReportFigure):
     def add(self, batch) -> None:
         return None
 
+    def merge(self, other: RttFigure) -> RttFigure:
+        """Nothing to take: drawn from the flow table."""
+        return self
+
     def draw(self, ax, flows) -> None:
         hs = handshakes(flows, self.site)
         if hs is not None:

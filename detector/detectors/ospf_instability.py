@@ -961,6 +961,11 @@ class RateFigure(ReportFigure):
             named |= mine
         self.packets[-1] += self.bins.counts(ts[~named])
 
+    def merge(self, other: RateFigure) -> RateFigure:
+        """Counts per bin add up: the same bins in every copy."""
+        self.packets += other.packets
+        return self
+
     def draw(self, ax, flows) -> None:
         rates = self.packets / self.bins.width_s
         for k, router in enumerate(self.routers):

@@ -771,6 +771,15 @@ class SegmentsFigure(ReportFigure):
         self.parts.append(((batch["ts_ns"][rows] - self.bins.start_ns) / 1e9,
                            batch["payload_len"][rows].astype(np.int64), forward))
 
+    def merge(self, other: SegmentsFigure) -> SegmentsFigure:
+        """The points `other` kept, up to what room is left: its first SEGMENT_POINTS_MAX points are the flow's
+        first in its partition, so the bound falls where one pass puts it."""
+        room = SEGMENT_POINTS_MAX - self.kept
+        t, size, forward = (column[:room] for column in other.points())
+        self.kept += len(t)
+        self.parts.append((t, size, forward))
+        return self
+
     def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(seconds after the axis start, TCP payload bytes, True when sent by the finding's src_ip) per packet."""
         return tuple(np.concatenate(column) for column in zip(*self.parts))

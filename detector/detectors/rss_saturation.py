@@ -417,6 +417,11 @@ class QueueShareFigure(ReportFigure):
         self.packets += np.bincount(idx[inside] * queues + queue[inside],
                                     minlength=self.bins.count * queues).reshape(self.bins.count, queues)
 
+    def merge(self, other: QueueShareFigure) -> QueueShareFigure:
+        """Counts per bin add up: the same bins in every copy."""
+        self.packets += other.packets
+        return self
+
     def draw(self, ax, flows) -> None:
         share = self.packets / np.maximum(self.packets.sum(axis=1, keepdims=True), 1)
         image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",

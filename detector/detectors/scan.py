@@ -324,6 +324,10 @@ class AttemptsFigure(ReportFigure):
     def add(self, batch) -> None:
         return None     # drawn from the flow table
 
+    def merge(self, other: AttemptsFigure) -> AttemptsFigure:
+        """Nothing to take: drawn from the flow table."""
+        return self
+
     def draw(self, ax, flows) -> None:
         a = attempts(flow_numbers(flows))
         mine = a["failed"] & (a["src"] == a["src_names"].code_of(self.scanner))

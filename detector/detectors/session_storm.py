@@ -212,6 +212,10 @@ class NewFlowsFigure(ReportFigure):
     def add(self, batch) -> None:
         return None     # drawn from the flow table
 
+    def merge(self, other: NewFlowsFigure) -> NewFlowsFigure:
+        """Nothing to take: drawn from the flow table."""
+        return self
+
     def draw(self, ax, flows) -> None:
         a = attempts(flow_numbers(flows))
         mine = a["opened"] & (a["src"] == a["src_names"].code_of(self.source))

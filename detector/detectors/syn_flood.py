@@ -437,6 +437,12 @@ class SynRateFigure(ReportFigure):
             self.syn[k] += self.bins.counts(ts[to])
             self.synack[k] += self.bins.counts(ts[back])
 
+    def merge(self, other: SynRateFigure) -> SynRateFigure:
+        """Counts per bin add up: the same bins in every copy."""
+        self.syn += other.syn
+        self.synack += other.synack
+        return self
+
     def draw(self, ax, flows) -> None:
         rate = 1 / self.bins.width_s
         for k, (ip, port) in enumerate(self.victims):

@@ -819,6 +819,10 @@ class FloodFigure(ReportFigure):
     def add(self, batch: PacketBatch) -> None:
         """Nothing: the series is in the finding's evidence."""
 
+    def merge(self, other: FloodFigure) -> FloodFigure:
+        """Nothing to take: the series is in the finding's evidence."""
+        return self
+
     def draw(self, ax, flows) -> None:
         share = self.foreign / np.maximum(self.frames, 1)
         ax.step(self.seconds, share, where="post", color="C3", label="foreign share")

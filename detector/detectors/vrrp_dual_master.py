@@ -627,6 +627,10 @@ class TimelineFigure(ReportFigure):
     def add(self, batch: PacketBatch) -> None:
         """Nothing: the runs are in the findings' evidence."""
 
+    def merge(self, other: TimelineFigure) -> TimelineFigure:
+        """Nothing to take: the runs are in the findings' evidence."""
+        return self
+
     def draw(self, ax, flows) -> None:
         for k, (_, bars) in enumerate(self.rows):
             ax.broken_barh(bars, (k - 0.35, 0.7), color=f"C{k % 10}")

@@ -81,36 +81,76 @@ def collect(paths, findings: list[Finding], bins: TimeBins, figures: list[Report
     Returns (records, series): records maps frame number -> (ts_ns, wirelen,
     linktype, bytes, source file).
     """
-    wanted = _wanted(findings)
-    series = Series(bins.start_ns, bins.bin_ns, np.zeros(bins.count, dtype=np.int64))
+    records, counts = gather(paths, _wanted(findings), bins, figures)
+    return records, Series(bins.start_ns, bins.bin_ns, counts)
+
+
+def gather(paths, wanted: np.ndarray, bins: TimeBins, figures=(), first_frame: int = 1, name: str | None = None,
+           decode_threads: int | None = None):
+    """What the evidence pass keeps of `paths` (one capture, or one partition of it whose first record is frame
+    `first_frame`): the records of frames `wanted` by number, the packets per bin of `bins` (int64), and every
+    batch handed to each of `figures`. `name`: the source file the records say (None: the reader's path).
+
+    Partitions of one capture gathered apart and joined in capture order (join) are the one pass: records
+    unite, counts add up, each figure merges the next one's (ReportFigure.merge)."""
+    counts = np.zeros(bins.count, dtype=np.int64)
     records: dict[int, tuple[int, int, int, bytes, str]] = {}
     fingerprint = any(figure.needs_fingerprint for figure in figures)
-    for _reader, batch in decoded_batches(paths, fingerprint=fingerprint):
+    options = {} if decode_threads is None else {"decode_threads": decode_threads}
+    for _reader, batch in decoded_batches(paths, fingerprint=fingerprint, first_frame=first_frame, **options):
         ts = batch["ts_ns"]
-        series.packets += bins.counts(ts)
+        counts += bins.counts(ts)
         for figure in figures:
             figure.add(batch)
         if len(wanted) == 0:
             continue
+        source = batch.source if name is None else name
         for row in np.flatnonzero(np.isin(batch["frame"], wanted)):
             records[int(batch["frame"][row])] = (int(ts[row]), int(batch["wirelen"][row]),
-                                                 int(batch["linktype"][row]), batch.frame_bytes(int(row)),
-                                                 batch.source)
-    return records, series
+                                                 int(batch["linktype"][row]), batch.frame_bytes(int(row)), source)
+    return records, counts
+
+
+def mergeable(figures) -> bool:
+    """Whether every one of `figures` merges the state of a partition's copy (ReportFigure.merge), so the
+    evidence pass can run on partitions apart."""
+    return all(type(figure).merge is not ReportFigure.merge for figure in figures)
+
+
+def join(parts, bins: TimeBins, figures: list[ReportFigure]):
+    """(records, series) of the partitions' gather answers `parts` (records, counts, their figures' copies), in
+    capture order; each of `figures` (fresh, as shipped) merges its copies in that order."""
+    records: dict[int, tuple[int, int, int, bytes, str]] = {}
+    counts = np.zeros(bins.count, dtype=np.int64)
+    for part_records, part_counts, part_figures in parts:
+        records.update(part_records)
+        counts += part_counts
+        for figure, copy in zip(figures, part_figures, strict=True):
+            merged = figure.merge(copy)
+            if merged is not figure:
+                raise TypeError(f"{type(figure).__name__}.merge must return itself")
+    return records, Series(bins.start_ns, bins.bin_ns, counts)
 
 
 def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None, last_ns=None,
-                   detectors: list[Detector] = ()) -> EvidenceResult:
+                   detectors: list[Detector] = (), collector=None) -> EvidenceResult:
     """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count;
     gather the figures of `detectors` (those that found them) and write the replay scripts they ask for.
 
     A finding's frames normally share one link type and go to classic pcap;
     if they span several, the file is pcapng (<rule>-<n>.pcapng), one
     interface per link type, so no frame is dropped or relabelled.
+
+    `collector(wanted, bins, figures)`: what gathers the records and the series elsewhere, returning
+    (records, series) as collect does and having merged into `figures` what its partitions' copies saw
+    (cluster.evidence_collector: on the workers); None, or a figure that cannot merge: one pass here.
     """
     bins = time_bins(first_ns, last_ns)
     figures = rule_figures(detectors, findings, bins)
-    records, series = collect(paths, findings, bins, figures)
+    if collector is not None and mergeable(figures):
+        records, series = collector(_wanted(findings), bins, figures)
+    else:
+        records, series = collect(paths, findings, bins, figures)
     result = EvidenceResult(series, figures=figures)
     replays = {det.rule_id: det.REPRODUCES for det in detectors if det.REPRODUCES}
     per_rule: dict[str, int] = {}
