@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 from ..cpu import kernel
 from ..findings import Finding, iso_time
@@ -411,20 +412,33 @@ def repeated_rows(keys: np.ndarray) -> np.ndarray:
     return _repeated_hashed(np.ascontiguousarray(keys, dtype=np.uint64))
 
 
+@njit
+def _half_full_size(n):
+    """The smallest power of two at least twice `n`: an open-addressing table of `n` keys at most half full."""
+    size = 1
+    while size < 2 * n:
+        size <<= 1
+    return size
+
+
+@njit
+def _home_slot(k, mask):
+    """Key `k`'s first slot in a power-of-two table (`mask` = size - 1), by Fibonacci hashing."""
+    return ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+
+
 @kernel("(u8[::1],)")
 def _repeated_hashed(keys):
     # open addressing over a power-of-two table at most half full, each slot holding a row of its key
     # (-1 free) and whether the key was seen again
-    size = 1
-    while size < 2 * len(keys):
-        size <<= 1
+    size = _half_full_size(len(keys))
     mask = np.uint64(size - 1)
     first = np.full(size, -1, dtype=np.int64)
     again = np.zeros(size, dtype=np.bool_)
     slots = np.empty(len(keys), dtype=np.int64)
     for i in range(len(keys)):
         k = keys[i]
-        slot = ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+        slot = _home_slot(k, mask)
         while first[slot] >= 0 and keys[first[slot]] != k:
             slot = (slot + np.uint64(1)) & mask
         if first[slot] < 0:
@@ -447,9 +461,7 @@ def rank_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @kernel("(u8[::1],)")
 def _rank_hashed(keys):
     # open addressing over a power-of-two table at most half full, each slot holding its key's group (-1 free)
-    size = 1
-    while size < 2 * len(keys):
-        size <<= 1
+    size = _half_full_size(len(keys))
     mask = np.uint64(size - 1)
     slot_group = np.full(size, -1, dtype=np.int64)
     group = np.empty(len(keys), dtype=np.int64)
@@ -459,7 +471,7 @@ def _rank_hashed(keys):
     groups = 0
     for i in range(len(keys)):
         k = keys[i]
-        slot = ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+        slot = _home_slot(k, mask)
         while slot_group[slot] >= 0 and keys[firsts[slot_group[slot]]] != k:
             slot = (slot + np.uint64(1)) & mask
         if slot_group[slot] < 0:
@@ -506,15 +518,12 @@ SMALL_SET = 4
 def _member_hashed(keys, values):
     # open addressing over a power-of-two table at most half full; slot 0 of
     # `used` marks free entries, so the key 0 needs no sentinel
-    size = 1
-    while size < 2 * len(values):
-        size <<= 1
+    size = _half_full_size(len(values))
     mask = np.uint64(size - 1)
     table = np.zeros(size, dtype=np.uint64)
     used = np.zeros(size, dtype=np.bool_)
     for v in values:
-        h = (v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
-        slot = h & mask
+        slot = _home_slot(v, mask)
         while used[slot] and table[slot] != v:
             slot = (slot + np.uint64(1)) & mask
         table[slot] = v
@@ -522,7 +531,7 @@ def _member_hashed(keys, values):
     out = np.zeros(len(keys), dtype=np.bool_)
     for i in range(len(keys)):
         k = keys[i]
-        slot = ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+        slot = _home_slot(k, mask)
         while used[slot]:
             if table[slot] == k:
                 out[i] = True
