@@ -51,7 +51,7 @@ def update(self, batch):
     original(self, batch)
 
 cls.update = update
-engine.read_captures = lambda paths, **kw: ingest.read_captures(paths, batch_packets={BATCH_PACKETS}, **kw)
+engine.read_captures = lambda paths, **kw: ingest.read_captures(paths, **{{**kw, "batch_packets": {BATCH_PACKETS}}})
 sys.exit(main(sys.argv[1:]))
 """
 
