@@ -251,11 +251,17 @@ class RssSaturation(Detector):
         self._keep_cells(batch, queue, bins, at, part_bins, cells)
 
     def _keep_cells(self, batch, queue, bins, at, part_bins, cells) -> None:
-        """Frames and flows of the dominant queue of bins where it already dominates within this batch."""
+        """Frames and flows of the dominant queue of bins where it already dominates within this batch, and of
+        the busiest queue of the batch's first and last bins."""
         p = self.params
         floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
         total, top, top_count = _per_bin(*cells)
-        busy = np.flatnonzero((top_count >= p["min_share_ratio"] * total) & (top_count >= floor))
+        busy = (top_count >= p["min_share_ratio"] * total) & (top_count >= floor)
+        # the first and last bins may be cut by where this batch (or partition) begins and ends: their part here
+        # is kept whatever its share, so the bin's cell is whole once the parts meet (absorb), wherever the cut
+        if len(busy):
+            busy[[0, -1]] = True
+        busy = np.flatnonzero(busy)
         if len(busy) == 0:
             return
         hot_queue = np.full(len(part_bins), -1, dtype=np.int64)
