@@ -158,14 +158,19 @@ def test_frames_are_read_at_their_offsets_not_by_reading_the_file_again(monkeypa
 
 def _records(source) -> list[tuple]:
     """(frame, ts_ns, wirelen, linktype, iface, bytes) of every record, as CaptureReader reads them."""
-    out = []
     with CaptureReader(source) as reader:
-        for raw in reader:
-            for i in range(len(raw)):
-                at = int(raw["offset"][i])
-                out.append((int(raw["frame"][i]), int(raw["ts_ns"][i]), int(raw["wirelen"][i]),
-                            int(raw["linktype"][i]), int(raw["iface"][i]),
-                            raw.data[at:at + int(raw["caplen"][i])].tobytes()))
+        return _read(reader)
+
+
+def _read(reader) -> list[tuple]:
+    """The records of an open reader as _records lists them."""
+    out = []
+    for raw in reader:
+        for i in range(len(raw)):
+            at = int(raw["offset"][i])
+            out.append((int(raw["frame"][i]), int(raw["ts_ns"][i]), int(raw["wirelen"][i]),
+                        int(raw["linktype"][i]), int(raw["iface"][i]),
+                        raw.data[at:at + int(raw["caplen"][i])].tobytes()))
     return out
 
 
@@ -177,12 +182,7 @@ def _ranges(index, parts) -> list[tuple]:
     out = []
     for part in index.byte_ranges(parts):
         with part.reader() as reader:
-            for raw in reader:
-                for i in range(len(raw)):
-                    at = int(raw["offset"][i])
-                    out.append((int(raw["frame"][i]), int(raw["ts_ns"][i]), int(raw["wirelen"][i]),
-                                int(raw["linktype"][i]), int(raw["iface"][i]),
-                                raw.data[at:at + int(raw["caplen"][i])].tobytes()))
+            out += _read(reader)
     return out
 
 
