@@ -4,19 +4,23 @@
 processes) or `--scheduler tcp://HOST:8786` (a cluster started with Dask's own `dask scheduler` and
 `dask worker`) cut the work into partitions:
 
-1. A survey task per file walks its records (no decoding: the record index walk of detector.ingest.index)
-   for their count, first and last times and, where the file is cut, the byte offsets of its partitions. A
-   large uncompressed pcap or pcapng file is cut into byte ranges at record boundaries, each carrying the
-   header that makes it readable alone (ingest.index.ByteRange: the pcap file header, or the section header
-   and interface descriptions declared before it, with their time resolution and offset); a compressed or
-   small file is one partition. How many partitions a file makes: `partitions_per_file` (the command line's
-   --partitions-per-file, or DETECTOR_PARTITIONS_PER_FILE), else `auto_partitions` from its size, all the
-   files' sizes and the cluster's workers.
-2. The files are put in the order of their first packet (a ring buffer's names need not sort by time), an
-   overlap in time is warned about, and each partition learns its first global frame number, so frame
-   numbers, evidence frames and Community IDs are those of a single-process run. Counting first, rather
-   than renumbering at the merge, keeps the detectors unaware of the cluster: every one of them holds frame
-   numbers in its state, and none would have to learn to shift them.
+1. The files are put in the order of their first packet (a ring buffer's names need not sort by time): a
+   probe reads each one's first record. Then each is surveyed, in that order: its records walked (no
+   decoding: the record index walk of detector.ingest.index) for their count, first and last times and,
+   where the file is cut, the byte offsets of its partitions. A large uncompressed pcap or pcapng file is
+   cut into byte ranges at record boundaries, each carrying the header that makes it readable alone
+   (ingest.index.ByteRange: the pcap file header, or the section header and interface descriptions declared
+   before it, with their time resolution and offset); a compressed or small file is one partition. How many
+   partitions a file makes: `partitions_per_file` (the command line's --partitions-per-file, or
+   DETECTOR_PARTITIONS_PER_FILE), else `auto_partitions` from its size, all the files' sizes and the
+   cluster's workers. The probes and surveys run on the workers, or, for an embedded cluster, whose files
+   are this machine's, here in a thread while the cluster starts and folds (Layout).
+2. Each partition learns its first global frame number from the surveys of the files before it, so frame
+   numbers, evidence frames and Community IDs are those of a single-process run; a file in one piece is
+   folded as soon as those are done, without waiting for its own survey or the later ones'. An overlap in
+   time is warned about. Counting first, rather than renumbering at the merge, keeps the detectors unaware
+   of the cluster: every one of them holds frame numbers in its state, and none would have to learn to shift
+   them.
 3. A fold task per partition decodes it and folds it into the flow table, capture statistics and every
    detector (analysis.AnalysisState). Only these states travel back, never packets.
 4. The client merges the states in capture order as they arrive (the merges `detector watch` uses for its
@@ -35,8 +39,9 @@ says so, naming the path and the worker. A worker that dies mid-run is Dask's to
 run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
 
 The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
-and loaded its compiled kernels once (FORKSERVER_PRELOAD), and each fold decodes with its machine's cores
-shared among the workers on it.
+and loaded its compiled kernels once (FORKSERVER_PRELOAD), started as the command begins and importing while
+the command loads its rules and surveys the files (Embedded: the cluster itself starts on first use); each
+fold decodes with its machine's cores shared among the workers on it.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from typing import TYPE_CHECKING
 
 from . import engine
 from .errors import DetectorError, UsageError
-from .ordering import Extent, overlap_warnings
+from .ordering import Extent, order_by_first, overlap_warnings
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -154,6 +159,23 @@ def count_records(path) -> Extent:
                 newest = int(ts.max())
                 extent.last_ns = newest if extent.last_ns is None else max(extent.last_ns, newest)
             extent.packets = reader.packets
+    except DetectorError as exc:
+        extent.error = str(exc)
+    except OSError as exc:
+        extent.error = unopenable(path, exc)
+    return extent
+
+
+def probe(path) -> Extent:
+    """The time of the first record of capture `path` (reading that record only): what puts the files in capture
+    order before any is surveyed; or the one-line error of a file that cannot be read."""
+    from .ordering import first_packet_ns
+    extent = Extent(str(path))
+    extent.error = _check_open(path)
+    if extent.error:
+        return extent
+    try:
+        extent.first_ns = first_packet_ns(path)
     except DetectorError as exc:
         extent.error = str(exc)
     except OSError as exc:
@@ -319,10 +341,10 @@ def wanted(workers: str | None, scheduler: str | None) -> tuple[int | None, str 
 
 @contextmanager
 def connect(workers: int | None, scheduler: str | None):
-    """A distributed.Client of an embedded LocalCluster of `workers` processes, or of the cluster at
-    `scheduler`; closed (and the embedded cluster stopped) on leaving."""
+    """A distributed.Client of an embedded LocalCluster of `workers` processes (an Embedded, started on first
+    use), or of the cluster at `scheduler`; closed (and the embedded cluster stopped) on leaving."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client, LocalCluster  # noqa: F401 (the extra is there: said before any work)
     except ImportError:
         flag = "--scheduler" if scheduler else "--workers"
         raise UsageError(f"{flag} needs Dask: {DASK_EXTRA}") from None
@@ -336,14 +358,48 @@ def connect(workers: int | None, scheduler: str | None):
         finally:
             client.close()
         return
-    # one thread a worker: the engine reads and decodes in threads of its own. The scheduler's HTTP server
-    # (health checks) takes any free port: on Dask's 8787, a second run at once would warn on stderr
     import dask
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
         _preload_forkserver()
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                          silence_logs=logging.ERROR) as local, Client(local) as client:
-            yield client
+        embedded = Embedded(workers)
+        try:
+            yield embedded
+        finally:
+            embedded.close()
+
+
+class Embedded:
+    """The distributed.Client of an embedded LocalCluster of `workers` processes of one thread each (the engine
+    reads and decodes in threads of its own), started on first use (any attribute of a Client).
+
+    The fork server its workers come from is started at once and imports FORKSERVER_PRELOAD while this
+    process goes on: loading the rules, putting the captures in order and surveying them (Layout: the files of
+    an embedded cluster are this machine's, surveyed here) until the first task needs the cluster. The
+    scheduler's HTTP server (health checks) takes any free port: on Dask's 8787, a second run at once would
+    warn on stderr."""
+
+    def __init__(self, workers: int):
+        from multiprocessing import forkserver
+        self.workers = workers
+        self._local = self._client = None
+        forkserver.ensure_running()
+
+    def _started(self):
+        if self._client is None:
+            from distributed import Client, LocalCluster
+            self._local = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0", silence_logs=logging.ERROR)
+            self._client = Client(self._local)
+        return self._client
+
+    def __getattr__(self, name):
+        return getattr(self._started(), name)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._local is not None:
+            self._local.close()
 
 
 # What the embedded cluster's worker processes import before they are forked (module names): a spawned
@@ -439,6 +495,11 @@ def _workers(client) -> tuple[int, dict[str, int]]:
     return max(1, sum(int(w.get("nthreads") or 1) for w in info.values())), hosts
 
 
+def _threads(client) -> int:
+    """The cluster's worker threads; an embedded cluster's without starting it (one a worker)."""
+    return client.workers if isinstance(client, Embedded) else _workers(client)[0]
+
+
 def _size(path) -> int:
     try:
         return os.path.getsize(path)
@@ -446,40 +507,104 @@ def _size(path) -> int:
         return 0        # the survey on a worker says what is wrong
 
 
-def partitions(client, paths, per_file=None) -> tuple[list[Partition], list[Extent], list[str]]:
-    """Survey `paths` on the cluster: their partitions in capture order (each file cut into `per_file`
-    partitions: partitions_per_file's value), their extents, the overlap warnings. A file that cannot be read
-    raises its one-line error."""
-    names = [os.fspath(p) for p in paths]
-    absolute = [os.path.abspath(name) for name in names]
-    per_file = partitions_per_file(per_file)
-    if per_file is None:
-        counts = auto_partitions([_size(p) for p in absolute], _workers(client)[0])
-    else:
-        counts = [per_file] * len(names)
-    futures = [client.submit(survey, path, count, pure=False) for path, count in zip(absolute, counts)]
-    return lay_out(names, list(_gather_in_order(client, futures, "surveying")))
+class Layout:
+    """The partitions of capture files `paths` (as given; one capture) in capture order, each given as soon as its
+    first global frame is known: iterate it. Each file is cut into `per_file` partitions (partitions_per_file's
+    value, None: auto_partitions).
+
+    The files are put in the order of their first packet (probe: one record each), then surveyed in that order
+    (survey): on the workers, or for an embedded cluster here in a thread of its own, while the workers fold.
+    A whole file's fold needs only the records of the files before it, so the first file is folded at once and
+    each survey runs ahead of the folds rather than before all of them. A file cut into byte ranges is given
+    once its own survey has cut it. After the iteration, `parts`, `extents` (in capture order) and `warnings`
+    (overlaps in time) are complete. A file that cannot be read raises its one-line error."""
+
+    def __init__(self, client, paths, per_file=None):
+        self.client = client
+        self.names = [os.fspath(p) for p in paths]
+        self.absolute = [os.path.abspath(name) for name in self.names]
+        per_file = partitions_per_file(per_file)
+        if per_file is None:
+            self.counts = auto_partitions([_size(p) for p in self.absolute], _threads(client))
+        else:
+            self.counts = [per_file] * len(self.names)
+        self._pool = None
+        if isinstance(client, Embedded):
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="detector-survey")
+        firsts = self._run(probe, [(path,) for path in self.absolute])
+        for name, path, extent in zip(self.names, self.absolute, (f.result() for f in firsts)):
+            if extent.error:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                raise UsageError(extent.error.replace(path, name))
+        self.order = order_by_first([f.result().first_ns for f in firsts])
+        self.parts: list[Partition] = []
+        self.extents: list[Extent] = []
+        self.warnings: list[str] = []
+
+    def _run(self, task, calls: list[tuple]) -> list:
+        """`task` over `calls`: here in one thread (embedded) or on the cluster; their futures, in order."""
+        if self._pool is not None:
+            return [self._pool.submit(task, *call) for call in calls]
+        return [self.client.submit(task, *call, pure=False) for call in calls]
+
+    def __iter__(self):
+        surveys = self._run(survey, [(self.absolute[i], self.counts[i]) for i in self.order])
+        bar = _Bar(len(surveys), "surveying")
+        try:
+            frame = 1
+            for place, (i, future) in enumerate(zip(self.order, surveys)):
+                whole = self.counts[i] <= 1         # one partition whatever the survey finds
+                if whole:
+                    yield self._add(Partition(self.absolute[i], self.names[i], len(self.parts), frame, place))
+                found = future.result()
+                found.extent.path = self.names[i]
+                if found.extent.error:
+                    raise UsageError(found.extent.error.replace(self.absolute[i], self.names[i]))
+                if not whole:
+                    yield from (self._add(part) for part in file_parts(self.absolute[i], self.names[i], found,
+                                                                       len(self.parts), frame, place))
+                frame += found.extent.packets
+                self.extents.append(found.extent)
+                bar.step(found.extent.packets)
+            self.warnings = overlap_warnings(self.extents)
+        finally:
+            bar.close()
+            for future in surveys:
+                future.cancel()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _add(self, part: Partition) -> Partition:
+        self.parts.append(part)
+        return part
+
+
+def file_parts(path: str, name: str, found: Survey, index: int, frame: int, place: int) -> list[Partition]:
+    """The partitions of file `path` (`name` as given) from its survey `found`: the file itself when it was not
+    cut (its reader of the whole file, its own warnings), else its byte ranges; numbered from `index`, its first
+    record at global frame `frame`, the file at `place` in capture order."""
+    ranges = found.ranges
+    if len(ranges) < 2:
+        return [Partition(path, name, index, frame, place)]
+    return [Partition(path, name, index + k, frame + part.first_frame - 1, place,
+                      replace(part, first_frame=frame + part.first_frame - 1)) for k, part in enumerate(ranges)]
 
 
 def lay_out(names: list[str], surveys: list[Survey]) -> tuple[list[Partition], list[Extent], list[str]]:
     """The partitions of files `names` (as given) from their `surveys`, in capture order with their global
-    first frames; their extents; the overlap warnings. A file that cannot be read raises its one-line error."""
+    first frames; their extents; the overlap warnings (Layout's, with the surveys at hand: in one process). A
+    file that cannot be read raises its one-line error."""
     absolute = [os.path.abspath(name) for name in names]
     for name, path, found in zip(names, absolute, surveys):
         found.extent.path = name
         if found.extent.error:
             raise UsageError(found.extent.error.replace(path, name))
-    order = sorted(range(len(surveys)), key=lambda i: (surveys[i].extent.first_ns is None,
-                                                       surveys[i].extent.first_ns or 0))    # stable: ties keep
+    order = order_by_first([found.extent.first_ns for found in surveys])
     parts, frame = [], 1
     for place, i in enumerate(order):
-        ranges = surveys[i].ranges
-        if len(ranges) < 2:     # uncut: the file itself (the reader of the whole file, its own warnings)
-            parts.append(Partition(absolute[i], names[i], len(parts), frame, place))
-        for part in ranges if len(ranges) >= 2 else ():
-            global_first = frame + part.first_frame - 1
-            parts.append(Partition(absolute[i], names[i], len(parts), global_first, place,
-                                   replace(part, first_frame=global_first)))
+        parts += file_parts(absolute[i], names[i], surveys[i], len(parts), frame, place)
         frame += surveys[i].extent.packets
     extents = [surveys[i].extent for i in order]
     return parts, extents, overlap_warnings(extents)
@@ -502,17 +627,20 @@ def _join(captures: list[dict], folded: Folded, last_file: int | None) -> None:
                 entry["interfaces"].append(interface)
 
 
-def fold_all(client, parts: list[Partition], kind: str, rules=None, site=None):
-    """Fold every partition on the cluster and merge the states in capture order: (state, RunResult)."""
+def fold_all(client, parts, kind: str, rules=None, site=None):
+    """Fold every partition of `parts` (in capture order: a Layout gives each as soon as it is known) on the
+    cluster and merge the states in capture order: (state, RunResult)."""
     if rules is not None:
         rules = client.scatter(rules, broadcast=True)
     if site is not None:
         site = client.scatter(site, broadcast=True)
     hosts = _workers(client)[1]
-    futures = [client.submit(fold, part, kind, rules, site, hosts, pure=False) for part in parts]
+    futures = []
     try:
+        for part in parts:
+            futures.append(client.submit(fold, part, kind, rules, site, hosts, pure=False))
         return merge_in_order(_gather_in_order(client, futures, kind))
-    except UsageError:
+    except BaseException:
         client.cancel(futures)
         raise
 
@@ -543,20 +671,20 @@ def analyze_partitions(client, paths, rules, site, per_file=None):
     """analyze, and the partitions it cut (for the evidence pass: evidence_collector):
     (analysis.Analysis, the paths in capture order, partitions)."""
     from .analysis import conclude
-    parts, _extents, warnings = partitions(client, paths, per_file)
-    state, run = fold_all(client, parts, "analyze", rules, site)
-    run.warnings.extend(warnings)
+    layout = Layout(client, paths, per_file)
+    state, run = fold_all(client, layout, "analyze", rules, site)
+    run.warnings.extend(layout.warnings)
     result = conclude(state.detectors, state.flows, state.stats, run)
-    return result, list(dict.fromkeys(p.name for p in parts)), parts
+    return result, list(dict.fromkeys(p.name for p in layout.parts)), layout.parts
 
 
 def flow_table(client, paths, per_file=None):
     """The flow table of `paths` (one capture) over the cluster, each file cut into `per_file` partitions
     (partitions_per_file): (FlowTable, RunResult, partitions)."""
-    parts, _extents, warnings = partitions(client, paths, per_file)
-    table, run = fold_all(client, parts, "flows")
-    run.warnings.extend(warnings)
-    return table, run, parts
+    layout = Layout(client, paths, per_file)
+    table, run = fold_all(client, layout, "flows")
+    run.warnings.extend(layout.warnings)
+    return table, run, layout.parts
 
 
 def each_entries(client, task, jobs: list[tuple[str, str]], rules_dir, report: bool, site_file) -> list[dict]:

@@ -42,9 +42,13 @@ def capture_order(paths) -> list:
     paths = list(paths)
     if len(paths) < 2 or not all(_is_path(p) for p in paths):
         return paths
-    firsts = [first_packet_ns(p) for p in paths]
-    order = sorted(range(len(paths)), key=lambda i: (firsts[i] is None, firsts[i] or 0, i))
-    return [paths[i] for i in order]
+    return [paths[i] for i in order_by_first([first_packet_ns(p) for p in paths])]
+
+
+def order_by_first(firsts: list[int | None]) -> list[int]:
+    """The places of files whose first packets are at `firsts` (ns, None: no packet) in capture order: by first
+    packet, files without one last, ties in the order given."""
+    return sorted(range(len(firsts)), key=lambda i: (firsts[i] is None, firsts[i] or 0, i))
 
 
 def overlap_warnings(extents: list[Extent]) -> list[str]:

@@ -242,6 +242,35 @@ def test_files_are_ordered_by_first_packet_not_name(client, tmp_path):
         assert got["stats"] == want["stats"]
 
 
+def test_an_embedded_cluster_folds_a_file_while_it_surveys_the_later_ones(tmp_path, monkeypatch):
+    # files named against time; the survey of the last one in time is held until the test lets it go: every
+    # other file's partition must be given before that (each needs only the surveys of the files before it),
+    # in time order with the frames of one pass, and laying out must not start the cluster
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 4)
+    named = [str(Path(path).rename(tmp_path / name)) for path, name in zip(paths, ["d", "c", "b", "a"])]
+    last = os.path.abspath(named[-1])
+    release, surveyed, real = threading.Event(), [], cluster.survey
+
+    def held(path, parts=1):
+        if path == last:
+            assert release.wait(30), "the last file's survey was waited for before the others were given"
+        surveyed.append(path)
+        return real(path, parts)
+
+    monkeypatch.setattr(cluster, "survey", held)
+    with cluster.connect(2, None) as embedded:
+        layout = cluster.Layout(embedded, sorted(named))
+        given = iter(layout)
+        early = [next(given) for _ in range(4)]
+        assert last not in surveyed
+        release.set()
+        assert list(given) == []
+        assert embedded._client is None
+    frames = [1 + sum(packets_of(p) for p in named[:k]) for k in range(4)]
+    assert [(part.name, part.first_frame) for part in early] == list(zip(named, frames))
+    assert layout.parts == early and [e.path for e in layout.extents] == named and layout.warnings == []
+
+
 def test_overlapping_captures_are_warned_about(client, tmp_path):
     a, b = str(CAPTURES / "scan-port-scan.pcap"), str(CAPTURES / "syn-flood-ingress-only.pcap")
     for label, client_or_none in (("one", None), ("many", client)):
