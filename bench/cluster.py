@@ -61,28 +61,41 @@ def ring(capture: Path, folder: Path, files: int) -> list[str]:
     return out
 
 
-def state_bytes(path: str) -> int:
-    """Bytes of the analysis state one fold of `path` (a whole-file partition) ships back, pickled as Dask does."""
+def shipped_and_merged(first: str, second: str, runs: int) -> tuple[int, float]:
+    """The bytes of the analysis state one fold of `second` (a whole-file partition after `first`) ships back,
+    pickled as Dask does, and the seconds the client takes to load it and merge it into the state of `first`
+    (median of `runs`; the first merge, which loads the merge kernels, left out)."""
     from detector import cluster
     from detector.rules import load_rules
-    folded = cluster.fold(cluster.Partition(path, path, 0, 1), "analyze", load_rules())
-    return len(pickle.dumps(folded, protocol=pickle.HIGHEST_PROTOCOL))
+    rules = load_rules()
+    earlier = cluster.fold(cluster.Partition(first, first, 0, 1), "analyze", rules)
+    later = cluster.fold(cluster.Partition(second, second, 1, 1 + earlier.packets, 1), "analyze", rules)
+    kept, shipped = (pickle.dumps(f, protocol=pickle.HIGHEST_PROTOCOL) for f in (earlier, later))
+    times = []
+    for _ in range(runs + 1):
+        state = pickle.loads(kept).state
+        began = time.perf_counter()
+        state.merge(pickle.loads(shipped).state)
+        times.append(time.perf_counter() - began)
+    return len(shipped), statistics.median(times[1:])
 
 
-def estimate(per_core_pps: float, bytes_per_packet: float, state_per_mpkt: float) -> list[str]:
+def estimate(per_core_pps: float, bytes_per_packet: float, state_per_mpkt: float, merge_pps: float) -> list[str]:
     """A paper estimate (module docstring): cores at the measured rate of one worker, capped by each machine
-    reading its captures over its link and by the client's link receiving the states."""
+    reading its captures over its link, by the client's link receiving the states and by the client merging
+    them one after the other (the merge is a fold in capture order, on one core)."""
     lines = []
     for machines in MACHINES:
         compute = machines * CORES * per_core_pps
         read = machines * LINK_BITS_S / 8 / bytes_per_packet
         ship = LINK_BITS_S / 8 / (state_per_mpkt / 1e6)
-        rate = min(compute, read, ship)
+        rate = min(compute, read, ship, merge_pps)
         bound = {compute: "cores", read: "reading the captures over each machine's link",
-                 ship: "the client's link receiving states"}[rate]
+                 ship: "the client's link receiving states", merge_pps: "the client merging the states"}[rate]
         lines.append(f"  {machines:>3} machines x {CORES} cores: ~{rate / 1e6:,.0f} M packets/s "
                      f"(~{rate * bytes_per_packet * 8 / 1e9:,.0f} Gbit/s of capture), bound by {bound}; "
-                     f"cores alone {compute / 1e6:,.0f} M/s, links {read / 1e6:,.0f} M/s, states {ship / 1e6:,.0f} M/s")
+                     f"cores alone {compute / 1e6:,.0f} M/s, links {read / 1e6:,.0f} M/s, states {ship / 1e6:,.0f} "
+                     f"M/s, merges {merge_pps / 1e6:,.0f} M/s")
     return lines
 
 
@@ -131,12 +144,14 @@ def main(argv=None) -> int:
             two = timed([*command, "-o", str(scratch / "each-2"), "--workers", "2"], args.runs)
             print(f"analyze --each over {args.each} captures of {EACH_PACKETS:,} packets: in sequence {alone:.2f} s, "
                   f"--workers 2 {two:.2f} s: x{alone / two:.2f} (target >= 1.8)")
-        shipped = state_bytes(files[0])
+        shipped, merge_s = shipped_and_merged(files[0], files[1], args.runs)
         per_mpkt = shipped / manifest["packets"] * 1e6
         print(f"state shipped per partition (one file of {manifest['packets']:,} packets): {shipped:,} bytes, "
-              f"{per_mpkt:,.0f} bytes per million packets")
+              f"{per_mpkt:,.0f} bytes per million packets; loaded and merged by the client in {merge_s:.3f} s "
+              f"({manifest['packets'] / merge_s / 1e6:,.1f} M packets/s)")
         print("paper estimate (not measured): one worker's rate on every core")
-        for line in estimate(packets / w1, manifest["bytes"] / manifest["packets"], per_mpkt):
+        for line in estimate(packets / w1, manifest["bytes"] / manifest["packets"], per_mpkt,
+                             manifest["packets"] / merge_s):
             print(line)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
