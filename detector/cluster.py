@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 from . import engine
 from .errors import DetectorError, UsageError
+from .ingest.reader import TIME_OVERFLOW
 from .ordering import Extent, order_by_first, overlap_warnings
 from .progress import Progress
 
@@ -610,6 +611,17 @@ def lay_out(names: list[str], surveys: list[Survey]) -> tuple[list[Partition], l
     return parts, extents, overlap_warnings(extents)
 
 
+# What a reader says once per file whatever it meets again: a later byte range of a file that said it already
+# does not say it again (the warning of its first occurrence is the one of one pass).
+ONCE_PER_FILE = (TIME_OVERFLOW,)
+
+
+def _not_said_again(warnings: list[str], said: list[str]) -> list[str]:
+    """`warnings` of a later byte range of a file without those ONCE_PER_FILE ones the file has `said`."""
+    once = [reason for reason in ONCE_PER_FILE if any(w.endswith(f": {reason}") for w in said)]
+    return [w for w in warnings if not any(w.endswith(f": {reason}") for reason in once)]
+
+
 def _join(captures: list[dict], folded: Folded, last_file: int | None) -> None:
     """Add a partition's capture entry to `captures`: a new file's as it is, a later range of the file before
     it joined into that file's entry (packets, warnings, interface statistics; interfaces by file-wide
@@ -620,7 +632,7 @@ def _join(captures: list[dict], folded: Folded, last_file: int | None) -> None:
     entry = captures[-1]
     for more in folded.captures:
         entry["packets"] = int(entry.get("packets") or 0) + int(more.get("packets") or 0)
-        entry["warnings"] = entry["warnings"] + more["warnings"]
+        entry["warnings"] = entry["warnings"] + _not_said_again(more["warnings"], entry["warnings"])
         entry["interface_stats"] = entry["interface_stats"] + more["interface_stats"]
         for number, interface in enumerate(more["interfaces"], start=folded.interface_base):
             if number >= len(entry["interfaces"]):
@@ -653,9 +665,12 @@ def merge_in_order(folds) -> tuple[object, engine.RunResult]:
     for folded in folds:
         if folded.error:
             raise UsageError(folded.error)
+        warnings = folded.warnings
+        if folded.file == last_file and run.captures:      # a later range of the file before
+            warnings = _not_said_again(warnings, run.captures[-1]["warnings"])
         _join(run.captures, folded, last_file)
         last_file = folded.file
-        run.warnings.extend(folded.warnings)
+        run.warnings.extend(warnings)
         merged = folded.state if merged is None else merged.merge(folded.state)
     return merged, run
 

@@ -378,6 +378,21 @@ def test_damage_in_a_cut_file_warns_as_one_pass(client, tmp_path):
     assert many.warnings == one.warnings and many.captures == one.captures
 
 
+def test_a_warning_said_once_per_file_is_said_once_across_its_byte_ranges(tmp_path):
+    # two packet times past 2262 far apart in a pcapng file: one pass warns at the first only (once per file);
+    # cut into 3 byte ranges, the later range that meets the second says nothing either
+    from tests.test_ingest import epb, idb, shb
+    blocks = [epb(0, (1 << 64) - 1 if i in (5, 290) else 10**15 + i, bytes(range(60))) for i in range(300)]
+    path = tmp_path / "times.pcapng"
+    path.write_bytes(shb() + idb(1, tsresol=9) + b"".join(blocks))
+    rules = load_rules()
+    one = analyze_in_process([str(path)], rules)
+    many = merged_in_process([str(path)], rules, None, 3)
+    assert len(one.warnings) == 1 and "1677-2262" in one.warnings[0]
+    assert len(cluster.survey(str(path), 3).ranges) == 3
+    assert many.warnings == one.warnings and many.captures == one.captures
+
+
 def test_a_worker_that_cannot_open_a_capture_says_so(client, tmp_path):
     missing = str(tmp_path / "gone.pcap")
     extent = client.submit(cluster.count_records, missing, pure=False).result()

@@ -73,6 +73,10 @@ MAP_WINDOW_BYTES = CHUNK_BYTES
 MAP_KEEP_BATCHES = 6
 MAP_KEEP_BEHIND_BYTES = 96 << 20
 MAP_RELEASE_STEP_BYTES = 32 << 20
+# The warning said once per file for every packet time int64 nanoseconds cannot hold (_warn_time_overflow); a file
+# read in byte ranges (detector.cluster) says it once too.
+TIME_OVERFLOW = ("packet time outside the years 1677-2262 that 64-bit nanoseconds hold; this and any other such "
+                 "packet keep their place with the time saturated at the nearest end")
 # The smallest record either format can hold (pcap record header; pcapng SPB),
 # which bounds how many records a chunk's bytes can yield.
 MIN_RECORD = 16
@@ -607,10 +611,7 @@ class CaptureReader:
         if self._time_overflow_warned:
             return
         self._time_overflow_warned = True
-        self.warnings.append(str(CaptureError(
-            self.path, "packet time outside the years 1677-2262 that 64-bit nanoseconds hold; "
-            "this and any other such packet keep their place with the time saturated at the nearest end",
-            self._offset(pos))))
+        self.warnings.append(str(CaptureError(self.path, TIME_OVERFLOW, self._offset(pos))))
 
     def _release_behind(self, start: int) -> None:
         """Mapped files, after walking a batch that begins at `start`: drop the pages before the last
