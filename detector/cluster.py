@@ -344,8 +344,14 @@ def wanted(workers: str | None, scheduler: str | None) -> tuple[int | None, str 
 def connect(workers: int | None, scheduler: str | None):
     """A distributed.Client of an embedded LocalCluster of `workers` processes (an Embedded, started on first
     use), or of the cluster at `scheduler`; closed (and the embedded cluster stopped) on leaving."""
+    from importlib.util import find_spec
+    if find_spec("distributed") is None:
+        flag = "--scheduler" if scheduler else "--workers"
+        raise UsageError(f"{flag} needs Dask: {DASK_EXTRA}")
+    if scheduler is None:
+        _start_forkserver()         # first: it imports while this process imports Dask and the rest
     try:
-        from distributed import Client, LocalCluster  # noqa: F401 (the extra is there: said before any work)
+        from distributed import Client
     except ImportError:
         flag = "--scheduler" if scheduler else "--workers"
         raise UsageError(f"{flag} needs Dask: {DASK_EXTRA}") from None
@@ -380,10 +386,9 @@ class Embedded:
     warn on stderr."""
 
     def __init__(self, workers: int):
-        from multiprocessing import forkserver
         self.workers = workers
         self._local = self._client = None
-        forkserver.ensure_running()
+        _start_forkserver()
 
     def _started(self):
         if self._client is None:
@@ -411,9 +416,20 @@ FORKSERVER_PRELOAD = ("distributed", "numpy", "pandas", "numba", "detector.clust
                       "detector.flows", "detector.detectors", "detector.cluster_preload")
 
 
+def _start_forkserver() -> None:
+    """Start the fork server the embedded cluster's workers come from, importing FORKSERVER_PRELOAD (nothing if
+    it runs already). Before Dask is imported here: Dask's own choice of what a fork server preloads
+    (_preload_forkserver) imports every package it knows of in this process first, about a second."""
+    import multiprocessing
+    from multiprocessing import forkserver
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    forkserver.ensure_running()
+
+
 def _preload_forkserver() -> None:
     """Start the embedded cluster's workers from a fork server that has imported FORKSERVER_PRELOAD once
-    (multiprocessing's forkserver: a clean single-threaded process, so forking it is safe)."""
+    (multiprocessing's forkserver: a clean single-threaded process, so forking it is safe): Dask's context with
+    our list, which a fork server started again (one that died) imports too."""
     from distributed.utils import get_mp_context
     get_mp_context().set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
