@@ -533,8 +533,9 @@ class Layout:
     (survey): on the workers, or for an embedded cluster here in a thread of its own, while the workers fold.
     A whole file's fold needs only the records of the files before it, so the first file is folded at once and
     each survey runs ahead of the folds rather than before all of them. A file cut into byte ranges is given
-    once its own survey has cut it. After the iteration, `parts`, `extents` (in capture order) and `warnings`
-    (overlaps in time) are complete. A file that cannot be read raises its one-line error."""
+    once its own survey has cut it. The surveys begin as it is made (an embedded cluster's while the cluster
+    starts); close() cancels those not begun. After the iteration, `parts`, `extents` (in capture order) and
+    `warnings` (overlaps in time) are complete. A file that cannot be read raises its one-line error."""
 
     def __init__(self, client, paths, per_file=None):
         self.client = client
@@ -550,12 +551,14 @@ class Layout:
             from concurrent.futures import ThreadPoolExecutor
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="detector-survey")
         firsts = self._run(probe, [(path,) for path in self.absolute])
+        self._surveys: list = []
         for name, path, extent in zip(self.names, self.absolute, (f.result() for f in firsts)):
             if extent.error:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False, cancel_futures=True)
+                self.close()
                 raise UsageError(extent.error.replace(path, name))
         self.order = order_by_first([f.result().first_ns for f in firsts])
+        # surveyed from now on: on an embedded cluster while it starts
+        self._surveys = self._run(survey, [(self.absolute[i], self.counts[i]) for i in self.order])
         self.parts: list[Partition] = []
         self.extents: list[Extent] = []
         self.warnings: list[str] = []
@@ -567,7 +570,7 @@ class Layout:
         return [self.client.submit(task, *call, pure=False) for call in calls]
 
     def __iter__(self):
-        surveys = self._run(survey, [(self.absolute[i], self.counts[i]) for i in self.order])
+        surveys = self._surveys
         bar = _Bar(len(surveys), "surveying")
         try:
             frame = 1
@@ -588,10 +591,14 @@ class Layout:
             self.warnings = overlap_warnings(self.extents)
         finally:
             bar.close()
-            for future in surveys:
-                future.cancel()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+            self.close()
+
+    def close(self) -> None:
+        """Cancel the surveys not begun (a run that stops early: no survey keeps the process from exiting)."""
+        for future in self._surveys:
+            future.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _add(self, part: Partition) -> Partition:
         self.parts.append(part)
@@ -703,7 +710,10 @@ def analyze_partitions(client, paths, rules, site, per_file=None):
     (analysis.Analysis, the paths in capture order, partitions)."""
     from .analysis import conclude
     layout = Layout(client, paths, per_file)
-    state, run = fold_all(client, layout, "analyze", rules, site)
+    try:
+        state, run = fold_all(client, layout, "analyze", rules, site)
+    finally:
+        layout.close()
     run.warnings.extend(layout.warnings)
     result = conclude(state.detectors, state.flows, state.stats, run)
     return result, list(dict.fromkeys(p.name for p in layout.parts)), layout.parts
@@ -713,7 +723,10 @@ def flow_table(client, paths, per_file=None):
     """The flow table of `paths` (one capture) over the cluster, each file cut into `per_file` partitions
     (partitions_per_file): (FlowTable, RunResult, partitions)."""
     layout = Layout(client, paths, per_file)
-    table, run = fold_all(client, layout, "flows")
+    try:
+        table, run = fold_all(client, layout, "flows")
+    finally:
+        layout.close()
     run.warnings.extend(layout.warnings)
     return table, run, layout.parts
 

@@ -271,6 +271,26 @@ def test_an_embedded_cluster_folds_a_file_while_it_surveys_the_later_ones(tmp_pa
     assert layout.parts == early and [e.path for e in layout.extents] == named and layout.warnings == []
 
 
+def test_a_layout_closed_early_leaves_no_survey_behind(tmp_path, monkeypatch):
+    # a run that stops before folding (an error, Ctrl-C): the surveys not yet begun are cancelled, so none keeps
+    # the process from exiting
+    paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 4)
+    release, surveyed, real = threading.Event(), [], cluster.survey
+
+    def held(path, parts=1):
+        assert release.wait(30)
+        surveyed.append(path)
+        return real(path, parts)
+
+    monkeypatch.setattr(cluster, "survey", held)
+    with cluster.connect(2, None) as embedded:
+        layout = cluster.Layout(embedded, paths)
+        layout.close()
+        release.set()
+        layout._pool.shutdown(wait=True)
+    assert len(surveyed) <= 1
+
+
 def test_overlapping_captures_are_warned_about(client, tmp_path):
     a, b = str(CAPTURES / "scan-port-scan.pcap"), str(CAPTURES / "syn-flood-ingress-only.pcap")
     for label, client_or_none in (("one", None), ("many", client)):
