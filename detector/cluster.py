@@ -411,9 +411,11 @@ class Embedded:
 # What the embedded cluster's worker processes import before they are forked (module names): a spawned
 # worker would import them itself, each on its own, and load the compiled kernels on its first partition
 # (cluster_preload loads them in the fork server). Two workers on this machine under load, 2026-11-27:
-# from cluster start to a first partition folded on each, 8-10 s spawned, 3.8-5.3 s forked from here.
-FORKSERVER_PRELOAD = ("distributed", "numpy", "pandas", "numba", "detector.cluster", "detector.analysis",
-                      "detector.flows", "detector.detectors", "detector.cluster_preload")
+# from cluster start to a first partition folded on each, 8-10 s spawned, 3.8-5.3 s forked from here. Not
+# pandas: a fold, and an --each analysis without a report, never import it (tests/test_cluster.py), and the fork
+# server's imports are all in front of the first worker.
+FORKSERVER_PRELOAD = ("distributed", "numpy", "numba", "detector.cluster", "detector.analysis", "detector.flows",
+                      "detector.detectors", "detector.cluster_preload")
 
 
 def _start_forkserver() -> None:

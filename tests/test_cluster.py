@@ -535,6 +535,22 @@ def test_a_pickled_flow_table_ships_its_rows_only_and_reads_on(tmp_path):
     pd.testing.assert_frame_equal(kept.to_frame(), arrived.to_frame())
 
 
+def test_a_fold_and_an_each_analysis_import_no_pandas(tmp_path):
+    # the embedded cluster's fork server leaves pandas out of what it imports before forking the workers
+    # (cluster.FORKSERVER_PRELOAD): a worker's fold, and an --each analysis without a report, never need it
+    capture = str(CAPTURES / "routing-loop-ipv6-vlan.pcap")
+    probe = ("import sys\nfrom detector import cluster\nfrom detector.commands import analyze_one\n"
+             "from detector.rules import load_rules\n"
+             f"cluster.fold(cluster.Partition({capture!r}, 'x', 0, 1), 'analyze', load_rules())\n"
+             f"entry = analyze_one({capture!r}, {str(tmp_path / 'one')!r}, report=False)\n"
+             "assert entry['findings'] and entry['error'] is None, entry\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib')))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    assert "pandas" not in cluster.FORKSERVER_PRELOAD
+
+
 def test_without_dask_the_flag_names_the_extra(tmp_path):
     probe = ("import sys\nsys.modules['distributed'] = None\nfrom detector.cli import main\n"
              f"sys.exit(main(['analyze', {str(CAPTURES / 'scan-port-scan.pcap')!r}, '-o', {str(tmp_path / 'o')!r},"
