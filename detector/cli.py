@@ -127,6 +127,22 @@ def _client(args, paths):
         yield client
 
 
+def _start_embedded(args) -> None:
+    """Start the fork server of the embedded cluster the command line asks for (--workers auto or N >= 1, no
+    --scheduler, Dask installed; else cluster.wanted says what is wrong later), before anything heavy is
+    imported: its own imports, in front of the first worker, then run beside this process's (detector.forkserver).
+    On a first run, with no compiled kernels yet, it compiles them too, as _prepare_kernels does."""
+    from importlib.util import find_spec
+    workers = args.workers
+    if workers is None or args.scheduler is not None:
+        return
+    if workers != "auto" and not (workers.isdigit() and int(workers) >= 1):
+        return
+    if find_spec("distributed") is not None:
+        from .forkserver import start
+        start()
+
+
 # A capture named `-` is read from standard input.
 STDIN = "-"
 
@@ -202,6 +218,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_flows(args) -> int:
+    _start_embedded(args)
     from .commands import is_dataset, write_flows
     captures = _inputs(args.captures)
     out = Path(args.output)
@@ -219,6 +236,7 @@ def cmd_flows(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    _start_embedded(args)
     from .commands import analyze
     from .findings import SEVERITY_RANK
     if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:

@@ -39,7 +39,7 @@ says so, naming the path and the worker. A worker that dies mid-run is Dask's to
 run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
 
 The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
-and loaded its compiled kernels once (FORKSERVER_PRELOAD), started as the command begins and importing while
+and loaded its compiled kernels once (detector.forkserver), started as the command begins and importing while
 the command loads its rules and surveys the files (Embedded: the cluster itself starts on first use); each
 fold decodes with its machine's cores shared among the workers on it.
 """
@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING
 
 from . import engine
 from .errors import DetectorError, UsageError
+from .forkserver import FORKSERVER_PRELOAD
+from .forkserver import start as _start_forkserver
 from .ingest.reader import TIME_OVERFLOW
 from .ordering import Extent, order_by_first, overlap_warnings
 from .progress import Progress
@@ -406,26 +408,6 @@ class Embedded:
             self._client.close()
         if self._local is not None:
             self._local.close()
-
-
-# What the embedded cluster's worker processes import before they are forked (module names): a spawned
-# worker would import them itself, each on its own, and load the compiled kernels on its first partition
-# (cluster_preload loads them in the fork server). Two workers on this machine under load, 2026-11-27:
-# from cluster start to a first partition folded on each, 8-10 s spawned, 3.8-5.3 s forked from here. Not
-# pandas: a fold, and an --each analysis without a report, never import it (tests/test_cluster.py), and the fork
-# server's imports are all in front of the first worker.
-FORKSERVER_PRELOAD = ("distributed", "numpy", "numba", "detector.cluster", "detector.analysis", "detector.flows",
-                      "detector.detectors", "detector.cluster_preload")
-
-
-def _start_forkserver() -> None:
-    """Start the fork server the embedded cluster's workers come from, importing FORKSERVER_PRELOAD (nothing if
-    it runs already). Before Dask is imported here: Dask's own choice of what a fork server preloads
-    (_preload_forkserver) imports every package it knows of in this process first, about a second."""
-    import multiprocessing
-    from multiprocessing import forkserver
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    forkserver.ensure_running()
 
 
 def _preload_forkserver() -> None:

@@ -551,6 +551,19 @@ def test_a_fold_and_an_each_analysis_import_no_pandas(tmp_path):
     assert "pandas" not in cluster.FORKSERVER_PRELOAD
 
 
+def test_the_command_line_starts_the_fork_server_before_importing_the_engine(tmp_path):
+    # its imports are in front of the first worker: they run beside the command's own only if it starts first
+    capture = str(CAPTURES / "routing-loop-ipv6-vlan.pcap")
+    probe = ("import sys\nfrom multiprocessing import forkserver\nseen = []\nreal = forkserver.ensure_running\n"
+             "def noted():\n    seen.append('detector.engine' in sys.modules)\n    real()\n"
+             "forkserver.ensure_running = noted\nfrom detector.cli import main\n"
+             f"code = main(['analyze', '--no-report', {capture!r}, '-o', {str(tmp_path / 'o')!r}, '--workers', '1'])\n"
+             "print(code, seen[0])")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["0", "False"]
+
+
 def test_without_dask_the_flag_names_the_extra(tmp_path):
     probe = ("import sys\nsys.modules['distributed'] = None\nfrom detector.cli import main\n"
              f"sys.exit(main(['analyze', {str(CAPTURES / 'scan-port-scan.pcap')!r}, '-o', {str(tmp_path / 'o')!r},"
