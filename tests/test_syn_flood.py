@@ -17,7 +17,7 @@ from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from tests._cuts import cut as cut_at
-from tests._cuts import one_and_merged
+from tests._cuts import findings, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 RULE = "syn-flood"
@@ -181,10 +181,10 @@ def test_cuts_inside_the_flood_merge_to_the_top_sources_of_one_pass(tmp_path, tr
     # the flood's 40 sources each in every part, the parts cut inside its flooding seconds: every part counts
     # all of them, so the merged counts are exact (as one pass's, and tshark's) and bound by no error
     path = CAPTURES / "syn-flood-ingress-only.pcap"
-    paths = cut_at(path, tmp_path, [400, 401, 900, 1_333])
-    one, many = one_and_merged(paths, RULE, tree=tree)
-    assert many == one and len(one) == 1
-    top = one[0]["evidence"]["top_sources"]
+    whole = findings(analyze([str(path)], load_rules()), RULE)
+    one, many = one_and_merged(cut_at(path, tmp_path, [400, 401, 900, 1_333]), RULE, tree=tree)
+    assert len(whole) == 1 and one == whole and many == whole
+    top = whole[0]["evidence"]["top_sources"]
     assert len(top) == sf.TOP_SOURCES and {s["syn_error"] for s in top} == {0}
 
 
