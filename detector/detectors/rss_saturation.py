@@ -59,6 +59,7 @@ from .base import (
     ip_text,
     keep_ends,
     mix64,
+    rank_by_key,
     register,
 )
 from .echo_loop import EchoLoop
@@ -165,7 +166,9 @@ def _queue_ends(queues: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.
     """Each queue's first and last FRAMES_PER_BIN // 2 frames (queues, frames)."""
     if len(frames) == 0:
         return queues, frames
-    order = np.lexsort((frames, queues))
+    # a part's frames come in order; a stable sort by queue (16 bits: a radix sort) keeps them so
+    order = np.lexsort((frames, queues)) if np.any(np.diff(frames) < 0) else \
+        np.argsort(queues.astype(np.uint16), kind="stable")
     queues, frames = queues[order], frames[order]
     starts = np.flatnonzero(np.concatenate(([True], queues[1:] != queues[:-1])))
     sizes = np.diff(np.append(starts, len(queues)))
@@ -176,16 +179,13 @@ def _queue_ends(queues: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _open_flows(flows: np.ndarray, queues: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """One row per (queue, flow key) with packets summed, the OPEN_FLOWS_MAX largest; and per queue whether any
-    of its flows were dropped (None when none was)."""
+    """One row per flow key (a key hashes to one queue) with packets summed, the OPEN_FLOWS_MAX largest; and per
+    queue whether any of its flows were dropped (None when none was)."""
     if len(flows) == 0:
         return flows, None
-    order = np.lexsort((flows["key"], flows["queue"]))
-    flows = flows[order]
-    starts = np.flatnonzero(np.concatenate(([True], (flows["key"][1:] != flows["key"][:-1])
-                                            | (flows["queue"][1:] != flows["queue"][:-1]))))
-    out = flows[starts].copy()
-    out["packets"] = np.add.reduceat(flows["packets"], starts)
+    group, _rank, firsts = rank_by_key(flows["key"])
+    out = flows[firsts]
+    out["packets"] = np.bincount(group, weights=flows["packets"], minlength=len(firsts))
     if len(out) <= OPEN_FLOWS_MAX:
         return out, None
     order = np.argsort(-out["packets"], kind="stable")
@@ -388,15 +388,26 @@ class RssSaturation(Detector):
         part = _OpenBin(packets=np.bincount(on, minlength=queues).astype(np.int64),
                         tunnelled=np.bincount(on, weights=tunnel[mine] != 0, minlength=queues).astype(np.int64))
         part.frame_queues, part.frames = _queue_ends(on, frames[span].astype(np.int64))
-        flows = np.zeros(len(mine), dtype=OPEN_FLOW_DTYPE)
-        flows["key"], flows["packets"], flows["tunnel"], flows["queue"] = flow_key[mine], 1, tunnel[mine], on
+        # one row per flow (any of its packets: they share the header its key hashes), built after grouping: far
+        # fewer than the packets of a flood
+        group, _rank, at_first = rank_by_key(flow_key[mine])
+        counts = np.bincount(group, minlength=len(at_first))
+        first = mine[at_first]
+        flows = np.zeros(len(first), dtype=OPEN_FLOW_DTYPE)
+        flows["key"], flows["packets"], flows["tunnel"] = flow_key[first], counts, tunnel[first]
+        flows["queue"] = on[at_first]
         for name, column in hashed.items():
-            flows[name] = column[mine]
+            flows[name] = column[first]
         part.flows, part.lost = _open_flows(flows, queues)
-        if bin_ in self.open:
-            self.open[bin_].join(part)
-        else:
-            self.open[bin_] = part
+        self._open_bin(bin_).join(part)
+
+    def _open_bin(self, bin_: int) -> _OpenBin:
+        """The open bin `bin_`, a new empty one if none (never another state's: merge leaves `other` as it was)."""
+        if bin_ not in self.open:
+            queues = self.params["queues"]
+            self.open[bin_] = _OpenBin(packets=np.zeros(queues, dtype=np.int64),
+                                       tunnelled=np.zeros(queues, dtype=np.int64))
+        return self.open[bin_]
 
     def _close_inner(self, first: int, last: int) -> None:
         """Widen the edges to [first, last] and judge the open bins no longer at an edge, which nothing later
@@ -414,10 +425,7 @@ class RssSaturation(Detector):
         for cell, theirs in other.cells.items():
             self.cells.setdefault(cell, _Cell()).absorb(theirs)
         for bin_, theirs in other.open.items():
-            if bin_ in self.open:
-                self.open[bin_].join(theirs)
-            else:
-                self.open[bin_] = theirs
+            self._open_bin(bin_).join(theirs)
         if other.edges is not None:
             self._close_inner(*other.edges)
         return self
