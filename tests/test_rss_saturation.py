@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detector import engine
+from detector import analysis, engine, ingest
 from detector.commands import analyze
-from detector.detectors import REGISTRY
+from detector.detectors import REGISTRY, rss_saturation
 from detector.errors import RuleError
 from detector.rss import MICROSOFT_KEY, toeplitz_hash
 from detector.rules import load_rules
+from tests._cuts import cut, findings, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 RULE = "rss-saturation"
@@ -326,3 +327,42 @@ def test_microsecond_bins_over_a_thousand_queues_keep_only_the_cells_that_receiv
     assert len(cell_bins) <= 11_500 and cell_counts.sum() == 11_500 and cell_queues.max() < 1024
     hist_bins, counts = detector.histogram()
     assert np.array_equal(hist_bins, bins) and counts.sum() == 11_500
+
+
+# ---- a bin cut by a partition or a batch ---------------------------------------------------------------------
+# the flooding 100 ms bin is frames 1,438-9,941 of FLOOD and 828-8,650 of VXLAN (300 flows on its queue)
+@pytest.mark.parametrize(("capture", "starts"), [
+    (FLOOD, [1_438]),                        # the cut just before the bin's first packet
+    (FLOOD, [1_439, 5_000, 9_941]),          # after its first, inside it (a part within the bin), before its last
+    (VXLAN, [829, 4_000, 4_001, 8_650]),     # a part of one packet
+])
+@pytest.mark.parametrize("tree", [False, True], ids=["in-order", "tree"])
+def test_a_bin_cut_by_partitions_merges_to_the_finding_of_one_pass(tmp_path, capture, starts, tree):
+    # one pass over the parts (its batches end where each file does) and the parts merged: the whole file's finding
+    whole = findings(analysis.analyze([str(capture)], load_rules()), RULE)
+    one, many = one_and_merged(cut(capture, tmp_path, starts), RULE, tree=tree)
+    assert len(whole) == 1 and one == whole and many == whole
+
+
+@pytest.mark.parametrize("capture", [FLOOD, VXLAN])
+def test_one_pass_does_not_depend_on_where_batches_begin(monkeypatch, capture):
+    rules = load_rules()
+    whole = findings(analysis.analyze([str(capture)], rules), RULE)
+    assert whole
+    for size in (700, 3_001):
+        monkeypatch.setattr(engine, "read_captures", lambda paths, size=size, **kw: ingest.read_captures(
+            paths, **{**kw, "batch_packets": size}))
+        assert findings(analysis.analyze([str(capture)], rules), RULE) == whole
+
+
+def test_a_cut_bin_with_more_flows_than_are_kept_names_lower_bounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(rss_saturation, "OPEN_FLOWS_MAX", 2)
+    [whole] = findings(analysis.analyze([str(VXLAN)], load_rules()), RULE)
+    _, [many] = one_and_merged(cut(VXLAN, tmp_path, [4_000]), RULE)
+    # each part of the cut bin keeps its 2 largest flows (of 300 on the queue): the others count less than in the
+    # whole file's pass, whose bin is whole; said to be lower bounds
+    assert whole["evidence"]["flow_counts_exact"] is many["evidence"]["flow_counts_exact"] is False
+    counts = {f["src_port"]: f["packets_in_window"] for f in whole["evidence"]["flows"]}
+    assert all(f["packets_in_window"] <= counts.get(f["src_port"], 47) for f in many["evidence"]["flows"])
+    assert many["evidence"]["flows"] != whole["evidence"]["flows"]
+    assert many["evidence"]["queue_packets"] == whole["evidence"]["queue_packets"]

@@ -2,6 +2,7 @@
 state: merged partitions, the early exit, the source sketch, the capture-loss seam."""
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ from detector.detectors.sketch import hll_cells, hll_estimate, hll_merge, top_co
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
+from tests._cuts import cut as cut_at
+from tests._cuts import findings, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 RULE = "syn-flood"
@@ -140,12 +143,9 @@ def _slice(batch, start, stop):
 
 
 def _comparable(findings):
-    out = []
-    for f in findings:
-        item = f.to_json()
-        item["evidence"].pop("top_sources")      # space-saving: merged summaries bound, not equal, their counts
-        out.append(item)
-    return out
+    # the top sources too: a victim's sources up to SOURCES_COUNTED are counted exactly whatever the cut, and the
+    # spoofed flood's 9,000 (one SYN each) name none either way
+    return [f.to_json() for f in findings]
 
 
 @pytest.mark.parametrize("name", ["syn-flood-spoofed.pcap", "syn-flood-ingress-only.pcap"])
@@ -174,6 +174,18 @@ def test_two_halves_merged_give_one_pass(name):
     for start in range(0, len(batch), 700):
         stream.update(_slice(batch, start, start + 700))
     assert _comparable(stream.findings(ctx)) == one
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["in-order", "tree"])
+def test_cuts_inside_the_flood_merge_to_the_top_sources_of_one_pass(tmp_path, tree):
+    # the flood's 40 sources each in every part, the parts cut inside its flooding seconds: every part counts
+    # all of them, so the merged counts are exact (as one pass's, and tshark's) and bound by no error
+    path = CAPTURES / "syn-flood-ingress-only.pcap"
+    whole = findings(analyze([str(path)], load_rules()), RULE)
+    one, many = one_and_merged(cut_at(path, tmp_path, [400, 401, 900, 1_333]), RULE, tree=tree)
+    assert len(whole) == 1 and one == whole and many == whole
+    top = whole[0]["evidence"]["top_sources"]
+    assert len(top) == sf.TOP_SOURCES and {s["syn_error"] for s in top} == {0}
 
 
 def test_without_a_flow_table_the_syn_packets_are_the_attempts():
@@ -284,6 +296,78 @@ def test_space_saving_keeps_the_heavy_hitter_with_bounded_error():
     true = {int(v): int(c) for v, c in zip(*np.unique(items, return_counts=True))}
     for item, count, error in zip(summary["item"], summary["count"], summary["error"]):
         assert count - error <= true[int(item)] <= count
+
+
+def _summary(groups, items, k, cuts, tree=False):
+    """top_counts of the stream cut at `cuts`, merged one after the other or (`tree`) neighbours in pairs."""
+    bounds = [0, *cuts, len(items)]
+    parts = [top_counts(groups[a:b], items[a:b], k) for a, b in pairwise(bounds)]
+    while len(parts) > 1:
+        parts = ([top_merge(parts[i:i + 2], k) for i in range(0, len(parts), 2)] if tree
+                 else [top_merge(parts[:2], k), *parts[2:]])
+    return parts[0]
+
+
+def _check_bounds(summary, groups, items):
+    """count - error <= true <= count for every item kept; an item not kept sent at most its group's floor."""
+    pairs, true = np.unique(np.stack([groups, items]), axis=1, return_counts=True)
+    true = {(int(g), int(i)): int(c) for (g, i), c in zip(pairs.T, true)}
+    kept = {(int(g), int(i)): (int(c), int(e)) for g, i, c, e in
+            zip(summary["group"], summary["item"], summary["count"], summary["error"])}
+    floors = {int(g): int(f) for g, f in zip(summary["group"], summary["floor"])}
+    for pair, n in true.items():
+        if pair in kept:
+            count, error = kept[pair]
+            assert count - error <= n <= count, (pair, n, count, error)
+        else:
+            assert n <= floors.get(pair[0], 0), (pair, n, floors.get(pair[0]))
+    return true, kept
+
+
+def test_top_k_summaries_that_dropped_nothing_merge_to_the_exact_counts():
+    rng = np.random.default_rng(9)
+    k = 8
+    # three groups of at most k items each (the first exactly k, so its summaries are full): whatever the cuts,
+    # sequential or tree, the merge is the one summary of the whole stream, exact
+    groups = rng.integers(0, 3, 600).astype(np.uint64)
+    items = np.where(groups == 0, rng.integers(0, k, 600), rng.integers(100, 100 + k - 3, 600)).astype(np.uint64)
+    whole = top_counts(groups, items, k)
+    true, kept = _check_bounds(whole, groups, items)
+    assert kept == {pair: (n, 0) for pair, n in true.items()} and not whole["floor"].any()
+    for trial in range(40):
+        cuts = sorted(rng.choice(np.arange(1, 600), size=rng.integers(1, 12), replace=False).tolist())
+        got = _summary(groups, items, k, cuts, tree=bool(trial % 2))
+        assert all(np.array_equal(got[name], whole[name]) for name in whole), cuts
+    # a full summary that never dropped an item lacks another one for sure: a merge adds no error for it, and
+    # the item then dropped bounds what is left out
+    groups = np.zeros(k + 1 + 3, np.uint64)
+    items = np.array([*range(k), k, k, k, 0], np.uint64)
+    merged = _summary(groups, items, k, [k])
+    true, kept = _check_bounds(merged, groups, items)
+    assert kept[(0, k)] == (3, 0) and kept[(0, 0)] == (2, 0)
+    assert set(merged["floor"].tolist()) == {1} and len(kept) == k
+
+
+def test_top_k_merge_keeps_its_bounds_where_summaries_dropped_items():
+    rng = np.random.default_rng(10)
+    k = 8
+    # a heavy hitter, a few medium items and a long tail, in two groups: every cut drops items somewhere
+    n = 4_000
+    items = np.concatenate([np.full(600, 7), rng.integers(20, 26, 900), rng.zipf(1.3, n - 1_500) + 1_000])
+    items = items.astype(np.uint64)
+    rng.shuffle(items)
+    groups = rng.integers(0, 2, n).astype(np.uint64)
+    for trial in range(30):
+        cuts = sorted(rng.choice(np.arange(1, n), size=rng.integers(1, 40), replace=False).tolist())
+        summary = _summary(groups, items, k, cuts, tree=bool(trial % 2))
+        _, kept = _check_bounds(summary, groups, items)
+        assert (0, 7) in kept and (1, 7) in kept and summary["floor"].max() > 0
+    # a part that kept all its items adds no error to those another part counted exactly
+    groups = np.zeros(40, np.uint64)
+    items = np.array([*([1] * 10), *([2] * 9), *range(100, 110), 1, 2, 1, 2, 1, 2, 1, 2, 3, 3, 1], np.uint64)
+    summary = _summary(groups, items, 4, [29])
+    _, kept = _check_bounds(summary, groups, items)
+    assert kept[(0, 1)] == (15, 0) and kept[(0, 2)] == (13, 0)
 
 
 # ---- live -------------------------------------------------------------------------------------------------

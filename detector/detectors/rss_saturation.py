@@ -22,7 +22,11 @@ echo loop finding (echo_loop.py) that fills it.
 
 State: per time bin the packet count of every queue and the bin's first and
 last packet time (sparse over bins); for the dominant queue of busy bins a
-few frame numbers for the evidence pcap and its largest flows.
+few frame numbers for the evidence pcap and its largest flows. The first and
+last bins of what a state has seen may continue in the batch or partition
+beside it: they stay open (every flow of every queue, OPEN_FLOWS_MAX at
+most) and are judged once the bin is whole, so the answer does not depend on
+where batches or partitions begin.
 """
 from __future__ import annotations
 
@@ -55,6 +59,7 @@ from .base import (
     ip_text,
     keep_ends,
     mix64,
+    rank_by_key,
     register,
 )
 from .echo_loop import EchoLoop
@@ -77,6 +82,13 @@ FLOWS_NAMED = 5
 # Flows counted per busy bin: the largest ones, so that those named are
 # counted exactly unless many flows of the same size share the queue.
 FLOWS_PER_BIN = 16
+# Flows (of every queue) kept from each part of a bin that a batch or a partition may cut: its first and last
+# bins stay open until the parts beside them arrive, keeping every flow, every queue's packets and its first and
+# last frames, and are judged once whole, as one pass judges an uncut bin; whatever the cuts, the joined bin's
+# busiest queue then names the same flows with the same counts. Past this many flows in a part, its largest
+# are kept and the queues that lost some count theirs as lower bounds (flows_counts_exact false, as for a
+# queue with more than FLOWS_PER_BIN flows). 56 bytes each: two open bins cost at most about half a megabyte.
+OPEN_FLOWS_MAX = 4_096
 # A flow is named in the message (not only in the evidence) when it fills at
 # least this share of the queue's packets: the rest are bystanders.
 MSG_FLOW_SHARE_RATIO = 0.1
@@ -88,6 +100,8 @@ MSG_TUNNEL_SHARE_RATIO = 0.5
 FLOW_DTYPE = np.dtype([("key", np.uint64), ("packets", np.int64), ("src_ip_hi", np.uint64),
                        ("src_ip_lo", np.uint64), ("dest_ip_hi", np.uint64), ("dest_ip_lo", np.uint64),
                        ("src_port", np.uint16), ("dest_port", np.uint16), ("proto", np.uint8), ("tunnel", np.uint8)])
+# a flow of an open bin, on its queue
+OPEN_FLOW_DTYPE = np.dtype([*FLOW_DTYPE.descr, ("queue", np.uint16)])
 
 
 @dataclass
@@ -106,6 +120,78 @@ class _Cell:
         self.flows_cut = self.flows_cut or other.flows_cut or cut
         self.packets += other.packets
         self.tunnelled += other.tunnelled
+
+
+@dataclass
+class _OpenBin:
+    """A bin at the edge of what a state has seen, which a batch or partition boundary may have cut: each queue's
+    packets, tunnelled packets, first and last frames, and every flow (OPEN_FLOWS_MAX at most)."""
+
+    packets: np.ndarray                 # per queue
+    tunnelled: np.ndarray               # per queue
+    frame_queues: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=OPEN_FLOW_DTYPE))
+    lost: np.ndarray | None = None      # per queue: flows dropped past OPEN_FLOWS_MAX
+
+    def join(self, other: _OpenBin) -> None:
+        self.packets = self.packets + other.packets
+        self.tunnelled = self.tunnelled + other.tunnelled
+        self.frame_queues, self.frames = _queue_ends(np.concatenate([self.frame_queues, other.frame_queues]),
+                                                     np.concatenate([self.frames, other.frames]))
+        self.flows, lost = _open_flows(np.concatenate([self.flows, other.flows]), len(self.packets))
+        for more in (other.lost, lost):
+            if more is not None:
+                self.lost = more if self.lost is None else self.lost | more
+
+    def cell(self, min_share: float, floor: float) -> tuple[int, _Cell] | None:
+        """The busiest queue (the lowest of equals) and its cell, as one pass keeps it from a whole bin: only
+        where it dominates the bin."""
+        queue = int(np.argmax(self.packets))
+        top = int(self.packets[queue])
+        if top < min_share * int(self.packets.sum()) or top < floor:
+            return None
+        mine = self.flows[self.flows["queue"] == queue]
+        flows = np.zeros(len(mine), dtype=FLOW_DTYPE)
+        for name in FLOW_DTYPE.names:
+            flows[name] = mine[name]
+        flows, cut = _largest_flows(flows, FLOWS_PER_BIN)
+        lost = self.lost is not None and bool(self.lost[queue])
+        frames = keep_ends(np.zeros(0, dtype=np.int64), self.frames[self.frame_queues == queue], FRAMES_PER_BIN)
+        return queue, _Cell(frames=frames, flows=flows, flows_cut=cut or lost, packets=top,
+                            tunnelled=int(self.tunnelled[queue]))
+
+
+def _queue_ends(queues: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each queue's first and last FRAMES_PER_BIN // 2 frames (queues, frames)."""
+    if len(frames) == 0:
+        return queues, frames
+    # a part's frames come in order; a stable sort by queue (16 bits: a radix sort) keeps them so
+    order = np.lexsort((frames, queues)) if np.any(np.diff(frames) < 0) else \
+        np.argsort(queues.astype(np.uint16), kind="stable")
+    queues, frames = queues[order], frames[order]
+    starts = np.flatnonzero(np.concatenate(([True], queues[1:] != queues[:-1])))
+    sizes = np.diff(np.append(starts, len(queues)))
+    rank = np.arange(len(queues)) - np.repeat(starts, sizes)
+    half = FRAMES_PER_BIN // 2
+    keep = (rank < half) | (rank >= np.repeat(sizes, sizes) - half)
+    return queues[keep], frames[keep]
+
+
+def _open_flows(flows: np.ndarray, queues: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """One row per flow key (a key hashes to one queue) with packets summed, the OPEN_FLOWS_MAX largest; and per
+    queue whether any of its flows were dropped (None when none was)."""
+    if len(flows) == 0:
+        return flows, None
+    group, _rank, firsts = rank_by_key(flows["key"])
+    out = flows[firsts]
+    out["packets"] = np.bincount(group, weights=flows["packets"], minlength=len(firsts))
+    if len(out) <= OPEN_FLOWS_MAX:
+        return out, None
+    order = np.argsort(-out["packets"], kind="stable")
+    lost = np.zeros(queues, dtype=bool)
+    lost[out["queue"][order[OPEN_FLOWS_MAX:]]] = True
+    return out[np.sort(order[:OPEN_FLOWS_MAX])], lost
 
 
 def _largest_flows(flows: np.ndarray, limit: int) -> tuple[np.ndarray, bool]:
@@ -223,6 +309,9 @@ class RssSaturation(Detector):
         # per batch: (bin, queue, count) of the cells that received packets; per bin its first and last time
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.cells: dict[tuple[int, int], _Cell] = {}             # (bin, queue) -> its busy queue's details
+        # the first and last bins seen, which the batches or partitions beside them may continue
+        self.open: dict[int, _OpenBin] = {}
+        self.edges: tuple[int, int] | None = None
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -250,23 +339,23 @@ class RssSaturation(Detector):
             self.parts = [_fold(self.parts)]
         self._keep_cells(batch, queue, bins, at, part_bins, cells)
 
-    def _keep_cells(self, batch, queue, bins, at, part_bins, cells) -> None:
-        """Frames and flows of the dominant queue of bins where it already dominates within this batch, and of
-        the busiest queue of the batch's first and last bins."""
+    def _floor(self) -> float:
+        """Packets of a bin's busiest queue below which its frames and flows are not kept."""
         p = self.params
-        floor = p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
+        return p["min_queue_rate_pps"] * p["bin_ms"] / 1000.0 * EVIDENCE_RATE_RATIO
+
+    def _keep_cells(self, batch, queue, bins, at, part_bins, cells) -> None:
+        """Frames and flows of the dominant queue of the bins where it dominates, whole within this batch; every
+        flow of the batch's first and last bins, which the batches beside it may continue (open bins)."""
+        p = self.params
         total, top, top_count = _per_bin(*cells)
-        busy = (top_count >= p["min_share_ratio"] * total) & (top_count >= floor)
-        # the first and last bins may be cut by where this batch (or partition) begins and ends: their part here
-        # is kept whatever its share, so the bin's cell is whole once the parts meet (absorb), wherever the cut
-        if len(busy):
-            busy[[0, -1]] = True
-        busy = np.flatnonzero(busy)
-        if len(busy) == 0:
-            return
+        busy = (top_count >= p["min_share_ratio"] * total) & (top_count >= self._floor())
+        edge = np.zeros(len(part_bins), dtype=bool)
+        edge[[0, -1]] = True
+        busy &= ~edge
         hot_queue = np.full(len(part_bins), -1, dtype=np.int64)
         hot_queue[busy] = top[busy]
-        rows = np.flatnonzero(hot_queue[at] == queue)
+        rows = np.flatnonzero((hot_queue[at] == queue) | edge[at])
         # the flow of each row as the NIC hashed it; its key counts it per bin
         hashed = self.model.hashed_headers(batch, rows)
         tunnel = np.where((batch["layers"][rows] & np.uint32(L_TUNNEL)) != 0, batch["tunnel"][rows], 0)
@@ -278,6 +367,9 @@ class RssSaturation(Detector):
         for start, size in zip(starts.tolist(), sizes.tolist()):
             mine = order[start:start + size]
             span = rows[mine]
+            if edge[at[span[0]]]:
+                self._open_part(int(bins[span[0]]), mine, span, queue, flow_key, hashed, tunnel, frames)
+                continue
             cell = (int(bins[span[0]]), int(queue[span[0]]))
             picked = np.concatenate([frames[span[:FRAMES_PER_BIN // 2]], frames[span[-(FRAMES_PER_BIN // 2):]]])
             part = _Cell(frames=picked, packets=len(span), tunnelled=int(np.count_nonzero(tunnel[mine])))
@@ -287,13 +379,70 @@ class RssSaturation(Detector):
                 flows[name] = column[mine]
             part.flows, part.flows_cut = _largest_flows(flows, FLOWS_PER_BIN)
             self.cells.setdefault(cell, _Cell()).absorb(part)
+        self._close_inner(int(part_bins[0]), int(part_bins[-1]))
+
+    def _open_part(self, bin_, mine, span, queue, flow_key, hashed, tunnel, frames) -> None:
+        """Every flow, queue count and queue's end frames of one edge bin's rows here, joined to its open bin."""
+        queues = self.params["queues"]
+        on = queue[span]
+        part = _OpenBin(packets=np.bincount(on, minlength=queues).astype(np.int64),
+                        tunnelled=np.bincount(on, weights=tunnel[mine] != 0, minlength=queues).astype(np.int64))
+        part.frame_queues, part.frames = _queue_ends(on, frames[span].astype(np.int64))
+        # one row per flow (any of its packets: they share the header its key hashes), built after grouping: far
+        # fewer than the packets of a flood
+        group, _rank, at_first = rank_by_key(flow_key[mine])
+        counts = np.bincount(group, minlength=len(at_first))
+        first = mine[at_first]
+        flows = np.zeros(len(first), dtype=OPEN_FLOW_DTYPE)
+        flows["key"], flows["packets"], flows["tunnel"] = flow_key[first], counts, tunnel[first]
+        flows["queue"] = on[at_first]
+        for name, column in hashed.items():
+            flows[name] = column[first]
+        part.flows, part.lost = _open_flows(flows, queues)
+        self._open_bin(bin_).join(part)
+
+    def _open_bin(self, bin_: int) -> _OpenBin:
+        """The open bin `bin_`, a new empty one if none (never another state's: merge leaves `other` as it was)."""
+        if bin_ not in self.open:
+            queues = self.params["queues"]
+            self.open[bin_] = _OpenBin(packets=np.zeros(queues, dtype=np.int64),
+                                       tunnelled=np.zeros(queues, dtype=np.int64))
+        return self.open[bin_]
+
+    def _close_inner(self, first: int, last: int) -> None:
+        """Widen the edges to [first, last] and judge the open bins no longer at an edge, which nothing later
+        can continue: as one pass judges a bin whole."""
+        self.edges = (first, last) if self.edges is None else (min(self.edges[0], first), max(self.edges[1], last))
+        p = self.params
+        for bin_ in [b for b in self.open if b not in self.edges]:
+            kept = self.open.pop(bin_).cell(p["min_share_ratio"], self._floor())
+            if kept is not None:
+                self.cells.setdefault((bin_, kept[0]), _Cell()).absorb(kept[1])
 
     def merge(self, other: RssSaturation) -> RssSaturation:
         check_merge(self, other)
         self.parts.extend(other.parts)
         for cell, theirs in other.cells.items():
             self.cells.setdefault(cell, _Cell()).absorb(theirs)
+        for bin_, theirs in other.open.items():
+            self._open_bin(bin_).join(theirs)
+        if other.edges is not None:
+            self._close_inner(*other.edges)
         return self
+
+    def _all_cells(self) -> dict[tuple[int, int], _Cell]:
+        """The cells, and those of the open bins judged as they stand (the state is left open)."""
+        p = self.params
+        out = dict(self.cells)
+        for bin_, open_bin in self.open.items():
+            kept = open_bin.cell(p["min_share_ratio"], self._floor())
+            if kept is not None:
+                cell = _Cell()
+                for part in (out.get((bin_, kept[0])), kept[1]):
+                    if part is not None:
+                        cell.absorb(part)
+                out[(bin_, kept[0])] = cell
+        return out
 
     def _folded(self) -> tuple[np.ndarray, ...]:
         """(bin, queue, count) cells, then distinct bins with their first and last packet times, of everything
@@ -331,9 +480,10 @@ class RssSaturation(Detector):
         starts = np.flatnonzero(np.concatenate(([True], breaks)))
         ends = np.append(starts[1:], len(hot))
         loops = ctx.findings.get(EchoLoop.rule_id, [])
-        return [self._finding(hot[s:e], bins, total, top, top_count, loops) for s, e in zip(starts, ends)]
+        all_cells = self._all_cells()
+        return [self._finding(hot[s:e], bins, total, top, top_count, loops, all_cells) for s, e in zip(starts, ends)]
 
-    def _finding(self, idx, bins, total, top, top_count, loops) -> Finding:
+    def _finding(self, idx, bins, total, top, top_count, loops, all_cells) -> Finding:
         p = self.params
         bin_s = self.bin_ns / NS
         queue = int(top[idx[0]])
@@ -343,7 +493,7 @@ class RssSaturation(Detector):
         rates = top_count[idx] / bin_s
         peak = float(rates.max())
         first_ns, last_ns = int(bins[idx[0]]) * self.bin_ns, (int(bins[idx[-1]]) + 1) * self.bin_ns
-        cells = [self.cells[key] for key in ((int(bins[i]), queue) for i in idx) if key in self.cells]
+        cells = [all_cells[key] for key in ((int(bins[i]), queue) for i in idx) if key in all_cells]
         named = _named_flows(cells)
         loop = _loop_filling(named, loops)
         looping = loop is not None and bool(loop.evidence.get("loop"))

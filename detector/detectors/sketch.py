@@ -5,7 +5,11 @@ so a detector keeps them beside its other state tables and merges two partial
 states row-wise: a HyperLogLog register is merged by maximum (so the merge of
 two halves equals one pass, whatever the split), a top-k by the
 mergeable-summaries rule of Agarwal et al. (2012, "Mergeable summaries"),
-which bounds every count's error by the smallest count kept.
+which bounds every count's error by what was dropped. Each group's summary
+keeps its floor, the most an item it does not hold may have counted (0
+until it drops one): a merge adds error only where an item may have been
+dropped, so summaries that never dropped one merge to exact counts, whatever
+the split.
 
 The HyperLogLog is the one of Flajolet et al. (2007) with p = 12 (4,096
 registers, a standard error of 1.04/sqrt(4096) = 1.6 %) and linear counting
@@ -23,7 +27,8 @@ _HLL_ALPHA = 0.7213 / (1 + 1.079 / HLL_REGISTERS)
 _RANK_MAX = 64 - HLL_P + 1
 
 CELL_COLUMNS = {"group": np.uint64, "register": np.uint16, "rank": np.uint8}
-TOP_COLUMNS = {"group": np.uint64, "item": np.uint64, "count": np.int64, "error": np.int64}   # + payload
+TOP_COLUMNS = {"group": np.uint64, "item": np.uint64, "count": np.int64, "error": np.int64,
+               "floor": np.int64}   # + payload
 
 
 def empty(columns: dict) -> dict:
@@ -87,36 +92,44 @@ def hll_estimate(cells: dict, groups: np.ndarray) -> np.ndarray:
 
 
 def top_counts(groups: np.ndarray, items: np.ndarray, k: int, **payload: np.ndarray) -> dict:
-    """The exact top-k summary of one batch: each group's k most frequent items with their counts; the
-    error of each is the count of the first item left out (an item left out has at most that many).
-    `payload` columns (what the item stands for, e.g. the address it is a hash of) ride along."""
+    """The exact top-k summary of one batch: each group's k most frequent items with their counts (error 0);
+    each row's `floor` is its group's count of the first item left out (what an item not kept may have sent
+    at most), 0 when none was. `payload` columns (what the item stands for, e.g. the address it is a hash of)
+    ride along."""
     table = {"group": groups.astype(np.uint64), "item": items.astype(np.uint64),
              "count": np.ones(len(groups), dtype=np.int64), "error": np.zeros(len(groups), dtype=np.int64),
-             **payload}
-    return _keep_top(_sum_pairs(table), k, exact=True)
+             "floor": np.zeros(len(groups), dtype=np.int64), **payload}
+    summed = _sum_pairs(table)
+    return _keep_top(summed, k, _sum_by_key(summed["group"], summed["floor"]))
 
 
 def top_merge(summaries: list[dict], k: int) -> dict:
     """Several top-k summaries of the same groups as one: an item a summary lacks is counted there as that
-    summary's smallest count when it was full (it may have been dropped with that many), else 0; those
-    additions go to its error too, so count - error <= true count <= count still holds."""
+    summary's floor for its group (an item it dropped may have sent that many; 0 when it never dropped one, so
+    a summary that kept every item adds nothing), added to the item's error too, so that count - error <= true
+    count <= count still holds, and an item kept nowhere sent at most the sum of the floors."""
     given = summaries
     summaries = [t for t in given if len(t["group"])]
     if len(summaries) <= 1:
         return summaries[0] if summaries else given[0]
     both = {name: np.concatenate([t[name] for t in summaries]) for name in summaries[0]}
-    # each summary's floor per group, and each row's
-    floors = [_floors(t, k) for t in summaries]
-    row_floor = np.concatenate([_lookup(floor, t["group"]) for floor, t in zip(floors, summaries)])
-    all_groups = np.concatenate([g for g, _ in floors])
-    all_floors = np.concatenate([f for _, f in floors])
-    total = _sum_by_key(all_groups, all_floors)
-    both["present_floor"] = row_floor
-    summed = _sum_pairs(both, extra_sums=("present_floor",))
-    extra = _lookup(total, summed["group"]) - summed.pop("present_floor")
+    # each group's floor summed over the summaries (a summary's rows of one group all carry its floor)
+    firsts = [_group_starts(t["group"]) for t in summaries]
+    total = _sum_by_key(np.concatenate([t["group"][at] for t, at in zip(summaries, firsts)]),
+                        np.concatenate([t["floor"][at] for t, at in zip(summaries, firsts)]))
+    # summed per item, "floor" is the sum of the floors of the summaries that hold it
+    summed = _sum_pairs(both, extra_sums=("floor",))
+    extra = _lookup(total, summed["group"]) - summed["floor"]
     summed["count"] = summed["count"] + extra
     summed["error"] = summed["error"] + extra
-    return _keep_top(summed, k)
+    return _keep_top(summed, k, total)
+
+
+def _group_starts(groups: np.ndarray) -> np.ndarray:
+    """The first row of each run of equal groups (a summary's rows are sorted by group)."""
+    if len(groups) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
 
 
 def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,30 +155,21 @@ def _sum_pairs(table: dict, extra_sums: tuple[str, ...] = ()) -> dict:
     return out
 
 
-def _keep_top(t: dict, k: int, exact: bool = False) -> dict:
-    """Each group's k largest counts (ties by item); with `exact`, the errors become the first left out."""
+def _keep_top(t: dict, k: int, floors: tuple[np.ndarray, np.ndarray]) -> dict:
+    """Each group's k largest counts (ties by item), every row carrying its group's new floor: the count of the
+    first item left out when one was (counts are at least the old floors), else the group's old one in
+    `floors` (sorted groups, floor of each)."""
     if len(t["group"]) == 0:
         return t
     order = np.lexsort((t["item"], -t["count"], t["group"]))
     t = {name: col[order] for name, col in t.items()}
-    starts = np.flatnonzero(np.concatenate(([True], t["group"][1:] != t["group"][:-1])))
+    starts = _group_starts(t["group"])
     rank = np.arange(len(t["group"])) - np.repeat(starts, np.diff(np.append(starts, len(t["group"]))))
     keep = rank < k
-    if exact:
-        dropped = rank == k
-        t["error"] = np.where(keep, _lookup((t["group"][dropped], t["count"][dropped]), t["group"]), 0)
+    dropped = rank == k
+    left_out = _lookup((t["group"][dropped], t["count"][dropped]), t["group"])
+    t["floor"] = np.where(np.isin(t["group"], t["group"][dropped]), left_out, _lookup(floors, t["group"]))
     return {name: col[keep] for name, col in t.items()}
-
-
-def _floors(t: dict, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(groups, smallest count) of the groups whose summary holds k items (sorted by group)."""
-    if len(t["group"]) == 0:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    order = np.lexsort((t["count"], t["group"]))
-    group, count = t["group"][order], t["count"][order]
-    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
-    full = np.diff(np.append(starts, len(group))) >= k
-    return group[starts][full], count[starts][full]
 
 
 def _lookup(table: tuple[np.ndarray, np.ndarray], groups: np.ndarray) -> np.ndarray:

@@ -5,8 +5,8 @@ flood fills the victim's queue of half-open connections (SYN_RECV) with
 handshakes that never complete, from spoofed or many real sources, until
 genuine clients are refused. Per (victim address, port, 1 s bin) this rule
 counts the SYNs it receives, the SYN-ACKs and RSTs it sends back, and keeps
-a HyperLogLog of the distinct sources and their top 32 (space-saving,
-detector/detectors/sketch.py). A bin fires at `min_syn_pps` new SYNs whose
+a HyperLogLog of the distinct sources and the SYNs of up to 1,024 of them
+(space-saving, detector/detectors/sketch.py), naming the top 32. A bin fires at `min_syn_pps` new SYNs whose
 handshakes complete less than half the time; consecutive bins are one
 episode. The new SYNs and the completed handshakes of each bin come from
 the flow table, which keeps each attempt as one flow (a SYN retransmitted
@@ -65,7 +65,14 @@ SYNACK_RATIO_HIGH = 0.1
 HALF_OPEN_WINDOW_S = 63
 # sources from which a flood is "distributed"
 DISTRIBUTED_SOURCES = 100
+# sources named per victim and port
 TOP_SOURCES = 32
+# Sources counted per victim and port: a flood from up to this many is counted exactly, whatever the batches
+# and partitions that cut it (a count merged from parts that each kept every source is exact); beyond, the
+# counts are space-saving bounds. A group's rows (56 bytes each) are about as many as the registers its sources
+# set in its HyperLogLog, up to a quarter of its 4,096: the counts cost about what that sketch does, which
+# MAX_CELLS bounds (a group dropped there drops its counts too).
+SOURCES_COUNTED = 1_024
 TOP_SOURCE_SHARE = 0.1
 # the capture loss rule's medium threshold (gaps per ack, Zeek's too_much_loss): counts below it are lower bounds
 CAPTURE_LOSS_CRITICAL_RATIO = 0.1
@@ -167,7 +174,7 @@ class SynFlood(Detector):
         source = mix64(s_hi, s_lo)
         self._add(fold_rows(table, sketch.empty(BIN_COLUMNS), "key", BIN_REDUCE),
                   sketch.hll_cells(group[to_victim], source),
-                  sketch.top_counts(group[to_victim], source, TOP_SOURCES, src_hi=s_hi, src_lo=s_lo))
+                  sketch.top_counts(group[to_victim], source, SOURCES_COUNTED, src_hi=s_hi, src_lo=s_lo))
 
     def _add(self, bins: dict, cells: dict, top: dict) -> None:
         """Keep a batch's (or another state's) tables aside; fold them in when they add up (each fold costs
@@ -183,7 +190,7 @@ class SynFlood(Detector):
             self.cells = sketch.hll_fold({name: np.concatenate([self.cells[name], *(c[name] for _, c, _ in
                                                                                    self.pending)])
                                           for name in sketch.CELL_COLUMNS})
-            self.top = sketch.top_merge([self.top, *(top for _, _, top in self.pending)], TOP_SOURCES)
+            self.top = sketch.top_merge([self.top, *(top for _, _, top in self.pending)], SOURCES_COUNTED)
             self.pending, self.pending_rows = [], 0
         extra = len(self.bins["key"]) - MAX_BIN_ROWS
         if extra > 0:
@@ -328,9 +335,11 @@ class SynFlood(Detector):
         t = self.top
         mine = np.flatnonzero(t["group"] == group)
         mine = mine[np.lexsort((t["item"][mine], -t["count"][mine]))]
-        # a source whose count may be all error (a spoofed flood's, seen once each) is no top source
+        # a source is named when the SYNs it surely sent exceed what any source not counted may have sent (the
+        # group's floor): none of a spoofed flood's, each seen once among more than SOURCES_COUNTED
+        mine = mine[t["count"][mine] - t["error"][mine] > t["floor"][mine]][:TOP_SOURCES]
         return [{"src_ip": ip_text(t["src_hi"][k], t["src_lo"][k]), "syn": int(t["count"][k]),
-                 "syn_error": int(t["error"][k])} for k in mine if t["count"][k] > t["error"][k]]
+                 "syn_error": int(t["error"][k])} for k in mine]
 
     @staticmethod
     def with_capture_loss(finding: Finding, loss_ratio: float) -> Finding:
