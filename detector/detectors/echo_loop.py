@@ -21,27 +21,29 @@ a loop.
 
 State: for each fingerprint that repeats, its count, first/last time and
 frame, and the header fields of its first copy, kept in arrays sorted by
-fingerprint. Fingerprints that stop repeating before reaching `min_copies`
-are dropped, so the state stays near the number of live candidates. Replies
-from the target are counted from the flow table when findings are asked for.
+fingerprint; and the frame numbers of its first and last copies (half of
+EVIDENCE_FRAMES_MAX each), the finding's evidence frames. They are those
+copies in capture order, whatever batch a copy came in, so one pass names
+the same frames at any batch size and a merge of partitions names those of
+one pass (the first copies of two parts' are the first of both together, and
+the last alike). Fingerprints that stop repeating before reaching
+`min_copies` are dropped, so the state stays near the number of live
+candidates. Replies from the target are counted from the flow table when
+findings are asked for.
 
 A cluster partition that does not begin the capture cannot know the
 candidates alive at its start. For its first `horizon` (the time after which
 an unseen candidate is forgotten) it also keeps the copies no rule of its own
-picks (`head`), and it neither forgets the candidates that began there nor
-leaves out their evidence frames (they may continue one that is hot before
-the cut). `merge` joins the head copies of the earlier state's candidates,
-then forgets what one pass would have: the counts, times, frames and
-evidence of one pass. Left inexact, by design: a candidate alive at the cut
-whose next copy comes later than the horizon after it, or whose copies in a
-later batch of the part are each alone in their batch (one pass still counts
-them); head copies past MAX_HEAD_CANDIDATES; of a candidate's copies picked
-only by the head, the frames between its first and last there (not kept as
-evidence) and their bytes (a loop hot only with them is shown by its header
-fields, not decoded); and, under a tree reduction (a part merged with its
-successor before its predecessor; the cluster merges in capture order),
-evidence from parts before a candidate became hot, where one pass, which
-keeps evidence from the batch it becomes hot in, has none.
+picks (`head`), with their frame numbers, and it does not forget the
+candidates that began there (they may continue one that is hot before the
+cut). `merge` joins the head copies of the earlier state's candidates, then
+forgets what one pass would have: the counts, times, frames and evidence of
+one pass. Left inexact, by design: a candidate alive at the cut whose next
+copy comes later than the horizon after it, or whose copies in a later batch
+of the part are each alone in their batch (one pass still counts them); head
+copies past MAX_HEAD_CANDIDATES; and the bytes of a candidate's copies picked
+only by the head (a loop hot only with them is shown by its header fields,
+not decoded).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from ..units import NS
 from .base import (
     ALERT_SECONDS,
     CARRY_OVER_S,
+    EVIDENCE_FRAMES_MAX,
     MIN_RATE_WINDOW_S,
     RATE_PPS,
     RATIO,
@@ -74,7 +77,6 @@ from .base import (
     frame_summary,
     group_by,
     ip_text,
-    keep_ends,
     member,
     register,
     repeated_rows,
@@ -93,6 +95,11 @@ FORGET_AFTER_COPIES = 10
 FLOOD_SEVERITY = "low"
 # The group bit of a MAC address (IEEE 802: least significant bit of the first octet)
 MAC_GROUP_BIT = 1 << 40
+
+# A candidate's evidence frames: the frame numbers of its first copies (the loop's start, its trigger first) and
+# of its last (how it ended, or that it still ran when the capture stopped), EVIDENCE_FRAMES_MAX in all.
+FIRST_COPIES_KEPT = EVIDENCE_FRAMES_MAX // 2
+LAST_COPIES_KEPT = EVIDENCE_FRAMES_MAX - FIRST_COPIES_KEPT
 
 # Candidates a partition after the first keeps from the copies in its head that no rule of its own picks
 # (some 110 bytes each): at a million packets per second the head of 50 ms holds about 50,000, the first kept.
@@ -118,6 +125,50 @@ def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np
     """Two candidate tables as one, one row per fingerprint; the earliest copy describes it."""
     return fold_rows(a, b, "fp", {"count": np.add, "last_ns": np.maximum,
                                   "first_frame": np.minimum, "last_frame": np.maximum})
+
+
+def _no_copies() -> dict[str, np.ndarray]:
+    """A table of copies' frame numbers, sorted by fingerprint then frame: `fp` and `frame`, row by row."""
+    return {"fp": np.zeros(0, dtype=np.uint64), "frame": np.zeros(0, dtype=np.int64)}
+
+
+def _ends(starts: np.ndarray, counts: np.ndarray, rows: int) -> np.ndarray | None:
+    """Of `rows` rows in groups (`starts`, `counts`; each group in capture order), the mask of those among their
+    group's FIRST_COPIES_KEPT first or LAST_COPIES_KEPT last; None when that is every row."""
+    if rows == 0 or counts.max() <= EVIDENCE_FRAMES_MAX:
+        return None
+    rank = np.arange(rows) - np.repeat(starts, counts)
+    return (rank < FIRST_COPIES_KEPT) | (rank >= np.repeat(counts - LAST_COPIES_KEPT, counts))
+
+
+def _trimmed(copies: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A copies table with each fingerprint's first and last copies only (_ends)."""
+    fp = copies["fp"]
+    if len(fp) <= EVIDENCE_FRAMES_MAX:
+        return copies
+    starts = np.flatnonzero(np.concatenate(([True], fp[1:] != fp[:-1])))
+    keep = _ends(starts, np.diff(np.append(starts, len(fp))), len(fp))
+    return copies if keep is None else {name: col[keep] for name, col in copies.items()}
+
+
+def _appended(copies: dict[str, np.ndarray], fp: np.ndarray, frame: np.ndarray) -> dict[str, np.ndarray]:
+    """`copies` with later copies added (`fp` sorted, each fingerprint's frames in order and after those kept):
+    each inserted after its fingerprint's kept rows, in one pass over the table, then trimmed."""
+    at = np.searchsorted(copies["fp"], fp, side="right")
+    return _trimmed({"fp": np.insert(copies["fp"], at, fp), "frame": np.insert(copies["frame"], at, frame)})
+
+
+def _joined(*tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies tables of disjoint frames (partitions, a head) as one, trimmed."""
+    both = {name: np.concatenate([table[name] for table in tables]) for name in ("fp", "frame")}
+    order = np.lexsort((both["frame"], both["fp"]))
+    return _trimmed({name: col[order] for name, col in both.items()})
+
+
+def _of(copies: dict[str, np.ndarray], fps: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of `copies` whose fingerprint is in `fps` (sorted, unique)."""
+    keep = member(copies["fp"], fps)
+    return copies if keep.all() else {name: col[keep] for name, col in copies.items()}
 
 
 @register
@@ -163,13 +214,14 @@ class EchoLoop(Detector):
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
         self.state = _empty_state()
-        self.evidence: dict[int, np.ndarray] = {}     # fingerprint -> kept frame numbers (hot candidates)
+        self.copies = _no_copies()      # every candidate's first and last copies: its evidence frames
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)
         # a partition after the first: copies in its first horizon picked by no rule of its own, and the end of
         # that head (None: nothing read yet, or the state begins the capture and has no head)
         self.begins_capture: bool | None = None
         self.head_end_ns: int | None = None
         self.head = _empty_state()
+        self.head_copies = _no_copies()
         self.last_ns = 0
 
     # ---- state ------------------------------------------------------------
@@ -196,7 +248,10 @@ class EchoLoop(Detector):
                         last_ns=np.maximum.reduceat(ts[rows], starts),
                         first_frame=batch["frame"][first], last_frame=batch["frame"][last])
             self.state = _combine(self.state, part)
-            self._keep_evidence(batch, rows, starts, counts)
+            ends = _ends(starts, counts, len(rows))
+            kept = rows if ends is None else rows[ends]
+            self.copies = _appended(self.copies, fp[kept], batch["frame"][kept])
+            self._keep_bytes(batch, first)
         self.last_ns = max(self.last_ns, int(ts.max()))
         self._forget(int(ts.max()))
 
@@ -213,7 +268,7 @@ class EchoLoop(Detector):
 
     def _keep_head(self, batch: PacketBatch, rows: np.ndarray) -> None:
         """Copies in the head no rule picked: candidates of their own (MAX_HEAD_CANDIDATES at most), until the
-        merge says whose they are. Their first and last frames are their evidence, their bytes are not kept."""
+        merge says whose they are. Their frame numbers are kept as evidence, their bytes are not."""
         room = MAX_HEAD_CANDIDATES - len(self.head["fp"])
         if len(rows) == 0 or room <= 0:
             return
@@ -232,21 +287,19 @@ class EchoLoop(Detector):
             keep[fresh] = False
             part = {name: col[keep] for name, col in part.items()}
         self.head = _combine(self.head, part)
+        # a copy the head keeps is alone in its batch (no rule picked it): its frame is the group's first
+        self.head_copies = _appended(self.head_copies, part["fp"], part["first_frame"])
 
-    def _keep_evidence(self, batch, rows, starts, counts) -> None:
-        """Frame numbers (bounded) and the bytes of candidates that have reached min_copies."""
+    def _keep_bytes(self, batch: PacketBatch, first: np.ndarray) -> None:
+        """The bytes of candidates that have reached min_copies (or are pinned), from a copy in this batch
+        (`first`: a row of each candidate in it): every copy has the same bytes."""
         state = self.state
-        hot = np.sort(state["fp"][(state["count"] >= self.params["min_copies"]) | self._pinned(state)])
-        fp, frames = batch["fingerprint"], batch["frame"]
-        for g in np.flatnonzero(member(fp[rows[starts]], hot)):
-            span = rows[starts[g]:starts[g] + counts[g]]
-            key = int(fp[span[0]])
-            if key not in self.evidence:
-                at = int(np.searchsorted(state["fp"], fp[span[0]]))
-                self.evidence[key] = np.array([state["first_frame"][at]], dtype=np.int64)
-                self.frame_bytes[key] = (batch.frame_bytes(int(span[0]))[:FRAME_BYTES_KEPT],
-                                         int(batch["linktype"][span[0]]))
-            self.evidence[key] = keep_ends(self.evidence[key], frames[span])
+        hot = state["fp"][(state["count"] >= self.params["min_copies"]) | self._pinned(state)]
+        fp = batch["fingerprint"]
+        for row in first[member(fp[first], hot)].tolist():
+            key = int(fp[row])
+            if key not in self.frame_bytes:
+                self.frame_bytes[key] = (batch.frame_bytes(row)[:FRAME_BYTES_KEPT], int(batch["linktype"][row]))
 
     def _forget(self, now_ns: int) -> None:
         horizon = self._horizon_ns()
@@ -257,6 +310,7 @@ class EchoLoop(Detector):
                 | self._pinned(state))
         if not keep.all():
             self.state = {name: col[keep] for name, col in state.items()}
+            self.copies = _of(self.copies, self.state["fp"])
 
     def merge(self, other: EchoLoop) -> EchoLoop:
         """Absorb `other`, the state of the packets that follow this one's: its head copies of this state's
@@ -268,34 +322,22 @@ class EchoLoop(Detector):
         if self.begins_capture is None:
             self.__dict__.update(other.__dict__)
             return self
-        theirs = other.state
+        theirs, copies = other.state, [self.copies, other.copies]
         if len(other.head["fp"]):
             alive = np.flatnonzero(member(other.head["fp"], self.state["fp"]))
             theirs = _combine(theirs, {name: col[alive] for name, col in other.head.items()})
-            head = other.head
-            for key, first, last in zip(head["fp"][alive].tolist(), head["first_frame"][alive].tolist(),
-                                        head["last_frame"][alive].tolist()):
-                self.evidence[key] = keep_ends(self.evidence.get(key, np.zeros(0, dtype=np.int64)),
-                                               np.array([first, last], dtype=np.int64))
+            copies.append(_of(other.head_copies, self.state["fp"]))
         self.state = _combine(self.state, theirs)
-        for key, frames in other.evidence.items():
-            self.evidence[key] = keep_ends(self.evidence.get(key, frames[:0]), frames)
+        self.copies = _joined(*copies)
         for key, value in other.frame_bytes.items():
             self.frame_bytes.setdefault(key, value)
         self.last_ns = max(self.last_ns, other.last_ns)
         self._forget(self.last_ns)
-        self._settle_evidence()
-        return self
-
-    def _settle_evidence(self) -> None:
-        """Evidence only of candidates that are hot or still pinned, each from its first copy, as one pass keeps
-        it."""
         state = self.state
-        kept = (state["count"] >= self.params["min_copies"]) | self._pinned(state)
-        keys = dict(zip(state["fp"][kept].tolist(), state["first_frame"][kept].tolist()))
-        self.evidence = {k: keep_ends(v, np.array([keys[k]], dtype=np.int64))
-                         for k, v in self.evidence.items() if k in keys}
+        hot = (state["count"] >= self.params["min_copies"]) | self._pinned(state)
+        keys = set(state["fp"][hot].tolist())
         self.frame_bytes = {k: v for k, v in self.frame_bytes.items() if k in keys}
+        return self
 
     # ---- findings ---------------------------------------------------------
     def _severity(self, rate: float, share: float) -> str:
@@ -346,7 +388,10 @@ class EchoLoop(Detector):
         found = _loop_evidence(row, fields, ctx)
         missing = [text.format(**found) for name, text in MISSING_TEXT.items() if found[name] is False]
         raw, linktype = self.frame_bytes.get(key, (b"", int(row["linktype"])))
-        frames = self.evidence.get(key, np.array([row["first_frame"], row["last_frame"]]))
+        copies = self.copies["fp"]
+        frames = self.copies["frame"][np.searchsorted(copies, row["fp"]):np.searchsorted(copies, row["fp"], "right")]
+        if len(frames) == 0:
+            frames = np.array([row["first_frame"], row["last_frame"]])
         evidence = {
             "fingerprint": f"{key:016x}",
             "copies": count,
