@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap
+from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, rdpcap, wrpcap
 from scapy.utils import PcapWriter
 
+from detector import engine
+from detector.analysis import AnalysisState, conclude
 from detector.commands import analyze
 from detector.decode import decode
 from detector.detectors import AnalysisContext, active_detectors
@@ -17,7 +19,7 @@ from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.stats import CaptureStats
-from tests._cuts import cut, one_and_merged
+from tests._cuts import cut, findings, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -297,6 +299,32 @@ def test_merged_partitions_equal_one_pass():
         stream.update(PacketBatch(data=batch.data, cols={k: v[start:start + 500] for k, v in batch.cols.items()}))
     (c,) = stream.findings(ctx)
     assert c.n == a.n and c.first_seen == a.first_seen and c.evidence["copies"] == 6000
+
+
+def _one_pass(path: Path, batch_packets: int) -> list[dict]:
+    """echo-loop's findings (as findings.json has them) of one pass over `path` read in batches of at most
+    `batch_packets` packets."""
+    state = AnalysisState(load_rules())
+    run = engine.run([str(path)], [state], batch_packets=batch_packets, show_progress=False)
+    return findings(conclude(state.detectors, state.flows, state.stats, run), "echo-loop")
+
+
+@pytest.mark.parametrize("capture", ["echo-loop-buried.pcapng", "identical-frame-floods.pcapng"])
+def test_one_pass_names_the_same_evidence_frames_at_any_batch_size(capture):
+    """The evidence frames are the looping frame's first and last copies in capture order, wherever the
+    engine's batches begin (a loop reaches min_copies in a different batch at each size)."""
+    path = CAPTURES / capture
+    whole = _one_pass(path, 1 << 18)
+    assert whole and all(f["n"] > EVIDENCE_FRAMES_MAX for f in whole)
+    for size in (1000, 333):
+        assert _one_pass(path, size) == whole, size
+    # scapy, not the fingerprint, says which frames are copies: those byte for byte equal to the first
+    raw = [bytes(p) for p in rdpcap(str(path))]
+    for f in whole:
+        copies = [n for n, data in enumerate(raw, 1) if data == raw[f["evidence"]["first_frame"] - 1]]
+        assert len(copies) == f["n"]
+        half = EVIDENCE_FRAMES_MAX // 2
+        assert f["evidence"]["evidence_frames"] == copies[:half] + copies[-half:]
 
 
 def test_frame_summary_of_hostile_bytes_is_one_bounded_line():
