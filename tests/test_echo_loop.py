@@ -386,17 +386,19 @@ def test_a_cut_inside_the_loop_merges_to_the_findings_of_one_pass(tmp_path, capt
     assert one_and_merged(paths, "echo-loop")[0]
 
 
-def paused_loop(path: Path) -> Path:
-    """600 copies at 1 kHz, a pause of 100 ms (twice the forget horizon at min_rate_pps 200) with other traffic
-    in it, 600 more copies, then a second of other traffic: one loop of 1,200 copies for one pass."""
+def paused_loop(path: Path, before: int, after: int) -> Path:
+    """`before` copies at 1 kHz, a pause of 100 ms (twice the forget horizon at min_rate_pps 200) with four other
+    packets in it, `after` more copies, then a second of other traffic."""
     frame = Ether(src="00:1b:54:c2:00:02", dst="00:1b:54:c2:00:01") / IP(src="198.18.4.2", dst="192.0.2.61") \
         / UDP(sport=40000, dport=520) / Raw(b"\x00" * 24)
     packets = []
-    for i in range(1200):
+    for i in range(before + after):
         copy = frame.copy()
-        copy.time = T0 + i / 1000 + (0.1 if i >= 600 else 0)
+        copy.time = T0 + i / 1000 + (0.1 if i >= before else 0)
         packets.append(copy)
-    for i, at in enumerate([0.62, 0.64, 0.66, 0.68] + [1.4 + i / 100 for i in range(100)]):
+    pause, end = before / 1000, (before + after) / 1000 + 0.1
+    for i, at in enumerate([pause + 0.02, pause + 0.04, pause + 0.06, pause + 0.08] + [end + 0.1 + i / 100
+                                                                                       for i in range(100)]):
         other = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1000 + i, dport=53)
         other.time = T0 + at
         packets.append(other)
@@ -405,12 +407,22 @@ def paused_loop(path: Path) -> Path:
     return path
 
 
-def test_residual_a_loop_paused_beyond_the_horizon_across_a_cut_is_lost(tmp_path):
-    # documented in echo_loop.py: the cut falls in the pause, the later part's copies begin after its head, so
-    # it forgets them below min_copies before the merge could join them to the 600 before the cut
-    paths = cut(paused_loop(tmp_path / "paused.pcap"), tmp_path / "parts", [601])
+@pytest.mark.parametrize("before, after, expected", [
+    (600, 600, []),                 # two bursts below min_copies, a pause between: no loop
+    (1100, 600, [(1700, 1)]),       # a loop that has reached min_copies is never forgotten
+    (600, 1100, [(1100, 605)]),     # the loop begins after the pause (and the four packets in it)
+])
+def test_a_pause_beyond_the_horizon_forgets_a_candidate_below_min_copies_wherever_batches_end(
+        tmp_path, before, after, expected):
+    # one pass forgot the copies before the pause only when a batch ended in it; now a pause forgets them
+    # wherever batches end: a batch ending in the pause (before + 4 packets), and others
+    path = paused_loop(tmp_path / "paused.pcap", before, after)
+    for size in (1 << 18, before + 4, 300, 100):
+        assert [(f["n"], f["evidence"]["first_frame"]) for f in _one_pass(path, size)] == expected, size
+    # cut in the pause and inside both bursts: the merge forgets as one pass does
+    paths = cut(path, tmp_path / "parts", [before // 2, before + 1, before + 5 + after // 2])
     one, many = one_and_merged(paths, "echo-loop")
-    assert [f["n"] for f in one] == [1200] and many == []
+    assert many == one and [(f["n"], f["evidence"]["first_frame"]) for f in one] == expected
 
 
 def test_a_tree_merge_names_the_evidence_frames_of_one_pass(tmp_path):

@@ -22,28 +22,36 @@ a loop.
 State: for each fingerprint that repeats, its count, first/last time and
 frame, and the header fields of its first copy, kept in arrays sorted by
 fingerprint; and the frame numbers of its first and last copies (half of
-EVIDENCE_FRAMES_MAX each), the finding's evidence frames. They are those
-copies in capture order, whatever batch a copy came in, so one pass names
-the same frames at any batch size and a merge of partitions names those of
-one pass (the first copies of two parts' are the first of both together, and
-the last alike). Fingerprints that stop repeating before reaching
-`min_copies` are dropped, so the state stays near the number of live
-candidates. Replies from the target are counted from the flow table when
-findings are asked for.
+EVIDENCE_FRAMES_MAX each), the finding's evidence frames: the trigger and
+the loop's start, and how it ended. A candidate below `min_copies` that
+pauses longer than the horizon (FORGET_AFTER_COPIES copy intervals at
+`min_rate_pps`) is forgotten, whether the pause falls inside a batch or
+between two, so the state stays near the number of live candidates. Counts,
+times and evidence frames are thus those of the copies in capture order,
+not of where batches begin or end: one pass gives the same findings at any
+batch size, and a merge of partitions those of one pass. One pass's limit:
+a copy alone in its batch and more than CARRY_OVER_S before the batch's end
+is not tracked (that bounds the state to the repeats and 10 ms of traffic),
+so a candidate's copies spaced wider than that count only where they share
+a batch; a loop, whose copies come far closer, is not touched. Replies from
+the target are counted from the flow table when findings are asked for.
 
 A cluster partition that does not begin the capture cannot know the
-candidates alive at its start. For its first `horizon` (the time after which
-an unseen candidate is forgotten) it also keeps the copies no rule of its own
-picks (`head`), with their frame numbers, and it does not forget the
-candidates that began there (they may continue one that is hot before the
-cut). `merge` joins the head copies of the earlier state's candidates, then
-forgets what one pass would have: the counts, times, frames and evidence of
-one pass. Left inexact, by design: a candidate alive at the cut whose next
-copy comes later than the horizon after it, or whose copies in a later batch
-of the part are each alone in their batch (one pass still counts them); head
-copies past MAX_HEAD_CANDIDATES; and the bytes of a candidate's copies picked
-only by the head (a loop hot only with them is shown by its header fields,
-not decoded).
+candidates alive at its start. For its first `horizon` it also keeps the
+copies no rule of its own picks (`head`), with their frame numbers, and it
+neither forgets nor cuts at a pause the candidates that began there (they may
+continue one that is hot before the cut). `merge` forgets the earlier
+state's candidates whose next copy comes after a pause, joins the head
+copies of the others, then forgets what one pass would have: the counts,
+times, frames and evidence of one pass. Left inexact, by design: a
+candidate alive at the cut whose next copy comes later than the horizon
+after it, or whose copies in a later batch of the part are each alone in
+their batch (one pass still counts them); a candidate that began in a
+part's head and pauses there before reaching min_copies (one pass forgets
+its copies before the pause unless they continue a loop from before the
+cut, which the part cannot know); head copies past MAX_HEAD_CANDIDATES; and
+the bytes of a candidate's copies picked only by the head (a loop hot only
+with them is shown by its header fields, not decoded).
 """
 from __future__ import annotations
 
@@ -241,6 +249,7 @@ class EchoLoop(Detector):
         if len(rows):
             order, starts, counts = group_by(fp[rows])
             rows = rows[order]
+            rows, starts, counts = self._chains(fp[rows[starts]], ts, rows, starts, counts)
             first, last = rows[starts], rows[starts + counts - 1]
             part = {name: batch[name][first].astype(dtype) for name, dtype in DESCRIPTOR_COLUMNS.items()}
             part.update(fp=fp[first], count=counts.astype(np.int64),
@@ -254,6 +263,54 @@ class EchoLoop(Detector):
             self._keep_bytes(batch, first)
         self.last_ns = max(self.last_ns, int(ts.max()))
         self._forget(int(ts.max()))
+
+    def _chains(self, keys: np.ndarray, ts: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+                counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each candidate's copies in this batch (`rows` grouped by fingerprint `keys`, in capture order) from its
+        last pause longer than the horizon that came before it reached min_copies, and the candidates such a
+        pause ends dropped from the state: a pause inside a batch forgets a candidate as `_forget` does one
+        unseen that long when a batch ends, so the count does not depend on where batches end. A pinned
+        candidate (a part's head) pauses without being forgotten: its copies before may continue a loop."""
+        horizon, state = self._horizon_ns(), self.state
+        if horizon <= 0:
+            return rows, starts, counts
+        t = ts[rows]
+        pause = np.zeros(len(rows), dtype=bool)
+        pause[1:] = (t[1:] - t[:-1]) > horizon
+        at = np.minimum(np.searchsorted(state["fp"], keys), max(len(state["fp"]) - 1, 0))
+        known = state["fp"][at] == keys if len(state["fp"]) else np.zeros(len(keys), dtype=bool)
+        before, last_ns, first_ns = np.zeros(len(keys), dtype=np.int64), t[starts], t[starts]
+        if known.any():
+            before, last_ns, first_ns = (np.where(known, state[name][at], default) for name, default in
+                                         (("count", before), ("last_ns", last_ns), ("first_ns", first_ns)))
+        # a candidate that has reached min_copies is never forgotten
+        pause[starts] = (t[starts] - last_ns > horizon) & (before < self.params["min_copies"])
+        if self.head_end_ns is not None:        # pinned: no pause forgets it
+            pause[np.repeat(first_ns < self.head_end_ns, counts)] = False
+        if not pause.any():
+            return rows, starts, counts
+        # segments: a group's copies between two pauses; the first to reach min_copies (with the copies before
+        # this batch, if no pause comes first) begins the chain, or else the group's last one does
+        segment_start = pause.copy()
+        segment_start[starts] = True
+        seg = np.flatnonzero(segment_start)
+        sizes = np.diff(np.append(seg, len(rows)))
+        first_seg = np.searchsorted(seg, starts)
+        base = np.zeros(len(seg), dtype=np.int64)
+        base[first_seg] = np.where(pause[starts], 0, before)
+        reaching = np.where(base + sizes >= self.params["min_copies"], np.arange(len(seg)), len(seg))
+        chosen = np.minimum.reduceat(reaching, first_seg)
+        chosen = np.where(chosen < len(seg), chosen, np.append(first_seg[1:], len(seg)) - 1)
+        chain_start = seg[chosen]
+        reset = known & ((chosen != first_seg) | pause[starts])
+        if reset.any():
+            gone = np.sort(keys[reset])
+            keep = ~member(state["fp"], gone)
+            self.state = {name: col[keep] for name, col in state.items()}
+            self.copies = _of(self.copies, self.state["fp"])
+        kept = np.arange(len(rows)) >= np.repeat(chain_start, counts)
+        counts = counts - (chain_start - starts)
+        return rows[kept], np.concatenate(([0], np.cumsum(counts)[:-1])), counts
 
     def _horizon_ns(self) -> int:
         """How long an unseen candidate below min_copies is kept (0: never forgotten)."""
@@ -322,6 +379,7 @@ class EchoLoop(Detector):
         if self.begins_capture is None:
             self.__dict__.update(other.__dict__)
             return self
+        self._forget_paused(other)
         theirs, copies = other.state, [self.copies, other.copies]
         if len(other.head["fp"]):
             alive = np.flatnonzero(member(other.head["fp"], self.state["fp"]))
@@ -338,6 +396,25 @@ class EchoLoop(Detector):
         keys = set(state["fp"][hot].tolist())
         self.frame_bytes = {k: v for k, v in self.frame_bytes.items() if k in keys}
         return self
+
+    def _forget_paused(self, other: EchoLoop) -> None:
+        """Forget what one pass forgot at a pause across the cut: a candidate below min_copies (and not pinned)
+        whose next copy, in `other` (its state or head), comes more than the horizon after its last."""
+        horizon, mine = self._horizon_ns(), self.state
+        if horizon <= 0 or len(mine["fp"]) == 0:
+            return
+        never = np.iinfo(np.int64).max
+        next_ns = np.full(len(mine["fp"]), never)
+        for table in (other.state, other.head):
+            if len(table["fp"]):
+                at = np.minimum(np.searchsorted(table["fp"], mine["fp"]), len(table["fp"]) - 1)
+                later = table["fp"][at] == mine["fp"]
+                next_ns = np.where(later, np.minimum(next_ns, table["first_ns"][at]), next_ns)
+        paused = ((next_ns != never) & (next_ns - mine["last_ns"] > horizon)
+                  & (mine["count"] < self.params["min_copies"]) & ~self._pinned(mine))
+        if paused.any():
+            self.state = {name: col[~paused] for name, col in mine.items()}
+            self.copies = _of(self.copies, self.state["fp"])
 
     # ---- findings ---------------------------------------------------------
     def _severity(self, rate: float, share: float) -> str:
