@@ -257,12 +257,15 @@ class EchoLoop(Detector):
                         last_ns=np.maximum.reduceat(ts[rows], starts),
                         first_frame=batch["frame"][first], last_frame=batch["frame"][last])
             self.state = _combine(self.state, part)
-            ends = _ends(starts, counts, len(rows))
-            kept = rows if ends is None else rows[ends]
-            self.copies = _appended(self.copies, fp[kept], batch["frame"][kept])
-            self._keep_bytes(batch, first)
         self.last_ns = max(self.last_ns, int(ts.max()))
         self._forget(int(ts.max()))
+        if len(rows):
+            # the copies of the candidates left after forgetting (most of a batch's repeats are gone by its end)
+            kept = np.repeat(member(part["fp"], self.state["fp"]), counts)
+            ends = _ends(starts, counts, len(rows))
+            kept = rows[kept if ends is None else kept & ends]
+            self.copies = _appended(self.copies, fp[kept], batch["frame"][kept])
+            self._keep_bytes(batch, first)
 
     def _chains(self, keys: np.ndarray, ts: np.ndarray, rows: np.ndarray, starts: np.ndarray,
                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
