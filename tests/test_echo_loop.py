@@ -425,6 +425,15 @@ def test_a_pause_beyond_the_horizon_forgets_a_candidate_below_min_copies_whereve
     assert many == one and [(f["n"], f["evidence"]["first_frame"]) for f in one] == expected
 
 
+def test_a_part_does_not_forget_at_a_pause_a_candidate_that_began_in_its_head(tmp_path):
+    # 1,100 copies, a pause, 900 more; cut after copy 900: the part after the cut sees 200 copies, the pause and
+    # 900, fewer than min_copies each, but they continue the 900 before the cut, a loop before the pause
+    path = paused_loop(tmp_path / "paused.pcap", 1100, 900)
+    paths = cut(path, tmp_path / "parts", [901])
+    one, many = one_and_merged(paths, "echo-loop")
+    assert many == one and [(f["n"], f["evidence"]["first_frame"]) for f in one] == [(2000, 1)]
+
+
 def test_a_tree_merge_names_the_evidence_frames_of_one_pass(tmp_path):
     # a part merged with its successor before its predecessor (a tree reduction) still names a loop's first and
     # last copies: those of one pass, as the merge in capture order does
