@@ -44,13 +44,11 @@ BIN = Path(sys.executable).parent
 # its capture's test red until it leaves this list.
 INEXACT = {"loss-every-nth-segment.pcap", "loss-mirror-peak.pcap"}
 # Bundled captures whose merge is exact at the three file cuts above but not at the byte ranges' cuts (3 and 7
-# partitions of the whole file fall elsewhere): echo-loop's evidence frames, which one pass takes from the batch
-# in which a loop reached min_copies, so they follow where batches (and partitions) begin (echo-loop-buried,
-# the echo-loop-rip captures, hostile-markup, identical-frame-floods). Strict as INEXACT.
-INEXACT_IN_RANGES = {
-    "echo-loop-buried.pcapng", "echo-loop-rip-ipv4.pcapng", "echo-loop-rip-ipv6-vlan.pcap", "hostile-markup.pcapng",
-    "identical-frame-floods.pcapng",
-}
+# partitions of the whole file fall elsewhere): none. echo-loop's evidence frames, a loop's first and last copies
+# in capture order, no longer follow where batches (and partitions) begin; rss-saturation keeps every flow of a
+# bin a cut may split and judges it once whole; syn-flood's sketch counts sources exactly until one is dropped.
+# Strict as INEXACT.
+INEXACT_IN_RANGES: set[str] = set()
 # the flow counters a cut makes lower bounds, left out where a test compares the rest: none since the flow merge
 # redoes a cut connection's tracking (flows/merge.py)
 CUT_COUNTERS: list[str] = []

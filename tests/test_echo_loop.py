@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap
+from scapy.all import IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, rdpcap, wrpcap
 from scapy.utils import PcapWriter
 
+from detector import engine
+from detector.analysis import AnalysisState, conclude
 from detector.commands import analyze
 from detector.decode import decode
 from detector.detectors import AnalysisContext, active_detectors
@@ -17,7 +19,7 @@ from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch
 from detector.stats import CaptureStats
-from tests._cuts import cut, one_and_merged
+from tests._cuts import cut, findings, one_and_merged
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 T0 = 1_767_225_600
@@ -299,6 +301,32 @@ def test_merged_partitions_equal_one_pass():
     assert c.n == a.n and c.first_seen == a.first_seen and c.evidence["copies"] == 6000
 
 
+def _one_pass(path: Path, batch_packets: int) -> list[dict]:
+    """echo-loop's findings (as findings.json has them) of one pass over `path` read in batches of at most
+    `batch_packets` packets."""
+    state = AnalysisState(load_rules())
+    run = engine.run([str(path)], [state], batch_packets=batch_packets, show_progress=False)
+    return findings(conclude(state.detectors, state.flows, state.stats, run), "echo-loop")
+
+
+@pytest.mark.parametrize("capture", ["echo-loop-buried.pcapng", "identical-frame-floods.pcapng"])
+def test_one_pass_names_the_same_evidence_frames_at_any_batch_size(capture):
+    """The evidence frames are the looping frame's first and last copies in capture order, wherever the
+    engine's batches begin (a loop reaches min_copies in a different batch at each size)."""
+    path = CAPTURES / capture
+    whole = _one_pass(path, 1 << 18)
+    assert whole and all(f["n"] > EVIDENCE_FRAMES_MAX for f in whole)
+    for size in (1000, 333):
+        assert _one_pass(path, size) == whole, size
+    # scapy, not the fingerprint, says which frames are copies: those byte for byte equal to the first
+    raw = [bytes(p) for p in rdpcap(str(path))]
+    for f in whole:
+        copies = [n for n, data in enumerate(raw, 1) if data == raw[f["evidence"]["first_frame"] - 1]]
+        assert len(copies) == f["n"]
+        half = EVIDENCE_FRAMES_MAX // 2
+        assert f["evidence"]["evidence_frames"] == copies[:half] + copies[-half:]
+
+
 def test_frame_summary_of_hostile_bytes_is_one_bounded_line():
     assert frame_summary(b"\xff" * 3, 1).count("\n") == 0
     assert "link type 4242" in frame_summary(b"abc", 4242)
@@ -358,17 +386,19 @@ def test_a_cut_inside_the_loop_merges_to_the_findings_of_one_pass(tmp_path, capt
     assert one_and_merged(paths, "echo-loop")[0]
 
 
-def paused_loop(path: Path) -> Path:
-    """600 copies at 1 kHz, a pause of 100 ms (twice the forget horizon at min_rate_pps 200) with other traffic
-    in it, 600 more copies, then a second of other traffic: one loop of 1,200 copies for one pass."""
+def paused_loop(path: Path, before: int, after: int) -> Path:
+    """`before` copies at 1 kHz, a pause of 100 ms (twice the forget horizon at min_rate_pps 200) with four other
+    packets in it, `after` more copies, then a second of other traffic."""
     frame = Ether(src="00:1b:54:c2:00:02", dst="00:1b:54:c2:00:01") / IP(src="198.18.4.2", dst="192.0.2.61") \
         / UDP(sport=40000, dport=520) / Raw(b"\x00" * 24)
     packets = []
-    for i in range(1200):
+    for i in range(before + after):
         copy = frame.copy()
-        copy.time = T0 + i / 1000 + (0.1 if i >= 600 else 0)
+        copy.time = T0 + i / 1000 + (0.1 if i >= before else 0)
         packets.append(copy)
-    for i, at in enumerate([0.62, 0.64, 0.66, 0.68] + [1.4 + i / 100 for i in range(100)]):
+    pause, end = before / 1000, (before + after) / 1000 + 0.1
+    for i, at in enumerate([pause + 0.02, pause + 0.04, pause + 0.06, pause + 0.08] + [end + 0.1 + i / 100
+                                                                                       for i in range(100)]):
         other = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1000 + i, dport=53)
         other.time = T0 + at
         packets.append(other)
@@ -377,22 +407,37 @@ def paused_loop(path: Path) -> Path:
     return path
 
 
-def test_residual_a_loop_paused_beyond_the_horizon_across_a_cut_is_lost(tmp_path):
-    # documented in echo_loop.py: the cut falls in the pause, the later part's copies begin after its head, so
-    # it forgets them below min_copies before the merge could join them to the 600 before the cut
-    paths = cut(paused_loop(tmp_path / "paused.pcap"), tmp_path / "parts", [601])
+@pytest.mark.parametrize("before, after, expected", [
+    (600, 600, []),                 # two bursts below min_copies, a pause between: no loop
+    (1100, 600, [(1700, 1)]),       # a loop that has reached min_copies is never forgotten
+    (600, 1100, [(1100, 605)]),     # the loop begins after the pause (and the four packets in it)
+])
+def test_a_pause_beyond_the_horizon_forgets_a_candidate_below_min_copies_wherever_batches_end(
+        tmp_path, before, after, expected):
+    # one pass forgot the copies before the pause only when a batch ended in it; now a pause forgets them
+    # wherever batches end: a batch ending in the pause (before + 4 packets), and others
+    path = paused_loop(tmp_path / "paused.pcap", before, after)
+    for size in (1 << 18, before + 4, 300, 100):
+        assert [(f["n"], f["evidence"]["first_frame"]) for f in _one_pass(path, size)] == expected, size
+    # cut in the pause and inside both bursts: the merge forgets as one pass does
+    paths = cut(path, tmp_path / "parts", [before // 2, before + 1, before + 5 + after // 2])
     one, many = one_and_merged(paths, "echo-loop")
-    assert [f["n"] for f in one] == [1200] and many == []
+    assert many == one and [(f["n"], f["evidence"]["first_frame"]) for f in one] == expected
 
 
-def test_residual_a_tree_merge_keeps_evidence_from_before_the_loop_became_hot(tmp_path):
-    # documented in echo_loop.py: one pass keeps a loop's evidence frames from the batch in which it reached
-    # min_copies; a part merged with its successor before its predecessor keeps those of the copies before too
-    # (the cluster merges in capture order, where the answer is that of one pass)
+def test_a_part_does_not_forget_at_a_pause_a_candidate_that_began_in_its_head(tmp_path):
+    # 1,100 copies, a pause, 900 more; cut after copy 900: the part after the cut sees 200 copies, the pause and
+    # 900, fewer than min_copies each, but they continue the 900 before the cut, a loop before the pause
+    path = paused_loop(tmp_path / "paused.pcap", 1100, 900)
+    paths = cut(path, tmp_path / "parts", [901])
+    one, many = one_and_merged(paths, "echo-loop")
+    assert many == one and [(f["n"], f["evidence"]["first_frame"]) for f in one] == [(2000, 1)]
+
+
+def test_a_tree_merge_names_the_evidence_frames_of_one_pass(tmp_path):
+    # a part merged with its successor before its predecessor (a tree reduction) still names a loop's first and
+    # last copies: those of one pass, as the merge in capture order does
     paths = cut(CAPTURES / "echo-loop-buried.pcapng", tmp_path, [2000, 2500, 3000, 3500, 4000, 5000])
     [one], [in_order] = one_and_merged(paths, "echo-loop")
     _, [tree] = one_and_merged(paths, "echo-loop", tree=True)
-    assert in_order == one
-    assert {k: v for k, v in tree["evidence"].items() if k != "evidence_frames"} == \
-        {k: v for k, v in one["evidence"].items() if k != "evidence_frames"}
-    assert tree["evidence"]["evidence_frames"][1] < one["evidence"]["evidence_frames"][1]
+    assert tree == in_order == one

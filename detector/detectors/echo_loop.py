@@ -21,27 +21,37 @@ a loop.
 
 State: for each fingerprint that repeats, its count, first/last time and
 frame, and the header fields of its first copy, kept in arrays sorted by
-fingerprint. Fingerprints that stop repeating before reaching `min_copies`
-are dropped, so the state stays near the number of live candidates. Replies
-from the target are counted from the flow table when findings are asked for.
+fingerprint; and the frame numbers of its first and last copies (half of
+EVIDENCE_FRAMES_MAX each), the finding's evidence frames: the trigger and
+the loop's start, and how it ended. A candidate below `min_copies` that
+pauses longer than the horizon (FORGET_AFTER_COPIES copy intervals at
+`min_rate_pps`) is forgotten, whether the pause falls inside a batch or
+between two, so the state stays near the number of live candidates. Counts,
+times and evidence frames are thus those of the copies in capture order,
+not of where batches begin or end: one pass gives the same findings at any
+batch size, and a merge of partitions those of one pass. One pass's limit:
+a copy alone in its batch and more than CARRY_OVER_S before the batch's end
+is not tracked (that bounds the state to the repeats and 10 ms of traffic),
+so a candidate's copies spaced wider than that count only where they share
+a batch; a loop, whose copies come far closer, is not touched. Replies from
+the target are counted from the flow table when findings are asked for.
 
 A cluster partition that does not begin the capture cannot know the
-candidates alive at its start. For its first `horizon` (the time after which
-an unseen candidate is forgotten) it also keeps the copies no rule of its own
-picks (`head`), and it neither forgets the candidates that began there nor
-leaves out their evidence frames (they may continue one that is hot before
-the cut). `merge` joins the head copies of the earlier state's candidates,
-then forgets what one pass would have: the counts, times, frames and
-evidence of one pass. Left inexact, by design: a candidate alive at the cut
-whose next copy comes later than the horizon after it, or whose copies in a
-later batch of the part are each alone in their batch (one pass still counts
-them); head copies past MAX_HEAD_CANDIDATES; of a candidate's copies picked
-only by the head, the frames between its first and last there (not kept as
-evidence) and their bytes (a loop hot only with them is shown by its header
-fields, not decoded); and, under a tree reduction (a part merged with its
-successor before its predecessor; the cluster merges in capture order),
-evidence from parts before a candidate became hot, where one pass, which
-keeps evidence from the batch it becomes hot in, has none.
+candidates alive at its start. For its first `horizon` it also keeps the
+copies no rule of its own picks (`head`), with their frame numbers, and it
+neither forgets nor cuts at a pause the candidates that began there (they may
+continue one that is hot before the cut). `merge` forgets the earlier
+state's candidates whose next copy comes after a pause, joins the head
+copies of the others, then forgets what one pass would have: the counts,
+times, frames and evidence of one pass. Left inexact, by design: a
+candidate alive at the cut whose next copy comes later than the horizon
+after it, or whose copies in a later batch of the part are each alone in
+their batch (one pass still counts them); a candidate that began in a
+part's head and pauses there before reaching min_copies (one pass forgets
+its copies before the pause unless they continue a loop from before the
+cut, which the part cannot know); head copies past MAX_HEAD_CANDIDATES; and
+the bytes of a candidate's copies picked only by the head (a loop hot only
+with them is shown by its header fields, not decoded).
 """
 from __future__ import annotations
 
@@ -57,6 +67,7 @@ from ..units import NS
 from .base import (
     ALERT_SECONDS,
     CARRY_OVER_S,
+    EVIDENCE_FRAMES_MAX,
     MIN_RATE_WINDOW_S,
     RATE_PPS,
     RATIO,
@@ -74,7 +85,6 @@ from .base import (
     frame_summary,
     group_by,
     ip_text,
-    keep_ends,
     member,
     register,
     repeated_rows,
@@ -93,6 +103,11 @@ FORGET_AFTER_COPIES = 10
 FLOOD_SEVERITY = "low"
 # The group bit of a MAC address (IEEE 802: least significant bit of the first octet)
 MAC_GROUP_BIT = 1 << 40
+
+# A candidate's evidence frames: the frame numbers of its first copies (the loop's start, its trigger first) and
+# of its last (how it ended, or that it still ran when the capture stopped), EVIDENCE_FRAMES_MAX in all.
+FIRST_COPIES_KEPT = EVIDENCE_FRAMES_MAX // 2
+LAST_COPIES_KEPT = EVIDENCE_FRAMES_MAX - FIRST_COPIES_KEPT
 
 # Candidates a partition after the first keeps from the copies in its head that no rule of its own picks
 # (some 110 bytes each): at a million packets per second the head of 50 ms holds about 50,000, the first kept.
@@ -118,6 +133,50 @@ def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np
     """Two candidate tables as one, one row per fingerprint; the earliest copy describes it."""
     return fold_rows(a, b, "fp", {"count": np.add, "last_ns": np.maximum,
                                   "first_frame": np.minimum, "last_frame": np.maximum})
+
+
+def _no_copies() -> dict[str, np.ndarray]:
+    """A table of copies' frame numbers, sorted by fingerprint then frame: `fp` and `frame`, row by row."""
+    return {"fp": np.zeros(0, dtype=np.uint64), "frame": np.zeros(0, dtype=np.int64)}
+
+
+def _ends(starts: np.ndarray, counts: np.ndarray, rows: int) -> np.ndarray | None:
+    """Of `rows` rows in groups (`starts`, `counts`; each group in capture order), the mask of those among their
+    group's FIRST_COPIES_KEPT first or LAST_COPIES_KEPT last; None when that is every row."""
+    if rows == 0 or counts.max() <= EVIDENCE_FRAMES_MAX:
+        return None
+    rank = np.arange(rows) - np.repeat(starts, counts)
+    return (rank < FIRST_COPIES_KEPT) | (rank >= np.repeat(counts - LAST_COPIES_KEPT, counts))
+
+
+def _trimmed(copies: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A copies table with each fingerprint's first and last copies only (_ends)."""
+    fp = copies["fp"]
+    if len(fp) <= EVIDENCE_FRAMES_MAX:
+        return copies
+    starts = np.flatnonzero(np.concatenate(([True], fp[1:] != fp[:-1])))
+    keep = _ends(starts, np.diff(np.append(starts, len(fp))), len(fp))
+    return copies if keep is None else {name: col[keep] for name, col in copies.items()}
+
+
+def _appended(copies: dict[str, np.ndarray], fp: np.ndarray, frame: np.ndarray) -> dict[str, np.ndarray]:
+    """`copies` with later copies added (`fp` sorted, each fingerprint's frames in order and after those kept):
+    each inserted after its fingerprint's kept rows, in one pass over the table, then trimmed."""
+    at = np.searchsorted(copies["fp"], fp, side="right")
+    return _trimmed({"fp": np.insert(copies["fp"], at, fp), "frame": np.insert(copies["frame"], at, frame)})
+
+
+def _joined(*tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies tables of disjoint frames (partitions, a head) as one, trimmed."""
+    both = {name: np.concatenate([table[name] for table in tables]) for name in ("fp", "frame")}
+    order = np.lexsort((both["frame"], both["fp"]))
+    return _trimmed({name: col[order] for name, col in both.items()})
+
+
+def _of(copies: dict[str, np.ndarray], fps: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of `copies` whose fingerprint is in `fps` (sorted, unique)."""
+    keep = member(copies["fp"], fps)
+    return copies if keep.all() else {name: col[keep] for name, col in copies.items()}
 
 
 @register
@@ -163,13 +222,14 @@ class EchoLoop(Detector):
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
         self.state = _empty_state()
-        self.evidence: dict[int, np.ndarray] = {}     # fingerprint -> kept frame numbers (hot candidates)
+        self.copies = _no_copies()      # every candidate's first and last copies: its evidence frames
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)
         # a partition after the first: copies in its first horizon picked by no rule of its own, and the end of
         # that head (None: nothing read yet, or the state begins the capture and has no head)
         self.begins_capture: bool | None = None
         self.head_end_ns: int | None = None
         self.head = _empty_state()
+        self.head_copies = _no_copies()
         self.last_ns = 0
 
     # ---- state ------------------------------------------------------------
@@ -189,6 +249,7 @@ class EchoLoop(Detector):
         if len(rows):
             order, starts, counts = group_by(fp[rows])
             rows = rows[order]
+            rows, starts, counts = self._chains(fp[rows[starts]], ts, rows, starts, counts)
             first, last = rows[starts], rows[starts + counts - 1]
             part = {name: batch[name][first].astype(dtype) for name, dtype in DESCRIPTOR_COLUMNS.items()}
             part.update(fp=fp[first], count=counts.astype(np.int64),
@@ -196,9 +257,63 @@ class EchoLoop(Detector):
                         last_ns=np.maximum.reduceat(ts[rows], starts),
                         first_frame=batch["frame"][first], last_frame=batch["frame"][last])
             self.state = _combine(self.state, part)
-            self._keep_evidence(batch, rows, starts, counts)
         self.last_ns = max(self.last_ns, int(ts.max()))
         self._forget(int(ts.max()))
+        if len(rows):
+            # the copies of the candidates left after forgetting (most of a batch's repeats are gone by its end)
+            kept = np.repeat(member(part["fp"], self.state["fp"]), counts)
+            ends = _ends(starts, counts, len(rows))
+            kept = rows[kept if ends is None else kept & ends]
+            self.copies = _appended(self.copies, fp[kept], batch["frame"][kept])
+            self._keep_bytes(batch, first)
+
+    def _chains(self, keys: np.ndarray, ts: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+                counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each candidate's copies in this batch (`rows` grouped by fingerprint `keys`, in capture order) from its
+        last pause longer than the horizon that came before it reached min_copies, and the candidates such a
+        pause ends dropped from the state: a pause inside a batch forgets a candidate as `_forget` does one
+        unseen that long when a batch ends, so the count does not depend on where batches end. A pinned
+        candidate (a part's head) pauses without being forgotten: its copies before may continue a loop."""
+        horizon, state = self._horizon_ns(), self.state
+        if horizon <= 0:
+            return rows, starts, counts
+        t = ts[rows]
+        pause = np.zeros(len(rows), dtype=bool)
+        pause[1:] = (t[1:] - t[:-1]) > horizon
+        at = np.minimum(np.searchsorted(state["fp"], keys), max(len(state["fp"]) - 1, 0))
+        known = state["fp"][at] == keys if len(state["fp"]) else np.zeros(len(keys), dtype=bool)
+        before, last_ns, first_ns = np.zeros(len(keys), dtype=np.int64), t[starts], t[starts]
+        if known.any():
+            before, last_ns, first_ns = (np.where(known, state[name][at], default) for name, default in
+                                         (("count", before), ("last_ns", last_ns), ("first_ns", first_ns)))
+        # a candidate that has reached min_copies is never forgotten
+        pause[starts] = (t[starts] - last_ns > horizon) & (before < self.params["min_copies"])
+        if self.head_end_ns is not None:        # pinned: no pause forgets it
+            pause[np.repeat(first_ns < self.head_end_ns, counts)] = False
+        if not pause.any():
+            return rows, starts, counts
+        # segments: a group's copies between two pauses; the first to reach min_copies (with the copies before
+        # this batch, if no pause comes first) begins the chain, or else the group's last one does
+        segment_start = pause.copy()
+        segment_start[starts] = True
+        seg = np.flatnonzero(segment_start)
+        sizes = np.diff(np.append(seg, len(rows)))
+        first_seg = np.searchsorted(seg, starts)
+        base = np.zeros(len(seg), dtype=np.int64)
+        base[first_seg] = np.where(pause[starts], 0, before)
+        reaching = np.where(base + sizes >= self.params["min_copies"], np.arange(len(seg)), len(seg))
+        chosen = np.minimum.reduceat(reaching, first_seg)
+        chosen = np.where(chosen < len(seg), chosen, np.append(first_seg[1:], len(seg)) - 1)
+        chain_start = seg[chosen]
+        reset = known & ((chosen != first_seg) | pause[starts])
+        if reset.any():
+            gone = np.sort(keys[reset])
+            keep = ~member(state["fp"], gone)
+            self.state = {name: col[keep] for name, col in state.items()}
+            self.copies = _of(self.copies, self.state["fp"])
+        kept = np.arange(len(rows)) >= np.repeat(chain_start, counts)
+        counts = counts - (chain_start - starts)
+        return rows[kept], np.concatenate(([0], np.cumsum(counts)[:-1])), counts
 
     def _horizon_ns(self) -> int:
         """How long an unseen candidate below min_copies is kept (0: never forgotten)."""
@@ -213,7 +328,7 @@ class EchoLoop(Detector):
 
     def _keep_head(self, batch: PacketBatch, rows: np.ndarray) -> None:
         """Copies in the head no rule picked: candidates of their own (MAX_HEAD_CANDIDATES at most), until the
-        merge says whose they are. Their first and last frames are their evidence, their bytes are not kept."""
+        merge says whose they are. Their frame numbers are kept as evidence, their bytes are not."""
         room = MAX_HEAD_CANDIDATES - len(self.head["fp"])
         if len(rows) == 0 or room <= 0:
             return
@@ -232,21 +347,19 @@ class EchoLoop(Detector):
             keep[fresh] = False
             part = {name: col[keep] for name, col in part.items()}
         self.head = _combine(self.head, part)
+        # a copy the head keeps is alone in its batch (no rule picked it): its frame is the group's first
+        self.head_copies = _appended(self.head_copies, part["fp"], part["first_frame"])
 
-    def _keep_evidence(self, batch, rows, starts, counts) -> None:
-        """Frame numbers (bounded) and the bytes of candidates that have reached min_copies."""
+    def _keep_bytes(self, batch: PacketBatch, first: np.ndarray) -> None:
+        """The bytes of candidates that have reached min_copies (or are pinned), from a copy in this batch
+        (`first`: a row of each candidate in it): every copy has the same bytes."""
         state = self.state
-        hot = np.sort(state["fp"][(state["count"] >= self.params["min_copies"]) | self._pinned(state)])
-        fp, frames = batch["fingerprint"], batch["frame"]
-        for g in np.flatnonzero(member(fp[rows[starts]], hot)):
-            span = rows[starts[g]:starts[g] + counts[g]]
-            key = int(fp[span[0]])
-            if key not in self.evidence:
-                at = int(np.searchsorted(state["fp"], fp[span[0]]))
-                self.evidence[key] = np.array([state["first_frame"][at]], dtype=np.int64)
-                self.frame_bytes[key] = (batch.frame_bytes(int(span[0]))[:FRAME_BYTES_KEPT],
-                                         int(batch["linktype"][span[0]]))
-            self.evidence[key] = keep_ends(self.evidence[key], frames[span])
+        hot = state["fp"][(state["count"] >= self.params["min_copies"]) | self._pinned(state)]
+        fp = batch["fingerprint"]
+        for row in first[member(fp[first], hot)].tolist():
+            key = int(fp[row])
+            if key not in self.frame_bytes:
+                self.frame_bytes[key] = (batch.frame_bytes(row)[:FRAME_BYTES_KEPT], int(batch["linktype"][row]))
 
     def _forget(self, now_ns: int) -> None:
         horizon = self._horizon_ns()
@@ -257,6 +370,7 @@ class EchoLoop(Detector):
                 | self._pinned(state))
         if not keep.all():
             self.state = {name: col[keep] for name, col in state.items()}
+            self.copies = _of(self.copies, self.state["fp"])
 
     def merge(self, other: EchoLoop) -> EchoLoop:
         """Absorb `other`, the state of the packets that follow this one's: its head copies of this state's
@@ -268,34 +382,42 @@ class EchoLoop(Detector):
         if self.begins_capture is None:
             self.__dict__.update(other.__dict__)
             return self
-        theirs = other.state
+        self._forget_paused(other)
+        theirs, copies = other.state, [self.copies, other.copies]
         if len(other.head["fp"]):
             alive = np.flatnonzero(member(other.head["fp"], self.state["fp"]))
             theirs = _combine(theirs, {name: col[alive] for name, col in other.head.items()})
-            head = other.head
-            for key, first, last in zip(head["fp"][alive].tolist(), head["first_frame"][alive].tolist(),
-                                        head["last_frame"][alive].tolist()):
-                self.evidence[key] = keep_ends(self.evidence.get(key, np.zeros(0, dtype=np.int64)),
-                                               np.array([first, last], dtype=np.int64))
+            copies.append(_of(other.head_copies, self.state["fp"]))
         self.state = _combine(self.state, theirs)
-        for key, frames in other.evidence.items():
-            self.evidence[key] = keep_ends(self.evidence.get(key, frames[:0]), frames)
+        self.copies = _joined(*copies)
         for key, value in other.frame_bytes.items():
             self.frame_bytes.setdefault(key, value)
         self.last_ns = max(self.last_ns, other.last_ns)
         self._forget(self.last_ns)
-        self._settle_evidence()
+        state = self.state
+        hot = (state["count"] >= self.params["min_copies"]) | self._pinned(state)
+        keys = set(state["fp"][hot].tolist())
+        self.frame_bytes = {k: v for k, v in self.frame_bytes.items() if k in keys}
         return self
 
-    def _settle_evidence(self) -> None:
-        """Evidence only of candidates that are hot or still pinned, each from its first copy, as one pass keeps
-        it."""
-        state = self.state
-        kept = (state["count"] >= self.params["min_copies"]) | self._pinned(state)
-        keys = dict(zip(state["fp"][kept].tolist(), state["first_frame"][kept].tolist()))
-        self.evidence = {k: keep_ends(v, np.array([keys[k]], dtype=np.int64))
-                         for k, v in self.evidence.items() if k in keys}
-        self.frame_bytes = {k: v for k, v in self.frame_bytes.items() if k in keys}
+    def _forget_paused(self, other: EchoLoop) -> None:
+        """Forget what one pass forgot at a pause across the cut: a candidate below min_copies (and not pinned)
+        whose next copy, in `other` (its state or head), comes more than the horizon after its last."""
+        horizon, mine = self._horizon_ns(), self.state
+        if horizon <= 0 or len(mine["fp"]) == 0:
+            return
+        never = np.iinfo(np.int64).max
+        next_ns = np.full(len(mine["fp"]), never)
+        for table in (other.state, other.head):
+            if len(table["fp"]):
+                at = np.minimum(np.searchsorted(table["fp"], mine["fp"]), len(table["fp"]) - 1)
+                later = table["fp"][at] == mine["fp"]
+                next_ns = np.where(later, np.minimum(next_ns, table["first_ns"][at]), next_ns)
+        paused = ((next_ns != never) & (next_ns - mine["last_ns"] > horizon)
+                  & (mine["count"] < self.params["min_copies"]) & ~self._pinned(mine))
+        if paused.any():
+            self.state = {name: col[~paused] for name, col in mine.items()}
+            self.copies = _of(self.copies, self.state["fp"])
 
     # ---- findings ---------------------------------------------------------
     def _severity(self, rate: float, share: float) -> str:
@@ -346,7 +468,10 @@ class EchoLoop(Detector):
         found = _loop_evidence(row, fields, ctx)
         missing = [text.format(**found) for name, text in MISSING_TEXT.items() if found[name] is False]
         raw, linktype = self.frame_bytes.get(key, (b"", int(row["linktype"])))
-        frames = self.evidence.get(key, np.array([row["first_frame"], row["last_frame"]]))
+        copies = self.copies["fp"]
+        frames = self.copies["frame"][np.searchsorted(copies, row["fp"]):np.searchsorted(copies, row["fp"], "right")]
+        if len(frames) == 0:
+            frames = np.array([row["first_frame"], row["last_frame"]])
         evidence = {
             "fingerprint": f"{key:016x}",
             "copies": count,
