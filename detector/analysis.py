@@ -75,8 +75,9 @@ class AnalysisState:
     def merge(self, other: AnalysisState) -> AnalysisState:
         """Absorb `other`, the state of the packets that follow this one's (a cluster partition). Returns self."""
         self.stats.merge(other.stats)
-        self.flows.merge(other.flows)
+        joins = self.flows.absorb(other.flows)
         self.detectors.merge(other.detectors)
+        self.detectors.joined(joins)
         return self
 
 

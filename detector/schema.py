@@ -243,6 +243,10 @@ class PacketBatch:
     # what each packet did to TCP's capture gaps (flows.kernel.EV_*, int8), set by the flow table's update for
     # the consumers after it; None where no flow table saw the batch
     flow_events: np.ndarray | None = None
+    # where a partition merge may settle those events again (flows.kernel.update_flows' cut_flow, cut_slot,
+    # cut_kind: the first frame of the packet's flow when the flow may continue one of an earlier partition, else -1;
+    # its kernel.SLOT_*; its event had both endpoints been clean), set with flow_events; None: no flow's
+    flow_cuts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.cols["frame"])

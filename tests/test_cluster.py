@@ -39,10 +39,10 @@ BIN = Path(sys.executable).parent
 
 # Bundled captures whose partitioned answer still differs from one pass: a merge that is not exact. The flow
 # table's merge redoes a cut connection's tracking from a bounded log (detector/flows/merge.py), and every
-# detector but capture-loss carries across a cut what it watches for (the cut tests of each detector,
-# tests/_cuts.py); capture-loss bins each packet's ack event as its part saw it. Strict: a merge made exact turns
-# its capture's test red until it leaves this list.
-INEXACT = {"loss-every-nth-segment.pcap", "loss-mirror-peak.pcap"}
+# detector carries across a cut what it watches for (the cut tests of each detector, tests/_cuts.py; capture-loss
+# settles the events of connections picked up mid-stream by what the flow merge redid): none today. Strict: a
+# merge made exact turns its capture's test red until it leaves this list.
+INEXACT: set[str] = set()
 # Bundled captures whose merge is exact at the three file cuts above but not at the byte ranges' cuts (3 and 7
 # partitions of the whole file fall elsewhere): none. echo-loop's evidence frames, a loop's first and last copies
 # in capture order, no longer follow where batches (and partitions) begin; rss-saturation keeps every flow of a

@@ -206,6 +206,13 @@ class DetectorSet:
         self.batches += other.batches
         return self
 
+    def joined(self, joins) -> None:
+        """After a merge: what the flow table's merge said about the connections it joined across the cut
+        (flows.merge.CutJoins), for each running detector (Detector.joined)."""
+        for det in self.running():
+            with self._guard(det, "merge"):
+                det.joined(joins)
+
     def findings(self, ctx: AnalysisContext) -> list:
         """Every running detector's findings, in the detectors' order (analysis.conclude sorts them), each
         annotated by every detector once all are known (Detector.annotate)."""

@@ -23,7 +23,7 @@ import ipaddress
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from numba import njit
@@ -36,6 +36,9 @@ from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range, Rule  #
 from ..schema import PROTO_NAMES, PacketBatch
 from ..site import EMPTY, Site
 from ..stats import CaptureStats
+
+if TYPE_CHECKING:
+    from ..flows.merge import CutJoins
 
 REGISTRY: dict[str, type[Detector]] = {}
 
@@ -229,6 +232,13 @@ class Detector(ABC):
     def live_counters(self) -> list[LiveCounter]:
         """What a watch counts for this rule in every batch and serves as metrics."""
         return []
+
+    def joined(self, joins: CutJoins) -> None:
+        """After merge(other) of the state of the packets that follow, when their flow tables merged too (a
+        cluster's partitions; a watch's slices merge no flow tables): what the flow table's merge said about the
+        capture-gap events of the TCP connections it joined across the cut (flows.merge.CutJoins), for a rule
+        that binned them as the later part saw them."""
+        return None
 
     def annotate(self, findings: list[Finding], ctx: AnalysisContext) -> None:
         """After every rule's findings of the run: add to `findings` (all rules', this one's included) what this

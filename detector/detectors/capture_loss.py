@@ -29,20 +29,37 @@ Other findings of the run whose packets passed during lossy bins (or in a
 capture whose counters say it dropped too much) get the loss ratio in their
 `capture_loss_ratio` field: their counts are lower bounds (annotate()).
 
-In `watch` the window's flow tables are cut into slices: a connection counts
-in the slice where it opened and is mid-stream (left out) in the later ones,
-so live ACK gaps are measured on the connections opened within each slice.
+A partition of a capture that does not begin it (a cluster's) picks up the
+connections open at its start mid-stream: its flow pass counts no events
+for them, where one pass, which saw them open, counts their acks and gaps.
+So such a partition keeps the events of connections it picked up without
+their SYN aside (its head: per connection, kernel slot and bin, as the
+pass marked them, PacketBatch.flow_cuts), and the merge settles them: where
+the flow table's merge joined a connection exactly across the cut, what it
+redid says what one pass makes of their events (joined(), flows.merge.CutJoins);
+the others count as the partition saw them once the state merged into one
+that begins the capture. At most ASIDE_ROWS_MAX rows are kept aside; the
+connections beyond count as the partition saw them, and `unsettled`
+counts them with those the merge could not settle (its residual, beside
+the flow table's inexact_joins).
+
+In `watch` the window's flow tables are cut into slices, whose merges join
+no flows: a connection counts in the slice where it opened and is
+mid-stream (left out) in the later ones, so live ACK gaps are measured on
+the connections opened within each slice.
 
 State: sparse per-bin counts (packets, ack events, gap events, gaps over
 snapped bytes, events of mid-stream connections) and the frames of the
-first gap events: both merge by addition and union.
+first gap events: both merge by addition and union; and the events set
+aside, above.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..findings import Finding, iso_time
-from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_SNAPPED
+from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, SLOT_OVER, SLOT_SEGMENT
+from ..flows.merge import CutJoins
 from ..schema import PacketBatch
 from ..units import NS
 from .base import (
@@ -61,6 +78,7 @@ from .base import (
     TimeBins,
     check_merge,
     endpoint,
+    member,
     register,
 )
 
@@ -76,6 +94,82 @@ BINS_LISTED = 32
 FLOWS_NAMED = 5
 # Decimal places of ratios in findings.
 ROUND = 4
+# Rows of events set aside by a partition that does not begin the capture (module docstring; some 30 bytes each):
+# one per head packet of a connection picked up mid-stream (kernel.HEAD_MAX) and per bin and segment after it. Past
+# it, the connections that started last count as the partition saw them.
+ASIDE_ROWS_MAX = 1 << 16
+# events set aside, summed per row of these keys, and the frames of the events that may settle as gaps
+ASIDE_KEYS = ("flow", "slot", "bin", "own", "kind")
+ASIDE_COLUMNS = {"flow": np.int64, "slot": np.int8, "bin": np.int64, "own": np.int8, "kind": np.int8,
+                 "count": np.int64}
+FRAME_COLUMNS = {"flow": np.int64, "slot": np.int8, "frame": np.int64, "own": np.int8, "kind": np.int8}
+
+
+def _empty(columns: dict) -> dict[str, np.ndarray]:
+    return {name: np.zeros(0, dtype) for name, dtype in columns.items()}
+
+
+def _concat(parts: list[dict], columns: dict) -> dict[str, np.ndarray]:
+    if not parts:
+        return _empty(columns)
+    return {name: np.concatenate([p[name] for p in parts]).astype(dtype, copy=False) for name, dtype in columns.items()}
+
+
+def _take(table: dict, rows) -> dict[str, np.ndarray]:
+    return {name: col[rows] for name, col in table.items()}
+
+
+def _fold_aside(parts: list[dict]) -> dict[str, np.ndarray]:
+    """Rows of events set aside as one table, summed per ASIDE_KEYS, ordered by them."""
+    rows = _concat(parts, ASIDE_COLUMNS)
+    if not len(rows["flow"]):
+        return rows
+    order = np.lexsort([rows[key] for key in reversed(ASIDE_KEYS)])
+    rows = _take(rows, order)
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for key in ASIDE_KEYS:
+        new[1:] |= rows[key][1:] != rows[key][:-1]
+    starts = np.flatnonzero(new)
+    out = {key: rows[key][starts] for key in ASIDE_KEYS}
+    out["count"] = np.add.reduceat(rows["count"], starts)
+    return out
+
+
+def _fold_frames(parts: list[dict]) -> dict[str, np.ndarray]:
+    """Frames of events set aside that may settle as gaps: the first GAP_FRAMES_MAX of each connection's slot
+    (whose events settle alike), enough for the first GAP_FRAMES_MAX gap frames of the run."""
+    rows = _concat(parts, FRAME_COLUMNS)
+    order = np.lexsort((rows["frame"], rows["slot"], rows["flow"]))
+    rows = _take(rows, order)
+    if not len(order):
+        return rows
+    group = np.concatenate(([True], (rows["flow"][1:] != rows["flow"][:-1]) | (rows["slot"][1:] != rows["slot"][:-1])))
+    starts = np.flatnonzero(group)
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    return _take(rows, rank < GAP_FRAMES_MAX)
+
+
+def _settled(slot: np.ndarray, own: np.ndarray, kind: np.ndarray, verdict: np.ndarray) -> np.ndarray:
+    """The events one pass gives packets set aside (their slot, own event and kind as their partition's pass marked
+    them), by the merge's verdict on their slot (flows.merge.CutJoins)."""
+    own, kind, verdict = own.astype(np.int64), kind.astype(np.int64), verdict.astype(np.int64)
+    segment = (slot >= SLOT_SEGMENT) & (slot < SLOT_OVER)
+    counted = np.where((verdict >= 0) & (kind != EV_NONE), kind + verdict, EV_NONE)
+    unmarked = np.where(own >= EV_MID_STREAM, own - EV_MID_STREAM, own)
+    after = np.where(verdict == 1, unmarked, own)
+    return np.where(slot < SLOT_SEGMENT, verdict, np.where(segment, counted, after)).astype(np.int8)
+
+
+def _event_part(bins: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A partial (bins, counts[bin, COUNTERS]) table of events (EV_*, `counts` of each) without their packets."""
+    distinct, at = np.unique(bins, return_inverse=True)
+    table = np.zeros((len(distinct), COUNTERS), dtype=np.int64)
+    mid = codes >= EV_MID_STREAM
+    for column, rows in ((C_ACKS, (codes != EV_NONE) & ~mid), (C_GAPS, codes == EV_GAP),
+                         (C_SNAPPED, codes == EV_SNAPPED), (C_MID_STREAM, mid)):
+        table[:, column] = np.bincount(at[rows], weights=counts[rows], minlength=len(distinct)).astype(np.int64)
+    return distinct.astype(np.int64), table
 
 
 def _fold(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -130,6 +224,13 @@ class CaptureLoss(Detector):
         # and the drop ratio of counters that fired
         self._lossy = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._drop_ratio = 0.0
+        # a partition that does not begin the capture (its first frame is not 1): the events of connections it
+        # picked up without their SYN, set aside until the merge settles them (module docstring)
+        self.begins_capture: bool | None = None
+        self.aside: list[dict] = []
+        self.aside_frames: list[dict] = []
+        self.released = np.zeros(0, dtype=np.int64)     # connections past ASIDE_ROWS_MAX, counted at once (sorted)
+        self.unsettled = 0      # connections whose events count as their partition saw them, not as one pass
 
     # ---- state ------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -139,6 +240,10 @@ class CaptureLoss(Detector):
         ts = batch["ts_ns"]
         lo, hi = int(ts.min()) // self.bin_ns, int(ts.max()) // self.bin_ns
         events = batch.flow_events     # None where no flow table saw the batch: packets are counted, no acks
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
+        if events is not None and batch.flow_cuts is not None and not self.begins_capture:
+            events = self._set_aside(batch, events)
         if lo == hi:        # the common case, a batch inside one bin: counts without a pass per packet in Python
             row = np.zeros((1, COUNTERS), dtype=np.int64)
             row[0, C_PACKETS] = n
@@ -171,16 +276,111 @@ class CaptureLoss(Detector):
     def _keep_frames(self, frames: np.ndarray) -> None:
         self.gap_frames = np.unique(np.concatenate([self.gap_frames, frames.astype(np.int64)]))[:GAP_FRAMES_MAX]
 
+    def _set_aside(self, batch: PacketBatch, events: np.ndarray) -> np.ndarray:
+        """Set aside the events of the batch's packets of connections picked up without their SYN; returns the
+        batch's events without them."""
+        flows, slots, kinds = batch.flow_cuts
+        rows = np.flatnonzero(slots >= 0)
+        if len(self.released) and len(rows):
+            rows = rows[~member(flows[rows], self.released)]
+        if not len(rows):
+            return events
+        own = events[rows]
+        events = events.copy()
+        events[rows] = EV_NONE
+        flow, slot, kind = flows[rows], slots[rows], kinds[rows]
+        self.aside.append({"flow": flow, "slot": slot, "bin": batch["ts_ns"][rows] // self.bin_ns, "own": own,
+                           "kind": kind, "count": np.ones(len(rows), np.int64)})
+        # the events that may settle as gaps: any head packet's, a segment's gaps, the own gaps after the overflow
+        maybe = (slot < SLOT_SEGMENT) | ((slot < SLOT_OVER) & (kind == EV_GAP)) | \
+            ((slot == SLOT_OVER) & ((own == EV_GAP) | (own == EV_GAP + EV_MID_STREAM)))
+        if maybe.any():
+            self.aside_frames.append({"flow": flow[maybe], "slot": slot[maybe], "frame": batch["frame"][rows][maybe],
+                                      "own": own[maybe], "kind": kind[maybe]})
+        if len(self.aside) > PARTS_MAX:
+            self._fold_aside()
+        return events
+
+    def _fold_aside(self) -> None:
+        """The events set aside folded, within ASIDE_ROWS_MAX rows: past it, the connections that started last
+        count as their partition saw them."""
+        rows = _fold_aside(self.aside)
+        frames = _fold_frames(self.aside_frames)
+        if len(rows["flow"]) > ASIDE_ROWS_MAX:
+            cut = int(rows["flow"][ASIDE_ROWS_MAX])     # rows are ordered by connection (its first frame)
+            over = rows["flow"] >= cut
+            gone = np.unique(rows["flow"][over])
+            self.unsettled += len(gone)
+            self.released = np.union1d(self.released, gone)
+            over_frames = member(frames["flow"], gone)
+            self._count_settled(_take(rows, over), rows["own"][over], _take(frames, over_frames),
+                                frames["own"][over_frames])
+            rows, frames = _take(rows, ~over), _take(frames, ~over_frames)
+        self.aside, self.aside_frames = [rows], [frames]
+
+    def _count_settled(self, rows: dict, codes: np.ndarray, frames: dict, frame_codes: np.ndarray) -> None:
+        """Count the events set aside `rows` as `codes`, and the `frames` that are gaps as `frame_codes`."""
+        if len(codes):
+            self.parts.append(_event_part(rows["bin"], codes, rows["count"]))
+            if len(self.parts) > PARTS_MAX:
+                self.parts = [_fold(self.parts)]
+        gaps = frames["frame"][frame_codes == EV_GAP]
+        if len(gaps):
+            self._keep_frames(gaps)
+
     def merge(self, other: CaptureLoss) -> CaptureLoss:
         check_merge(self, other)
         self.parts.extend(other.parts)
         if len(self.parts) > PARTS_MAX:
             self.parts = [_fold(self.parts)]
         self._keep_frames(other.gap_frames)
+        if self.begins_capture is None:
+            self.begins_capture = other.begins_capture
+        if other.aside:
+            self.aside.extend(other.aside)
+            self.aside_frames.extend(other.aside_frames)
+            self._fold_aside()
+        self.released = np.union1d(self.released, other.released)
+        self.unsettled += other.unsettled
         return self
 
+    def joined(self, joins: CutJoins) -> None:
+        """Settle the events set aside of the connections the flow table's merge joined across the cut; in a state
+        that begins the capture, count the others as their partition saw them (nothing comes before)."""
+        if not self.aside:
+            return
+        self._fold_aside()
+        rows, frames = self.aside[0], self.aside_frames[0]
+        if len(joins.frames) and len(rows["flow"]):
+            for table in (rows, frames):
+                at = np.minimum(np.searchsorted(joins.frames, table["flow"]), len(joins.frames) - 1)
+                table["join"] = np.where(joins.frames[at] == table["flow"], at, -1)
+            hit, frame_hit = rows["join"] >= 0, frames["join"] >= 0
+            codes = _settled(rows["slot"][hit], rows["own"][hit], rows["kind"][hit],
+                             joins.verdicts[rows["join"][hit], rows["slot"][hit]])
+            frame_codes = _settled(frames["slot"][frame_hit], frames["own"][frame_hit], frames["kind"][frame_hit],
+                                   joins.verdicts[frames["join"][frame_hit], frames["slot"][frame_hit]])
+            undecided = hit & (rows["slot"] == SLOT_OVER)
+            undecided[undecided] = joins.verdicts[rows["join"][undecided], SLOT_OVER] < 0
+            self.unsettled += len(np.unique(rows["flow"][undecided]))
+            self._count_settled(_take(rows, hit), codes, _take(frames, frame_hit), frame_codes)
+            rows, frames = _take(rows, ~hit), _take(frames, ~frame_hit)
+            del rows["join"], frames["join"]
+        self.aside, self.aside_frames = [rows], [frames]
+        if self.begins_capture:
+            self._count_aside()
+
+    def _count_aside(self) -> None:
+        """Count every event set aside as its partition saw it."""
+        if self.aside:
+            rows, frames = _fold_aside(self.aside), _fold_frames(self.aside_frames)
+            self._count_settled(rows, rows["own"], frames, frames["own"])
+        self.aside, self.aside_frames = [], []
+
     def table(self) -> tuple[np.ndarray, np.ndarray]:
-        """(bins, counts[bin, C_*]) of everything folded in: bin b starts at b * bin_s."""
+        """(bins, counts[bin, C_*]) of everything folded in: bin b starts at b * bin_s. Events still set aside
+        (no merge settled them) count as their partition saw them."""
+        self._count_aside()
         if not self.parts:
             return np.zeros(0, dtype=np.int64), np.zeros((0, COUNTERS), dtype=np.int64)
         self.parts = [_fold(self.parts)]

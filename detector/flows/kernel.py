@@ -114,6 +114,14 @@ EV_SNAPPED = 3       # an ack event over bytes whose segments were captured but 
 EV_MID_STREAM = 4    # added to the above in a connection whose opening SYN the capture does not hold (picked up
                      # mid-stream or mid-handshake): what came before is unknown, so a rule may leave it out
 
+# What a packet of a flow with a cut log row is to the merge (update_flows' `cut_slot`): the index of its head packet
+# (redone at the merge), SLOT_SEGMENT + the segment its ack event is counted in, or SLOT_OVER after the log overflowed
+# (the later part's own run goes on). merge.py says, per slot of a connection it joined, what the packets' events
+# are in one pass (merge.CutJoins), so a rule that bins the events (capture-loss) can settle them.
+SLOT_SEGMENT = HEAD_MAX
+SLOT_OVER = HEAD_MAX + ENTRIES_MAX + 1
+SLOTS = SLOT_OVER + 1
+
 FIRST_TCP = 0x10000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
                      # a multiple of 8: finish() reads the rows as uint64 words
@@ -333,8 +341,9 @@ def must_split(F, row, ts, timeout_ns, side, flags, tcp_ok, seq, is_tcp):
 
 @njit(_nrt=False, inline="always")
 def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, is_tcp, is_udp):
-    """Fold one packet into flow `row`; returns what it did to the capture gaps (EV_*) and the bytes never
-    captured its ack advanced over, whatever the endpoint states (-1: it advanced nothing)."""
+    """Fold one packet into flow `row`; returns what it did to the capture gaps (EV_*), the bytes never
+    captured its ack advanced over, whatever the endpoint states (-1: it advanced nothing), and its event had both
+    endpoints been clean (EV_NONE, EV_ACK, EV_GAP or EV_SNAPPED)."""
     side = 0 if from_a == F[row, F_ORIG_IS_A] else 1
     F[row, F_PKTS + side] += 1
     F[row, F_BYTES + side] += ip_len
@@ -348,7 +357,7 @@ def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, capt
     if is_udp:
         record_history(F, H, row, side, H_DATA)     # Zeek's UDP analyzer marks every datagram 'D'/'d'
     if not (is_tcp and tcp_ok):
-        return EV_NONE, -1
+        return EV_NONE, -1, EV_NONE
     syn = (flags & TH_SYN) != 0
     has_ack = (flags & TH_ACK) != 0
     F[row, F_FLAGS + side] |= flags
@@ -395,11 +404,13 @@ def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, capt
     # Zeek's order: the state machine, then the ack (of the peer's bytes), then this side's bytes
     missing = -1
     event = EV_NONE
+    kind = EV_NONE
     if has_ack:
         missing, snapped = _ack_received(F, row, 1 - side, ack)
-        event = _ack_event(F, row, 1 - side, missing, snapped)
+        kind = _event_kind(missing, snapped)
+        event = _ack_event(F, row, 1 - side, missing, kind)
     _data_captured(F, row, side, flags, seq, pay, captured)
-    return event, missing
+    return event, missing, kind
 
 
 # ---- capture gaps -------------------------------------------------------------
@@ -464,19 +475,30 @@ def _ack_received(F, row, side, ack):
 
 
 @njit(_nrt=False, inline="always")
-def _ack_event(F, row, side, missing, snapped):
-    """Count an ack that advanced over `missing` bytes of `side` never captured (-1: it advanced nothing), as
-    Zeek reports content gaps: only while both ends are established or cleanly closing (a partial connection,
-    picked up mid-stream, advances uncounted). Returns the event (EV_*): a gap over no more bytes than the
-    side's segments cut by the snapshot length held is EV_SNAPPED, not loss."""
-    if missing < 0 or not (clean(F, row, side) and clean(F, row, 1 - side)):
+def _event_kind(missing, snapped):
+    """The event of an ack that advanced over `missing` bytes never captured (-1: it advanced nothing), `snapped` of
+    them held by segments cut by the snapshot length, whatever the endpoint states: a gap over no more bytes than
+    those is EV_SNAPPED, not loss."""
+    if missing < 0:
+        return EV_NONE
+    if missing == 0:
+        return EV_ACK
+    return EV_SNAPPED if missing == snapped else EV_GAP
+
+
+@njit(_nrt=False, inline="always")
+def _ack_event(F, row, side, missing, kind):
+    """Count an ack of `side`'s bytes of event `kind` (_event_kind) that advanced over `missing` bytes never
+    captured, as Zeek reports content gaps: only while both ends are established or cleanly closing (a partial
+    connection, picked up mid-stream, advances uncounted). Returns the event (EV_*)."""
+    if kind == EV_NONE or not (clean(F, row, side) and clean(F, row, 1 - side)):
         return EV_NONE
     F[row, F_ACK_EVENTS + side] += 1
-    if missing <= 0:
+    if kind == EV_ACK:
         return EV_ACK
     F[row, F_GAP_EVENTS + side] += 1
     F[row, F_GAP_BYTES + side] += missing
-    return EV_SNAPPED if missing == snapped else EV_GAP
+    return kind
 
 
 @njit(_nrt=False, inline="always")
@@ -638,11 +660,11 @@ def build_table(h, tab_row, tab_h):
 
 @kernel("(i8, u8[:, ::1], u8[::1], u1[::1], u4[::1], i8[::1], i8[::1], u2[::1], u4[::1], u4[::1], u2[::1], "
         "u4[::1], u2[::1], u4[::1], u4[::1], u2[::1], u1[::1], i8[::1], b1[::1], i8[::1], u8[::1], i8[:, ::1], "
-        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[:, ::1], i8[::1], i1[::1])", _nrt=False,
-        nogil=True)
+        "u1[:, ::1], u8[:, ::1], i8[:, ::1], u1[:, ::1], u8[:, ::1], i8[:, ::1], i8[::1], i1[::1], i8[::1], i1[::1], "
+        "i1[::1])", _nrt=False, nogil=True)
 def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp_ack, tcp_mss, payload_len,
                  payload_off, caplen, ip_len, vlan, ip_version, timeout_ns, server_port, tab_row, tab_h, OF, OH, OK,
-                 DF, DH, DK, CL, counts, events):
+                 DF, DH, DK, CL, counts, events, cut_flow, cut_slot, cut_kind):
     """Add packets i0.. (rows whose `layers` have an IP bit; others are skipped) to the open flows.
 
     Packet i has key row K[i] and hash h[i]; its other fields are valid under
@@ -652,8 +674,11 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
     arena (DF, DH, DK) first. A TCP flow started without an open flow of its
     key gets a row of the cut log CL. The caller reserves room for one new
     open, one new done and one new cut log row per packet. events[i] is set to what packet i did to
-    the capture gaps (EV_*; rows skipped are left alone). Returns len(K), or the packet at which two
-    keys share a hash or a probe run grew too long: rehash, then resume there.
+    the capture gaps (EV_*; rows skipped are left alone). A packet of a flow with a cut log row that did not
+    open with a SYN (it may have opened in an earlier partition) also gets the flow's first frame in
+    cut_flow[i], its slot (SLOT_* above) in cut_slot[i] and, in cut_kind[i], its event had both endpoints been
+    clean (add_packet); other rows are left alone. Returns len(K), or the packet
+    at which two keys share a hash or a probe run grew too long: rehash, then resume there.
     """
     mask = np.uint64(len(tab_row) - 1)
     n_open, n_done, newest, n_log = counts[C_OPEN], counts[C_DONE], counts[C_NEWEST], counts[C_LOG]
@@ -744,10 +769,18 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         c = OF[row, F_CUT]
         ip_bytes = np.int64(ip_len[i])
         segment = -1
+        # a flow that did not open here with a SYN may continue one whose start an earlier partition holds
+        picked_up = c >= 0 and (OF[row, F_FIRST_FLAGS] & (TH_SYN | TH_ACK)) != TH_SYN
         if c >= 0:
+            head = CL[c, LG_HEAD_N]
             segment = _log_packet(CL, c, OF, row, ts, a, flags, tcp_ok, seq, ack, pay, ip_bytes, captured, mss)
-        event, missing = add_packet(OF, OH, row, ts, a, flags, tcp_ok, ip_bytes, pay, seq, ack, captured, mss,
-                                     is_tcp, is_udp)
+            if picked_up:
+                cut_flow[i] = OF[row, F_FIRST_FRAME]
+                cut_slot[i] = head if head < HEAD_MAX else (SLOT_SEGMENT + segment if segment >= 0 else SLOT_OVER)
+        event, missing, kind = add_packet(OF, OH, row, ts, a, flags, tcp_ok, ip_bytes, pay, seq, ack, captured, mss,
+                                           is_tcp, is_udp)
+        if picked_up:
+            cut_kind[i] = kind
         if segment >= 0 and missing >= 0:
             _log_ack(CL, c, segment, a, missing)
         if event != EV_NONE and OF[row, F_SYN_NS] < 0:

@@ -47,6 +47,8 @@ timeout are outside the model, as in the pass.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
@@ -132,23 +134,34 @@ def _side(F, row, from_a):
 
 @njit(_nrt=False, inline="always")
 def _count_segment(C, CL, c, segment):
-    """Add the ack events of a segment of the later part's run that its endpoint states count (both clean)."""
+    """Add the ack events of a segment of the later part's run that its endpoint states count (both clean);
+    whether they do."""
     if not (k.clean(C, 1, 0) and k.clean(C, 1, 1)):
-        return
+        return False
     at = k.LG_SEG + k.SEG_W * segment
     for side in range(2):
         end = side if C[1, F_ORIG_IS_A] else 1 - side
         C[1, k.F_ACK_EVENTS + side] += CL[c, at + 1 + end]
         C[1, k.F_GAP_EVENTS + side] += CL[c, at + 3 + end]
         C[1, k.F_GAP_BYTES + side] += CL[c, at + 5 + end]
+    return True
+
+
+@njit(_nrt=False, inline="always")
+def _segment_verdict(counted, syn_seen):
+    """CutJoins' verdict on a segment's ack events: counted (mid-stream or not) or not."""
+    if not counted:
+        return -1
+    return 0 if syn_seen else k.EV_MID_STREAM
 
 
 @njit(_nrt=False)
-def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH):
-    """Redo the later part L (cut log CL[L's F_CUT]) from the earlier part E: the continuation in C[1], CH[1].
-    S, SH (row 0) hold the later part's own run over its head, redone to compare. Returns False where the
-    log does not make the continuation exact (merge.py's residual cases): REDONE, NOT_EXACT, or GOES_ON when
-    the later part's run split the flow where the continuation does not (C[1] then holds it up to there)."""
+def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, CH, V):
+    """Redo the later part L (cut log CL[L's F_CUT]) from the earlier part E: the continuation in C[1], CH[1],
+    and in V[r] the verdicts (CutJoins) on the events of L's packets. S, SH (row 0) hold the later part's own
+    run over its head, redone to compare. Returns REDONE, NOT_EXACT where the log does not make the
+    continuation exact (merge.py's residual cases), or GOES_ON when the later part's run split the flow where
+    the continuation does not (C[1] then holds it up to there)."""
     c = LF[r, k.F_CUT]
     n = CL[c, k.LG_HEAD_N] if c >= 0 else 0
     if n == 0:
@@ -167,9 +180,13 @@ def _replay(EF, EH, er, LF, LH, r, CL, word, timeout_ns, server_port, S, SH, C, 
         if i > 0 and must_split(C, 1, ts, timeout_ns, _side(C, 1, a), flags, tcp_ok, seq, True):
             return NOT_EXACT   # the continuation ends inside the later part's head, which its run did not
         k.add_packet(S, SH, 0, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
-        k.add_packet(C, CH, 1, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss, True, False)
+        event, _missing, _kind = k.add_packet(C, CH, 1, ts, a, flags, tcp_ok, ip_len, pay, seq, ack, captured, mss,
+                                              True, False)
+        if event != k.EV_NONE and C[1, k.F_SYN_NS] < 0:
+            event += k.EV_MID_STREAM
+        V[r, i] = event
     if LF[r, k.F_PKTS] + LF[r, k.F_PKTS + 1] > n:
-        if not _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+        if not _after_head(LF, LH, r, CL, c, S, SH, C, CH, V):
             return NOT_EXACT
     if CL[c, k.LG_SPLIT] >= 0:         # the later part's run split the flow: does the continuation split there?
         w = CL[c, k.LG_SPLIT + 2]
@@ -239,12 +256,14 @@ def _handshake_after_head(LF, r, S, C, same):
 
 
 @njit(_nrt=False, inline="always")
-def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
+def _after_head(LF, LH, r, CL, c, S, SH, C, CH, V):
     """The continuation C[1] after the head: where its tracking meets the later part's own run S[0] at the end of
-    the head, that run's counters after it, its endpoint states redone over the log's entries. False: not exact."""
+    the head, that run's counters after it, its endpoint states redone over the log's entries, and the verdicts
+    V[r] on its segments and after the log's overflow. False: not exact."""
     if LF[r, F_ORIG_IS_A] != S[0, F_ORIG_IS_A]:
         return False                   # the later part's roles flipped after its head
     same = S[0, F_ORIG_IS_A] == C[1, F_ORIG_IS_A]
+    syn_seen = C[1, k.F_SYN_NS] >= 0   # one pass's mid-stream mark (kernel.update_flows), set by an originator's SYN
     for side in range(2):
         cs = side if same else 1 - side
         if _unacked_after_head(LF, r, S, side):
@@ -284,7 +303,7 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
             C[1, k.F_MSS + cs] = LF[r, k.F_MSS + side]
     C[1, k.F_LAST_NS] = max(C[1, k.F_LAST_NS], LF[r, k.F_LAST_NS])
     # the endpoint states over the entries, each segment's ack events counted in the states it was in
-    _count_segment(C, CL, c, 0)
+    V[r, k.SLOT_SEGMENT] = _segment_verdict(_count_segment(C, CL, c, 0), syn_seen)
     used = CL[c, k.LG_ENTRIES]
     for entry in range(1, min(used, k.ENTRIES_MAX) + 1):
         w = CL[c, k.LG_SEG + k.SEG_W * entry]
@@ -295,11 +314,16 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
                 return False           # a new connection the later part's run took for the same one
             if C[1, k.F_SYNSEQ + side] < 0:
                 C[1, k.F_SYNSEQ + side] = seq
+            syn_seen = syn_seen or side == 0
         orig = C[1, F_ORIG_IS_A]
         k.tcp_state_machine(C, CH, 1, side, flags, length)
         if C[1, F_ORIG_IS_A] != orig:
             return False
-        _count_segment(C, CL, c, entry)
+        V[r, k.SLOT_SEGMENT + entry] = _segment_verdict(_count_segment(C, CL, c, entry), syn_seen)
+    # after the overflow the later part's own run goes on in the continuation's states: its events are one pass's,
+    # but for the mid-stream mark where the continuation had the originator's SYN (the run may not have), or where
+    # the two runs' roles differ (not settled)
+    V[r, k.SLOT_OVER] = 1 if syn_seen else (0 if same else -1)
     for side in range(2):
         cs = side if same else 1 - side
         if C[1, k.F_SYNSEQ + cs] < 0:
@@ -328,23 +352,24 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH):
 
 
 @kernel("(i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[::1], i8[::1], i8[:, ::1], u8[::1], i8[::1], "
-        "b1[::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i1[::1])", _nrt=False,
-        nogil=True)
+        "b1[::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i8[:, ::1], u1[:, ::1], i1[::1], i1[:, ::1])",
+        _nrt=False, nogil=True)
 def replay_continuations(EF, EH, LF, LH, later, after, CL, words, timeout_ns, server_port, S, SH, C, CH, out_F,
-                          out_H, outcome):
+                          out_H, outcome, V):
     """Each earlier open TCP flow EF[r] continued by the later flow LF[later[r]] (with its cut log in CL), redone
     into out_F[r], out_H[r]; outcome[r] is REDONE, NOT_EXACT, or THROUGH_NEXT when the continuation also takes
     in the next later flow of its key, LF[after[r]] (-1 none), which the later part's run split off on a SYN
-    one pass takes for the same connection. S, SH (one row) and C, CH (two rows) are scratch."""
+    one pass takes for the same connection. V[row] gets the verdicts on the events of later flow LF[row]'s packets
+    (CutJoins; valid where the outcome is not NOT_EXACT). S, SH (one row) and C, CH (two rows) are scratch."""
     timeout = timeout_ns[PROTO_TCP]
     for r in range(EF.shape[0]):
-        done = _replay(EF, EH, r, LF, LH, later[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+        done = _replay(EF, EH, r, LF, LH, later[r], CL, words[r], timeout, server_port, S, SH, C, CH, V)
         if done == GOES_ON and after[r] >= 0:
             for j in range(k.NF):
                 C[0, j] = C[1, j]
             for j in range(k.HIST_MAX):
                 CH[0, j] = CH[1, j]
-            done = _replay(C, CH, 0, LF, LH, after[r], CL, words[r], timeout, server_port, S, SH, C, CH)
+            done = _replay(C, CH, 0, LF, LH, after[r], CL, words[r], timeout, server_port, S, SH, C, CH, V)
             done = THROUGH_NEXT if done == REDONE else NOT_EXACT
         outcome[r] = done if done != GOES_ON else NOT_EXACT
         if done == REDONE or done == THROUGH_NEXT:
@@ -354,10 +379,32 @@ def replay_continuations(EF, EH, LF, LH, later, after, CL, words, timeout_ns, se
                 out_H[r, j] = CH[1, j]
 
 
+@dataclass
+class CutJoins:
+    """What a merge says about the events (kernel.EV_*) of the packets of the TCP connections it joined exactly
+    across the cut, for a rule that binned them as the later part saw them (PacketBatch.flow_events, flow_cuts).
+
+    Per later flow that continued one of the earlier part (its first frame in `frames`, ascending), per slot
+    of its packets (kernel.SLOT_*), `verdicts[j, slot]`: a head packet's event in one pass; for a segment, -1
+    when one pass counts no ack event of its packets, else what it adds to their event had both endpoints been
+    clean (0, or EV_MID_STREAM in a connection whose opening SYN the capture does not hold); after the log's
+    overflow, 0 when the later part's own events are one pass's, 1 when they are but for their mid-stream mark,
+    -1 when the merge cannot say (its events stay as the later part saw them). A connection the merge could
+    not join exactly (FlowTable.inexact_joins) is not listed.
+    """
+
+    frames: np.ndarray
+    verdicts: np.ndarray
+
+    @classmethod
+    def none(cls) -> CutJoins:
+        return cls(np.zeros(0, np.int64), np.zeros((0, k.SLOTS), np.int8))
+
+
 def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns: np.ndarray, cut_log: np.ndarray):
     """The open flows (F, H, K) of a table with `later_flows` (F, H, K), all the flows of the table of the
     packets that follow, whose last `later_open` rows are still open: (finished parts, open flows, joins that
-    are not exact).
+    are not exact, CutJoins).
 
     Each key's earliest later flow that continues an open one becomes it,
     with the earlier flow's direction; an open flow with a later flow of its
@@ -392,8 +439,8 @@ def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns:
     joined = np.empty(len(theirs), bool)
     continuations(mF[mine_rows], oF[theirs], K_.key_proto(oK[theirs]), timeout_ns, joined)
     mine_rows, theirs, after = mine_rows[joined], theirs[joined], after[joined]
-    combined_F, combined_H, inexact, through = _join(mF[mine_rows], mH[mine_rows], oF, oH, oK, theirs, after,
-                                                     timeout_ns, cut_log)
+    combined_F, combined_H, inexact, through, joins = _join(mF[mine_rows], mH[mine_rows], oF, oH, oK, theirs, after,
+                                                            timeout_ns, cut_log)
     oF, oH = oF.copy(), oH.copy()
     # a continuation that took in the next later flow of its key replaces that one; the head it went through goes
     target = np.where(through, after, theirs)
@@ -410,31 +457,37 @@ def merge_flows(open_flows, later_flows, later_open: int, seed: int, timeout_ns:
     keep = ~superseded
     return ([(mF[ended_mine], mH[ended_mine], mK[ended_mine]), (oF[done], oH[done], oK[done])],
             (np.concatenate([mF[keep], oF[live]]), np.concatenate([mH[keep], oH[live]]),
-             np.concatenate([mK[keep], oK[live]])), inexact)
+             np.concatenate([mK[keep], oK[live]])), inexact, joins)
 
 
 def _join(mF, mH, oF, oH, oK, theirs, after, timeout_ns, cut_log):
     """Earlier open flows with their continuations oF[theirs]: a TCP continuation redone from its cut log where
     that is exact (through the next later flow of its key, oF[after], where one pass takes that in too), else
     (and for other protocols, whose records combine exactly) combined field by field. Returns the flows, how
-    many TCP joins are not exact, and which went through the next flow."""
+    many TCP joins are not exact, which went through the next flow, and the CutJoins of the exact ones."""
     tF, tH, tK = oF[theirs], oH[theirs], oK[theirs]
     out_F, out_H = _combine(mF, mH, tF, tH)
     tcp = np.flatnonzero(K_.key_proto(tK) == PROTO_TCP)
     outcome = np.full(len(tcp), NOT_EXACT, np.int8)
+    joins = CutJoins.none()
     if len(tcp):
         redone_F, redone_H = out_F[tcp], out_H[tcp]
         scratch = (np.zeros((1, k.NF), np.int64), np.zeros((1, k.HIST_MAX), np.uint8),
                    np.zeros((2, k.NF), np.int64), np.zeros((2, k.HIST_MAX), np.uint8))
-        replay_continuations(mF[tcp], mH[tcp], oF, oH, theirs[tcp].astype(np.int64), after[tcp].astype(np.int64),
-                             cut_log, np.ascontiguousarray(tK[tcp, 4]), timeout_ns, K_.SERVER_PORT, *scratch,
-                             redone_F, redone_H, outcome)
+        later, after_tcp = theirs[tcp].astype(np.int64), after[tcp].astype(np.int64)
+        verdicts = np.full((len(oF), k.SLOTS), -1, np.int8)
+        replay_continuations(mF[tcp], mH[tcp], oF, oH, later, after_tcp, cut_log, np.ascontiguousarray(tK[tcp, 4]),
+                             timeout_ns, K_.SERVER_PORT, *scratch, redone_F, redone_H, outcome, verdicts)
         exact = outcome != NOT_EXACT
         out_F[tcp[exact]], out_H[tcp[exact]] = redone_F[exact], redone_H[exact]
+        rows = np.concatenate([later[exact], after_tcp[outcome == THROUGH_NEXT]])
+        frames = oF[rows, k.F_FIRST_FRAME]
+        order = np.argsort(frames, kind="stable")
+        joins = CutJoins(frames[order], verdicts[rows[order]])
     out_F[:, k.F_CUT] = -1       # a joined flow's log would describe its earlier part alone
     through = np.zeros(len(theirs), bool)
     through[tcp] = outcome == THROUGH_NEXT
-    return out_F, out_H, int(np.count_nonzero(outcome == NOT_EXACT)), through
+    return out_F, out_H, int(np.count_nonzero(outcome == NOT_EXACT)), through, joins
 
 
 def _compose_state(mine, mine_peer_closed, theirs):

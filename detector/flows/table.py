@@ -57,7 +57,7 @@ from ..schema import IP, L_FRAG, L_IP4, L_PAYLOAD, L_TUNNEL, L_VLAN, PROTO_NAMES
 from ..units import NS
 from . import kernel as k
 from . import keys as K_
-from .merge import merge_flows
+from .merge import CutJoins, merge_flows
 from .view import flow_columns, materialised, text_columns
 
 # Idle timeouts in seconds, per protocol name; "other" covers every other IP protocol.
@@ -136,10 +136,11 @@ class FlowTable:
     def update(self, batch: PacketBatch) -> None:
         """Add one decoded batch (batches in capture order), and set its `flow_events`: what each packet did to
         the capture gaps (kernel.EV_*), for the consumers after this one (the rule that measures capture loss
-        bins them)."""
+        bins them), and its `flow_cuts` (PacketBatch.flow_cuts: where a merge may settle those events again)."""
         n = len(batch)
         given = batch
         given.flow_events = events = np.zeros(n, np.int8)
+        given.flow_cuts = None
         if n == 0:
             return
         self.packets += n
@@ -157,12 +158,16 @@ class FlowTable:
             sport, dport = K_.transport_ports(layers, batch["proto"], batch["src_port"], batch["dest_port"],
                                               batch["icmp_type"], batch["icmp_code"])
             self._attach_fragments(batch, sport, dport)
+            cuts = None
             if batch is not given:
                 events = np.zeros(len(batch), np.int8)
+            else:
+                # (an A-MSDU's subframes share their frame's row, as they may not share a flow: its rows get none)
+                given.flow_cuts = cuts = (np.full(n, -1, np.int64), np.full(n, -1, np.int8), np.zeros(n, np.int8))
             self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dest_ip_hi"], batch["dest_ip_lo"], sport, dport,
                       batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
                       batch["tcp_ack"], batch["tcp_mss"], batch["payload_len"], batch["payload_off"], batch["caplen"],
-                      batch["ip_len"], batch["vlan_outer"], batch["ip_version"], events=events)
+                      batch["ip_len"], batch["vlan_outer"], batch["ip_version"], events=events, cuts=cuts)
             if batch is not given:
                 # an A-MSDU's subframes share their frame's row: its event is the strongest of theirs
                 np.maximum.at(given.flow_events, np.searchsorted(given["frame"], batch["frame"]), events)
@@ -173,12 +178,16 @@ class FlowTable:
         self._expire()
 
     def _run(self, src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto, layers, ts_ns, frame, tcp_flags, tcp_seq,
-             tcp_ack, tcp_mss, payload_len, payload_off, caplen, ip_len, vlan, ip_version, events=None) -> None:
+             tcp_ack, tcp_mss, payload_len, payload_off, caplen, ip_len, vlan, ip_version, events=None,
+             cuts=None) -> None:
         """One compiled pass over the packets, resumed after a rehash; `events` receives each packet's capture-gap
-        event (kernel.EV_*), a scratch array when None (tunnel carriers: UDP, never one)."""
+        event (kernel.EV_*) and `cuts` the (flow, slot, kind) of packets of flows with a cut log
+        (kernel.update_flows), scratch arrays when None (tunnel carriers: UDP, never one)."""
         K, from_a = K_.canonical_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, proto)
         if events is None:
             events = np.zeros(len(K), np.int8)
+        if cuts is None:
+            cuts = (np.zeros(len(K), np.int64), np.zeros(len(K), np.int8), np.zeros(len(K), np.int8))
         at = 0
         while True:
             h = K_.hash_rows(K, self._seed)
@@ -186,7 +195,7 @@ class FlowTable:
                                 payload_len, payload_off, caplen, ip_len, vlan, ip_version, self._timeout_ns,
                                 K_.SERVER_PORT, self._tab_row,
                                 self._tab_h, self._OF, self._OH, self._OK, self._DF, self._DH, self._DK, self._CL,
-                                self._counts, events)
+                                self._counts, events, *cuts)
             if at == len(K):
                 return
             self._rehash()
@@ -370,18 +379,24 @@ class FlowTable:
         A TCP connection cut by the partition boundary keeps this table's
         direction; what combines exactly and what cannot, merge.py says.
         """
+        self.absorb(other)
+        return self
+
+    def absorb(self, other: FlowTable) -> CutJoins:
+        """merge(), returning what it says about the capture-gap events of the connections it joined across the
+        cut (merge.CutJoins), for the rules that binned them as `other`'s part saw them."""
         self.packets += other.packets
         self.non_ip_packets += other.non_ip_packets
         self.inexact_joins += other.inexact_joins
         later = other._all()
         if len(later[0]) == 0:
-            return self
+            return CutJoins.none()
         # one cut log: the later rows' after this table's
         n_log = int(self._counts[k.C_LOG])
         later[0][:, k.F_CUT] = np.where(later[0][:, k.F_CUT] >= 0, later[0][:, k.F_CUT] + n_log, -1)
         cut_log = np.concatenate([self._CL[:n_log], other._CL[:int(other._counts[k.C_LOG])]])
-        done, open_flows, inexact = merge_flows(self._open(), later, int(other._counts[k.C_OPEN]), self._seed,
-                                                self._timeout_ns, cut_log)
+        done, open_flows, inexact, joins = merge_flows(self._open(), later, int(other._counts[k.C_OPEN]), self._seed,
+                                                       self._timeout_ns, cut_log)
         self.inexact_joins += inexact
         self._CL, self._counts[k.C_LOG] = cut_log, len(cut_log)
         self._set_flows(done, *open_flows)
@@ -389,7 +404,7 @@ class FlowTable:
         self._merge_fragments(other)
         if other._newest_ns is not None:
             self._newest_ns = other._newest_ns if self._newest_ns is None else max(self._newest_ns, other._newest_ns)
-        return self
+        return joins
 
     def _compact_log(self) -> None:
         """Keep the cut log rows flows still point to (a joined flow's is dropped)."""
