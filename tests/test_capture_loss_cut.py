@@ -1,0 +1,209 @@
+"""capture-loss across partition cuts: the events of connections a later partition picks up mid-stream are set
+aside and settled by the flow table's merge, so the parts merged bin the ack and gap events of one pass.
+
+Each crafted scenario is cut at many places (2, 3 and 7 parts), each part folded into its own state (flow table
+and rule) from its first global frame, shipped as a pickle and merged in capture order as a cluster does: the
+rule's per-bin table and evidence frames equal one pass's. The bundled captures are cut at the worst places
+(right after a SYN, in the middle of a bin) through editcap (tests/_cuts.py).
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detector.analysis import AnalysisState
+from detector.detectors import capture_loss
+from detector.flows.kernel import ENTRIES_MAX, HEAD_MAX
+from detector.live.window import SlidingWindow
+from detector.rules import load_rules
+from tests._cuts import cut, one_and_merged
+from tests.test_flows import A, B, make_batch, tcp, transfer
+
+RULE = "capture-loss"
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+EVERY_NTH = CAPTURES / "loss-every-nth-segment.pcap"
+MIRROR_PEAK = CAPTURES / "loss-mirror-peak.pcap"
+
+
+def rules(bin_s: float = 1.0) -> dict:
+    rule = load_rules()[RULE]
+    return {RULE: replace(rule, param_values={**rule.param_values, "bin_s": bin_s})}
+
+
+def rule_of(state: AnalysisState) -> capture_loss.CaptureLoss:
+    (det,) = [d for d in state.detectors.detectors if d.rule_id == RULE]
+    return det
+
+
+def folded(packets, first_frame: int = 1) -> AnalysisState:
+    state = AnalysisState(rules())
+    if packets:
+        state.update(make_batch(packets, first_frame=first_frame))
+    return pickle.loads(pickle.dumps(state))        # as a cluster ships it
+
+
+def parts_merged(packets, cuts) -> AnalysisState:
+    """States over the packets between consecutive `cuts`, merged in capture order."""
+    merged = None
+    for lo, hi in pairwise([0, *cuts, len(packets)]):
+        state = folded(packets[lo:hi], first_frame=lo + 1)
+        merged = state if merged is None else merged.merge(state)
+    return merged
+
+
+def loss_table(state: AnalysisState):
+    det = rule_of(state)
+    bins, counts = det.table()
+    return bins.tolist(), counts.tolist(), det.gap_frames.tolist()
+
+
+def cut_everywhere(packets, parts=(2, 3, 7), step=1):
+    """The rule's table and gap frames of the parts merged equal one pass's, for each number of parts and each
+    offset of the cuts; returns one pass's table."""
+    whole = loss_table(folded(packets))
+    n = len(packets)
+    for k in parts:
+        width = max(n // k, 1)
+        for offset in range(1, width + 1, step):
+            cuts = list(range(offset, n, width))[:k - 1]
+            merged = parts_merged(packets, cuts)
+            assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0, (k, cuts)
+            assert loss_table(merged) == whole, (k, cuts)
+    return whole
+
+
+def spread(packets, every_s: float = 0.02):
+    """The packets `every_s` apart: a transfer of a few hundred packets over several bins of 1 s."""
+    return [dict(p, t=round(0.5 + every_s * i, 6)) for i, p in enumerate(packets)]
+
+
+def acks_gaps_mid(table) -> tuple[int, int, int]:
+    counts = np.array(table[1]).reshape(-1, capture_loss.COUNTERS)
+    return (int(counts[:, capture_loss.C_ACKS].sum()), int(counts[:, capture_loss.C_GAPS].sum()),
+            int(counts[:, capture_loss.C_MID_STREAM].sum()))
+
+
+def test_a_lossy_transfer_cut_anywhere_bins_the_events_of_one_pass():
+    # segments missing before, inside and after the head of every later part; bins of 1 s cut by the parts
+    pkts = spread(transfer(4 * HEAD_MAX, missing=(3, 20, 41, 90, 121)))
+    whole = cut_everywhere(pkts, step=3)
+    acks, gaps, mid = acks_gaps_mid(whole)
+    assert len(whole[0]) >= 4 and gaps == 5 and acks == 2 * HEAD_MAX and mid == 0
+    assert whole[2] == [f for f in whole[2] if f > 0] and len(whole[2]) == 5
+
+
+def test_a_cut_right_after_the_syn_leaves_the_later_part_no_connection_start():
+    # the later part starts at the SYN-ACK: its own run marks every ack event mid-stream, one pass counts them
+    pkts = spread(transfer(3 * HEAD_MAX, missing=(7, 60)))
+    later = folded(pkts[1:], first_frame=2)
+    assert acks_gaps_mid(loss_table(later))[:2] == (0, 0)       # its own view: no ack counted, all mid-stream
+    merged = parts_merged(pkts, [1])
+    assert loss_table(merged) == loss_table(folded(pkts))
+    assert acks_gaps_mid(loss_table(merged))[1:] == (2, 0)
+
+
+def test_a_connection_without_its_syn_stays_mid_stream_across_the_cut():
+    # the capture begins at the SYN-ACK: one pass marks the events mid-stream (left out), and so does the merge
+    pkts = spread(transfer(3 * HEAD_MAX, missing=(9, 50)))[1:]
+    whole = cut_everywhere(pkts, parts=(2, 3), step=5)
+    acks, gaps, mid = acks_gaps_mid(whole)
+    assert acks == gaps == 0 and mid >= 3 * HEAD_MAX // 2
+
+
+def test_resets_after_the_head_overflow_the_log_and_still_settle():
+    # more state changes after the head than the log holds: after the overflow the later part's own events are
+    # one pass's but for their mid-stream mark
+    pkts = transfer(2 * HEAD_MAX, missing=(5, 50))
+    t, end = pkts[-1]["t"], pkts[-1]["seq"]
+    pkts += [tcp(t + 0.001 * (i + 1), A if i % 2 else B, B if i % 2 else A, 40000 if i % 2 else 80,
+                 80 if i % 2 else 40000, "RA", end, end) for i in range(ENTRIES_MAX + 4)]
+    pkts = spread(pkts)
+    merged = parts_merged(pkts, [1])
+    later = rule_of(folded(pkts[1:], first_frame=2))
+    assert np.any(later.aside[0]["slot"] == capture_loss.SLOT_OVER)
+    assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0
+    assert loss_table(merged) == loss_table(folded(pkts))
+
+
+def test_a_later_part_keeps_aside_only_connections_picked_up_without_their_syn():
+    # a connection that opens in the later part counts there at once; one cut mid-stream is set aside, bounded
+    first = spread(transfer(3 * HEAD_MAX, missing=(4,)))
+    fresh = [dict(p, sport=41000 if p["sport"] == 40000 else p["sport"],
+                  dport=41000 if p["dport"] == 40000 else p["dport"], t=p["t"] + 0.001) for p in first]
+    packets = sorted(first + fresh, key=lambda p: p["t"])
+    at = next(i for i, p in enumerate(packets) if p.get("sport") == 41000)     # the second one's SYN
+    later = rule_of(folded(packets[at:], first_frame=at + 1))
+    (flow,) = np.unique(later.aside[0]["flow"])
+    assert flow == at + 2         # the first connection's packet after the second's SYN
+    assert np.count_nonzero(later.aside[0]["slot"] < capture_loss.SLOT_SEGMENT) == HEAD_MAX
+    assert loss_table(parts_merged(packets, [at])) == loss_table(folded(packets))
+
+
+def test_past_the_bound_connections_count_as_their_part_saw_them(monkeypatch):
+    # more rows aside than ASIDE_ROWS_MAX: the connections that started last are counted at once, each said in
+    # `unsettled`, and the rows kept stay within the bound
+    monkeypatch.setattr(capture_loss, "ASIDE_ROWS_MAX", HEAD_MAX + 8)
+    packets = []
+    for k in range(3):
+        one = transfer(2 * HEAD_MAX, missing=(30,), isn_a=1000 * k)
+        packets += [dict(p, sport=40000 + k if p["sport"] == 40000 else 80,
+                         dport=40000 + k if p["dport"] == 40000 else 80, t=0.5 + 0.02 * i + 0.003 * k)
+                    for i, p in enumerate(one)]
+    packets.sort(key=lambda p: p["t"])
+    state = AnalysisState(rules())
+    state.update(make_batch(packets[:10]))
+    later = AnalysisState(rules())
+    for lo in range(10, len(packets), 40):        # batches: the rows aside are folded and bounded as they come
+        later.update(make_batch(packets[lo:lo + 40], first_frame=lo + 1))
+        later_rule = rule_of(later)
+        later_rule._fold_aside()
+        assert len(later_rule.aside[0]["flow"]) <= capture_loss.ASIDE_ROWS_MAX
+    assert later_rule.unsettled == 2 and len(later_rule.released) == 2
+    merged = state.merge(later)
+    assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 2
+    # the two released connections count as the later part saw them (partial: no ack events): fewer than one pass
+    assert acks_gaps_mid(loss_table(merged))[0] < acks_gaps_mid(loss_table(folded(packets)))[0]
+
+
+def test_a_watch_counts_a_connection_in_the_slice_where_it_opened():
+    # a watch's slices merge their rules, not their flow tables: the slices after the one where a connection
+    # opened see it mid-stream and count none of its events, as the later part of a cut does on its own
+    pkts = spread(transfer(3 * HEAD_MAX, missing=(5, 60)))
+    window = SlidingWindow(rules(), now=0.0, slice_s=1.0, slices=10)
+    for lo in range(0, len(pkts), 30):
+        window.update(make_batch(pkts[lo:lo + 30], first_frame=lo + 1), now=lo / 30)
+    (loss,) = [f for f in window.analysis().findings if f.rule == RULE]
+    first_slice = acks_gaps_mid(loss_table(folded(pkts[:30])))
+    assert (loss.evidence["ack_events"], loss.evidence["gap_events"]) == first_slice[:2]
+    assert first_slice[1] == 1 and loss.evidence["ack_events"] < acks_gaps_mid(loss_table(folded(pkts)))[0]
+
+
+# ---- the bundled captures cut at the worst places (editcap) -------------------------------------------------
+@pytest.mark.parametrize(("name", "starts"), [
+    (EVERY_NTH.name, [2]),              # right after the first connection's SYN
+    (EVERY_NTH.name, [129, 300]),       # right after the second's SYN; inside the third, mid-bin (one bin of 60 s)
+    (MIRROR_PEAK.name, [2, 1790]),      # after a SYN; in the middle of the peak minute, inside a connection
+])
+def test_the_bundled_lossy_captures_cut_at_the_worst_places(name, starts, tmp_path):
+    paths = cut(CAPTURES / name, tmp_path, starts)
+    one, many = one_and_merged(paths, RULE)
+    assert one == many
+    (finding,) = one
+    assert finding["severity"] in ("medium", "high") and finding["evidence"]["gap_events"] > 0
+    assert finding["evidence"]["evidence_frames"]
+    assert all(frame > 0 for frame in finding["evidence"]["evidence_frames"])
+
+
+def test_gap_frames_of_a_later_part_are_settled_in_frame_order():
+    # the evidence frames are one pass's first gaps, some of them in the later part's head: the merge keeps the
+    # frames of the head's packets it settles as gaps (the later part's own run saw none there)
+    pkts = spread(transfer(3 * HEAD_MAX, missing=tuple(range(2, 3 * HEAD_MAX, 3))))
+    whole = loss_table(folded(pkts))
+    later = loss_table(folded(pkts[1:], first_frame=2))
+    assert later[2] == [] and len(whole[2]) > 10
+    assert loss_table(parts_merged(pkts, [1]))[2] == whole[2]
