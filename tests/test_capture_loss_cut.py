@@ -18,7 +18,7 @@ import pytest
 
 from detector.analysis import AnalysisState
 from detector.detectors import capture_loss
-from detector.flows.kernel import ENTRIES_MAX, HEAD_MAX
+from detector.flows.kernel import ENTRIES_MAX, EV_MID_STREAM, HEAD_MAX
 from detector.live.window import SlidingWindow
 from detector.rules import load_rules
 from tests._cuts import cut, one_and_merged
@@ -115,19 +115,35 @@ def test_a_connection_without_its_syn_stays_mid_stream_across_the_cut():
     assert acks == gaps == 0 and mid >= 3 * HEAD_MAX // 2
 
 
-def test_resets_after_the_head_overflow_the_log_and_still_settle():
+def half_close_after_repeated_fins():
+    """A transfer whose client repeats its FIN more times than the log holds entries after the head, then takes
+    100-byte segments of the server's (two missing) and acks each (a half-close: both ends still clean)."""
+    pkts = transfer(2 * HEAD_MAX, missing=(5,))[:-3]
+    t, end = pkts[-1]["t"], pkts[-1]["ack"]
+    served = 5001
+    for i in range(ENTRIES_MAX + 2):
+        pkts.append(tcp(t + 0.001 * (i + 1), A, B, 40000, 80, "FA", end, served))
+    for j in range(20):
+        if j not in (3, 11):
+            pkts.append(tcp(0, B, A, 80, 40000, "PA", served + 100 * j, end + 1, payload=100))
+        pkts.append(tcp(0, A, B, 40000, 80, "A", end + 1, served + 100 * (j + 1)))
+    pkts += [tcp(0, B, A, 80, 40000, "FA", served + 2000, end + 1), tcp(0, A, B, 40000, 80, "A", end + 1, served + 2001)]
+    return spread(pkts)
+
+
+def test_acks_after_the_log_overflowed_settle_without_their_mid_stream_mark():
     # more state changes after the head than the log holds: after the overflow the later part's own events are
-    # one pass's but for their mid-stream mark
-    pkts = transfer(2 * HEAD_MAX, missing=(5, 50))
-    t, end = pkts[-1]["t"], pkts[-1]["seq"]
-    pkts += [tcp(t + 0.001 * (i + 1), A if i % 2 else B, B if i % 2 else A, 40000 if i % 2 else 80,
-                 80 if i % 2 else 40000, "RA", end, end) for i in range(ENTRIES_MAX + 4)]
-    pkts = spread(pkts)
-    merged = parts_merged(pkts, [1])
+    # one pass's but for their mid-stream mark (the later part, cut right after the SYN, never saw it)
+    pkts = half_close_after_repeated_fins()
     later = rule_of(folded(pkts[1:], first_frame=2))
-    assert np.any(later.aside[0]["slot"] == capture_loss.SLOT_OVER)
+    over = later.aside[0]["slot"] == capture_loss.SLOT_OVER
+    assert np.any(over & (later.aside[0]["own"] >= EV_MID_STREAM))
+    merged = parts_merged(pkts, [1])
     assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0
-    assert loss_table(merged) == loss_table(folded(pkts))
+    whole = loss_table(folded(pkts))
+    assert loss_table(merged) == whole
+    acks, gaps, mid = acks_gaps_mid(whole)
+    assert gaps == 3 and mid == 0 and acks == HEAD_MAX + 20
 
 
 def test_a_later_part_keeps_aside_only_connections_picked_up_without_their_syn():
