@@ -127,7 +127,8 @@ def half_close_after_repeated_fins():
         if j not in (3, 11):
             pkts.append(tcp(0, B, A, 80, 40000, "PA", served + 100 * j, end + 1, payload=100))
         pkts.append(tcp(0, A, B, 40000, 80, "A", end + 1, served + 100 * (j + 1)))
-    pkts += [tcp(0, B, A, 80, 40000, "FA", served + 2000, end + 1), tcp(0, A, B, 40000, 80, "A", end + 1, served + 2001)]
+    pkts += [tcp(0, B, A, 80, 40000, "FA", served + 2000, end + 1),
+             tcp(0, A, B, 40000, 80, "A", end + 1, served + 2001)]
     return spread(pkts)
 
 

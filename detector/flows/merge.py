@@ -19,7 +19,10 @@ pass's own functions (kernel.add_packet), and its own run from a fresh start
 beside it; where the two runs' tracking meets at the end of the head, the
 later part's counts after it are the continuation's, except the ack events,
 which the entries count in the endpoint states redone over them. No packet
-travels.
+travels. What the redone tracking makes of each later packet's capture-gap
+event (kernel.EV_*) the merge returns as CutJoins (FlowTable.absorb), for
+the rule that bins those events (capture-loss), which the later part's own
+run marked as it saw them.
 
 Exact but for these residual cases, where the merge falls back to adding
 the parts' counters (the table's `inexact_joins` counts them; each has a
