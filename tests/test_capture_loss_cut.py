@@ -147,6 +147,31 @@ def test_acks_after_the_log_overflowed_settle_without_their_mid_stream_mark():
     assert gaps == 3 and mid == 0 and acks == HEAD_MAX + 20
 
 
+def test_a_connection_continued_through_a_flow_the_later_part_split_off():
+    # A's SYN, then (after the cut) B's RST and A's SYN again with the same number, a handshake and a lossy
+    # transfer: the later part's own run splits on that SYN and counts the new flow's acks; one pass knows the
+    # number (a retransmission), keeps one connection, reset, and counts none. The merge goes on through the flow
+    # split off, and so do the events set aside
+    pkts = transfer(2 * HEAD_MAX, missing=(6, 40), isn_a=7)
+    pkts = spread([pkts[0], tcp(0, B, A, 80, 40000, "RA", 0, 8), *pkts])
+    whole = loss_table(folded(pkts))
+    assert acks_gaps_mid(whole)[0] == 0
+    assert acks_gaps_mid(loss_table(folded(pkts[1:], first_frame=2)))[:2] == (HEAD_MAX, 2)
+    merged = parts_merged(pkts, [1])
+    assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0
+    assert loss_table(merged) == whole
+
+
+def test_a_syn_retransmitted_across_the_cut_is_counted_at_once_and_said_so():
+    # the later part sees the connection open with its SYN (the retransmission of the earlier part's): it counts
+    # the connection's events at once, the same here as one pass, and `unsettled` says one was not settled
+    pkts = transfer(2 * HEAD_MAX, missing=(6,))
+    pkts = spread([pkts[0], *pkts])
+    merged = parts_merged(pkts, [1])
+    assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 1
+    assert loss_table(merged) == loss_table(folded(pkts))
+
+
 def test_a_later_part_keeps_aside_only_connections_picked_up_without_their_syn():
     # a connection that opens in the later part counts there at once; one cut mid-stream is set aside, bounded
     first = spread(transfer(3 * HEAD_MAX, missing=(4,)))

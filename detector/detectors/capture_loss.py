@@ -41,7 +41,10 @@ the others count as the partition saw them once the state merged into one
 that begins the capture. At most ASIDE_ROWS_MAX rows are kept aside; the
 connections beyond count as the partition saw them, and `unsettled`
 counts them with those the merge could not settle (its residual, beside
-the flow table's inexact_joins).
+the flow table's inexact_joins): after the log's overflow in roles the two
+runs read differently, and a connection whose later part opened with a SYN
+retransmitted across the cut (not set aside: such a part counts a
+connection it saw open at once).
 
 In `watch` the window's flow tables are cut into slices, whose merges join
 no flows: a connection counts in the slice where it opened and is
@@ -347,10 +350,12 @@ class CaptureLoss(Detector):
     def joined(self, joins: CutJoins) -> None:
         """Settle the events set aside of the connections the flow table's merge joined across the cut; in a state
         that begins the capture, count the others as their partition saw them (nothing comes before)."""
-        if not self.aside:
-            return
-        self._fold_aside()
-        rows, frames = self.aside[0], self.aside_frames[0]
+        if self.aside:
+            self._fold_aside()
+        rows, frames = (self.aside[0], self.aside_frames[0]) if self.aside else \
+            (_empty(ASIDE_COLUMNS), _empty(FRAME_COLUMNS))
+        # joined connections whose later part opened with a SYN (one retransmitted across the cut), counted at once
+        self.unsettled += int(np.count_nonzero(~np.isin(joins.frames, np.union1d(rows["flow"], self.released))))
         if len(joins.frames) and len(rows["flow"]):
             for table in (rows, frames):
                 at = np.minimum(np.searchsorted(joins.frames, table["flow"]), len(joins.frames) - 1)
@@ -366,7 +371,7 @@ class CaptureLoss(Detector):
             self._count_settled(_take(rows, hit), codes, _take(frames, frame_hit), frame_codes)
             rows, frames = _take(rows, ~hit), _take(frames, ~frame_hit)
             del rows["join"], frames["join"]
-        self.aside, self.aside_frames = [rows], [frames]
+        self.aside, self.aside_frames = ([rows], [frames]) if len(rows["flow"]) or len(frames["flow"]) else ([], [])
         if self.begins_capture:
             self._count_aside()
 

@@ -675,7 +675,8 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
     key gets a row of the cut log CL. The caller reserves room for one new
     open, one new done and one new cut log row per packet. events[i] is set to what packet i did to
     the capture gaps (EV_*; rows skipped are left alone). A packet of a flow with a cut log row that did not
-    open with a SYN (it may have opened in an earlier partition) also gets the flow's first frame in
+    open with a SYN (it may have opened in an earlier partition), or that is chained (LG_CHAINED), also gets
+    the flow's first frame in
     cut_flow[i], its slot (SLOT_* above) in cut_slot[i] and, in cut_kind[i], its event had both endpoints been
     clean (add_packet); other rows are left alone. Returns len(K), or the packet
     at which two keys share a hash or a probe run grew too long: rehash, then resume there.
@@ -769,8 +770,9 @@ def update_flows(i0, K, h, from_a, layers, ts_ns, frame, tcp_flags, tcp_seq, tcp
         c = OF[row, F_CUT]
         ip_bytes = np.int64(ip_len[i])
         segment = -1
-        # a flow that did not open here with a SYN may continue one whose start an earlier partition holds
-        picked_up = c >= 0 and (OF[row, F_FIRST_FLAGS] & (TH_SYN | TH_ACK)) != TH_SYN
+        # a flow that did not open here with a SYN may continue one whose start an earlier partition holds, and so
+        # may one its key's flow split off on a SYN (LG_CHAINED: merge.py may continue the connection through it)
+        picked_up = c >= 0 and ((OF[row, F_FIRST_FLAGS] & (TH_SYN | TH_ACK)) != TH_SYN or CL[c, LG_CHAINED] == 1)
         if c >= 0:
             head = CL[c, LG_HEAD_N]
             segment = _log_packet(CL, c, OF, row, ts, a, flags, tcp_ok, seq, ack, pay, ip_bytes, captured, mss)
