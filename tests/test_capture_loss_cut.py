@@ -189,7 +189,7 @@ def test_a_later_part_keeps_aside_only_connections_picked_up_without_their_syn()
 def test_past_the_bound_connections_count_as_their_part_saw_them(monkeypatch):
     # more rows aside than ASIDE_ROWS_MAX: the connections that started last are counted at once, each said in
     # `unsettled`, and the rows kept stay within the bound
-    monkeypatch.setattr(capture_loss, "ASIDE_ROWS_MAX", HEAD_MAX + 8)
+    monkeypatch.setattr(capture_loss, "ASIDE_ROWS_MAX", 3 * HEAD_MAX)      # a connection's head takes 2 * HEAD_MAX
     packets = []
     for k in range(3):
         one = transfer(2 * HEAD_MAX, missing=(30,), isn_a=1000 * k)
@@ -204,7 +204,8 @@ def test_past_the_bound_connections_count_as_their_part_saw_them(monkeypatch):
         later.update(make_batch(packets[lo:lo + 40], first_frame=lo + 1))
         later_rule = rule_of(later)
         later_rule._fold_aside()
-        assert len(later_rule.aside[0]["flow"]) <= capture_loss.ASIDE_ROWS_MAX
+        held = len(later_rule.aside[0]["flow"]) + len(later_rule.aside_frames[0]["flow"])
+        assert held <= capture_loss.ASIDE_ROWS_MAX
     assert later_rule.unsettled == 2 and len(later_rule.released) == 2
     merged = state.merge(later)
     assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 2

@@ -98,8 +98,10 @@ FLOWS_NAMED = 5
 # Decimal places of ratios in findings.
 ROUND = 4
 # Rows of events set aside by a partition that does not begin the capture (module docstring; some 30 bytes each):
-# one per head packet of a connection picked up mid-stream (kernel.HEAD_MAX) and per bin and segment after it. Past
-# it, the connections that started last count as the partition saw them.
+# one per head packet of a connection picked up mid-stream (kernel.HEAD_MAX) and per bin and segment after it, and
+# one per frame of an event that may settle as a gap (at most GAP_FRAMES_MAX per connection and segment). Past it,
+# the connections that started last count as the partition saw them. (A partition of a million packets of the
+# bench capture sets aside some 15,000.)
 ASIDE_ROWS_MAX = 1 << 16
 # events set aside, summed per row of these keys, and the frames of the events that may settle as gaps
 ASIDE_KEYS = ("flow", "slot", "bin", "own", "kind")
@@ -305,17 +307,19 @@ class CaptureLoss(Detector):
         return events
 
     def _fold_aside(self) -> None:
-        """The events set aside folded, within ASIDE_ROWS_MAX rows: past it, the connections that started last
-        count as their partition saw them."""
+        """The events set aside folded, within ASIDE_ROWS_MAX rows (of counts and of frames): past it, the
+        connections that started last count as their partition saw them."""
         rows = _fold_aside(self.aside)
         frames = _fold_frames(self.aside_frames)
-        if len(rows["flow"]) > ASIDE_ROWS_MAX:
-            cut = int(rows["flow"][ASIDE_ROWS_MAX])     # rows are ordered by connection (its first frame)
-            over = rows["flow"] >= cut
-            gone = np.unique(rows["flow"][over])
+        if len(rows["flow"]) + len(frames["flow"]) > ASIDE_ROWS_MAX:
+            flows = np.union1d(rows["flow"], frames["flow"])        # by connection, its first frame
+            held = np.bincount(np.searchsorted(flows, rows["flow"]), minlength=len(flows)) + \
+                np.bincount(np.searchsorted(flows, frames["flow"]), minlength=len(flows))
+            gone = flows[np.cumsum(held) > ASIDE_ROWS_MAX]
+            over = np.isin(rows["flow"], gone)
             self.unsettled += len(gone)
             self.released = np.union1d(self.released, gone)
-            over_frames = member(frames["flow"], gone)
+            over_frames = np.isin(frames["flow"], gone)
             self._count_settled(_take(rows, over), rows["own"][over], _take(frames, over_frames),
                                 frames["own"][over_frames])
             rows, frames = _take(rows, ~over), _take(frames, ~over_frames)
