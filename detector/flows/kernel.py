@@ -117,7 +117,7 @@ EV_MID_STREAM = 4    # added to the above in a connection whose opening SYN the 
 # What a packet of a flow with a cut log row is to the merge (update_flows' `cut_slot`): the index of its head packet
 # (redone at the merge), SLOT_SEGMENT + the segment its ack event is counted in, or SLOT_OVER after the log overflowed
 # (the later part's own run goes on). merge.py says, per slot of a connection it joined, what the packets' events
-# are in one pass (merge.CutJoins), so a rule that bins the events (capture-loss) can settle them.
+# are in one pass (merge.CutJoins), so the rule that bins the events (capture loss) can settle them.
 SLOT_SEGMENT = HEAD_MAX
 SLOT_OVER = HEAD_MAX + ENTRIES_MAX + 1
 SLOTS = SLOT_OVER + 1

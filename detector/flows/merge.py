@@ -21,7 +21,7 @@ later part's counts after it are the continuation's, except the ack events,
 which the entries count in the endpoint states redone over them. No packet
 travels. What the redone tracking makes of each later packet's capture-gap
 event (kernel.EV_*) the merge returns as CutJoins (FlowTable.absorb), for
-the rule that bins those events (capture-loss), which the later part's own
+the rule that bins those events (capture loss), which the later part's own
 run marked as it saw them.
 
 Exact but for these residual cases, where the merge falls back to adding
