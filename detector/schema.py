@@ -244,8 +244,9 @@ class PacketBatch:
     # the consumers after it; None where no flow table saw the batch
     flow_events: np.ndarray | None = None
     # where a partition merge may settle those events again (flows.kernel.update_flows' cut_flow, cut_slot,
-    # cut_kind: the first frame of the packet's flow when the flow may continue one of an earlier partition, else -1;
-    # its kernel.SLOT_*; its event had both endpoints been clean), set with flow_events; None: no flow's
+    # cut_kind: where the packet's flow may continue one of an earlier partition, the flow's first frame, the
+    # packet's kernel.SLOT_* and its event had both endpoints been clean; elsewhere cut_slot is -1 and the others
+    # undefined), set with flow_events; None: no flow table's, or an A-MSDU's batch
     flow_cuts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:

@@ -163,7 +163,7 @@ class FlowTable:
                 events = np.zeros(len(batch), np.int8)
             else:
                 # (an A-MSDU's subframes share their frame's row, as they may not share a flow: its rows get none)
-                given.flow_cuts = cuts = (np.full(n, -1, np.int64), np.full(n, -1, np.int8), np.zeros(n, np.int8))
+                given.flow_cuts = cuts = (np.empty(n, np.int64), np.full(n, -1, np.int8), np.empty(n, np.int8))
             self._run(batch["src_ip_hi"], batch["src_ip_lo"], batch["dest_ip_hi"], batch["dest_ip_lo"], sport, dport,
                       batch["proto"], layers, batch["ts_ns"], batch["frame"], batch["tcp_flags"], batch["tcp_seq"],
                       batch["tcp_ack"], batch["tcp_mss"], batch["payload_len"], batch["payload_off"], batch["caplen"],
@@ -187,7 +187,7 @@ class FlowTable:
         if events is None:
             events = np.zeros(len(K), np.int8)
         if cuts is None:
-            cuts = (np.zeros(len(K), np.int64), np.zeros(len(K), np.int8), np.zeros(len(K), np.int8))
+            cuts = (np.empty(len(K), np.int64), np.empty(len(K), np.int8), np.empty(len(K), np.int8))
         at = 0
         while True:
             h = K_.hash_rows(K, self._seed)
