@@ -190,3 +190,22 @@ def test_logs_stay_bounded():
     assert int(right._counts[3]) == 1
     merged = left.merge(right)
     assert int(merged._counts[3]) == 0 and np.all(merged.finish()["src2dst_packets"] > 0)
+
+
+def test_a_table_that_begins_the_capture_ships_and_keeps_no_cut_log():
+    # no merge reads the log of a table whose first packet is frame 1 (it is never the later side): pickled as a
+    # cluster ships it, it carries none, and merging a later table into it keeps none of the later one's either
+    import pickle
+    pkts = transfer(3 * HEAD_MAX)
+    pkts += handshake_close(t=pkts[-1]["t"] + 1.0, sport=40001)      # a connection of the later part alone
+    left, right = FlowTable(), FlowTable()
+    left.update(make_batch(pkts[:20]))
+    right.update(make_batch(pkts[20:], first_frame=21))
+    assert left.begins_capture and not right.begins_capture
+    assert int(left._counts[3]) >= 1 and int(right._counts[3]) >= 2
+    shipped, later = (pickle.loads(pickle.dumps(t)) for t in (left, right))
+    assert int(shipped._counts[3]) == len(shipped._CL) == 0 and np.all(shipped.finish()["src2dst_packets"] > 0)
+    assert int(later._counts[3]) == int(right._counts[3])
+    merged = shipped.merge(later)
+    assert merged.begins_capture and int(merged._counts[3]) == 0 and merged.inexact_joins == 0
+    assert_same_flows(merged.finish(), flows_of(pkts).finish())

@@ -125,6 +125,9 @@ class FlowTable:
         self._CL = np.zeros((0, k.LOG_W), np.int64)
         self._counts = np.zeros(4, np.int64)
         self.inexact_joins = 0      # merges of a connection cut by a partition boundary that are not exact
+        # whether its first packet is the capture's (frame 1): such a table is never the later side of a merge,
+        # so no merge reads its cut log; it ships none and drops the one it merges in (None: no packet yet)
+        self.begins_capture: bool | None = None
         self._frag = (np.zeros(0, np.uint64), np.zeros(0, np.uint16), np.zeros(0, np.uint16),
                       np.zeros(0, np.int64))
         self._newest_ns: int | None = None
@@ -143,6 +146,8 @@ class FlowTable:
         given.flow_cuts = None
         if n == 0:
             return
+        if self.begins_capture is None:
+            self.begins_capture = int(batch["frame"][0]) == 1
         self.packets += n
         self.non_ip_packets += n - int(np.count_nonzero(batch["layers"] & np.uint32(IP)))
         batch = expand_msdus(batch)
@@ -250,11 +255,18 @@ class FlowTable:
                          (("_CL",), int(self._counts[k.C_LOG]))):
             for name in names:
                 state[name] = state[name][:n].copy()
+        if self.begins_capture:         # no merge reads its cut log (begins_capture)
+            state["_CL"] = state["_CL"][:0]
+            state["_counts"] = state["_counts"].copy()
+            state["_counts"][k.C_LOG] = 0
+            state["_DF"][:, k.F_CUT] = -1
+            state["_OF"][:, k.F_CUT] = -1
         del state["_tab_row"], state["_tab_h"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("begins_capture", None)
         n_open = int(self._counts[k.C_OPEN])
         slots = max(MIN_TABLE_SLOTS, 1 << max(2 * n_open - 1, 1).bit_length())
         self._tab_row, self._tab_h = np.empty(slots, np.int64), np.empty(slots, np.uint64)
@@ -388,6 +400,8 @@ class FlowTable:
         self.packets += other.packets
         self.non_ip_packets += other.non_ip_packets
         self.inexact_joins += other.inexact_joins
+        if self.begins_capture is None:
+            self.begins_capture = other.begins_capture
         later = other._all()
         if len(later[0]) == 0:
             return CutJoins.none()
@@ -400,18 +414,19 @@ class FlowTable:
         self.inexact_joins += inexact
         self._CL, self._counts[k.C_LOG] = cut_log, len(cut_log)
         self._set_flows(done, *open_flows)
-        self._compact_log()
+        self._compact_log(keep=not self.begins_capture)
         self._merge_fragments(other)
         if other._newest_ns is not None:
             self._newest_ns = other._newest_ns if self._newest_ns is None else max(self._newest_ns, other._newest_ns)
         return joins
 
-    def _compact_log(self) -> None:
-        """Keep the cut log rows flows still point to (a joined flow's is dropped)."""
+    def _compact_log(self, keep: bool = True) -> None:
+        """Keep the cut log rows flows still point to (a joined flow's is dropped); none unless `keep` (a table
+        that begins the capture: no merge reads its log, and keeping it would copy it again at every merge)."""
         n_open, n_done = int(self._counts[k.C_OPEN]), int(self._counts[k.C_DONE])
         rows = [self._DF[:n_done, k.F_CUT], self._OF[:n_open, k.F_CUT]]
         used = np.concatenate(rows)
-        used = np.sort(used[used >= 0])
+        used = np.sort(used[used >= 0]) if keep else used[:0]
         renumber = np.full(int(self._counts[k.C_LOG]) + 1, -1, np.int64)      # [-1]: none
         renumber[used] = np.arange(len(used))
         for F, n in ((self._DF, n_done), (self._OF, n_open)):
