@@ -292,6 +292,17 @@ def gather_evidence(partition: Partition, wanted, bins, figures: bytes, hosts: d
     return Gathered(partition.index, records, counts, copies)
 
 
+def _same(value):
+    return value
+
+
+def _shared(client, value):
+    """`value` on the cluster for every task to take, as the result of a task rather than scattered: Dask computes a
+    lost result again (a worker that died held it) but cannot bring back scattered data, and its memory manager
+    drops a broadcast's extra copies within seconds, so a scattered value was lost with the worker holding it."""
+    return client.submit(_same, value, pure=False)
+
+
 def evidence_collector(client, parts: list[Partition]):
     """The evidence pass of `parts` on the cluster, as report.evidence.write_evidence's `collector`: a task per
     partition (gather_evidence), joined in capture order as they complete; the first error raises its line."""
@@ -299,8 +310,8 @@ def evidence_collector(client, parts: list[Partition]):
         import pickle
 
         from .report.evidence import join
-        shipped = client.scatter(pickle.dumps(list(figures)), broadcast=True)
-        wanted = client.scatter(wanted, broadcast=True)
+        shipped = _shared(client, pickle.dumps(list(figures)))
+        wanted = _shared(client, wanted)
         hosts = _workers(client)[1]
         futures = [client.submit(gather_evidence, part, wanted, bins, shipped, hosts, pure=False) for part in parts]
 
@@ -650,9 +661,9 @@ def fold_all(client, parts, kind: str, rules=None, site=None):
     """Fold every partition of `parts` (in capture order: a Layout gives each as soon as it is known) on the
     cluster and merge the states in capture order: (state, RunResult)."""
     if rules is not None:
-        rules = client.scatter(rules, broadcast=True)
+        rules = _shared(client, rules)
     if site is not None:
-        site = client.scatter(site, broadcast=True)
+        site = _shared(client, site)
     hosts = _workers(client)[1]
     futures = []
     try:

@@ -366,6 +366,25 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
     assert many.read_text() == one.read_text()
 
 
+def test_what_every_task_takes_outlives_the_workers_that_held_it():
+    # the rules and site every fold takes (cluster._shared): every worker holding them killed, the next fold
+    # still gets them (Dask computes them again; scattered data, even broadcast, would be lost for good)
+    from distributed import Client, LocalCluster, wait
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
+            Client(local) as dask_client:
+        shared = cluster._shared(dask_client, {"scan": load_rules()["scan"]})
+        wait(shared)
+        pids = dask_client.run(os.getpid)
+        holders = set(dask_client.who_has(shared)[shared.key])
+        for address in holders:
+            os.kill(pids[address], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while set(dask_client.scheduler_info()["workers"]) & holders and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dask_client.wait_for_workers(2, timeout=60)
+        assert dask_client.submit(lambda rules: rules["scan"].id, shared, pure=False).result(timeout=60) == "scan"
+
+
 def test_a_damaged_capture_among_many_is_one_line(client, tmp_path):
     paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
     damaged = Path(paths[1])
