@@ -23,6 +23,7 @@ from detector.live.window import SlidingWindow
 from detector.rules import load_rules
 from tests._cuts import cut, one_and_merged
 from tests.test_flows import A, B, make_batch, tcp, transfer
+from tests.test_flows_cut import every_cut
 
 RULE = "capture-loss"
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -66,14 +67,12 @@ def cut_everywhere(packets, parts=(2, 3, 7), step=1):
     """The rule's table and gap frames of the parts merged equal one pass's, for each number of parts and each
     offset of the cuts; returns one pass's table."""
     whole = loss_table(folded(packets))
-    n = len(packets)
-    for k in parts:
-        width = max(n // k, 1)
-        for offset in range(1, width + 1, step):
-            cuts = list(range(offset, n, width))[:k - 1]
-            merged = parts_merged(packets, cuts)
-            assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0, (k, cuts)
-            assert loss_table(merged) == whole, (k, cuts)
+    tried = list(every_cut(len(packets), parts, step))
+    assert tried
+    for cuts in tried:
+        merged = parts_merged(packets, cuts)
+        assert merged.flows.inexact_joins == 0 and rule_of(merged).unsettled == 0, cuts
+        assert loss_table(merged) == whole, cuts
     return whole
 
 

@@ -27,17 +27,23 @@ def merged_parts(packets, cuts) -> FlowTable:
     return merged
 
 
-def cut_everywhere(packets, parts=(2, 3, 7), step=1):
-    """Every column of the merge equals one pass's, for each number of parts and each offset of the cuts."""
-    whole = flows_of(packets).finish()
-    n = len(packets)
+def every_cut(n: int, parts=(2, 3, 7), step=1):
+    """The cuts of `n` packets into each number of `parts` of equal width, at every `step`-th offset."""
     for k in parts:
         width = max(n // k, 1)
         for offset in range(1, width + 1, step):
-            cuts = list(range(offset, n, width))[:k - 1]
-            merged = merged_parts(packets, cuts)
-            assert merged.inexact_joins == 0, (k, cuts)
-            assert_same_flows(merged.finish(), whole)
+            yield list(range(offset, n, width))[:k - 1]
+
+
+def cut_everywhere(packets, parts=(2, 3, 7), step=1):
+    """Every column of the merge equals one pass's, for each number of parts and each offset of the cuts."""
+    whole = flows_of(packets).finish()
+    tried = list(every_cut(len(packets), parts, step))
+    assert tried
+    for cuts in tried:
+        merged = merged_parts(packets, cuts)
+        assert merged.inexact_joins == 0, cuts
+        assert_same_flows(merged.finish(), whole)
     return whole
 
 
