@@ -57,6 +57,9 @@ L_SCTP = 1 << 23        # SCTP common header decoded (ports valid)
 L_PAYLOAD = 1 << 24     # payload_len/payload_off valid
 L_AMSDU = 1 << 25       # an 802.11 A-MSDU: msdu_count valid; the other columns describe one subframe
 L_PKT_TYPE = 1 << 26    # pkt_type valid (a Linux cooked capture, SLL or SLL2)
+# an IPv4 header (any of the frame's, tunnels included) whose checksum does not verify: a frame damaged on the
+# way (its FCS would have dropped it) or fuzzed; 0 in the field is a checksum left to an offloading NIC, not this
+L_BAD_CHECKSUM = 1 << 27
 
 IP = L_IP4 | L_IP6
 ICMP_ANY = L_ICMP | L_ICMP6

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..schema import IP_DF, IP_MF, L_ARP, L_FRAG, L_IP4, L_IP6, L_TRUNCATED
+from ..schema import IP_DF, IP_MF, L_ARP, L_BAD_CHECKSUM, L_FRAG, L_IP4, L_IP6, L_TRUNCATED
 from .columns import (
     ARP_OP,
     ARP_SHA,
@@ -60,6 +60,7 @@ IP4_IDENTIFICATION = 4
 IP4_FLAGS_FRAGMENT = 6        # flags (top 3 bits), fragment offset in 8-byte units
 IP4_TTL = 8
 IP4_PROTOCOL = 9
+IP4_HEADER_CHECKSUM = 10      # one's complement of the one's complement sum of the header's 16-bit words
 IP4_SOURCE = 12
 IP4_DESTINATION = 16
 IP4_HEADER = 20
@@ -168,6 +169,21 @@ def ext_chain(b, q, lim, nh):
 
 
 @njit(_nrt=False)
+def header_checksum_fails(b, p, ihl):
+    """Whether the IPv4 header of `ihl` bytes at `p` (all captured) fails its checksum (RFC 791 section 3.1,
+    RFC 1071): its 16-bit words, the checksum field included, must sum to 0xFFFF in one's complement. A field
+    of 0 is not judged: a NIC that offloads the checksum leaves it so in the sender's own capture."""
+    if u16(b, p + IP4_HEADER_CHECKSUM) == 0:
+        return False
+    total = 0
+    for k in range(0, ihl, 2):
+        total += u16(b, p + k)
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total != 0xFFFF
+
+
+@njit(_nrt=False)
 def ip4(b, s, p, end, wire, layers, i, c8, c16, c32, c64):
     """An IPv4 header at `p` (captured bytes to `end`, the frame to `wire` on the wire): (layers,
     protocol or NO_TRANSPORT, transport offset, end of its captured bytes, end of the packet on the
@@ -202,6 +218,8 @@ def ip4(b, s, p, end, wire, layers, i, c8, c16, c32, c64):
         layers |= L_FRAG
     if p + ihl > end:
         return layers | L_TRUNCATED, NO_TRANSPORT, 0, 0, 0, False
+    if header_checksum_fails(b, p, ihl):
+        layers |= L_BAD_CHECKSUM
     if frag_off:
         return layers, NO_TRANSPORT, 0, 0, 0, False
     return layers, proto, p + ihl, min(end, p + total), p + total, not (frag & IP4_MORE_FRAGMENTS)

@@ -16,6 +16,7 @@ from numba import njit
 
 from ..schema import (
     L_AMSDU,
+    L_BAD_CHECKSUM,
     L_DST_MAC,
     L_ETHERTYPE,
     L_QINQ,
@@ -84,8 +85,9 @@ from .link import (
 )
 from .read import u8, u16, u32
 
-# Link-layer bits a removed tunnel leaves as they are: the frame was captured on that link.
-LINK_BITS = L_SRC_MAC | L_DST_MAC | L_VLAN | L_QINQ | L_ETHERTYPE | L_AMSDU | L_TUNNEL
+# Link-layer bits a removed tunnel leaves as they are: the frame was captured on that link; and the damage
+# of an outer header, which stays the frame's.
+LINK_BITS = L_SRC_MAC | L_DST_MAC | L_VLAN | L_QINQ | L_ETHERTYPE | L_AMSDU | L_TUNNEL | L_BAD_CHECKSUM
 
 # ---- UDP ports (IANA) ----------------------------------------------------------------
 PORT_VXLAN = 4789             # RFC 7348
