@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 
 from . import engine
+from .detect.confidence import assess
+from .detect.quality import CaptureQuality, one_direction
 from .detectors import AnalysisContext, Detector, DetectorFailure, DetectorSet, active_detectors
 from .detectors.base import CaptureDrops
 from .findings import Finding, canonical_order
@@ -40,6 +42,9 @@ class Analysis:
     # the findings grouped by the rules' relations, shared entities and time (detector.incidents), in order of
     # first_seen; each finding's incident_id names its incident
     incidents: list[Incident] = field(default_factory=list)
+    # what is wrong with the capture itself (detect.quality.CaptureQuality.to_json: duplicates, time going
+    # backwards, corrupted frames, truncation, one direction), with its `notes` for the reader; None: not measured
+    quality: dict | None = None
 
     @property
     def flows(self):
@@ -60,21 +65,24 @@ class AnalysisState:
 
     def __init__(self, rules, stopped: dict[str, DetectorFailure] | None = None, site=None):
         self.stats = CaptureStats()
+        self.quality = CaptureQuality()
         self.flows = FlowTable()
         self.detectors = DetectorSet(active_detectors(rules, site), site)
         self.detectors.failures.update(stopped or {})
-        # the engine hashes frames only for a consumer that reads the fingerprints
-        self.needs_fingerprint = self.detectors.needs_fingerprint
+        # the engine hashes frames only for a consumer that reads the fingerprints (the duplicate test does)
+        self.needs_fingerprint = True
         self.app_tables = self.detectors.app_tables
 
     def update(self, batch) -> None:
         self.stats.update(batch)
+        self.quality.update(batch)
         self.flows.update(batch)
         self.detectors.update(batch)
 
     def merge(self, other: AnalysisState) -> AnalysisState:
         """Absorb `other`, the state of the packets that follow this one's (a cluster partition). Returns self."""
         self.stats.merge(other.stats)
+        self.quality.merge(other.quality)
         joins = self.flows.absorb(other.flows)
         self.detectors.merge(other.detectors)
         self.detectors.joined(joins)
@@ -117,18 +125,26 @@ def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrop
 
 
 def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engine.RunResult | None = None,
-             drops: list[CaptureDrops] | None = None) -> Analysis:
+             drops: list[CaptureDrops] | None = None, quality: CaptureQuality | None = None) -> Analysis:
     """The findings of `detectors` over `flow_table` (a FlowTable, or anything with its flow_count and a
-    to_frame() called only if a detector consults the flows) and `stats`, in canonical order, grouped into
-    incidents (detector.incidents); the context carries the site file the detectors were built with, and the
-    capture's drop counters: `drops`, else those of the run's pcapng interface statistics."""
+    to_frame() called only if a detector consults the flows) and `stats`, in canonical order, each with its
+    confidence (detect.confidence, from `quality`, the capture's CaptureQuality, where it was measured), grouped
+    into incidents (detector.incidents); the context carries the site file the detectors were built with, and
+    the capture's drop counters: `drops`, else those of the run's pcapng interface statistics."""
     if drops is None:
         drops = capture_drops(run.captures, stats) if run is not None else []
     context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site, drops=drops)
     findings = canonical_order(detectors.findings(context))
-    incidents = correlate(findings, {det.rule_id: det.rule for det in detectors.detectors})
+    rules = {det.rule_id: det.rule for det in detectors.detectors}
+    direction = one_direction(context.flow_columns()) if quality is not None and flow_table is not None else None
+    # confidence reads a first grouping (corroboration), and may lower severities, which the final grouping reads
+    assess(findings, quality, direction, {det.rule_id: det.QUALITY_NEEDS for det in detectors.detectors},
+           correlate(findings, rules), {det.rule_id for det in detectors.detectors if det.CONTEXT_ONLY})
+    findings = canonical_order(findings)
+    incidents = correlate(findings, rules)
     analysis = Analysis(findings=findings, failures=detectors.failure_list(), detectors=detectors.running(),
-                        stats=stats, context=context, flow_table=flow_table, incidents=incidents)
+                        stats=stats, context=context, flow_table=flow_table, incidents=incidents,
+                        quality=None if quality is None else quality.to_json(direction))
     if run is not None:
         analysis.captures, analysis.warnings = run.captures, run.warnings
     return analysis
@@ -150,4 +166,4 @@ def analyze(sources, rules=None, label: str = "analyze", site=None) -> Analysis:
     spans = FileSpans()
     run = engine.run(sources, [state, spans], label=label)
     run.warnings.extend(overlap_warnings(spans.extents(run.captures)))
-    return conclude(state.detectors, state.flows, state.stats, run)
+    return conclude(state.detectors, state.flows, state.stats, run, quality=state.quality)

@@ -253,10 +253,12 @@ def cmd_analyze(args) -> int:
                                         partitions_per_file=args.partitions_per_file)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
+    for note in (result.quality or {}).get("notes", []):
+        print(f"detector: capture: {note}", file=sys.stderr)
     if findings:
-        print(f"{'severity':<9} {'rule':<18} {'n':>9}  message")
+        print(f"{'severity':<9} {'confidence':<10} {'rule':<18} {'n':>9}  message")
         for f in sorted(findings, key=lambda f: -f.rank):
-            print(f"{f.severity:<9} {f.rule:<18} {f.n:>9}  {f.msg}")
+            print(f"{f.severity:<9} {f.confidence or '-':<10} {f.rule:<18} {f.n:>9}  {f.msg}")
     noun = "finding" if len(findings) == 1 else "findings"
     print(f"{len(findings)} {noun} written to {out}", file=sys.stderr)
     for failure in result.failures:

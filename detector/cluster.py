@@ -710,7 +710,7 @@ def analyze_partitions(client, paths, rules, site, per_file=None):
     finally:
         layout.close()
     run.warnings.extend(layout.warnings)
-    result = conclude(state.detectors, state.flows, state.stats, run)
+    result = conclude(state.detectors, state.flows, state.stats, run, quality=state.quality)
     return result, list(dict.fromkeys(p.name for p in layout.parts)), layout.parts
 
 

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from . import engine
+from .detect.quality import CaptureQuality, one_direction
 from .errors import CaptureError, DetectorError, UsageError
 from .flows import FlowTable
 from .flows.export import write_csv, write_parquet
@@ -22,17 +23,18 @@ def info_one(source) -> tuple[dict, str]:
     it, and the text is empty (the caller reports the error).
     """
     name = str(source)
-    stats = CaptureStats()
+    stats, quality, flows = CaptureStats(), CaptureQuality(), FlowTable()
     record = {"file": name, "format": None, "compression": None, "packets": 0, "bytes": 0, "wire_bytes": 0,
               "first_seen": None, "last_seen": None, "duration_s": 0.0, "linktypes": {},
-              "decoded_ratio": 0.0, "layers": {}, "interface_stats": [], "warnings": [], "error": None}
+              "decoded_ratio": 0.0, "layers": {}, "interface_stats": [], "capture_quality": None, "warnings": [],
+              "error": None}
     try:
         if isinstance(source, (str, os.PathLike)):
             if os.path.isdir(source):
                 raise UsageError(f"{name}: is a folder, not a capture file")
             if not os.path.exists(source):
                 raise UsageError(f"{name}: no such file")
-        result = engine.run([source], [stats], label=os.path.basename(name))
+        result = engine.run([source], [stats, quality, flows], label=os.path.basename(name))
     except (CaptureError, UsageError) as exc:
         record["error"] = str(exc)
         if isinstance(exc, CaptureError):
@@ -47,6 +49,7 @@ def info_one(source) -> tuple[dict, str]:
         "duration_s": summary["duration_s"], "linktypes": summary["linktypes"],
         "decoded_ratio": summary["decoded_ratio"], "layers": summary["layers"],
         "interface_stats": interface_totals(capture["interfaces"], capture["interface_stats"]),
+        "capture_quality": quality.to_json(one_direction(flows.coded_columns())),
         "warnings": result.warnings,
     })
     fmt = record["format"]
@@ -54,9 +57,12 @@ def info_one(source) -> tuple[dict, str]:
         fmt += f" ({record['compression']})"
     linktypes = ", ".join(f"{kind} ({count:,})" for kind, count in summary["linktypes"].items())
     layers = ", ".join(f"{layer} {count:,}" for layer, count in summary["layers"].items())
+    notes = record["capture_quality"]["notes"] if stats.packets else []
     lines = [
         f"File:          {name}",
         f"Format:        {fmt}",
+        *([f"Capture:       {note}" for note in notes] or (
+            ["Capture:       clean: no duplicate, out-of-order, corrupted or cut frames"] if stats.packets else [])),
         f"Link types:    {linktypes or '-'}",
         f"Packets:       {stats.packets:,}",
         f"Bytes:         {stats.bytes:,} captured, {stats.wire_bytes:,} on the wire",
@@ -213,7 +219,7 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
             evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors,
                                       collector=collector)
         document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
-                                     result.failures, result.incidents)
+                                     result.failures, result.incidents, result.quality)
         path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)
         if report:
             write_reports(out, document, findings, rules, evidence, result.flows, result.incidents)

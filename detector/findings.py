@@ -7,6 +7,11 @@ looping frame, the probing source, the flow, the receive queue), set by its
 detector: two findings of one rule with the same identifier are the same
 incident seen at two times, which is what `detector watch` de-duplicates on.
 
+Each finding also says how sure it is: `confidence` (low, medium, high) and the
+evidence it rests on (`confidence_basis`), from the model of
+detector.detect.confidence; a low confidence caps the severity at low and
+keeps the rule's own as `rule_severity`.
+
 Findings are listed in one order wherever they appear (findings.json, the
 reports, the notebook, a watch's period): `canonical_order`.
 """
@@ -55,6 +60,12 @@ class Finding:
     capture_loss_ratio: float | None = None
     # the incident it belongs to (detector.incidents.correlate): "incident-1", ...
     incident_id: str | None = None
+    # how sure it is (detect.confidence.CONFIDENCES) and why: detect.confidence.Basis records, those the rule
+    # stated first; set by detect.confidence.assess once every rule has spoken (None before)
+    confidence: str | None = None
+    confidence_basis: list = field(default_factory=list)
+    # the severity the rule gave, where low confidence capped it at low
+    rule_severity: str | None = None
     evidence_pcap: str | None = None
     remediation: str | None = None
     references: list[str] = field(default_factory=list)
@@ -71,7 +82,9 @@ class Finding:
         out = asdict(self)
         out["first_seen"] = iso_time(self.first_seen)
         out["last_seen"] = iso_time(self.last_seen)
-        return {k: v for k, v in out.items() if v is not None}
+        # how sure it is, read beside how bad it is
+        head = {name: out.pop(name) for name in ("rule", "severity", "confidence", "rule_severity")}
+        return {k: v for k, v in (head | out).items() if v is not None}
 
 
 def canonical_order(findings) -> list[Finding]:

@@ -26,6 +26,11 @@ normal state (a RIP speaker, a master timeline, a capacity report) and is
 a root cause only of an incident of info findings. The other findings
 follow in causal order (a cause before its effects), then by time.
 
+A rule whose findings describe a sender or the capture rather than an event
+(its detector's CONTEXT_ONLY: malformed messages) joins an incident it shares
+an entity with, as context, but is never its root cause, and its findings
+alone make no incident: they keep no incident_id.
+
 Only the findings and the rules are read, so a file, merged states and a
 live window correlate alike. The work is linear in the findings (after one
 sort by time) and in the entities each names, bounded by ENTITY_VALUES_MAX.
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .findings import SEVERITY_RANK, Finding, iso_time
+from .rules import declarations
 from .units import NS
 
 # Two findings whose spans are at most this far apart count as one time: an effect shows within seconds
@@ -164,6 +170,8 @@ class _Relations:
                     else:
                         self.peers.setdefault(rule_id, set()).add(target)
                         self.peers.setdefault(target, set()).add(rule_id)
+        # the rules whose findings are context only (Detector.CONTEXT_ONLY, read from the detectors' sources)
+        self.context_only = {rule_id for rule_id in rules if _context_only(rule_id)}
 
     def _join(self, a: str, b: str, by_flow: bool) -> None:
         # a flow is an entity for every relation; an address or frame not for same_flow
@@ -210,6 +218,13 @@ class _Groups:
         return True
 
 
+def _context_only(rule_id: str) -> bool:
+    try:
+        return declarations(rule_id).context_only
+    except (LookupError, OSError):      # a rule without a detector of ours
+        return False
+
+
 def _span(finding: Finding) -> tuple[int, int]:
     first = int(finding.first_seen or 0)
     last = int(finding.last_seen) if finding.last_seen is not None else first
@@ -254,6 +269,12 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
     groups_seen = {root: (min(spans[i][0] for i in idx), max(spans[i][1] for i in idx),
                           max(findings[i].rank for i in idx), {findings[i].rule for i in idx})
                    for root, idx in members.items()}
+    # a group of context-only findings is no incident: they keep no incident_id
+    for root, idx in list(members.items()):
+        if all(findings[i].rule in relations.context_only for i in idx):
+            del members[root], groups_seen[root]
+            for i in idx:
+                findings[i].incident_id = None
     alone = []
     for w in weakeners:
         best, best_key = None, None
@@ -298,6 +319,7 @@ def _incident(findings: list[Finding], spans, idx: list[int], relations: _Relati
                    for c in relations.causers.get(rule, ()) if c != rule)
 
     uncaused = [i for i in linked if not has_cause(i)] or linked
+    uncaused = [i for i in uncaused if findings[i].rule not in relations.context_only] or uncaused
     candidates = [i for i in uncaused if findings[i].severity != "info"] or uncaused
     root = min(candidates, key=lambda i: (spans[i][0], -findings[i].rank, i))
     level = _levels(findings[root].rule, {findings[i].rule for i in linked}, relations)

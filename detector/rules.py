@@ -36,6 +36,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from .detect.confidence import MODEL as CONFIDENCE_MODEL
+from .detect.confidence import needs_text
 from .errors import RuleError
 from .findings import SEVERITIES
 
@@ -189,9 +191,12 @@ ALERT_KEYS = {name: param.default for name, param in ALERT_PARAMS.items()}
 
 
 class Declarations(NamedTuple):
-    """A detector's tunables: its PARAMS, and its ALERTS over ALERT_PARAMS."""
+    """A detector's tunables: its PARAMS, and its ALERTS over ALERT_PARAMS; what its findings rest on
+    (QUALITY_NEEDS, detect.confidence.NEEDS) and whether they are context only (CONTEXT_ONLY)."""
     params: dict[str, Param]
     alerts: dict[str, Param]
+    quality_needs: frozenset = frozenset()
+    context_only: bool = False
 
 
 def detector_source(rule_id: str):
@@ -215,6 +220,10 @@ def _declared_value(node: ast.AST, source) -> Any:
         return DECLARATION_NAMES[node.id]
     if isinstance(node, ast.List):
         return [_declared_value(item, source) for item in node.elts]
+    if isinstance(node, ast.Set):
+        return frozenset(_declared_value(item, source) for item in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "frozenset":
+        return frozenset(*(_declared_value(arg, source) for arg in node.args))
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {_declared_value(key, source): _declared_value(value, source)
                 for key, value in zip(node.keys, node.values)}
@@ -249,7 +258,9 @@ def declarations(rule_id: str) -> Declarations:
         if isinstance(serves, ast.Constant) and serves.value == rule_id:
             params = _declared_value(assigned["PARAMS"], source) if "PARAMS" in assigned else {}
             alerts = _declared_value(assigned["ALERTS"], source) if "ALERTS" in assigned else {}
-            return Declarations(params, ALERT_PARAMS | alerts)
+            needs = _declared_value(assigned["QUALITY_NEEDS"], source) if "QUALITY_NEEDS" in assigned else frozenset()
+            context_only = _declared_value(assigned["CONTEXT_ONLY"], source) if "CONTEXT_ONLY" in assigned else False
+            return Declarations(params, ALERT_PARAMS | alerts, frozenset(needs), bool(context_only))
     raise LookupError(f"{source} declares no detector with rule_id '{rule_id}'")
 
 
@@ -510,6 +521,8 @@ def explain_text(rule: Rule, rules: dict[str, Rule] | None = None) -> str:
     relations = related_rules(rule, rules if rules is not None else {rule.id: rule})
     out += [_wrap(f"{kind}: {', '.join(names)}", "  ", "      ") for kind, names in relations] or [
         "  None: its findings are incidents of their own."]
+    out += ["", "Confidence (how sure its findings are)", _indent(needs_text(declared.quality_needs)),
+            "", textwrap.indent(CONFIDENCE_MODEL.rstrip(), "  ")]
     out += ["", "Live alerts (detector watch)"]
     out += [_setting(name, getattr(rule, name), declared.alerts[name]) for name in ALERT_PARAMS]
     out += ["", "False positives"] + [_wrap(item, "  - ", "    ") for item in rule.false_positives]

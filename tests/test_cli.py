@@ -191,7 +191,7 @@ def test_analyze_writes_findings_json(small_pcap, tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "findings.json").read_text())
     assert doc["version"] == 1
-    assert set(doc) == {"version", "captures", "stats", "incidents", "findings", "failures"}
+    assert set(doc) == {"version", "captures", "capture_quality", "stats", "incidents", "findings", "failures"}
     assert doc["failures"] == []
     assert doc["captures"][0]["file"] == str(small_pcap)
     assert doc["captures"][0]["packets"] == 11

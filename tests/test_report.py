@@ -138,7 +138,7 @@ def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
     assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
     header, *rows = page.rows
     assert header == 2 and set(rows[:9]) == {2}                      # the capture summary: two cells a row
-    assert set(rows[9:]) == {6}                                      # the findings table: six
+    assert set(rows[9:]) == {7}                                      # the findings table: seven
     shown = " ".join("".join(page.text).split())
     for name in MARKDOWN_NAMES:
         assert name in shown
@@ -195,7 +195,7 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert chain[3].startswith("2. **effect: echo-loop (critical)**, finding 1: one frame seen 6,000 times")
     assert "- incident: incident-1" in text[text.index("## 1. CRITICAL"):]
     assert "| Packets | 6,532 |" in text
-    assert "| 1 | critical | echo-loop | 6,000 |" in text
+    assert "| 1 | critical | high | echo-loop | 6,000 |" in text
     rules = load_rules()
     for f in findings:
         assert " ".join(rules[f.rule].why.split())[:80] in " ".join(text.split()).replace("&#x27;", "'")

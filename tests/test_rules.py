@@ -57,7 +57,8 @@ def test_every_detector_has_a_rule_file_holding_its_text_only():
 @pytest.mark.parametrize("rule_id", sorted(REGISTRY))
 def test_declarations_read_from_the_source_are_the_detectors_own(rule_id):
     cls = REGISTRY[rule_id]
-    assert declarations(rule_id) == Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS)
+    assert declarations(rule_id) == Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS, cls.QUALITY_NEEDS,
+                                                 cls.CONTEXT_ONLY)
     # every detector states its own alert intervals, and every tunable its meaning and trade-off
     assert set(cls.ALERTS) == set(ALERT_PARAMS)
     for name, param in {**cls.PARAMS, **cls.ALERTS}.items():

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-from numba import njit
 
 from ..cpu import kernel
+from ..detect.confidence import Basis  # noqa: F401 - re-exported: what a rule states its evidence with
+from ..detect.hashing import half_full_size, home_slot
 from ..findings import Finding, iso_time
 
 # the shared ranges, Param and Range: what the detectors' declarations are built of, imported from here
@@ -189,6 +190,13 @@ class Detector(ABC):
     # What a scapy script rebuilt from a finding's first evidence frame replays ("the probe"), for a rule
     # whose findings turn on one frame worth sending again in a lab; None: no script.
     REPRODUCES: ClassVar[str | None] = None
+    # What its findings rest on beyond what it saw (detect.confidence.NEEDS): "timing", "payload", "absence";
+    # the capture-quality facts that undermine those lower their confidence. Read from the source as data
+    # (detector.rules.declarations), so `explain` prints it without importing the detector.
+    QUALITY_NEEDS: ClassVar[frozenset[str]] = frozenset()
+    # Its findings describe a sender or the capture (a malformed message), never an incident of their own: they
+    # join an incident they share an entity with, and corroborate nothing (detector.incidents, detect.confidence).
+    CONTEXT_ONLY: ClassVar[bool] = False
 
     def __init__(self, rule: Rule, site: Site | None = None):
         if rule.id != self.rule_id:
@@ -212,8 +220,12 @@ class Detector(ABC):
         """The findings of everything folded in so far."""
 
     def finding(self, severity: str, msg: str, *, identifier: str, first_seen: int, last_seen: int,
-                **fields) -> Finding:
+                basis=(), **fields) -> Finding:
         """A Finding carrying this rule's id, title, remediation and references.
+
+        `basis`: the evidence the rule states about how sure the finding is (detect.confidence.Basis: its sample
+        size, a doubt such as frames that look like corrupted copies); the confidence model adds the capture's
+        quality and corroboration once every rule has spoken.
 
         `identifier` names what the finding is about, the same at every look at it (a frame's fingerprint,
         a source address, a flow, a receive queue): live alerts are de-duplicated on rule and identifier.
@@ -222,7 +234,7 @@ class Detector(ABC):
         """
         return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg, identifier=identifier,
                        first_seen=int(first_seen), last_seen=int(last_seen), remediation=self.rule.remediation,
-                       references=list(self.rule.references), **fields)
+                       references=list(self.rule.references), confidence_basis=list(basis), **fields)
 
     # ---- hooks (nothing by default) -------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
@@ -422,33 +434,18 @@ def repeated_rows(keys: np.ndarray) -> np.ndarray:
     return _repeated_hashed(np.ascontiguousarray(keys, dtype=np.uint64))
 
 
-@njit
-def _half_full_size(n):
-    """The smallest power of two at least twice `n`: an open-addressing table of `n` keys at most half full."""
-    size = 1
-    while size < 2 * n:
-        size <<= 1
-    return size
-
-
-@njit
-def _home_slot(k, mask):
-    """Key `k`'s first slot in a power-of-two table (`mask` = size - 1), by Fibonacci hashing."""
-    return ((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
-
-
 @kernel("(u8[::1],)")
 def _repeated_hashed(keys):
     # open addressing over a power-of-two table at most half full, each slot holding a row of its key
     # (-1 free) and whether the key was seen again
-    size = _half_full_size(len(keys))
+    size = half_full_size(len(keys))
     mask = np.uint64(size - 1)
     first = np.full(size, -1, dtype=np.int64)
     again = np.zeros(size, dtype=np.bool_)
     slots = np.empty(len(keys), dtype=np.int64)
     for i in range(len(keys)):
         k = keys[i]
-        slot = _home_slot(k, mask)
+        slot = home_slot(k, mask)
         while first[slot] >= 0 and keys[first[slot]] != k:
             slot = (slot + np.uint64(1)) & mask
         if first[slot] < 0:
@@ -471,7 +468,7 @@ def rank_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @kernel("(u8[::1],)")
 def _rank_hashed(keys):
     # open addressing over a power-of-two table at most half full, each slot holding its key's group (-1 free)
-    size = _half_full_size(len(keys))
+    size = half_full_size(len(keys))
     mask = np.uint64(size - 1)
     slot_group = np.full(size, -1, dtype=np.int64)
     group = np.empty(len(keys), dtype=np.int64)
@@ -481,7 +478,7 @@ def _rank_hashed(keys):
     groups = 0
     for i in range(len(keys)):
         k = keys[i]
-        slot = _home_slot(k, mask)
+        slot = home_slot(k, mask)
         while slot_group[slot] >= 0 and keys[firsts[slot_group[slot]]] != k:
             slot = (slot + np.uint64(1)) & mask
         if slot_group[slot] < 0:
@@ -528,12 +525,12 @@ SMALL_SET = 4
 def _member_hashed(keys, values):
     # open addressing over a power-of-two table at most half full; slot 0 of
     # `used` marks free entries, so the key 0 needs no sentinel
-    size = _half_full_size(len(values))
+    size = half_full_size(len(values))
     mask = np.uint64(size - 1)
     table = np.zeros(size, dtype=np.uint64)
     used = np.zeros(size, dtype=np.bool_)
     for v in values:
-        slot = _home_slot(v, mask)
+        slot = home_slot(v, mask)
         while used[slot] and table[slot] != v:
             slot = (slot + np.uint64(1)) & mask
         table[slot] = v
@@ -541,7 +538,7 @@ def _member_hashed(keys, values):
     out = np.zeros(len(keys), dtype=np.bool_)
     for i in range(len(keys)):
         k = keys[i]
-        slot = _home_slot(k, mask)
+        slot = home_slot(k, mask)
         while used[slot]:
             if table[slot] == k:
                 out[i] = True

@@ -182,6 +182,8 @@ def _of(copies: dict[str, np.ndarray], fps: np.ndarray) -> dict[str, np.ndarray]
 @register
 class EchoLoop(Detector):
     rule_id = "echo-loop"
+    # what its findings rest on beyond what it saw (detect.confidence): a loop's rate and duration
+    QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {
         # two copies are the least a repeat can be
         "min_copies": Param(int, 1000, "identical copies of one frame before it counts as a loop", Range(2, 10**9),

@@ -289,6 +289,8 @@ def _host_rows(batch: PacketBatch, rows: np.ndarray, echo: np.ndarray) -> dict:
 @register
 class PmtudBlackhole(Detector):
     rule_id = "pmtud-blackhole"
+    # what its findings rest on beyond what it saw (detect.confidence): what a host never sent, over time
+    QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {
         "min_icmp_count": Param(int, 2, "ICMP too-big messages for one host/peer pair before it is judged", COUNT,
                                 "One message is the normal start of PMTUD; a second one means the first changed "

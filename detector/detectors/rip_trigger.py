@@ -135,6 +135,8 @@ def _in_networks(hi: np.ndarray, lo: np.ndarray, networks) -> np.ndarray:
 @register
 class RipTrigger(Detector):
     rule_id = "rip-trigger"
+    # what its findings rest on beyond what it saw (detect.confidence): the RIP message the probe holds
+    QUALITY_NEEDS = frozenset({"payload"})
     AFTER = (EchoLoop.rule_id,)
     APP_TABLES = ("rip",)
     REPRODUCES = "the probe"

@@ -242,6 +242,8 @@ def _fold(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 @register
 class RssSaturation(Detector):
     rule_id = "rss-saturation"
+    # what its findings rest on beyond what it saw (detect.confidence): each window's queue shares
+    QUALITY_NEEDS = frozenset({"timing"})
     AFTER = (EchoLoop.rule_id,)
     PARAMS = {
         # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)

@@ -63,12 +63,13 @@ class TrafficSeries:
 
 
 def write_period(out: OutputDir, capture: dict, stats: dict, findings: list, rules, series: TrafficSeries,
-                 evidence_files: list[str], flows_frame, failures=()):
+                 evidence_files: list[str], flows_frame, failures=(), quality: dict | None = None):
     """findings.json, findings.jsonl, report.md and report.html of the watched period, with the rules that
-    failed while it ran and the period's findings grouped into incidents; returns findings.json's path."""
+    failed while it ran, the period's findings grouped into incidents, and `quality`, the capture quality of the
+    last window watched (analysis.Analysis.quality); returns findings.json's path."""
     findings = canonical_order(findings)
     incidents = correlate(findings, rules)
-    document = findings_document([capture], stats, findings, failures, incidents)
+    document = findings_document([capture], stats, findings, failures, incidents, quality)
     path = write_findings(out, document, findings, None, incidents)
     write_reports(out, document, findings, rules, EvidenceResult(series.series(), files=evidence_files),
                   flows_frame, incidents)

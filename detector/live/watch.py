@@ -397,7 +397,7 @@ class Watch:
         stats = {**self.stats.to_json(), "flows": self.last_analysis.flow_count, "flows_window_s": self.window.span_s}
         failures = list(self.window.failures.values())
         path = write_period(self.out, capture, stats, findings, self.rules, self.series, files,
-                            self.last_analysis.flows, failures)
+                            self.last_analysis.flows, failures, self.last_analysis.quality)
         self.metrics.close()
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)

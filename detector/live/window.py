@@ -31,6 +31,7 @@ import copy
 from collections import deque
 
 from ..analysis import Analysis, AnalysisState, conclude
+from ..detect.quality import CaptureQuality
 from ..detectors import DetectorFailure, DetectorSet
 from ..detectors.base import CaptureDrops
 from ..flows import FlowTable
@@ -157,8 +158,10 @@ class SlidingWindow:
             detectors = current
         flows = _WindowFlows([piece.flows for piece in (*self._closed, self._open)])
         stats = CaptureStats()
+        quality = CaptureQuality()
         for piece in (*self._closed, self._open):
             stats.merge(piece.stats)
-        result = conclude(detectors, flows, stats, drops=self._drops(stats))
+            quality.merge(piece.quality)
+        result = conclude(detectors, flows, stats, drops=self._drops(stats), quality=quality)
         self._note(detectors)
         return result

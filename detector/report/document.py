@@ -11,11 +11,13 @@ from .eve import eve_lines
 FINDINGS_VERSION = 1
 
 
-def findings_document(captures: list[dict], stats: dict, findings, failures=(), incidents=()) -> dict:
-    """The findings.json document: what was read, its statistics, the incidents (detector.incidents: each
-    names its findings by rule and identifier, and each finding its incident_id), the findings, and the rules
-    that failed."""
-    return {"version": FINDINGS_VERSION, "captures": captures, "stats": stats,
+def findings_document(captures: list[dict], stats: dict, findings, failures=(), incidents=(),
+                      quality: dict | None = None) -> dict:
+    """The findings.json document: what was read, what is wrong with it (`capture_quality`, detect.quality:
+    its `notes` are what a reader learns first), its statistics, the incidents (detector.incidents: each names
+    its findings by rule and identifier, and each finding its incident_id), the findings, each with its
+    confidence, and the rules that failed."""
+    return {"version": FINDINGS_VERSION, "captures": captures, "capture_quality": quality, "stats": stats,
             "incidents": [incident.to_json() for incident in incidents],
             "findings": [f.to_json() for f in findings], "failures": [f.to_json() for f in failures]}
 

@@ -227,6 +227,20 @@ NO_FINDINGS = "No rule fired on these captures."
 LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the capture meanwhile: the counts are "
              "lower bounds")
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
+QUALITY_HEADING = "What is wrong with the capture"
+
+
+def _quality_notes(document: dict) -> list[str]:
+    """The capture's own faults in sentences (findings.json's capture_quality notes), read before any finding."""
+    return list((document.get("capture_quality") or {}).get("notes") or [])
+
+
+def _confidence_lines(f: Finding) -> list[str]:
+    """A finding's confidence and the evidence it rests on, in words (not escaped)."""
+    head = f"confidence: {f.confidence or '-'}"
+    if f.rule_severity:
+        head += f" (the rule said {f.rule_severity}; low confidence keeps it at low)"
+    return [head] + [f"{b.factor}, {b.level}: {b.why}" for b in f.confidence_basis]
 
 
 def _numbers_of(findings: list[Finding]) -> dict[int, int]:
@@ -295,8 +309,10 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
     """report.md, opening with the incidents; `timeline`: the findings' time-axis figure beside it (timeline.py),
     None: none."""
     failures = document.get("failures") or []
-    lines = ["# Incident report", "", *_incidents_markdown(incidents, findings, timeline), "## Capture summary", "",
-             "| | |", "|---|---|"]
+    notes = _quality_notes(document)
+    quality = [f"## {QUALITY_HEADING}", "", *[f"- {markdown_text(note)}" for note in notes], ""] if notes else []
+    lines = ["# Incident report", "", *quality, *_incidents_markdown(incidents, findings, timeline),
+             "## Capture summary", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
     if views is not None and views.status:
         lines += ["", markdown_text(views.status)]
@@ -311,10 +327,12 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
     if not findings:
         lines.append(NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
     else:
-        lines += ["| # | severity | rule | n | first seen | endpoints |", "|---|---|---|---|---|---|"]
+        lines += ["| # | severity | confidence | rule | n | first seen | endpoints |",
+                  "|---|---|---|---|---|---|---|"]
         for i, f in enumerate(findings, 1):
-            lines.append(f"| {i} | {markdown_text(f.severity)} | {markdown_text(f.rule)} | {f.n:,} "
-                         f"| {iso_time(f.first_seen) or '-'} | {markdown_text(_endpoints(f))} |")
+            lines.append(f"| {i} | {markdown_text(f.severity)} | {markdown_text(f.confidence or '-')} "
+                         f"| {markdown_text(f.rule)} | {f.n:,} | {iso_time(f.first_seen) or '-'} "
+                         f"| {markdown_text(_endpoints(f))} |")
     for i, f in enumerate(findings, 1):
         rule = rules.get(f.rule)
         lines += ["", f"## {i}. {markdown_text(f.severity.upper())}: {markdown_text(f.title)} "
@@ -328,6 +346,9 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
             lines.append(f"- community_id: {markdown_text(f.community_id)}")
         if f.capture_loss_ratio is not None:
             lines.append(f"- {LOSS_NOTE.format(ratio=f.capture_loss_ratio)}")
+        head, *basis = _confidence_lines(f)
+        lines.append(f"- {markdown_text(head)}")
+        lines += [f"  - {markdown_text(line)}" for line in basis]
         lines += [f"- {markdown_text(k)}: {markdown_text(v)}" for k, v in _numbers(f)]
         if i - 1 in evidence.summaries:
             lines.append(f"- first evidence frame: {markdown_text(evidence.summaries[i - 1])}")
@@ -372,7 +393,11 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
-           "<h1>Incident report</h1>", *_incidents_html(incidents, findings, timeline),
+           "<h1>Incident report</h1>"]
+    notes = _quality_notes(document)
+    if notes:
+        out += [f"<h2>{_e(QUALITY_HEADING)}</h2><ul>", *[f"<li>{_e(note)}</li>" for note in notes], "</ul>"]
+    out += [*_incidents_html(incidents, findings, timeline),
            "<h2>Capture summary</h2><table>"]
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
     out.append("</table>")
@@ -389,10 +414,11 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
     if not findings:
         out.append(f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
     else:
-        out.append("<table><tr><th>#</th><th>severity</th><th>rule</th><th>n</th><th>first seen</th>"
-                   "<th>endpoints</th></tr>")
+        out.append("<table><tr><th>#</th><th>severity</th><th>confidence</th><th>rule</th><th>n</th>"
+                   "<th>first seen</th><th>endpoints</th></tr>")
         for i, f in enumerate(findings, 1):
             out.append(f'<tr><td><a href="#f{i}">{i}</a></td><td class="{_e(f.severity)}">{_e(f.severity)}</td>'
+                       f"<td>{_e(f.confidence or '-')}</td>"
                        f"<td>{_e(f.rule)}</td><td>{f.n:,}</td><td>{_e(iso_time(f.first_seen) or '-')}</td>"
                        f"<td><code>{_e(_endpoints(f))}</code></td></tr>")
         out.append("</table>")
@@ -408,6 +434,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
             out.append(f"<li>community_id: <code>{_e(f.community_id)}</code></li>")
         if f.capture_loss_ratio is not None:
             out.append(f"<li>{_e(LOSS_NOTE.format(ratio=f.capture_loss_ratio))}</li>")
+        head, *basis = _confidence_lines(f)
+        out.append(f"<li>{_e(head)}<ul>" + "".join(f"<li>{_e(line)}</li>" for line in basis) + "</ul></li>")
         out += [f"<li>{_e(k)}: <code>{_e(v)}</code></li>" for k, v in _numbers(f)]
         if i - 1 in evidence.summaries:
             out.append(f"<li>first evidence frame: <code>{_e(evidence.summaries[i - 1])}</code></li>")
