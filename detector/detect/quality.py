@@ -64,10 +64,10 @@ from .hashing import home_slot
 # two CPUs' timestamps): counted, but no rule's rates or intervals suffer from it. Larger steps are out of
 # order. Longer would hide a clock that jumps; shorter would call every pcapng of two interfaces disordered.
 BACKWARDS_SLACK_NS = 1_000_000
-# Distinct (bytes, time) keys the duplicate test holds exactly (a table of twice as many slots, 8 bytes each:
-# 16 MiB at most). Past it the test keeps a hashed half, quarter... of the keys and scales its counts: an
-# estimate, said so, for captures of more than a million frames.
-EXACT_KEYS = 1 << 20
+# Distinct (bytes, time) keys the duplicate test holds exactly (a table of twice as many slots, 16 bytes each
+# with the frame that first had the key: 16 MiB at most). Past it the test keeps a hashed half, quarter... of
+# the keys and scales its counts: an estimate, said so, for captures of more than half a million frames.
+EXACT_KEYS = 1 << 19
 FIRST_TABLE_SLOTS = 1 << 12
 # Time bins kept per capture: bins start at BIN_NS and double in width whenever more would be needed, so a
 # capture of years costs what a capture of an hour does.
@@ -111,11 +111,11 @@ WLAN_LINKTYPES = np.array([LINKTYPE_IEEE802_11, LINKTYPE_IEEE802_11_RADIOTAP], d
 D_CORRUPTED, D_DUPLICATE, D_BAD_CHECKSUM = 1, 2, 4
 
 
-@kernel("(u8[::1], u8[::1], i8)")
-def _insert_seen(table, keys, sample_mask):
+@kernel("(u8[::1], i8[::1], i8[::1], u8[::1], i8[::1], i8[::1], i8)")
+def _insert_seen(table, table_frames, table_ts, keys, frames, ts, sample_mask):
     """Insert each key whose low bits under `sample_mask` are 0 (the sampled ones) into `table` (0: a free slot;
-    a key of 0 is stored as 1); returns (whether each key was there already, or earlier among `keys`; keys
-    added). The caller keeps the table at most half full."""
+    a key of 0 is stored as 1), with its frame and time in `table_frames` and `table_ts`; returns (whether each key was there already,
+    or earlier among `keys`; keys added). The caller keeps the table at most half full."""
     mask = np.uint64(table.shape[0] - 1)
     keep = np.uint64(sample_mask)
     seen = np.zeros(keys.shape[0], dtype=np.bool_)
@@ -133,35 +133,45 @@ def _insert_seen(table, keys, sample_mask):
             seen[i] = True
         else:
             table[slot] = k
+            table_frames[slot] = frames[i]
+            table_ts[slot] = ts[i]
             added += 1
     return seen, added
 
 
 @dataclass
 class SeenSet:
-    """The (bytes, time) keys of the frames so far: exact up to EXACT_KEYS, then a hashed sample of 1 in
-    2**level (the keys whose low `level` bits are 0), so a duplicate count is an estimate times 2**level."""
+    """The (bytes, time) keys of the frames so far, each with the frame that first had it and its time: exact up to
+    EXACT_KEYS, then a hashed sample of 1 in 2**level (the keys whose low `level` bits are 0), so a duplicate
+    count is an estimate times 2**level."""
 
     table: np.ndarray
+    frames: np.ndarray
+    ts: np.ndarray
     fill: int = 0
     level: int = 0
 
     @classmethod
     def empty(cls) -> SeenSet:
-        return cls(np.zeros(FIRST_TABLE_SLOTS, dtype=np.uint64))
+        return cls(np.zeros(FIRST_TABLE_SLOTS, dtype=np.uint64), np.zeros(FIRST_TABLE_SLOTS, dtype=np.int64),
+                   np.zeros(FIRST_TABLE_SLOTS, dtype=np.int64))
 
     @property
     def scale(self) -> int:
         return 1 << self.level
 
-    def keys(self) -> np.ndarray:
-        return self.table[self.table != 0]
+    def held(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The keys held, and the frame and time of each."""
+        used = self.table != 0
+        return self.table[used], self.frames[used], self.ts[used]
 
-    def seen(self, keys: np.ndarray) -> np.ndarray:
-        """Which of `keys` were seen before (in this set or earlier in `keys`), among the sampled ones; adds
-        them."""
+    def seen(self, keys: np.ndarray, frames: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Which of `keys` (of `frames` at times `ts`) were seen before (in this set or earlier in `keys`), among
+        the sampled ones; adds them."""
         self._room(len(keys))
-        seen, added = _insert_seen(self.table, np.ascontiguousarray(keys, dtype=np.uint64), (1 << self.level) - 1)
+        seen, added = _insert_seen(self.table, self.frames, self.ts, np.ascontiguousarray(keys, dtype=np.uint64),
+                                   np.ascontiguousarray(frames, dtype=np.int64),
+                                   np.ascontiguousarray(ts, dtype=np.int64), (1 << self.level) - 1)
         self.fill += int(added)
         return seen
 
@@ -174,24 +184,27 @@ class SeenSet:
             self._rebuild(len(self.table), self.level + 1)
 
     def _rebuild(self, size: int, level: int) -> None:
-        kept = self.keys()
-        kept = kept[(kept & np.uint64((1 << level) - 1)) == 0]
+        keys, frames, ts = self.held()
+        kept = (keys & np.uint64((1 << level) - 1)) == 0
         self.table = np.zeros(size, dtype=np.uint64)
+        self.frames, self.ts = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
         self.level = level
         self.fill = 0
-        if len(kept):
-            _, added = _insert_seen(self.table, kept, 0)
+        if kept.any():
+            _, added = _insert_seen(self.table, self.frames, self.ts, keys[kept], frames[kept], ts[kept], 0)
             self.fill = int(added)
 
-    def absorb(self, other: SeenSet) -> int:
-        """Take in `other`'s keys (the frames after this set's); returns how many of them this set held (at the
-        coarser of the two samplings)."""
+    def absorb(self, other: SeenSet) -> tuple[np.ndarray, np.ndarray]:
+        """Take in `other`'s keys (the frames after this set's): the frames of `other` (and their times) that
+        repeat one of this set's, at the coarser of the two samplings."""
         level = max(self.level, other.level)
         if level > self.level:
             self._rebuild(len(self.table), level)
-        theirs = other.keys()
-        theirs = theirs[(theirs & np.uint64((1 << level) - 1)) == 0]
-        return int(np.count_nonzero(self.seen(theirs)))
+        keys, frames, ts = other.held()
+        kept = (keys & np.uint64((1 << level) - 1)) == 0
+        keys, frames, ts = keys[kept], frames[kept], ts[kept]
+        repeated = self.seen(keys, frames, ts)
+        return frames[repeated], ts[repeated]
 
 
 def frame_keys(batch: PacketBatch) -> np.ndarray:
@@ -274,7 +287,7 @@ class CaptureQuality:
         else:
             source[2:] = [int(ts[-1]), int(frames[-1])]
 
-        duplicate = self.seen.seen(frame_keys(batch))
+        duplicate = self.seen.seen(frame_keys(batch), frames, ts)
         why = corruption(batch)
         other = (why & ~np.uint8(C_CHECKSUM)) != 0
         checksum_only = why == C_CHECKSUM
@@ -332,7 +345,7 @@ class CaptureQuality:
             rel = idx - lo
             sums = np.stack([np.bincount(rel if mask is None else rel[mask], minlength=hi - lo + 1)
                              for mask in masks], axis=1).astype(np.int64)
-            present = np.flatnonzero(sums[:, P_PACKETS])
+            present = np.flatnonzero(sums.any(axis=1))
             bins, sums = present + lo, sums[present]
         else:
             bins, inverse = np.unique(idx, return_inverse=True)
@@ -367,18 +380,24 @@ class CaptureQuality:
                 continue
             step = mine[2] - theirs[0]
             if step > 0:       # the later part's first record against this part's last one
-                self._steps(1, np.array([theirs[1]] if step > BACKWARDS_SLACK_NS else [], dtype=np.int64),
-                            np.array([step] if step > BACKWARDS_SLACK_NS else [], dtype=np.int64))
+                far = step > BACKWARDS_SLACK_NS
+                self._steps(1, np.array([theirs[1]] if far else [], dtype=np.int64),
+                            np.array([step] if far else [], dtype=np.int64))
+                if far:
+                    only = np.zeros(1, dtype=bool)
+                    self._bin(np.array([theirs[0]], dtype=np.int64), (only, only, ~only, only, only, only))
             mine[2:] = theirs[2:]
         self.backwards += other.backwards
         self.out_of_order += other.out_of_order
         self.largest_step_ns = max(self.largest_step_ns, other.largest_step_ns)
         self.steps = (self.steps + other.steps)[:STEPS_KEPT]
         # the later part's duplicates of its own frames, then those of this part's frames (first copies there)
-        self.duplicates += other.duplicates
-        self.duplicates += self.seen.absorb(other.seen) * self.seen.scale
+        # the later part's duplicates of its own frames, and its first copies that repeat this part's frames
+        frames, times = self.seen.absorb(other.seen)
+        self.duplicates += other.duplicates + len(frames) * self.seen.scale
         if self.first_duplicate_frame is None:
-            self.first_duplicate_frame = other.first_duplicate_frame
+            firsts = frames.tolist() + ([] if other.first_duplicate_frame is None else [other.first_duplicate_frame])
+            self.first_duplicate_frame = min(firsts) if firsts else None
         for bit in CORRUPTION:
             self.corrupted[bit] += other.corrupted[bit]
         self.ipv4_frames += other.ipv4_frames
@@ -387,9 +406,18 @@ class CaptureQuality:
                         [] if other.first_checksum_only is None else [other.first_checksum_only])
         self.truncated += other.truncated
         self.snaplen = max(self.snaplen, other.snaplen)
+        # the later part's damaged frames, with its first copies of this part's frames now duplicates
+        later = np.concatenate([other.damaged, frames])
+        kinds = np.concatenate([other.damaged_kinds, np.full(len(frames), D_DUPLICATE, dtype=np.uint8)])
+        later, at = np.unique(later, return_inverse=True)
+        joined = np.zeros(len(later), dtype=np.uint8)
+        np.bitwise_or.at(joined, at, kinds)
         self.damaged_complete &= other.damaged_complete
-        self._damaged(other.damaged, other.damaged_kinds)
+        self._damaged(later, joined)
         self._add_bins(other.bins, other.counts, other.bin_ns)
+        if len(times):
+            only = np.zeros(len(times), dtype=bool)
+            self._bin(times, (only, ~only, only, only, only, only))
         return self
 
     # ---- reading --------------------------------------------------------------------------------------
