@@ -16,9 +16,8 @@ import random
 import struct
 from pathlib import Path
 
-from scapy.all import DNS, DNSQR, IP, TCP, UDP, Ether
-
 from common import T0, tcp_session
+from scapy.all import DNS, DNSQR, IP, TCP, UDP, Ether
 
 CLIENT_MAC, SERVER_MAC, GATEWAY_MAC = "00:16:3e:10:00:01", "00:16:3e:10:00:02", "00:16:3e:10:00:fe"
 CLIENT, SERVER, RESOLVER = "10.20.0.15", "10.20.0.80", "10.20.0.53"

@@ -114,8 +114,8 @@ D_CORRUPTED, D_DUPLICATE, D_BAD_CHECKSUM = 1, 2, 4
 @kernel("(u8[::1], i8[::1], i8[::1], u8[::1], i8[::1], i8[::1], i8)")
 def _insert_seen(table, table_frames, table_ts, keys, frames, ts, sample_mask):
     """Insert each key whose low bits under `sample_mask` are 0 (the sampled ones) into `table` (0: a free slot;
-    a key of 0 is stored as 1), with its frame and time in `table_frames` and `table_ts`; returns (whether each key was there already,
-    or earlier among `keys`; keys added). The caller keeps the table at most half full."""
+    a key of 0 is stored as 1), with its frame and time in `table_frames` and `table_ts`; returns (whether each
+    key was there already, or earlier among `keys`; keys added). The caller keeps the table at most half full."""
     mask = np.uint64(table.shape[0] - 1)
     keep = np.uint64(sample_mask)
     seen = np.zeros(keys.shape[0], dtype=np.bool_)
@@ -141,8 +141,8 @@ def _insert_seen(table, table_frames, table_ts, keys, frames, ts, sample_mask):
 
 @dataclass
 class SeenSet:
-    """The (bytes, time) keys of the frames so far, each with the frame that first had it and its time: exact up to
-    EXACT_KEYS, then a hashed sample of 1 in 2**level (the keys whose low `level` bits are 0), so a duplicate
+    """The (bytes, time) keys of the frames so far, each with the frame that first had it and its time: exact up
+    to EXACT_KEYS, then a hashed sample of 1 in 2**level (the keys whose low `level` bits are 0), so a duplicate
     count is an estimate times 2**level."""
 
     table: np.ndarray
