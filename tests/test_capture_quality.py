@@ -224,3 +224,12 @@ def test_explain_prints_the_model_and_what_a_rule_rests_on():
     section = " ".join(out[out.index("Confidence (how sure its findings are)"):out.index("Live alerts")].split())
     assert "something not seen" in section and "time running backwards undermines them" in section
     assert "Low confidence caps the severity at low" in section and "25%, or any of its own evidence" in section
+
+
+def test_a_notebook_reads_the_confidence_beside_the_severity():
+    import detector
+    frame = detector.open(str(CAPTURES / "quality-appended.pcap")).findings
+    row = frame.iloc[0]
+    assert (row["rule"], row["severity"], row["confidence"], row["rule_severity"]) == ("scan", "low", "low", "medium")
+    assert {basis["factor"] for basis in row["confidence_basis"]} == {"capture"}
+    assert list(frame.columns[:4]) == ["rule", "severity", "confidence", "rule_severity"]

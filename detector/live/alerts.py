@@ -211,8 +211,8 @@ class IncidentEvent:
         if self.live.incident is not None:
             record["incident"] = self.live.incident.to_json() | {"id": self.live.merged_into or self.live.alert_id}
         if self.joined:
-            record["joined"] = [{"rule": f.rule, "identifier": f.identifier, "severity": f.severity}
-                                for f in self.joined]
+            record["joined"] = [{"rule": f.rule, "identifier": f.identifier, "severity": f.severity,
+                                 "confidence": f.confidence} for f in self.joined]
         return {k: v for k, v in record.items() if v is not None}
 
 
