@@ -22,7 +22,7 @@ from .detect.confidence import assess
 from .detect.quality import CaptureQuality, one_direction
 from .detectors import AnalysisContext, Detector, DetectorFailure, DetectorSet, active_detectors
 from .detectors.base import CaptureDrops
-from .findings import Finding, canonical_order
+from .findings import Finding, bound_evidence, canonical_order
 from .flows import FlowTable
 from .incidents import Incident, correlate
 from .ingest.reader import interface_totals
@@ -135,6 +135,8 @@ def conclude(detectors: DetectorSet, flow_table, stats: CaptureStats, run: engin
         drops = capture_drops(run.captures, stats) if run is not None else []
     context = AnalysisContext(flows=flow_table, stats=stats, site=detectors.site, drops=drops)
     findings = canonical_order(detectors.findings(context))
+    for f in findings:      # every rule's evidence bounded, saying what it left out (findings.bound_evidence)
+        f.evidence = bound_evidence(f.evidence)
     rules = {det.rule_id: det.rule for det in detectors.detectors}
     direction = one_direction(context.flow_columns()) if quality is not None and flow_table is not None else None
     # confidence reads a first grouping (corroboration), and may lower severities, which the final grouping reads

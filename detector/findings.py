@@ -87,6 +87,44 @@ class Finding:
         return {k: v for k, v in (head | out).items() if v is not None}
 
 
+# Items an evidence list keeps (the first ones: rules list the heaviest first), and a list inside another
+# evidence item: a finding reads on one page, and a capture of forged senders must not make findings.json grow
+# with the square of their number. What a list leaves out is said beside it, as `<name>_left_out`.
+EVIDENCE_ITEMS_MAX = 256
+NESTED_ITEMS_MAX = 32
+
+
+def bound_evidence(evidence: dict, limit: int = EVIDENCE_ITEMS_MAX) -> dict:
+    """`evidence` with every list cut to `limit` items (NESTED_ITEMS_MAX inside a list's item), each cut saying how
+    many it left out: `<name>_left_out` beside a list a dict holds (added to one the rule gave), a last item
+    "... N more left out" in a list of lists. Returns a new dict; `evidence` is left as it is."""
+    out: dict = {}
+    for key, value in evidence.items():
+        if key in out:                  # a rule's own `<name>_left_out`, already added to
+            continue
+        if isinstance(value, list):
+            if len(value) > limit:
+                out[f"{key}_left_out"] = len(value) - limit + evidence.get(f"{key}_left_out", 0)
+                value = value[:limit]
+            value = [_bounded_item(item) for item in value]
+        elif isinstance(value, dict):
+            value = bound_evidence(value, limit)
+        out[key] = value
+    return out
+
+
+def _bounded_item(value):
+    """An item of an evidence list, bounded as bound_evidence bounds what lies inside an item."""
+    if isinstance(value, dict):
+        return bound_evidence(value, NESTED_ITEMS_MAX)
+    if isinstance(value, list):
+        kept = [_bounded_item(item) for item in value[:NESTED_ITEMS_MAX]]
+        if len(value) > NESTED_ITEMS_MAX:
+            kept.append(f"... {len(value) - NESTED_ITEMS_MAX:,} more left out")
+        return kept
+    return value
+
+
 def canonical_order(findings) -> list[Finding]:
     """The findings most severe first, then the earliest first, then by rule; ties keep the order given
     (the detectors' order, each detector's own). Every detector's finding has a first_seen

@@ -51,7 +51,7 @@ def merged(paths, rules, site=None, tree: bool = False):
         else:
             states = [states[0].merge(states[1]), *states[2:]]
     state = states[0]
-    return conclude(state.detectors, state.flows, state.stats, run)
+    return conclude(state.detectors, state.flows, state.stats, run, quality=state.quality)
 
 
 def findings(result, rule: str | None = None) -> list[dict]:

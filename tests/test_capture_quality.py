@@ -233,3 +233,17 @@ def test_a_notebook_reads_the_confidence_beside_the_severity():
     assert (row["rule"], row["severity"], row["confidence"], row["rule_severity"]) == ("scan", "low", "low", "medium")
     assert {basis["factor"] for basis in row["confidence_basis"]} == {"capture"}
     assert list(frame.columns[:4]) == ["rule", "severity", "confidence", "rule_severity"]
+
+
+def test_every_evidence_list_is_bounded_and_says_what_it_left_out():
+    from detector.findings import EVIDENCE_ITEMS_MAX, NESTED_ITEMS_MAX, bound_evidence
+    servers = [{"server": f"192.0.2.{k % 250}", "others": list(range(1000))} for k in range(1000)]
+    bounded = bound_evidence({"servers": servers, "series": {"second": list(range(300))}, "n": 1000,
+                              "rows": [list(range(40))], "frames_left_out": 5, "frames": list(range(300))})
+    assert len(bounded["servers"]) == EVIDENCE_ITEMS_MAX and bounded["servers_left_out"] == 1000 - EVIDENCE_ITEMS_MAX
+    inner = bounded["servers"][0]
+    assert len(inner["others"]) == NESTED_ITEMS_MAX and inner["others_left_out"] == 1000 - NESTED_ITEMS_MAX
+    assert len(bounded["series"]["second"]) == EVIDENCE_ITEMS_MAX and bounded["series"]["second_left_out"] == 44
+    assert bounded["rows"][0][-1] == "... 8 more left out" and len(bounded["rows"][0]) == NESTED_ITEMS_MAX + 1
+    assert bounded["frames_left_out"] == 5 + 300 - EVIDENCE_ITEMS_MAX and bounded["n"] == 1000
+    assert len(json.dumps(bounded)) < 200_000

@@ -81,7 +81,7 @@ def merged_in_process(paths, rules, site, per_file: int = 1):
     folds = (pickle.loads(pickle.dumps(cluster.fold(part, "analyze", rules, site))) for part in parts)
     merged, run = cluster.merge_in_order(folds)
     run.warnings.extend(warnings)
-    return conclude(merged.detectors, merged.flows, merged.stats, run)
+    return conclude(merged.detectors, merged.flows, merged.stats, run, quality=merged.quality)
 
 
 def document(result) -> str:

@@ -306,7 +306,7 @@ def _one_pass(path: Path, batch_packets: int) -> list[dict]:
     `batch_packets` packets."""
     state = AnalysisState(load_rules())
     run = engine.run([str(path)], [state], batch_packets=batch_packets, show_progress=False)
-    return findings(conclude(state.detectors, state.flows, state.stats, run), "echo-loop")
+    return findings(conclude(state.detectors, state.flows, state.stats, run, quality=state.quality), "echo-loop")
 
 
 @pytest.mark.parametrize("capture", ["echo-loop-buried.pcapng", "identical-frame-floods.pcapng"])

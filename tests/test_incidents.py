@@ -107,7 +107,7 @@ def test_merged_states_give_the_same_incidents(rules, two):
     first, second = AnalysisState(rules), AnalysisState(rules)
     engine.run([TWO], [_Halves(first, second, 5000)])
     merged = conclude(first.detectors.merge(second.detectors), first.flows.merge(second.flows),
-                      first.stats.merge(second.stats))
+                      first.stats.merge(second.stats), quality=first.quality.merge(second.quality))
     assert _shape(merged.incidents) == _shape(two.incidents)
     # (mss-violation's merge counts fewer segments when the cut falls inside the connection: its figures in the
     # summary differ, a finding of that rule's own, not of the correlator)
