@@ -172,7 +172,8 @@ ROWS_MAX = 1 << 17
 FOLD_ROWS = 1 << 15
 
 LADDER_COLUMNS = {"key": np.uint64, "pair": np.uint64, "ttl": np.int64, "packets": np.int64, "first_ns": np.int64}
-ANSWER_COLUMNS = {"key": np.uint64, "pair": np.uint64, "messages": np.int64, "first_ns": np.int64}
+ANSWER_COLUMNS = {"key": np.uint64, "pair": np.uint64, "router": np.uint64, "messages": np.int64,
+                  "first_ns": np.int64}
 REQUEST_COLUMNS = {"key": np.uint64, "sender": np.uint64, "sha": np.uint64, "spa": np.uint32, "tpa": np.uint32,
                    "requests": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64}
 REPLY_COLUMNS = {"key": np.uint64, "requester": np.uint64, "replies": np.int64, "first_ns": np.int64}
@@ -346,8 +347,8 @@ class Scan(Detector):
                              batch["quote_dest_ip_hi"][expired], batch["quote_dest_ip_lo"][expired],
                              batch["quote_proto"][expired])
             router = mix64(batch["src_ip_hi"][expired], batch["src_ip_lo"][expired])
-            self.expired.add({"key": mix64(pair, router), "pair": pair, "messages": np.ones(len(expired), np.int64),
-                              "first_ns": batch["ts_ns"][expired]})
+            self.expired.add({"key": mix64(pair, router), "pair": pair, "router": router,
+                              "messages": np.ones(len(expired), np.int64), "first_ns": batch["ts_ns"][expired]})
 
     def _arp(self, batch: PacketBatch, arp: np.ndarray) -> None:
         """ARP requests that ask for another address (not RFC 5227 probes from 0.0.0.0, not gratuitous) from a
@@ -432,7 +433,8 @@ class Scan(Detector):
         answered with time-exceeded."""
         pairs = np.unique(_pairs(a, path))
         top = found["top"][np.searchsorted(found["pair"], pairs)]
-        routers = int(np.isin(self.expired.fold()["pair"], pairs).sum())
+        answers = self.expired.fold()
+        routers = len(np.unique(answers["router"][np.isin(answers["pair"], pairs)]))
         protocols = [FLOW_PROTO_NAMES.get(p, str(p)) for p in np.unique(a["proto"][path]).tolist()]
         climbed = int(found["packets"][np.searchsorted(found["pair"], pairs)].sum())
         return {"hosts": len(np.unique(a["dst"][path])), "probes": climbed, "protocols": protocols,
@@ -443,7 +445,7 @@ class Scan(Detector):
         """The info finding of a source whose failed targets cross a threshold only with its path traces."""
         summary = self._trace_summary(a, path, found)
         routers = summary["time_exceeded_from"]
-        answered = f", answered by {routers:,} time-exceeded router{'s' if routers != 1 else ''}" if routers else ""
+        answered = f", time-exceeded from {routers:,} router{'s' if routers != 1 else ''}" if routers else ""
         hosts, protocols = summary["hosts"], "/".join(summary["protocols"])
         msg = (f"{name} traced the path to {hosts:,} host{'s' if hosts != 1 else ''} ({protocols}, "
                f"{summary['probes']:,} probes with TTLs climbing to {summary['highest_ttl']}{answered}): "
