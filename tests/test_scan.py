@@ -259,3 +259,140 @@ def test_the_flow_tables_numbers_and_its_dataframe_view_give_the_same_findings(n
     from_view = AnalysisContext(flows=result.flows, stats=result.stats)
     again = sorted((_record(f) for d in active_detectors(both) for f in d.findings(from_view)), key=str)
     assert again and again == sorted((_record(f) for f in result.findings), key=str)
+
+
+# ---- issue 27: path traces are no scans ------------------------------------------------------------------
+
+def test_a_udp_traceroute_is_a_path_not_a_vertical_scan():
+    # 30 UDP probes to 33434-33463 of one host, TTL 1-10, time-exceeded from 8 routers: was a medium vertical scan
+    (f,) = scans(CAPTURES / "scan-traceroute-udp.pcap").values()
+    assert (f.identifier, f.severity, f.evidence["kind"]) == ("10.40.0.15", "info", "traceroute")
+    assert f.evidence["traces"] | {"top_hosts": None} == {"hosts": 1, "probes": 30, "protocols": ["udp"],
+                                                          "highest_ttl": 10, "time_exceeded_from": 8,
+                                                          "top_hosts": None}
+    assert "traceroute, not a scan" in f.msg
+
+
+def test_paths_to_many_hosts_in_a_row_are_traces_in_every_protocol():
+    found = scans(CAPTURES / "scan-traceroute-many.pcap")
+    assert {name: (f.severity, f.evidence["kind"], f.evidence["traces"]["protocols"], f.evidence["traces"]["hosts"])
+            for name, f in found.items()} == {"10.40.0.5": ("info", "traceroute", ["udp"], 12),
+                                              "203.0.113.40": ("info", "traceroute", ["icmp"], 40),
+                                              "203.0.113.41": ("info", "traceroute", ["tcp"], 30)}
+
+
+def test_a_udp_port_scan_stays_a_scan_beside_its_own_traceroute():
+    # nmap -sU draws TTLs of 37-59 (no ladder), and its --traceroute's five probes to the host are a sliver of
+    # the 1,005 packets the scanner sent it
+    (f,) = scans(CAPTURES / "scan-udp-ports.pcap").values()
+    assert (f.identifier, f.severity, f.evidence["kind"], f.dest_ip) == ("10.40.0.66", "medium", "vertical",
+                                                                          "10.40.3.10")
+    assert f.evidence["probes"] == {"UDP": f.evidence["unique_targets"]} and "path_traces_left_out" not in f.evidence
+
+
+def _ladder_rows(pairs_ttls):
+    pair = np.array([p for p, _, _ in pairs_ttls], np.uint64)
+    return {"pair": pair, "ttl": np.array([t for _, t, _ in pairs_ttls], np.int64),
+            "packets": np.array([n for _, _, n in pairs_ttls], np.int64),
+            "key": pair}
+
+
+def test_a_ladder_climbs_by_one_from_a_low_ttl():
+    from detector.detectors.scan import ladders
+    rows = _ladder_rows([(1, 1, 3), (1, 2, 3), (1, 3, 3), (1, 7, 1),      # climbs 1-3, then a stray 7: a ladder
+                         (2, 1, 3), (2, 2, 3),                            # two steps only
+                         (3, 4, 3), (3, 5, 3), (3, 6, 3), (3, 7, 3),      # starts at 4: a far scanner's TTLs
+                         (4, 2, 1), (4, 3, 1), (4, 5, 1), (4, 6, 1)])     # 2, 3, then a gap
+    found = ladders(rows)
+    assert found["pair"].tolist() == [1] and found["packets"].tolist() == [10] and found["top"].tolist() == [3]
+
+
+def test_a_scan_at_random_low_ttls_from_far_away_is_no_ladder(tmp_path):
+    # nmap's 37-59 arriving over 30 hops: 7-29, never from 1
+    rng = np.random.default_rng(27)
+    packets = [(k * 0.01, Ether() / IP(src="10.30.9.9", dst="10.30.1.1", ttl=int(rng.integers(7, 30))) /
+                UDP(sport=40000, dport=1000 + k)) for k in range(40)]
+    (f,) = scans(capture(tmp_path, packets)).values()
+    assert (f.severity, f.evidence["kind"]) == ("medium", "vertical")
+
+
+# ---- issue 27: ARP sweeps ------------------------------------------------------------------------------
+
+def test_nmaps_arp_host_discovery_is_a_low_sweep():
+    (f,) = scans(CAPTURES / "scan-arp-sweep.pcap").values()
+    assert (f.identifier, f.severity, f.src_ip, f.src_mac) == ("10.40.1.66", "low", "10.40.1.66",
+                                                               "02:00:5e:00:41:66")
+    ev = f.evidence
+    assert (ev["kind"], ev["addresses"], ev["requests"], ev["answered"], ev["replies_seen"]) == (
+        "ARP sweep", 245, 500, 30, True)
+    assert (ev["first_address"], ev["last_address"], ev["busiest_30s_addresses"]) == ("10.40.1.9", "10.40.1.254", 215)
+    assert "swept 245 addresses of 10.40.1.9-10.40.1.254 by ARP in 1.9 s: 500 requests, 30 answered" in f.msg
+
+
+def test_favillis_arp_scan_is_a_sweep_of_a_whole_24(captures_real):
+    # 509 requests for all 256 addresses of 10.0.0.0/24 in 1 s, none answered; the two for its own address
+    # 10.0.0.128 ask nobody else (sender and target alike, as a gratuitous ARP)
+    (f,) = scans(captures_real / FAVILLI / "hs-arpScan.pcap").values()
+    assert (f.identifier, f.severity, f.evidence["kind"]) == ("10.0.0.128", "low", "ARP sweep")
+    assert (f.evidence["addresses"], f.evidence["requests"], f.evidence["replies_seen"]) == (255, 507, False)
+    assert (f.evidence["first_address"], f.evidence["last_address"]) == ("10.0.0.0", "10.0.0.255")
+    assert "no ARP reply to it in the capture" in f.msg
+
+
+def test_ordinary_arp_is_no_sweep():
+    # a router resolving 40 hosts, a rebooted router resolving 150 that answer, DHCP probes from 0.0.0.0, GARPs
+    assert scans(CAPTURES / "scan-arp-ordinary.pcap") == {}
+
+
+def _arp(t, op, sha, spa, tpa, tha="00:00:00:00:00:00"):
+    from scapy.all import ARP
+    return t, Ether(src=sha, dst="ff:ff:ff:ff:ff:ff" if op == 1 else tha) / ARP(op=op, hwsrc=sha, psrc=spa,
+                                                                                  hwdst=tha, pdst=tpa)
+
+
+def test_answered_addresses_count_only_where_replies_are_unseen(tmp_path):
+    # a router asking for 100 live hosts in 10 s: with their replies in the capture nothing, without them a sweep
+    router = "02:00:5e:00:00:01"
+    asks = [_arp(k * 0.1, 1, router, "10.30.5.1", f"10.30.5.{k + 2}") for k in range(100)]
+    answers = [_arp(k * 0.1 + 0.001, 2, f"02:00:5e:00:05:{k:02x}", f"10.30.5.{k + 2}", "10.30.5.1", router)
+               for k in range(100)]
+    assert scans(capture(tmp_path, asks + answers)) == {}
+    (f,) = scans(capture(tmp_path, asks, "asks.pcap")).values()
+    assert (f.severity, f.evidence["replies_seen"], f.evidence["answered"]) == ("low", False, None)
+
+
+def test_a_site_router_sweeping_by_arp_is_info(tmp_path):
+    router = "02:00:5e:00:00:01"
+    asks = [_arp(k * 0.02, 1, router, "10.30.5.1", f"10.30.5.{k + 2}") for k in range(100)]
+    site = Site(path="site.yaml", routers=frozenset({"10.30.5.1"}))
+    (f,) = scans(capture(tmp_path, asks), site=site).values()
+    assert f.severity == "info" and "a router of the site file" in f.msg
+
+
+def test_an_arp_sweep_and_a_ping_sweep_of_one_host_are_one_finding(tmp_path):
+    from scapy.all import ICMP
+    mac = "02:00:5e:00:00:66"
+    asks = [_arp(k * 0.004, 1, mac, "10.30.5.66", f"10.30.{6 + k // 250}.{k % 250 + 1}") for k in range(300)]
+    pings = [(2.0 + k * 0.004, Ether(src=mac) / IP(src="10.30.5.66", dst=f"10.30.{6 + k // 250}.{k % 250 + 1}") /
+              ICMP()) for k in range(300)]
+    (f,) = scans(capture(tmp_path, asks + pings)).values()
+    assert (f.severity, f.evidence["kind"], f.evidence["also"]["kind"]) == ("medium", "ICMP sweep", "ARP sweep")
+    assert f.src_mac == mac and "Also: 10.30.5.66 (02:00:5e:00:00:66) swept 300 addresses" in f.msg
+    assert f.n == 600
+
+
+def test_the_state_of_two_halves_merges_to_that_of_one_pass():
+    from detector.decode import decode
+    from detector.detectors import active_detectors
+    from detector.ingest import open_capture
+
+    whole, first, second = (active_detectors(rules())[0] for _ in range(3))
+    with open_capture(CAPTURES / "scan-arp-sweep.pcap", batch_packets=100) as reader:
+        for k, raw in enumerate(reader):
+            batch = decode(raw)
+            whole.update(batch)
+            (first if k < 3 else second).update(batch)
+    merged = first.merge(second)
+    for name in ("ttls", "expired", "requests", "replies"):
+        a, b = getattr(whole, name).fold(), getattr(merged, name).fold()
+        assert all(np.array_equal(a[col], b[col]) for col in a), name

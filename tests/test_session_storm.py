@@ -39,9 +39,11 @@ def capture(tmp_path, timed, name="storm.pcap") -> Path:
 
 
 def test_a_subscriber_opening_800_answered_connections_a_second():
+    # two seconds only, but at three times the rate: far above it, medium
     found = storms(CAPTURES / "session-storm-subscriber.pcap")
     f = found.pop("100.64.12.34")
     assert not found and f.severity == "medium" and f.src_ip == "100.64.12.34"
+    assert f.evidence["peak_ratio"] == 3.12 and "far above the rate: 3.1 times it" in f.msg
     ev = f.evidence
     assert (ev["peak_flows_per_s"], ev["storm_seconds"], ev["storm_flows"]) == (800, 2, 1600)
     assert ev["answered_ratio"] == 1.0 and ev["top_services"] == [{"value": "443/tcp", "flows": 1600}]
@@ -89,8 +91,9 @@ def test_sweeps_below_the_rate_resolvers_gateways_backscatter_and_tunnels_are_no
 def test_favillis_ack_sweep_is_256_flows_in_one_second_not_more(captures_real, tmp_path):
     path = captures_real / FAVILLI / "hs-tcp_ackPingSweepRand.pcapng"
     assert storms(path) == {}
+    # one second just over a rate of 255 is a burst
     (f,) = storms(path, rules(tmp_path, storm_flows_per_s=255)).values()
-    assert (f.identifier, f.severity, f.evidence["peak_flows_per_s"]) == ("10.0.0.128", "medium", 256)
+    assert (f.identifier, f.severity, f.evidence["peak_flows_per_s"]) == ("10.0.0.128", "low", 256)
 
 
 def test_suricatas_syn_flood_of_200_is_below_the_rate(captures_real):
@@ -136,8 +139,8 @@ def test_a_watch_raises_the_storm_under_the_sources_identifier():
         for k, raw in enumerate(reader):
             window.update(decode(raw), now=float(k))
             seen |= {(entity_key(f), f.severity) for f in window.analysis().findings}
-    # the storm is medium once 257 SYNs are in, high from 2,560
-    assert seen == {(("session-storm", "100.64.12.99"), "medium"), (("session-storm", "100.64.12.99"), "high")}
+    # the storm is low once 257 SYNs are in (one second just over the rate), medium from 512, high from 2,560
+    assert seen == {(("session-storm", "100.64.12.99"), severity) for severity in ("low", "medium", "high")}
 
 
 def test_the_report_figure_draws_new_flows_per_second():
@@ -158,6 +161,38 @@ def test_the_report_figure_draws_new_flows_per_second():
 
 
 def test_a_one_packet_flow_is_open_at_its_instant():
-    from detector.detectors.session_storm import _most_open
+    from detector.detectors.attempts import most_open as _most_open
     assert _most_open(np.array([0, 0, 5]), np.array([0, 0, 9])) == 2
     assert _most_open(np.array([0, 1, 2]), np.array([3, 4, 5])) == 3
+
+
+# ---- issue 27: the severity follows how long and how far above the rate ------------------------------------
+
+def test_a_p2p_clients_one_second_just_over_the_rate_is_low():
+    # a BitTorrent client's 275 new flows in one second (70 % UDP, 19 % answered) when a peer list arrives
+    (f,) = storms(CAPTURES / "session-storm-p2p.pcap").values()
+    assert (f.identifier, f.severity) == ("10.40.0.50", "low")
+    ev = f.evidence
+    assert (ev["peak_flows_per_s"], ev["storm_seconds"], ev["busiest_60s_storm_seconds"], ev["answered_ratio"]) == (
+        275, 1, 1, 0.189)
+    assert "a burst, not held: 1 second(s) above the rate within 60 s, at most 1.07 times it" in f.msg
+
+
+def test_a_storm_just_over_the_rate_but_held_is_medium():
+    (f,) = storms(CAPTURES / "session-storm-sustained.pcap").values()
+    assert (f.identifier, f.severity, f.evidence["peak_flows_per_s"]) == ("100.64.20.7", "medium", 300)
+    assert f.evidence["busiest_60s_storm_seconds"] == 8 and "held: 8 seconds above the rate within 60 s" in f.msg
+
+
+@pytest.mark.parametrize("params, severity", [({"medium_seconds": 9}, "low"), ({"medium_seconds": 8}, "medium"),
+                                              ({"medium_ratio": 1.0}, "medium")])
+def test_how_long_and_how_far_are_the_rules_parameters(tmp_path, params, severity):
+    path = CAPTURES / ("session-storm-sustained.pcap" if "medium_seconds" in params else "session-storm-p2p.pcap")
+    (f,) = storms(path, rules(tmp_path, **params)).values()
+    assert f.severity == severity
+
+
+def test_seconds_above_the_rate_are_counted_within_a_minute():
+    from detector.detectors.session_storm import _most_within
+    assert _most_within(np.array([0, 1, 2, 59, 60, 200]), 60) == 4
+    assert _most_within(np.array([0, 100, 200]), 60) == 1

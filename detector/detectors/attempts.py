@@ -1,7 +1,7 @@
 """Flow attempts: each flow of the flow table as one source's attempt to reach a (host, port) target.
 
 What the rules reading connection attempts share (failed attempts, session
-storms): the flow table's columns as numbers (FlowTable.columns,
+storms, repeated logins): the flow table's columns as numbers (FlowTable.columns,
 read without pandas, or its DataFrame view), one row per flow whose
 originator sent something, asked for an answer (ICMP errors are answers) and
 went to a unicast address, with whether it failed, the probe it was, and
@@ -14,6 +14,10 @@ whether the capture saw it begin. A failed attempt:
   answer but resets;
 - UDP, ICMP requests (echo, timestamp, address mask) and other IP
   protocols sent to a unicast address without any reply.
+
+Beside the model, what those rules count with alike: the busiest window of
+each group's times (busiest_window), the most flows open at one instant
+(most_open), and a span as a message says it (duration_text).
 
 The carrier flows of UDP tunnels (VXLAN, Geneve, GTP-U) are no attempts:
 one per inner flow, they mirror the inner flows, which are flows of the
@@ -98,9 +102,10 @@ class Addresses:
 
 
 def attempts(cols: dict) -> dict:
-    """The flows (flow_numbers) as attempts: source, host, service and time, whether each failed and its
-    probe type, one row per flow whose originator sent anything (backscatter's receiver sent nothing) and
-    that asked for an answer (not ICMP errors), to a unicast address."""
+    """The flows (flow_numbers) as attempts: source, host, service and time, whether each failed, its
+    probe type and the packets its originator sent, one row per flow whose originator sent anything
+    (backscatter's receiver sent nothing) and that asked for an answer (not ICMP errors), to a unicast
+    address."""
     if len(cols.get("proto", ())) == 0:
         return _empty()
     as_int = {name: np.asarray(cols[name]).astype(np.int64) for name in
@@ -113,7 +118,7 @@ def attempts(cols: dict) -> dict:
         (proto == PROTO_ICMP6) & np.isin(sport, ICMP6_REQUESTS))
     src_codes, src_hi, src_lo = _codes(cols["src_ip_hi"], cols["src_ip_lo"])
     dst_codes, dst_hi, dst_lo = _codes(cols["dest_ip_hi"], cols["dest_ip_lo"])
-    unicast = ~_multicast(dst_hi, dst_lo)[dst_codes]
+    unicast = ~group_addresses(dst_hi, dst_lo)[dst_codes]
     # a UDP tunnel's carrier flows mirror its inner flows (one outer source port per inner flow, RFC 7348
     # section 5), which are flows of the table themselves
     carrier = (proto == PROTO_UDP) & np.isin(dport, TUNNEL_PORTS)
@@ -142,14 +147,14 @@ def attempts(cols: dict) -> dict:
         "first_ns": np.asarray(cols["first_seen"], dtype=np.int64)[keep],
         "last_ns": np.asarray(cols["last_seen"], dtype=np.int64)[keep],
         "frame": as_int["first_frame"][keep], "failed": failed[keep], "opened": opened[keep],
-        "answered": (back > 0)[keep], "probe": probe[keep].astype(np.int64),
+        "answered": (back > 0)[keep], "probe": probe[keep].astype(np.int64), "sent": sent[keep],
         "src_names": Addresses(src_hi, src_lo), "dst_names": Addresses(dst_hi, dst_lo),
     }
 
 
 def _empty() -> dict:
     none = np.zeros(0, dtype=np.int64)
-    out = dict.fromkeys(("src", "dst", "proto", "port", "first_ns", "last_ns", "frame", "probe"), none)
+    out = dict.fromkeys(("src", "dst", "proto", "port", "first_ns", "last_ns", "frame", "probe", "sent"), none)
     out.update({name: none.astype(bool) for name in ("failed", "opened", "answered")})
     nowhere = Addresses(none.astype(np.uint64), none.astype(np.uint64))
     out.update(src_names=nowhere, dst_names=nowhere)
@@ -188,7 +193,7 @@ def _codes(hi, lo) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return codes, hi[order][new], lo[order][new]
 
 
-def _multicast(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+def group_addresses(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """Which addresses are multicast (224/4, ff00::/8) or the limited broadcast (no host answers those)."""
     v4 = (hi == 0) & ((lo >> np.uint64(32)) == np.uint64(0xFFFF))
     v4_address = lo & np.uint64(0xFFFFFFFF)
@@ -196,11 +201,52 @@ def _multicast(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
             | (~v4 & ((hi >> np.uint64(56)) == np.uint64(0xFF))))
 
 
+def busiest_window(groups: np.ndarray, times: np.ndarray, window_ns: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
+    """Per group (sorted unique values of `groups`): the most rows whose times fall within one window of
+    `window_ns` starting at one of them, and that window's start. Returns (group values, counts, starts)."""
+    if len(groups) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    order = np.lexsort((times, groups))
+    g, t = groups[order], times[order]
+    # (group, time) as complex numbers sort lexicographically: one searchsorted finds each window's end
+    # within its own group (float times lose nanoseconds only, nothing a 15-minute window notices)
+    base = t.min()
+    keys = g.astype(np.float64) + 1j * (t - base).astype(np.float64)
+    ends = np.searchsorted(keys, g.astype(np.float64) + 1j * ((t - base).astype(np.float64) + window_ns))
+    inside = ends - np.arange(len(g))
+    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+    best = np.maximum.reduceat(inside, starts)
+    # the first row of each group reaching its best count opens the window
+    at = np.flatnonzero(inside == np.repeat(best, np.diff(np.append(starts, len(g)))))
+    first = at[np.concatenate(([True], g[at][1:] != g[at][:-1]))]
+    return g[starts], best, t[first]
+
+
 def by_source(src: np.ndarray, rows: np.ndarray):
     """A function giving the `rows` whose source is a given one, from one sort of them by source."""
     ordered = rows[np.argsort(src[rows], kind="stable")]
     keys = src[ordered]
     return lambda value: ordered[np.searchsorted(keys, value):np.searchsorted(keys, value, side="right")]
+
+
+def most_open(first_ns: np.ndarray, last_ns: np.ndarray) -> int:
+    """The most flows open at one instant, each from its first to its last packet (both included)."""
+    if len(first_ns) == 0:
+        return 0
+    times = np.concatenate([first_ns, last_ns])
+    # at equal times an opening counts before a closing: a flow of one packet is open at that instant
+    steps = np.concatenate([np.ones(len(first_ns), np.int64), -np.ones(len(last_ns), np.int64)])
+    order = np.lexsort((-steps, times))
+    return int(np.cumsum(steps[order]).max())
+
+
+def duration_text(seconds: float) -> str:
+    """A span as a message says it: "2.8 s" under a minute, "1m10s" above."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def parse_networks(rule, key: str, values) -> tuple:

@@ -1,4 +1,4 @@
-"""scan: one source failing to reach many (host, port) targets within 15 minutes.
+"""scan: one source failing to reach many (host, port) targets within 15 minutes, or sweeping its link by ARP.
 
 Infected subscribers "iterate over IP addresses" (seed 003): each probe is
 a connection attempt nobody answers, or answers with a reset. A failed
@@ -19,35 +19,91 @@ as "knock-knock"); `port_scan_ports` 15 ports of one host (Zeek's
 port_scan_threshold, any source). Remote scanners are low (the Internet's
 background), local ones medium (an infected or misused host of ours).
 
+Traceroute is no scan (issue 27: a UDP traceroute was called a vertical
+scan at medium). Traceroute, tracert, mtr and tcptraceroute send probes
+whose TTL climbs by one from 1; from any capture point the probes that
+reach it arrive with TTLs climbing from 1 (the one that expires at the
+next router), and they stop at 30 hops. A scanner sends at its stack's
+TTL (64, 128, 255) or, as nmap does, at one drawn from 37-59 per probe. So
+the rule keeps, per (source, host, protocol), the packets that arrived with
+a TTL of at most LADDER_TTL_MAX, by TTL, and the routers that answered them
+with time-exceeded: a source's probes to a host form a ladder when their
+TTLs climb from at most LADDER_FIRST_TTL_MAX by one for LADDER_STEPS_MIN
+steps, and the ladder holds at least TRACE_SHARE_MIN of what the source
+sent that host in that protocol (nmap's --traceroute after a port scan
+adds a few ladder probes to a thousand scan probes: still a scan). The
+attempts of a ladder are path probes, not targets. A source that crosses a
+threshold only with them is reported at info, as traceroute. Residual: a
+scanner that climbs TTLs itself, each probe one step higher, passes as a
+path trace; its probes below the target's distance die at the routers.
+
+An ARP sweep is a scan too (issue 27: nmap's host discovery on a LAN, 500
+ARP requests for 245 addresses in 2 s, was nothing): one sender (MAC and
+address) asking by ARP request for at least `arp_sweep_targets` distinct
+addresses within ARP_SWEEP_WINDOW_S. RFC 5227 probes (sender 0.0.0.0: a
+DHCP server's or client's conflict check) and gratuitous ARP (sender
+address equal to the target) ask for nobody else and are not read. Where
+the capture shows ARP replies to the sender, the addresses that answered
+are not counted (a router resolving its live hosts, a rebooted router
+resolving all of them); where it shows none (a mirror port sees broadcast
+requests but not the unicast replies) every address counts, and the
+finding says so. The sender is on the link, a local host: low, as Slips
+(modules/arp) rates an ARP scan; a router of the site file's `routers` is
+info (a router asks for every address of its subnet when a scan from
+outside sweeps it). An ARP sweep and a scan of one source are one finding.
+
 Near-misses are kept at info with the reason: a source whose targets in
 the scan's scope mostly answered (`min_failed_ratio`: a resolver, a NAT
-gateway, a proxy), and UDP to many hosts on many high ports (P2P peers,
-DHT pings that go unanswered). Backscatter and tunnel carriers are no
-attempts at all. Sources in `allowlist` are not judged.
+gateway, a proxy), UDP to many hosts on many high ports (P2P peers, DHT
+pings that go unanswered), and path traces. Backscatter and tunnel
+carriers are no attempts at all. Sources in `allowlist` are not judged.
 
 Local sources are those of the site file's `local_networks` when it gives
 them (`--site`), else those of the rule's `local_networks` parameter
 (Zeek's Site::private_address_space, which Zeek counts as local by default).
 
-State: none of its own. The rule reads the flow table in findings(), which
-already merges files and cluster partitions; a watch sees only its window.
+State: the flow table is read in findings(), which already merges files and
+cluster partitions; a watch sees only its window. Of the packets, the rule
+keeps four tables of counts (TTL ladders, time-exceeded answers, ARP
+requests and replies), each one row per key, summed on merge and bounded by
+ROWS_MAX rows (beyond it the rows of the largest keys, a hash, go: the same
+rows in one pass and in any merge of partitions).
 """
 from __future__ import annotations
 
+import ipaddress
+
 import numpy as np
 
-from ..findings import Finding, iso_time
-from ..schema import PROTO_UDP
+from ..decode.addr import mac_to_str
+from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..flows.view import FLOW_PROTO_NAMES
+from ..schema import (
+    ICMP_ANY,
+    IP,
+    L_ARP,
+    L_QUOTE,
+    PROTO_ICMP,
+    PROTO_ICMP6,
+    PROTO_TCP,
+    PROTO_UDP,
+    PacketBatch,
+)
 from ..units import NS
 from .attempts import (
+    ICMP6_REQUESTS,
+    ICMP_REQUESTS,
     PROBE_ACK,
     PROBE_ICMP,
     PROBE_NAMES,
     PROBE_UDP,
     attempts,
     attempts_of,
+    busiest_window,
     by_source,
+    duration_text,
     flow_numbers,
+    group_addresses,
     in_networks,
     parse_networks,
     service_text,
@@ -65,6 +121,7 @@ from .base import (
     TimeBins,
     check_merge,
     evidence_frames,
+    fold_rows,
     mix64,
     register,
 )
@@ -82,6 +139,84 @@ HIGH_PORT = 1024
 # few) a port scan; this is its "few" (analyze_unique_hostports).
 FEW = 5
 
+# ---- path traces ------------------------------------------------------------------------------------
+# The highest TTL a path trace's probe arrives with: the tools stop at 30 hops (traceroute -m, tracert -h, mtr
+# -m), and a probe arrives with no more TTL than it left with. Higher keeps more rows for nothing; lower
+# misses the far end of a trace taken next to the tracer.
+LADDER_TTL_MAX = 32
+# The lowest TTL a ladder may start at: 1 wherever the capture point is (the probe that expires at the next
+# router), 2 or 3 for `traceroute -f` or a first probe the capture missed. Higher lets a far scanner's random
+# TTLs (nmap: 37-59, minus the hops) pass as a ladder.
+LADDER_FIRST_TTL_MAX = 3
+# Consecutive TTLs a ladder climbs from its lowest: a trace that fails 15 ports of a host with three probes a
+# hop climbs five. Fewer lets a retry at another TTL pass as a trace; more reports a trace to a host two or
+# three hops away that sends many probes a hop (traceroute -q 10).
+LADDER_STEPS_MIN = 3
+# The share of a source's packets to one host (one protocol) that must have climbed the ladder for its probes
+# there to be a path trace: nmap --traceroute adds a handful of ladder probes to a thousand scan probes of
+# the same host and stays a scan. Lower hides a scan behind a trace of the same host.
+TRACE_SHARE_MIN = 0.5
+
+# ---- ARP sweeps --------------------------------------------------------------------------------------
+# Addresses one sender asks for are counted within this window (Slips' ARP scan window, modules/arp). nmap
+# sweeps a /24 in 2 s; a router resolves its live hosts over minutes as they talk. Longer catches slower
+# sweeps (nmap -T2 asks one address every 0.4 s) but adds up a busy router's on-demand resolution.
+ARP_SWEEP_WINDOW_S = 30.0
+ARP_REQUEST, ARP_REPLY = 1, 2            # RFC 826 opcodes
+
+# ---- state bounds ------------------------------------------------------------------------------------
+# Rows per state table: a forged flood of random ARP or low-TTL packets must not grow it; the rows of the
+# smallest keys (hashes) are kept, the same in one pass and in any merge.
+ROWS_MAX = 1 << 17
+# Rows of new batches gathered before they are folded into a table (a sort of the table each time).
+FOLD_ROWS = 1 << 15
+
+LADDER_COLUMNS = {"key": np.uint64, "pair": np.uint64, "ttl": np.int64, "packets": np.int64, "first_ns": np.int64}
+ANSWER_COLUMNS = {"key": np.uint64, "pair": np.uint64, "router": np.uint64, "messages": np.int64,
+                  "first_ns": np.int64}
+REQUEST_COLUMNS = {"key": np.uint64, "sender": np.uint64, "sha": np.uint64, "spa": np.uint32, "tpa": np.uint32,
+                   "requests": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64}
+REPLY_COLUMNS = {"key": np.uint64, "requester": np.uint64, "replies": np.int64, "first_ns": np.int64}
+COUNTS = {"packets": np.add, "messages": np.add, "requests": np.add, "replies": np.add, "last_ns": np.maximum,
+          "first_frame": np.minimum}
+
+
+class Rows:
+    """A state table: columns of equal length, one row per `key` once folded; new rows wait in `pending` until
+    FOLD_ROWS of them gather or the table is read. Folding sums the counts of a key's rows (COUNTS); past
+    ROWS_MAX rows those of the largest keys are dropped and counted in `dropped`."""
+
+    def __init__(self, columns: dict):
+        self.columns = columns
+        self.rows = {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+        self.pending: list[dict] = []
+        self.waiting = 0
+        self.dropped = 0
+
+    def add(self, rows: dict) -> None:
+        if len(rows["key"]) == 0:
+            return
+        self.pending.append({name: np.asarray(rows[name]).astype(dtype) for name, dtype in self.columns.items()})
+        self.waiting += len(rows["key"])
+        if self.waiting >= FOLD_ROWS:
+            self.fold()
+
+    def fold(self, other: Rows | None = None) -> dict:
+        """The table with every pending row (and `other`'s table) folded in."""
+        parts = self.pending + ([] if other is None else [other.fold()])
+        if parts:
+            joined = {name: np.concatenate([part[name] for part in parts]) for name in self.columns}
+            folded = fold_rows(self.rows, joined, "key", {k: v for k, v in COUNTS.items() if k in self.columns})
+            extra = len(folded["key"]) - ROWS_MAX
+            if extra > 0:
+                keep = np.sort(np.argsort(folded["key"], kind="stable")[:ROWS_MAX])
+                folded = {name: col[keep] for name, col in folded.items()}
+                self.dropped += extra
+            self.rows = folded
+            self.pending, self.waiting = [], 0
+        if other is not None:
+            self.dropped += other.dropped
+        return self.rows
 
 
 def target_keys(a: dict) -> np.ndarray:
@@ -89,27 +224,30 @@ def target_keys(a: dict) -> np.ndarray:
     return mix64(a["src"], a["dst"], (a["proto"] << 16) | a["port"])
 
 
-def busiest_window(groups: np.ndarray, times: np.ndarray, window_ns: int) -> tuple[np.ndarray, np.ndarray,
-                                                                                     np.ndarray]:
-    """Per group (sorted unique values of `groups`): the most rows whose times fall within one window of
-    `window_ns` starting at one of them, and that window's start. Returns (group values, counts, starts)."""
-    if len(groups) == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    order = np.lexsort((times, groups))
-    g, t = groups[order], times[order]
-    # (group, time) as complex numbers sort lexicographically: one searchsorted finds each window's end
-    # within its own group (float times lose nanoseconds only, nothing a 15-minute window notices)
-    base = t.min()
-    keys = g.astype(np.float64) + 1j * (t - base).astype(np.float64)
-    ends = np.searchsorted(keys, g.astype(np.float64) + 1j * ((t - base).astype(np.float64) + window_ns))
-    inside = ends - np.arange(len(g))
-    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
-    best = np.maximum.reduceat(inside, starts)
-    # the first row of each group reaching its best count opens the window
-    at = np.flatnonzero(inside == np.repeat(best, np.diff(np.append(starts, len(g)))))
-    first = at[np.concatenate(([True], g[at][1:] != g[at][:-1]))]
-    return g[starts], best, t[first]
+def ladders(rows: dict) -> dict[str, np.ndarray]:
+    """The path-trace ladders of the TTL table's rows: per (source, host, protocol) pair whose lowest TTL is at
+    most LADDER_FIRST_TTL_MAX and climbs by one for at least LADDER_STEPS_MIN steps, its packets of low TTL and
+    the highest TTL of that climb. Pairs sorted."""
+    if len(rows["key"]) == 0:
+        return {"pair": np.zeros(0, np.uint64), "packets": np.zeros(0, np.int64), "top": np.zeros(0, np.int64)}
+    order = np.lexsort((rows["ttl"], rows["pair"]))
+    pair, ttl = rows["pair"][order], rows["ttl"][order]
+    starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
+    # a row continues the climb when it is one TTL above the row before it in its pair
+    climbs = np.concatenate(([False], (pair[1:] == pair[:-1]) & (ttl[1:] - ttl[:-1] == 1)))
+    run = np.cumsum(~climbs)
+    first_run = run == np.repeat(run[starts], np.diff(np.append(starts, len(pair))))
+    steps = np.add.reduceat(first_run.astype(np.int64), starts)
+    top = np.maximum.reduceat(np.where(first_run, ttl, 0), starts)
+    packets = np.add.reduceat(rows["packets"][order], starts)
+    ok = (ttl[starts] <= LADDER_FIRST_TTL_MAX) & (steps >= LADDER_STEPS_MIN)
+    return {"pair": pair[starts][ok], "packets": packets[ok], "top": top[ok]}
+
+
+def pair_keys(src_hi, src_lo, dst_hi, dst_lo, proto) -> np.ndarray:
+    """One 64-bit key per (source, destination, protocol)."""
+    return mix64(np.asarray(src_hi, np.uint64), np.asarray(src_lo, np.uint64), np.asarray(dst_hi, np.uint64),
+                 np.asarray(dst_lo, np.uint64), np.asarray(proto, np.uint64))
 
 
 @register
@@ -132,6 +270,12 @@ class Scan(Detector):
                                           "scan.zeek port_scan_threshold)", COUNT,
                                  "Lower catches a shorter port scan but also a client trying the few ports of one "
                                  "service (RPC, passive FTP) against a host that is down."),
+        "arp_sweep_targets": Param(int, 64, "(ours) addresses one sender asks for by ARP within 30 s, those that "
+                                            "answered left out where replies are seen, from which it is an ARP "
+                                            "sweep", COUNT,
+                                   "nmap sweeps a /24 (254 addresses) in seconds; a router resolves a few dozen "
+                                   "hosts as they talk. Lower catches sweeps of a /26 and smaller but reports a "
+                                   "router resolving a busy subnet on a mirror port that misses the replies."),
         "min_failed_ratio": Param(float, 0.5, "(ours) share of a source's targets (in the scan's scope: its host, its "
                                               "port or all) that never answered, from which the scan is judged; "
                                               "below it the finding is info (a resolver, a NAT gateway, a proxy)",
@@ -163,13 +307,73 @@ class Scan(Detector):
         super().__init__(rule, site)
         self.local_nets = parse_networks(rule, "local_networks", self.params["local_networks"])
         self.allowed = parse_networks(rule, "allowlist", self.params["allowlist"])
+        self.ttls = Rows(LADDER_COLUMNS)            # packets of low TTL per (source, host, protocol) and TTL
+        self.expired = Rows(ANSWER_COLUMNS)         # time-exceeded per quoted (source, host, protocol) and router
+        self.requests = Rows(REQUEST_COLUMNS)       # ARP requests per (sender MAC, sender address, target)
+        self.replies = Rows(REPLY_COLUMNS)          # ARP replies per (requester MAC, its address, answering address)
 
-    # ---- state: the flow table is the state ----------------------------------------------------
-    def update(self, batch) -> None:
-        return None
+    # ---- state ------------------------------------------------------------------------------------
+    def update(self, batch: PacketBatch) -> None:
+        layers = batch["layers"]
+        self._path_probes(batch, layers)
+        arp = np.flatnonzero((layers & np.uint32(L_ARP)) != 0)
+        if len(arp):
+            self._arp(batch, arp)
+
+    def _path_probes(self, batch: PacketBatch, layers: np.ndarray) -> None:
+        """Packets of low TTL that may climb a ladder (TCP, UDP, ICMP requests to a unicast address), and the
+        time-exceeded messages that answer such probes."""
+        ip = (layers & np.uint32(IP)) != 0
+        proto, ttl = batch["proto"], batch["ttl"]
+        icmp = ip & ((layers & np.uint32(ICMP_ANY)) != 0)
+        kind = batch["icmp_type"]
+        request = icmp & (((proto == PROTO_ICMP) & np.isin(kind, ICMP_REQUESTS))
+                          | ((proto == PROTO_ICMP6) & np.isin(kind, ICMP6_REQUESTS)))
+        low = np.flatnonzero(ip & (ttl <= LADDER_TTL_MAX) & (((proto == PROTO_TCP) | (proto == PROTO_UDP)) | request))
+        if len(low):
+            dst_hi, dst_lo = batch["dest_ip_hi"][low], batch["dest_ip_lo"][low]
+            low = low[~group_addresses(dst_hi, dst_lo)]
+        if len(low):
+            pair = pair_keys(batch["src_ip_hi"][low], batch["src_ip_lo"][low], batch["dest_ip_hi"][low],
+                             batch["dest_ip_lo"][low], proto[low])
+            hop = ttl[low].astype(np.int64)
+            self.ttls.add({"key": mix64(pair, hop), "pair": pair, "ttl": hop, "packets": np.ones(len(low), np.int64),
+                           "first_ns": batch["ts_ns"][low]})
+        # time-exceeded in transit (ICMP type 11, ICMPv6 type 3, code 0) quoting the probe it answers
+        expired = np.flatnonzero(icmp & ((layers & np.uint32(L_QUOTE)) != 0) & (batch["icmp_code"] == 0)
+                                 & (((proto == PROTO_ICMP) & (kind == 11)) | ((proto == PROTO_ICMP6) & (kind == 3))))
+        if len(expired):
+            pair = pair_keys(batch["quote_src_ip_hi"][expired], batch["quote_src_ip_lo"][expired],
+                             batch["quote_dest_ip_hi"][expired], batch["quote_dest_ip_lo"][expired],
+                             batch["quote_proto"][expired])
+            router = mix64(batch["src_ip_hi"][expired], batch["src_ip_lo"][expired])
+            self.expired.add({"key": mix64(pair, router), "pair": pair, "router": router,
+                              "messages": np.ones(len(expired), np.int64), "first_ns": batch["ts_ns"][expired]})
+
+    def _arp(self, batch: PacketBatch, arp: np.ndarray) -> None:
+        """ARP requests that ask for another address (not RFC 5227 probes from 0.0.0.0, not gratuitous) from a
+        unicast MAC, and the replies that answer such requests."""
+        op, spa, tpa = batch["arp_op"][arp], batch["arp_spa"][arp], batch["arp_tpa"][arp]
+        sha, tha = batch["arp_sha"][arp], batch["arp_tha"][arp]
+        unicast = (sha != 0) & (((sha >> np.uint64(40)) & np.uint64(1)) == 0)
+        asks = (spa != 0) & (spa != tpa) & unicast
+        ts, frame = batch["ts_ns"][arp], batch["frame"][arp]
+        req = asks & (op == ARP_REQUEST)
+        if req.any():
+            sender = mix64(sha[req], spa[req])
+            self.requests.add({"key": mix64(sender, tpa[req]), "sender": sender, "sha": sha[req], "spa": spa[req],
+                               "tpa": tpa[req], "requests": np.ones(int(req.sum()), np.int64), "first_ns": ts[req],
+                               "last_ns": ts[req], "first_frame": frame[req]})
+        rep = asks & (op == ARP_REPLY)
+        if rep.any():
+            requester = mix64(tha[rep], tpa[rep])
+            self.replies.add({"key": mix64(requester, spa[rep]), "requester": requester,
+                              "replies": np.ones(int(rep.sum()), np.int64), "first_ns": ts[rep]})
 
     def merge(self, other: Scan) -> Scan:
         check_merge(self, other)
+        for name in ("ttls", "expired", "requests", "replies"):
+            getattr(self, name).fold(getattr(other, name))
         return self
 
     # ---- findings -------------------------------------------------------------------------------
@@ -179,36 +383,78 @@ class Scan(Detector):
         return in_networks(address, self.local_nets)
 
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        a = attempts_of(ctx)
+        found = self._flow_findings(attempts_of(ctx))
+        for name, sweep in self._arp_sweeps().items():
+            found[name] = _joined(found[name], sweep) if name in found else sweep
+        return list(found.values())
+
+    def _flow_findings(self, a: dict) -> dict[str, Finding]:
+        """The findings read from the flow table's attempts, by source."""
         if not a["failed"].any():
-            return []
+            return {}
         keys = target_keys(a)
-        answered = np.unique(keys[~a["failed"]])
-        fail = np.flatnonzero(a["failed"])
-        fail = fail[~np.isin(keys[fail], answered)]
+        found = ladders(self.ttls.fold())
+        traced = _traced(a, found)
+        # every source's failed targets with the path probes, and without
+        every = _failed_targets(a, keys, a["failed"])
+        plain = _failed_targets(a, keys, a["failed"] & ~traced)
+        targets, fail = every
         if len(fail) == 0:
-            return []
-        # one row per failed target: its first attempt (the flow rows are in first-packet order)
-        order = fail[np.lexsort((a["first_ns"][fail], keys[fail]))]
-        first = np.concatenate(([True], keys[order][1:] != keys[order][:-1]))
-        targets = order[first]
+            return {}
         floor = min(self.params["remote_targets"], self.params["knock_hosts"], self.params["port_scan_ports"])
         sources, counts = np.unique(a["src"][targets], return_counts=True)
         ranked = sources[np.argsort(-counts, kind="stable")][:CANDIDATES_MAX]
         ranked = ranked[np.isin(ranked, sources[counts >= floor])]
         # each source's attempts, failed targets and failed flows as slices of arrays sorted by source
-        slices = {name: by_source(a["src"], rows) for name, rows in
-                  (("all", np.arange(len(a["src"]))), ("targets", targets), ("tries", fail))}
-        out = []
+        everything = by_source(a["src"], np.arange(len(a["src"])))
+        slices = {name: (by_source(a["src"], rows[0]), by_source(a["src"], rows[1]))
+                  for name, rows in (("every", every), ("plain", plain))}
+        out = {}
         for src in ranked.tolist():
             name = str(a["src_names"][src])
             if in_networks(name, self.allowed):
                 continue
-            mine, tries, rows = (slices[part](src) for part in ("targets", "tries", "all"))
-            finding = self._judge(a, keys, mine, tries, rows, name)
+            rows = everything(src)
+            path = rows[traced[rows]]
+            mine, tries = (part(src) for part in slices["plain"])
+            finding = self._judge(a, keys, mine, tries, rows[~traced[rows]], name) if len(mine) else None
+            if finding is None and len(path):
+                mine, tries = (part(src) for part in slices["every"])
+                if self._judge(a, keys, mine, tries, rows, name) is not None:
+                    finding = self._traces(a, path, found, name)
+            elif finding is not None and len(path):
+                finding.evidence["path_traces_left_out"] = self._trace_summary(a, path, found)
             if finding is not None:
-                out.append(finding)
+                out[name] = finding
         return out
+
+    def _trace_summary(self, a: dict, path: np.ndarray, found: dict) -> dict:
+        """What a source's path traces were: hosts, probes by protocol, the highest TTL climbed, the routers that
+        answered with time-exceeded."""
+        pairs = np.unique(_pairs(a, path))
+        top = found["top"][np.searchsorted(found["pair"], pairs)]
+        answers = self.expired.fold()
+        routers = len(np.unique(answers["router"][np.isin(answers["pair"], pairs)]))
+        protocols = [FLOW_PROTO_NAMES.get(p, str(p)) for p in np.unique(a["proto"][path]).tolist()]
+        climbed = int(found["packets"][np.searchsorted(found["pair"], pairs)].sum())
+        return {"hosts": len(np.unique(a["dst"][path])), "probes": climbed, "protocols": protocols,
+                "highest_ttl": int(top.max()), "time_exceeded_from": routers,
+                "top_hosts": _top(a["dst"][path], a["dst_names"], str)}
+
+    def _traces(self, a: dict, path: np.ndarray, found: dict, name: str) -> Finding:
+        """The info finding of a source whose failed targets cross a threshold only with its path traces."""
+        summary = self._trace_summary(a, path, found)
+        routers = summary["time_exceeded_from"]
+        answered = f", time-exceeded from {routers:,} router{'s' if routers != 1 else ''}" if routers else ""
+        hosts, protocols = summary["hosts"], "/".join(summary["protocols"])
+        msg = (f"{name} traced the path to {hosts:,} host{'s' if hosts != 1 else ''} ({protocols}, "
+               f"{summary['probes']:,} probes with TTLs climbing to {summary['highest_ttl']}{answered}): "
+               f"traceroute, not a scan")
+        local = self.is_local(name)
+        evidence = {"scanner": name, "kind": "traceroute", "local": local, "local_by": self._side(local),
+                    "traces": summary, "evidence_frames": evidence_frames(np.sort(a["frame"][path]))}
+        return self.finding("info", msg, identifier=name, first_seen=int(a["first_ns"][path].min()),
+                            last_seen=int(a["last_ns"][path].max()), n=len(path), src_ip=name, evidence=evidence)
 
     def _judge(self, a: dict, keys: np.ndarray, mine: np.ndarray, tries: np.ndarray, rows: np.ndarray,
                name: str) -> Finding | None:
@@ -262,7 +508,7 @@ class Scan(Detector):
         else:
             what = f"{total:,} unique targets ({hosts:,} hosts, {ports:,} ports)"
         span = (times.max() - times.min()) / NS
-        msg = (f"{name} ({side}) scanned at least {what} in {_duration(span)}: {kind}, "
+        msg = (f"{name} ({side}) scanned at least {what} in {duration_text(span)}: {kind}, "
                f"{len(mine):,} targets that never answered{note}")
         tried = np.sort(a["frame"][tries])
         first_ns, last_ns = int(a["first_ns"][tries].min()), int(a["first_ns"][tries].max())
@@ -304,13 +550,119 @@ class Scan(Detector):
             return "local: site local_networks" if local else "remote: outside the site's local_networks"
         return "local: private address space" if local else "remote: outside the local_networks parameter"
 
+    # ---- ARP sweeps -------------------------------------------------------------------------------
+    def _arp_sweeps(self) -> dict[str, Finding]:
+        """One finding per sender that asked for at least `arp_sweep_targets` addresses within
+        ARP_SWEEP_WINDOW_S (those that answered left out where the capture shows replies to it)."""
+        req, rep = self.requests.fold(), self.replies.fold()
+        if len(req["key"]) < self.params["arp_sweep_targets"]:
+            return {}
+        answered = np.isin(req["key"], rep["key"])
+        heard = np.isin(req["sender"], rep["requester"])      # the capture shows replies to this sender
+        counted = ~(answered & heard)
+        code = np.unique(req["sender"], return_inverse=True)[1]
+        codes, per_sender, at = busiest_window(code[counted], req["first_ns"][counted], int(ARP_SWEEP_WINDOW_S * NS))
+        out = {}
+        for k in np.flatnonzero(per_sender >= self.params["arp_sweep_targets"]).tolist():
+            rows = np.flatnonzero(code == codes[k])
+            finding = self._arp_sweep(req, rows, answered[rows], bool(heard[rows[0]]), int(per_sender[k]),
+                                      int(at[k]))
+            if finding is not None:
+                out[finding.identifier] = finding
+        return out
+
+    def _arp_sweep(self, req: dict, rows: np.ndarray, answered: np.ndarray, heard: bool, busiest: int,
+                   window_at: int) -> Finding | None:
+        spa = int(req["spa"][rows[0]])
+        name = str(ipaddress.IPv4Address(spa))
+        if in_networks(name, self.allowed):
+            return None
+        mac = mac_to_str(int(req["sha"][rows[0]]))
+        targets = np.sort(req["tpa"][rows].astype(np.int64))
+        lowest, highest = (str(ipaddress.IPv4Address(int(v))) for v in (targets[0], targets[-1]))
+        span_ns = int(req["last_ns"][rows].max() - req["first_ns"][rows].min())
+        requests = int(req["requests"][rows].sum())
+        router = self.site.is_router(ip=name) or self.site.is_router(mac=mac)
+        if heard:
+            replies = (f"{int(answered.sum()):,} answered, {int((~answered).sum()):,} never did "
+                       f"({busiest:,} of those within {ARP_SWEEP_WINDOW_S:.0f} s)")
+        else:
+            replies = (f"{busiest:,} within {ARP_SWEEP_WINDOW_S:.0f} s, no ARP reply to it in the capture (a mirror "
+                       f"port may not see the unicast replies)")
+        if router:
+            severity, note = "info", ("; a router of the site file: it asks for every address of its subnet that "
+                                      "traffic from elsewhere is sent to (a scan from outside sweeps it so)")
+        else:
+            severity, note = "low", ""
+        msg = (f"{name} ({mac}) swept {len(targets):,} addresses of {lowest}-{highest} by ARP in "
+               f"{duration_text(span_ns / NS)}: {requests:,} requests, {replies}{note}")
+        frames = np.sort(req["first_frame"][rows])
+        evidence = {"scanner": name, "kind": "ARP sweep", "local": True, "local_by": "on the capture's link",
+                    "sender_mac": mac, "addresses": len(targets), "requests": requests,
+                    "first_address": lowest, "last_address": highest,
+                    "consecutive_ratio": round(len(targets) / (int(targets[-1] - targets[0]) + 1), 3),
+                    "answered": int(answered.sum()) if heard else None, "replies_seen": heard,
+                    f"busiest_{ARP_SWEEP_WINDOW_S:.0f}s_addresses": busiest, "window_start": _iso(window_at),
+                    "evidence_frames": evidence_frames(frames)}
+        if self.requests.dropped:
+            evidence["state_rows_dropped"] = self.requests.dropped
+        return self.finding(severity, msg, identifier=name, first_seen=int(req["first_ns"][rows].min()),
+                            last_seen=int(req["last_ns"][rows].max()), n=requests, src_ip=name, src_mac=mac,
+                            evidence=evidence)
+
     # ---- report ---------------------------------------------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
-        return [AttemptsFigure(f.identifier, bins) for f in findings[:FIGURES_MAX] if f.severity != "info"]
+        drawn = [f for f in findings if f.severity != "info" and f.evidence.get("kind") != "ARP sweep"]
+        return [AttemptsFigure(f.identifier, bins) for f in drawn[:FIGURES_MAX]]
 
 
 # Figures drawn per run: the first scanners of the report.
 FIGURES_MAX = 4
+
+
+def _pairs(a: dict, rows: np.ndarray) -> np.ndarray:
+    """The (source, host, protocol) key of each of the attempts `rows`."""
+    src, dst = a["src_names"], a["dst_names"]
+    return pair_keys(src.hi[a["src"][rows]], src.lo[a["src"][rows]], dst.hi[a["dst"][rows]], dst.lo[a["dst"][rows]],
+                     a["proto"][rows])
+
+
+def _traced(a: dict, found: dict) -> np.ndarray:
+    """Which attempts are probes of a path trace: their (source, host, protocol) climbs one of the ladders
+    `found`, which holds at least TRACE_SHARE_MIN of the packets the source sent that host in that protocol."""
+    if len(found["pair"]) == 0 or len(a["src"]) == 0:
+        return np.zeros(len(a["src"]), dtype=bool)
+    pairs, inverse = np.unique(_pairs(a, np.arange(len(a["src"]))), return_inverse=True)
+    sent = np.bincount(inverse, weights=a["sent"], minlength=len(pairs))
+    at = np.searchsorted(found["pair"], pairs).clip(0, len(found["pair"]) - 1)
+    share = np.where(found["pair"][at] == pairs, found["packets"][at] / np.maximum(sent, 1), 0.0)
+    return (share >= TRACE_SHARE_MIN)[inverse]
+
+
+def _failed_targets(a: dict, keys: np.ndarray, failed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The failed targets (one row per target: its first attempt; flow rows are in first-packet order) of the
+    attempts whose `failed` is set, targets that ever answered the source left out; and those failed flows."""
+    answered = np.unique(keys[~a["failed"]])
+    fail = np.flatnonzero(failed)
+    fail = fail[~np.isin(keys[fail], answered)]
+    order = fail[np.lexsort((a["first_ns"][fail], keys[fail]))]
+    first = np.concatenate(([True], keys[order][1:] != keys[order][:-1])) if len(order) else np.zeros(0, bool)
+    return order[first], fail
+
+
+def _joined(scan: Finding, sweep: Finding) -> Finding:
+    """One finding of a source that scanned and swept its link by ARP: the more severe one, the other's message
+    and evidence added to it."""
+    first, second = (scan, sweep) if SEVERITY_RANK[scan.severity] >= SEVERITY_RANK[sweep.severity] else (sweep, scan)
+    first.msg = f"{first.msg}. Also: {second.msg}"
+    frames = np.union1d(first.evidence["evidence_frames"], second.evidence["evidence_frames"])
+    first.evidence["also"] = {k: v for k, v in second.evidence.items() if k != "evidence_frames"}
+    first.evidence["evidence_frames"] = evidence_frames(frames)
+    first.first_seen, first.last_seen = min(first.first_seen, second.first_seen), max(first.last_seen,
+                                                                                      second.last_seen)
+    first.n += second.n
+    first.src_mac = first.src_mac or second.src_mac
+    return first
 
 
 class AttemptsFigure(ReportFigure):
@@ -358,12 +710,5 @@ def _top(values: np.ndarray, names, text) -> list[dict]:
             for i in order]
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
 def _iso(ns) -> str:
     return iso_time(int(ns))
-

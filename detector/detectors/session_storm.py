@@ -15,12 +15,19 @@ per inner flow, they mirror the inner flows, which are. The rate
 is exact, from the flow table in findings(), merged across files; in a
 watch it is the rate within the live window.
 
-Severity: medium above `storm_flows_per_s`; high at `high_flows_per_s`, or
-when the source holds at least `table_share` of a `table_size`-entry
-conntrack table: the entries the connection-table model (conntrack_pressure.
-occupancy, with `profile`'s timeouts after each flow's last packet) gives it
-at the table's peak, and never fewer than the most of its flows open at one
-instant as captured (first to last packet).
+Severity follows how long and how far above the rate the storm is (issue
+27: a peer-to-peer client's one second of 275 new flows, 19 % answered, was
+medium): one second just over `storm_flows_per_s` is low (a P2P client
+connecting to a fresh peer list, a page that names many hosts); medium
+needs the storm held, `medium_seconds` seconds above the rate within one
+minute (SUSTAIN_WINDOW_S; ntopng's flow_flood scripts of 2019-2021 ran in
+its minute-by-minute check),
+or far above it, a peak of `medium_ratio` times the rate; high at
+`high_flows_per_s`, or when the source holds at least `table_share` of a
+`table_size`-entry conntrack table: the entries the connection-table model
+(conntrack_pressure.occupancy, with `profile`'s timeouts after each flow's
+last packet) gives it at the table's peak, and never fewer than the most of
+its flows open at one instant as captured (first to last packet).
 
 Near-misses: a busy resolver, proxy or NAT gateway opens flows as fast as
 its clients ask, answered ones; put it in `allowlist`. Backscatter (SYN-ACKs
@@ -35,7 +42,16 @@ import numpy as np
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..units import NS
-from .attempts import attempts, attempts_of, by_source, flow_numbers, in_networks, parse_networks, service_text
+from .attempts import (
+    attempts,
+    attempts_of,
+    by_source,
+    flow_numbers,
+    in_networks,
+    most_open,
+    parse_networks,
+    service_text,
+)
 from .base import (
     ALERT_SECONDS,
     RATE_PPS,
@@ -60,6 +76,10 @@ SAMPLES = 10
 TABLE_SHARE_NAMED = 0.01
 # Figures drawn per run: the first sources of the report.
 FIGURES_MAX = 4
+# The seconds above the rate that make a storm held are counted within one minute, the period ntopng's
+# flow_flood scripts of 2019-2021 ran in ("min" granularity). Longer adds up a P2P client's bursts minutes
+# apart; shorter needs the storm back to back.
+SUSTAIN_WINDOW_S = 60
 
 
 @register
@@ -70,6 +90,15 @@ class SessionStorm(Detector):
                                              "storm (ntopng flow_flood)", RATE_PPS,
                                    "Lower catches smaller storms but also busy clients (a proxy, a crawler); higher "
                                    "lets one subscriber fill a conntrack table for longer before it is reported."),
+        "medium_seconds": Param(int, 5, "(ours) seconds above storm_flows_per_s within one minute from which the "
+                                        "storm is held, and medium", Range(1, 60),
+                                "One second over the rate is a burst a P2P client or a browser makes; five in a minute "
+                                "add 1,300 entries to a conntrack table at least. Lower reports bursts at medium, "
+                                "higher keeps a held storm at low for longer."),
+        "medium_ratio": Param(float, 2.0, "(ours) peak new flows per second, as a multiple of storm_flows_per_s, from "
+                                          "which a storm of any length is medium", Range(1, 1000),
+                              "Twice the rate (512 flows in one second) is no burst of a client's; lower reports "
+                              "a P2P client's busiest second at medium, higher waits for the storm to be held."),
         "high_flows_per_s": Param(int, 2560, "new flows per second of one source from which the storm is high",
                                   RATE_PPS,
                                   "Ten times the storm rate: at 2,560 flows a second one source adds 150,000 "
@@ -156,11 +185,22 @@ class SessionStorm(Detector):
         peak = int(per_second.max())
         peak_at = int(seconds[np.argmax(per_second)])
         in_storm = mine[np.isin(a["first_ns"][mine] // NS, seconds)]
-        captured = _most_open(a["first_ns"][mine], a["last_ns"][mine])
+        captured = most_open(a["first_ns"][mine], a["last_ns"][mine])
         entries = max(captured, modelled)
         share = entries / p["table_size"]
-        high = peak >= p["high_flows_per_s"] or share >= p["table_share"]
-        severity = "high" if high else "medium"
+        held = _most_within(seconds, SUSTAIN_WINDOW_S)
+        ratio = peak / p["storm_flows_per_s"]
+        if peak >= p["high_flows_per_s"]:
+            severity, why = "high", f"; far above the rate: {ratio:.1f} times it"
+        elif share >= p["table_share"]:
+            severity, why = "high", "" if share >= TABLE_SHARE_NAMED else f"; holding {share:.2%} of the table"
+        elif held >= p["medium_seconds"]:
+            severity, why = "medium", f"; held: {held} seconds above the rate within {SUSTAIN_WINDOW_S} s"
+        elif ratio >= p["medium_ratio"]:
+            severity, why = "medium", f"; far above the rate: {ratio:.1f} times it"
+        else:
+            severity, why = "low", (f"; a burst, not held: {held} second(s) above the rate within "
+                                    f"{SUSTAIN_WINDOW_S} s, at most {ratio:.2f} times it")
         answered = float(a["answered"][in_storm].mean()) if len(in_storm) else 0.0
         service = (a["proto"][in_storm] << 16) | a["port"][in_storm]
         values, counts = np.unique(service, return_counts=True)
@@ -172,9 +212,11 @@ class SessionStorm(Detector):
         if share >= TABLE_SHARE_NAMED:
             msg += (f"; {entries:,} of its flows in a modelled {p['table_size']:,}-entry conntrack table at once "
                     f"({share:.0%}, {p['profile']} timeouts)")
+        msg += why
         evidence = {
             "source": name, "peak_flows_per_s": peak, "peak_at": iso_time(peak_at * NS),
             "storm_seconds": len(seconds), "storm_flows": len(in_storm),
+            f"busiest_{SUSTAIN_WINDOW_S}s_storm_seconds": held, "peak_ratio": round(ratio, 2),
             "new_flows_total": len(mine), "answered_ratio": round(answered, 3),
             "destinations": len(np.unique(a["dst"][in_storm])),
             "top_services": [{"value": service_text(values[i]), "flows": int(counts[i])} for i in top],
@@ -189,15 +231,9 @@ class SessionStorm(Detector):
         return [NewFlowsFigure(f.identifier, bins, self.params["storm_flows_per_s"]) for f in findings[:FIGURES_MAX]]
 
 
-def _most_open(first_ns: np.ndarray, last_ns: np.ndarray) -> int:
-    """The most flows open at one instant, each from its first to its last packet (both included)."""
-    if len(first_ns) == 0:
-        return 0
-    times = np.concatenate([first_ns, last_ns])
-    # at equal times an opening counts before a closing: a flow of one packet is open at that instant
-    steps = np.concatenate([np.ones(len(first_ns), np.int64), -np.ones(len(last_ns), np.int64)])
-    order = np.lexsort((-steps, times))
-    return int(np.cumsum(steps[order]).max())
+def _most_within(seconds: np.ndarray, window: int) -> int:
+    """The most of the (sorted, distinct) `seconds` within any `window` seconds starting at one of them."""
+    return int((np.searchsorted(seconds, seconds + window) - np.arange(len(seconds))).max())
 
 
 class NewFlowsFigure(ReportFigure):
