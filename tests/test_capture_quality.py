@@ -123,6 +123,8 @@ def test_a_mirror_of_one_direction_lowers_what_rests_on_absence():
     state = AnalysisState(load_rules())
     engine.run([CAPTURES / "quality-one-way.pcap"], [state], show_progress=False)
     [scan] = analysis.findings
+    assert (scan.severity, scan.confidence) == ("medium", "medium")     # scan rests on probes nobody answered
+    assert any("captured one way only" in b.why for b in scan.confidence_basis)
     probe = Finding(rule="scan", severity="medium", title="t", msg="m", first_seen=scan.first_seen,
                     last_seen=scan.last_seen, evidence={"evidence_frames": scan.evidence["evidence_frames"]})
     absent = capture_bases(probe, state.quality, direction, frozenset({"absence"}))

@@ -90,6 +90,8 @@ FINDINGS_MAX = 256
 @register
 class BruteForce(Detector):
     rule_id = "brute-force"
+    # what its findings rest on beyond what it saw (detect.confidence): sessions a minute, sustained
+    QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {
         "min_sessions": Param(int, 100, "(ours) short sessions of one client to one service (server and port) "
                                         "starting within one minute from which it is guessing", COUNT,

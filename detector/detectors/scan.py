@@ -253,6 +253,8 @@ def pair_keys(src_hi, src_lo, dst_hi, dst_lo, proto) -> np.ndarray:
 @register
 class Scan(Detector):
     rule_id = "scan"
+    # what its findings rest on beyond what it saw (detect.confidence): probes nobody answered, at a rate
+    QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {
         "remote_targets": Param(int, 25, "unique (host, port) targets a remote source fails to reach within 15 "
                                          "minutes (bro-simple-scan scan_threshold)", COUNT,

@@ -85,6 +85,8 @@ SUSTAIN_WINDOW_S = 60
 @register
 class SessionStorm(Detector):
     rule_id = "session-storm"
+    # what its findings rest on beyond what it saw (detect.confidence): new flows a second, and how few were answered
+    QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {
         "storm_flows_per_s": Param(int, 256, "new flows one source opens within one second, above which it is a "
                                              "storm (ntopng flow_flood)", RATE_PPS,
