@@ -86,6 +86,7 @@ class SlidingWindow:
         self.new_failures: list[DetectorFailure] = []    # not yet reported by the watch
         self._closed: deque[_Slice] = deque()
         self._merged_closed: DetectorSet | None = None
+        self._closed_quality: CaptureQuality | None = None     # the closed slices' capture quality, merged once
         self._open = _Slice(rules, now, self.failures, site)
         self._drops_total = 0
         self._drops_interface = ""
@@ -138,6 +139,7 @@ class SlidingWindow:
         while len(self._closed) > self.slices - 1:
             self._closed.popleft()
         self._merged_closed = None
+        self._closed_quality = None
         self._open = _Slice(self.rules, now, self.failures, self.site)
 
     def _closed_detectors(self) -> DetectorSet | None:
@@ -158,10 +160,13 @@ class SlidingWindow:
             detectors = current
         flows = _WindowFlows([piece.flows for piece in (*self._closed, self._open)])
         stats = CaptureStats()
-        quality = CaptureQuality()
         for piece in (*self._closed, self._open):
             stats.merge(piece.stats)
-            quality.merge(piece.quality)
+        if self._closed_quality is None:
+            self._closed_quality = CaptureQuality()
+            for piece in self._closed:
+                self._closed_quality.merge(piece.quality)
+        quality = copy.deepcopy(self._closed_quality).merge(self._open.quality)
         result = conclude(detectors, flows, stats, drops=self._drops(stats), quality=quality)
         self._note(detectors)
         return result
