@@ -249,3 +249,15 @@ def test_every_evidence_list_is_bounded_and_says_what_it_left_out():
     assert bounded["rows"][0][-1] == "... 8 more left out" and len(bounded["rows"][0]) == NESTED_ITEMS_MAX + 1
     assert bounded["frames_left_out"] == 5 + 300 - EVIDENCE_ITEMS_MAX and bounded["n"] == 1000
     assert len(json.dumps(bounded)) < 200_000
+
+
+def test_a_sampled_duplicate_test_still_finds_where_the_trace_starts_over(monkeypatch):
+    monkeypatch.setattr(q, "EXACT_KEYS", 16)
+    monkeypatch.setattr(q, "FIRST_TABLE_SLOTS", 8)
+    state = q.CaptureQuality()
+    engine.run([CAPTURES / "quality-appended.pcap"], [state], show_progress=False, batch_packets=20)
+    facts = state.to_json()
+    assert state.seen.level >= 2 and not facts["duplicate_frames"]["exact"]
+    assert facts["duplicate_frames"]["appended_at_frame"] == 132
+    assert 60 <= facts["duplicate_frames"]["count"] <= 260         # 131, estimated from 1 in 2**level
+    assert facts["notes"][0].startswith("about ")

@@ -64,10 +64,14 @@ from .hashing import home_slot
 # two CPUs' timestamps): counted, but no rule's rates or intervals suffer from it. Larger steps are out of
 # order. Longer would hide a clock that jumps; shorter would call every pcapng of two interfaces disordered.
 BACKWARDS_SLACK_NS = 1_000_000
-# Distinct (bytes, time) keys the duplicate test holds exactly (a table of twice as many slots, 16 bytes each
-# with the frame that first had the key: 16 MiB at most). Past it the test keeps a hashed half, quarter... of
-# the keys and scales its counts: an estimate, said so, for captures of more than half a million frames.
-EXACT_KEYS = 1 << 19
+# Distinct (bytes, time) keys the duplicate test holds exactly (a table of twice as many slots, 24 bytes each
+# with the frame and time that first had the key: 3 MiB, which stays in the processor's cache; a table of a
+# million keys cost every packet a cache miss, twice the time). Past it the test keeps a hashed half,
+# quarter... of the keys and scales its counts: an estimate, said so, for captures of more frames than this.
+EXACT_KEYS = 1 << 16
+# A trace appended to itself starts over at its first step back in time: its first duplicate is the record
+# there, or, once the duplicate test samples (1 in seen.scale), one within this many sampled strides of it.
+APPENDED_STRIDES = 8
 FIRST_TABLE_SLOTS = 1 << 12
 # Time bins kept per capture: bins start at BIN_NS and double in width whenever more would be needed, so a
 # capture of years costs what a capture of an hour does.
@@ -450,9 +454,11 @@ class CaptureQuality:
     def appended_at(self) -> int | None:
         """The frame where the trace starts over (appended to itself): the first duplicate is the record of the
         first step back in time."""
-        if self.steps and self.first_duplicate_frame is not None and self.steps[0][0] == self.first_duplicate_frame:
-            return self.first_duplicate_frame
-        return None
+        if not self.steps or self.first_duplicate_frame is None:
+            return None
+        restart = self.steps[0][0]
+        reach = 1 if self.duplicates_exact else APPENDED_STRIDES * self.seen.scale
+        return restart if 0 <= self.first_duplicate_frame - restart < reach else None
 
     def over(self, first_ns: int, last_ns: int) -> dict[str, int]:
         """Over the time bins that overlap [first_ns, last_ns]: packets, duplicates, backwards (out-of-order
