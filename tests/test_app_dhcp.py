@@ -175,6 +175,8 @@ def test_dhcp4_faults_are_the_message_own():
         (v4(Raw(message[:240 + 3])), dhcp4.F_NO_END),
         (raw_offer(bytes([53, 1, 5, 52, 1, 1, 255]), file=bytes(122) + bytes([3, 9, 10, 9, 9, 1])),
          dhcp4.F_OPTION_PAST),
+        (ETH / IP(src="10.50.0.1", dst="255.255.255.255") / UDP(sport=67, dport=68, len=8 + 300)
+         / Raw(raw(offer(OFFER_OPTIONS))[14 + 20 + 8:]), dhcp4.F_UDP_LENGTH),
         (v4(BOOTP(op=2, chaddr=CHADDR, xid=7, options=b"")), 0),         # BOOTP: no cookie, no options
         (offer(OFFER_OPTIONS), 0),
     ]

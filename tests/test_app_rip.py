@@ -23,6 +23,7 @@ from detector.decode.app.rip import (
     BAD_LENGTH,
     BAD_METRIC,
     BAD_VERSION,
+    ENTRY_FAULTS,
     F_AFI,
     F_AUTH,
     F_COMMAND,
@@ -33,6 +34,7 @@ from detector.decode.app.rip import (
     F_MBZ,
     F_METRIC,
     F_PREFIX_LEN,
+    F_UDP_LENGTH,
     F_VERSION,
     F_ZERO_FILLED,
     KIND_RIP,
@@ -40,6 +42,7 @@ from detector.decode.app.rip import (
     KIND_WRONG_FAMILY,
     MAX_ENTRIES,
     VALID,
+    WHOLE_MESSAGE_FAULTS,
     WRONG_FAMILY,
     ZERO_FILLED,
 )
@@ -251,6 +254,14 @@ def test_faults_are_every_check_a_message_fails_and_each_entry_has_its_own():
     assert child["fault"][child["parent"] == 9].tolist() == [F_PREFIX_LEN, F_DESTINATION, F_METRIC]
     assert tab["verdict"].tolist()[8:10] == [BAD_AFI, BAD_VERSION]      # the verdict stays the first failure
     assert_masks_consistent(tab)
+
+
+def test_a_udp_length_other_than_the_ip_length_is_a_fault_of_the_whole_message():
+    # tcpdump's ripv2-invalid-length.pcap: the UDP length leaves 156 bytes of RIP, the IP length 160
+    frame = raw(ETH / V4 / UDP(sport=520, dport=520, len=8 + 4 + 20 * 7 + 16) / Raw(header() + entry() * 8))
+    tab = app_table([(1, frame), (1, v4(header() + entry()))], "rip")
+    assert tab["fault"].tolist() == [F_UDP_LENGTH, 0]
+    assert F_UDP_LENGTH & WHOLE_MESSAGE_FAULTS and not ENTRY_FAULTS & WHOLE_MESSAGE_FAULTS
 
 
 def test_a_message_cut_by_the_snapshot_length_is_not_malformed():

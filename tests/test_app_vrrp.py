@@ -173,7 +173,7 @@ def test_to_frame_masks_absent_fields():
 def _v3_summed(ip_layer, form: str, **fields):
     """A VRRPv3 advertisement over `ip_layer` whose checksum is summed as `form` says: "rfc" (the pseudo-header
     of its own addresses), "as_v2" (the message alone), "group" (a pseudo-header naming 224.0.0.18)."""
-    message = raw(VRRPv3(chksum=0, **fields))
+    message = raw(IP(src=ip_layer.src, dst=ip_layer.dst, proto=112) / VRRPv3(chksum=0, **fields))[20:]
     if form == "rfc":
         value = in4_chksum(112, ip_layer, message)
     elif form == "as_v2":

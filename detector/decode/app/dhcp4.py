@@ -24,8 +24,9 @@ flags the message TRUNCATED.
 `fault` says why a message is malformed by its own bytes (FAULTS, one bit
 each; 0: nothing wrong in what was captured): shorter than the BOOTP
 header, an op that is neither request nor reply, an option running past
-its field or the message, options that never close with an end option;
-judged against the message's length, never against the capture's end.
+its field or the message, options that never close with an end option, a
+UDP length field other than the IP header's; judged against the message's
+length, never against the capture's end.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     udp_port_mask,
     with_valid,
 )
@@ -62,12 +64,13 @@ BROADCAST_FLAG = 0x8000                    # RFC 2131 section 2, figure 2
 MAX_OPTIONS = 64                           # per message; the rest is flagged MORE
 
 # why a message is malformed (bits of `fault`), worded as Wireshark's expert information would
-F_SHORT, F_OP, F_OPTION_PAST, F_NO_END = (1 << k for k in range(4))
+F_SHORT, F_OP, F_OPTION_PAST, F_NO_END, F_UDP_LENGTH = (1 << k for k in range(5))
 FAULTS = {
     F_SHORT: f"shorter than the {FIXED_BYTES}-byte BOOTP header",
     F_OP: "unknown op (neither BOOTREQUEST 1 nor BOOTREPLY 2)",
     F_OPTION_PAST: "option running past the end of its field or of the message",
     F_NO_END: "End option missing",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
 }
 
 # option codes (RFC 2132)
@@ -384,6 +387,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
     parse_dhcp4(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, port,
                 np.zeros(STATE_SLOTS, dtype=np.int64),
                 *groups, *child_groups[OPTION_LIST.name], counts[OPTION_LIST.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows), F_UDP_LENGTH, 0).astype(np.uint8)
 
 
 SPEC = Spec("dhcp4", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (OPTION_LIST,))

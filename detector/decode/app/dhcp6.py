@@ -25,8 +25,9 @@ each; 0: nothing wrong in what was captured): a message or relay header
 longer than the message, an option (or an IA's sub-option) running past the
 message or the option around it, an IA shorter than its fixed fields, a
 relay message without the message it relays, relays nested deeper than
-HOP_COUNT_LIMIT; judged against the message's length and its options'
-lengths, never against the capture's end.
+HOP_COUNT_LIMIT, a UDP length field other than the IP header's; judged
+against the message's length and its options' lengths, never against the
+capture's end.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     udp_port_mask,
     with_valid,
 )
@@ -58,13 +60,14 @@ RELAY_HEADER_BYTES = 34                    # type, hop count, link address, peer
 OPTION_HEADER = 4
 
 # why a message is malformed (bits of `fault`), worded as Wireshark's expert information would
-F_SHORT, F_OPTION_PAST, F_OPTION_SHORT, F_NO_RELAY_MSG, F_RELAY_DEPTH = (1 << k for k in range(5))
+F_SHORT, F_OPTION_PAST, F_OPTION_SHORT, F_NO_RELAY_MSG, F_RELAY_DEPTH, F_UDP_LENGTH = (1 << k for k in range(6))
 FAULTS = {
     F_SHORT: "shorter than its message or relay header",
     F_OPTION_PAST: "option running past the end of the message (or of the option around it)",
     F_OPTION_SHORT: "IA option shorter than its fixed fields",
     F_NO_RELAY_MSG: "relay message without a Relay Message option",
     F_RELAY_DEPTH: f"relays nested deeper than {MAX_RELAYS} (HOP_COUNT_LIMIT)",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
 }
 
 # message types (RFC 8415 section 7.3)
@@ -376,6 +379,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
     port = service_port(batch, (SERVER_PORT, CLIENT_PORT), rows)
     parse_dhcp6(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, port,
                 *groups, *child_groups[ADDRESSES.name], counts[ADDRESSES.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows), F_UDP_LENGTH, 0).astype(np.uint8)
 
 
 SPEC = Spec("dhcp6", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (ADDRESSES,))

@@ -32,9 +32,11 @@ first: the verdict's, and those it makes of each route of a response (RFC
 2453 section 3.9.2, FRRouting ripd `rip_response_process`, ripngd
 `ripng_response_process`): a destination no router installs (IPv4 net 0
 but the default route, net 127, class D and E; IPv6 multicast, link-local,
-loopback) and, in RIPv2, address bits outside the mask. Each listed entry
-has the bits of its own faults in `rip_entry.fault`. A RIP port over the
-other IP version is no RIP message and has none.
+loopback) and, in RIPv2, address bits outside the mask; and a UDP length
+field other than the IP header's (the receiver's stack trims the datagram
+to the shorter length, or drops it). Each listed entry has the bits of its
+own faults in `rip_entry.fault`. A RIP port over the other IP version is no
+RIP message and has none.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     with_valid,
 )
 
@@ -102,7 +105,7 @@ UNDECIDED = 0xFF              # the kernel's verdict before a check has failed
 # why a message is malformed (bits of `fault`, and of an entry's `fault` for the entry checks), worded as
 # Wireshark's expert information would
 F_EMPTY, F_ZERO_FILLED, F_LENGTH, F_COMMAND, F_VERSION, F_MBZ, F_AUTH, F_AFI, F_METRIC, F_PREFIX_LEN, \
-    F_DESTINATION, F_HOST_BITS = (1 << k for k in range(12))
+    F_DESTINATION, F_HOST_BITS, F_UDP_LENGTH = (1 << k for k in range(13))
 FAULTS = {
     F_EMPTY: "empty payload",
     F_ZERO_FILLED: "zero-filled payload",
@@ -117,8 +120,12 @@ FAULTS = {
     F_DESTINATION: "route to a destination no router installs (net 0 but the default, 127, multicast, class E; "
                    "IPv6 multicast, link-local, loopback)",
     F_HOST_BITS: "route address with bits outside its mask",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
 }
 ENTRY_FAULTS = F_AFI | F_METRIC | F_PREFIX_LEN | F_DESTINATION | F_HOST_BITS
+# faults for which a receiver drops the whole message, not only an entry (FRRouting ripd rip_read: the
+# datagram's size, the version, the command, the authentication); the entry checks drop one route each
+WHOLE_MESSAGE_FAULTS = F_EMPTY | F_ZERO_FILLED | F_LENGTH | F_COMMAND | F_VERSION | F_AUTH | F_UDP_LENGTH
 
 # validity bits of rip
 B_HEADER = 1 << 0
@@ -334,10 +341,10 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                 verdict = BAD_AUTH
             if judged:
                 fault |= F_AUTH
-    if body_known and (body < HEADER_BYTES + ENTRY_BYTES or (body - HEADER_BYTES) % ENTRY_BYTES != 0):
+    if body < HEADER_BYTES + ENTRY_BYTES or (body - HEADER_BYTES) % ENTRY_BYTES != 0:
         if verdict == UNDECIDED:
             verdict = BAD_LENGTH
-        if judged:
+        if judged and body_known:
             fault |= F_LENGTH
     if avail < HEADER_BYTES:
         c32[VALID_ROW, i] = valid
@@ -507,6 +514,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
                     np.where(~v6 & (port == RIP_PORT), KIND_RIP, KIND_WRONG_FAMILY)).astype(np.uint8)
     parse_rip(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, kind, port,
               *groups, *child_groups[ENTRIES.name], counts[ENTRIES.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows) & (kind != KIND_WRONG_FAMILY), F_UDP_LENGTH, 0).astype(np.uint32)
 
 
 SPEC = Spec("rip", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (ENTRIES,))
