@@ -10,6 +10,15 @@ sequence numbers and re-originate their LSAs), and then one router floods
 its database again and again, more than 300 LS Updates a second for 15
 seconds, each LSA instance within a fraction of a second of its last copy.
 
+ospf-quick-resets.pcap is that flapping capture's near-miss, the shape of
+arkime's ospf.pcap: a point-to-point adjacency that stands from the start
+(both routers list each other), then one router drops its neighbour from
+its Hellos twice, ten seconds apart, while the neighbour's Hellos keep
+coming every 10 s (no dead interval expires), and each time the adjacency
+starts over and is back through its database exchange within 20 ms of the
+neighbour's next Hello: two quick resets (an operator's clear ip ospf, a
+process restart), low, not a flapping link.
+
 The near-misses are what healthy OSPF looks like: an adjacency forming
 (one ExStart per side, one retransmitted with its sequence number, the
 Exchange and a Loading burst of 1,500 LSAs seen twice by the mirror), Hellos
@@ -222,6 +231,29 @@ def ospf_storm_flapping(out_dir: Path) -> dict:
                                {"rule": "rss-saturation", "severity_above": "info"}]}
 
 
+def ospf_quick_resets(out_dir: Path) -> dict:
+    """Near-miss of the flapping adjacency: a standing adjacency reset twice, straight back each time."""
+    path = out_dir / "ospf-quick-resets.pcap"
+    r1 = Router("172.16.0.1", "10.0.0.1", "02:00:5e:0f:00:11", mask="255.255.255.252")
+    r2 = Router("172.16.0.2", "10.0.0.2", "02:00:5e:0f:00:12", mask="255.255.255.252")
+    end = 104.0
+    # r2 lists r1 in every Hello but the two sent just before its resets (70.55 s and 80.55 s)
+    frames = _hellos(r2, 0.55, end, lambda t: [] if 70 < t < 81 else [r1.router_id])
+    frames += _hellos(r1, 0.95, end, lambda t: [r2.router_id])
+    for k, reset in enumerate((70.959, 80.959)):
+        # each start follows r1's next Hello, and the exchange is done within milliseconds
+        exchange, _ = _adjacency(r2, r1, reset, 0x0DC4E2 + 10_000 * k, 0x0DC4E2 + 10_000 * k + 1,
+                                 [r2.router_lsa(0x8000007D + k, [r1])], [r1.router_lsa(0x8000007E + k, [r2])])
+        frames += exchange
+    count = _write(path, frames)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: a standing OSPF adjacency reset twice in 10 s (one router drops its neighbour from "
+                    "two Hellos while the neighbour's Hellos keep coming), each time back through its exchange "
+                    "within 20 ms: quick resets, low (arkime's ospf.pcap)",
+            "must_yield": [{"rule": "ospf-instability", "severity_at_least": "low"}],
+            "must_not_yield": [{"rule": "*", "severity_above": "low"}]}
+
+
 def ospf_duplicate_router_id(out_dir: Path) -> dict:
     """Two OSPFv3 routers configured with one router id flush each other's router-LSA every 1.5 s."""
     path = out_dir / "ospf-duplicate-router-id.pcapng"
@@ -302,4 +334,4 @@ def ospf_mismatches(out_dir: Path) -> dict:
             "must_not_yield": [{"rule": "*", "severity_above": "low"}]}
 
 
-CAPTURES = [ospf_storm_flapping, ospf_duplicate_router_id, ospf_adjacency_forming, ospf_mismatches]
+CAPTURES = [ospf_storm_flapping, ospf_quick_resets, ospf_duplicate_router_id, ospf_adjacency_forming, ospf_mismatches]

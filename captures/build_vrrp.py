@@ -18,7 +18,9 @@ VRRP_GARP_DELAY).
 - near-misses: a normal failover (lb1 resigns with priority 0, lb2 takes
   over and sends its 5 + 5 GARPs), an election (lb1 boots with the higher
   priority and preempts lb2, which advertises twice more and yields), VRID 60
-  used on two VLANs by two separate pairs, a CARP pair failing over, and a
+  used on two VLANs by two separate pairs, a CARP pair failing over, a
+  VRRPv3 pair failing over whose checksums leave out the IPv4 pseudo-header
+  (as several vendors send them; Wireshark's v3_checksum_as_in_v2), and a
   host whose NIC is replaced (its address moves to a new MAC once).
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from common import write_capture
 from scapy.all import ARP, IP, Dot1Q, Ether, Raw
-from scapy.layers.vrrp import VRRP
+from scapy.layers.vrrp import VRRP, VRRPv3
 from scapy.utils import checksum
 
 VRID = 60
@@ -184,6 +186,31 @@ def carp_pair(out_dir: Path) -> dict:
             "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
 
 
+def _advert_v3_as_v2(source, priority, vrid, vips):
+    """A VRRPv3 advertisement (interval 1 s) whose checksum is summed over the message alone, as VRRPv2 sums it:
+    no IPv4 pseudo-header (RFC 5798 section 5.2.8 asks for one; several vendors leave it out)."""
+    ip = IP(src=source, dst=GROUP, ttl=255, proto=112)
+    message = bytes(ip / VRRPv3(vrid=vrid, priority=priority, ipcount=len(vips), addrlist=vips, adv=100, chksum=0))[20:]
+    message = message[:6] + struct.pack("!H", checksum(message)) + message[8:]
+    return Ether(src=f"00:00:5e:00:01:{vrid:02x}", dst=GROUP_MAC) / ip / Raw(message)
+
+
+def vrrpv3_checksum_interop(out_dir: Path) -> dict:
+    path = out_dir / "vrrpv3-checksum-as-v2.pcapng"
+    vrid, vips, vmac = 61, ["10.60.1.100"], "00:00:5e:00:01:3d"
+    packets = [(k * 1.0, _advert_v3_as_v2(LB1, 200, vrid, vips)) for k in range(40)]
+    packets.append((40.0, _advert_v3_as_v2(LB1, 0, vrid, vips)))
+    # priority 0: lb2 takes over after its skew time, (256 - 100) / 256 of the 1 s interval (RFC 5798 6.1)
+    packets += [(40.61 + k * 1.0, _advert_v3_as_v2(LB2, 100, vrid, vips)) for k in range(80)]
+    packets += _garps(40.62, vips=vips, mac=vmac)
+    count = write_capture(path, packets)
+    return {"file": path.name, "packets": count,
+            "what": "near-miss: a VRRPv3 pair over IPv4 failing over, every checksum summed without the IPv4 "
+                    "pseudo-header (as VRRPv2; Wireshark's v3_checksum_as_in_v2 preference): interop, not damage",
+            "must_yield": [{"rule": "vrrp-dual-master", "severity_at_least": "info"}],
+            "must_not_yield": [{"rule": "*", "severity_above": "info"}]}
+
+
 def arp_nic_change(out_dir: Path) -> dict:
     path = out_dir / "arp-nic-change.pcapng"
     old, new, gateway = "02:00:5e:64:00:0a", "02:00:5e:64:00:0b", ("02:00:5e:64:00:01", "10.64.0.1")
@@ -209,4 +236,5 @@ def arp_nic_change(out_dir: Path) -> dict:
             "must_not_yield": _quiet(["garp-war", "vrrp-dual-master", *QUIET])}
 
 
-CAPTURES = [vrrp_dual_master, arp_flip_flop, vrrp_failover, vrrp_election, vrrp_two_vlans, carp_pair, arp_nic_change]
+CAPTURES = [vrrp_dual_master, arp_flip_flop, vrrp_failover, vrrp_election, vrrp_two_vlans, carp_pair,
+            vrrpv3_checksum_interop, arp_nic_change]

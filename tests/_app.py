@@ -40,3 +40,13 @@ def assert_app_reads_stop_at_the_capture(frames, name: str) -> None:
     ones = app_table(cuts, name, tail=b"\xff" * 256)
     assert_masks_consistent(zeros)
     _same(zeros, ones)
+
+
+def assert_snapshot_cuts_are_no_fault(frames, name: str) -> None:
+    """Each well-formed frame cut at every length by a snapshot length (caplen < wirelen) has `fault` 0: a
+    message the capture cut short is not malformed for being cut."""
+    frames = [(lt, raw(f) if not isinstance(f, bytes) else f) for lt, f in frames]
+    records = [(lt, frame) for lt, frame in frames for _ in range(len(frame) + 1)]
+    caplens = [cut for _, frame in frames for cut in range(len(frame) + 1)]
+    tab = app_table(records, name, caplens=caplens)
+    assert len(tab) and not tab["fault"].any(), f"{name}: a snapshot cut reads as a fault"

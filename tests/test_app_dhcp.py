@@ -32,11 +32,17 @@ from scapy.packet import Raw, raw
 
 import detector
 from detector.decode import app, decode
+from detector.decode.app import dhcp4, dhcp6
 from detector.decode.app.dhcp4 import ACK, IN_FILE, IN_OPTIONS, IN_SNAME, MAX_OPTIONS, OFFER
 from detector.decode.app.dhcp6 import MAX_ADDRESSES, MAX_RELAYS, RELAY_FORW, SOLICIT
 from detector.detectors.rogue_dhcp import fnv1a
 from detector.ingest import open_capture
-from tests._app import app_table, assert_app_reads_stop_at_the_capture, assert_masks_consistent
+from tests._app import (
+    app_table,
+    assert_app_reads_stop_at_the_capture,
+    assert_masks_consistent,
+    assert_snapshot_cuts_are_no_fault,
+)
 
 ETH = Ether(src="02:00:5e:50:00:01", dst="ff:ff:ff:ff:ff:ff")
 CLIENT = "02:00:5e:51:00:07"
@@ -160,6 +166,31 @@ def test_dhcp4_in_a_vlan_and_every_cut_reads_only_captured_bytes():
                                          "dhcp4")
 
 
+def test_dhcp4_faults_are_the_message_own():
+    message = raw(BOOTP(op=2, chaddr=CHADDR, xid=9) / DHCP(options=[("message-type", "offer"), "end"]))
+    frames = [
+        (v4(Raw(message[:200])), dhcp4.F_SHORT),
+        (v4(Raw(bytes([7]) + message[1:])), dhcp4.F_OP),
+        (v4(Raw(message[:240 + 3] + bytes([3, 200, 10, 0, 0, 1]))), dhcp4.F_OPTION_PAST),
+        (v4(Raw(message[:240 + 3])), dhcp4.F_NO_END),
+        (raw_offer(bytes([53, 1, 5, 52, 1, 1, 255]), file=bytes(122) + bytes([3, 9, 10, 9, 9, 1])),
+         dhcp4.F_OPTION_PAST),
+        (ETH / IP(src="10.50.0.1", dst="255.255.255.255") / UDP(sport=67, dport=68, len=8 + 300)
+         / Raw(raw(offer(OFFER_OPTIONS))[14 + 20 + 8:]), dhcp4.F_UDP_LENGTH),
+        (v4(BOOTP(op=2, chaddr=CHADDR, xid=7, options=b"")), 0),         # BOOTP: no cookie, no options
+        (offer(OFFER_OPTIONS), 0),
+    ]
+    tab = app_table([(1, frame) for frame, _ in frames], "dhcp4")
+    assert tab["fault"].tolist() == [fault for _, fault in frames]
+    assert_masks_consistent(tab)
+
+
+def test_a_dhcp4_message_cut_by_the_snapshot_length_is_not_malformed():
+    file = bytes([3, 4, 10, 9, 9, 1, 255]).ljust(128, b"\0")
+    assert_snapshot_cuts_are_no_fault([(1, offer(OFFER_OPTIONS)), (1, raw_offer(bytes([52, 1, 1, 255]), file=file))],
+                                      "dhcp4")
+
+
 def v6(message, sport=547, dport=546):
     return Ether(src="02:00:5e:50:00:01") / IPv6(src="fe80::1", dst="fe80::2") / UDP(sport=sport, dport=dport) \
         / message
@@ -245,6 +276,35 @@ def test_a_lying_option_length_in_dhcp6_is_truncated():
     message = raw(reply()) + struct.pack("!HH", 23, 400) + bytes(16)
     tab = app_table([(1, v6(Raw(message)))], "dhcp6")
     assert tab.truncated[0] and tab.valid("server_duid_hash")[0] and not tab.valid("dns_lo")[0]
+
+
+def test_dhcp6_faults_are_the_message_own():
+    solicit = DHCP6_Solicit(trid=0x42) / DHCP6OptClientId(duid=CLIENT_DUID)
+    ia = raw(DHCP6OptIA_NA(iaid=1, ianaopts=[DHCP6OptIAAddress(addr="2001:db8::1")]))
+    frames = [
+        (v6(Raw(b"\x07\x00")), dhcp6.F_SHORT),
+        (v6(Raw(raw(reply()) + struct.pack("!HH", 23, 400) + bytes(16))), dhcp6.F_OPTION_PAST),
+        (v6(Raw(raw(reply()) + b"\x00\x17")), dhcp6.F_OPTION_PAST),
+        (v6(Raw(raw(reply()) + ia[:4] + struct.pack("!H", len(ia) - 4) + ia[6:-2])), dhcp6.F_OPTION_PAST),
+        (v6(Raw(raw(reply()) + struct.pack("!HHI", 3, 4, 1))), dhcp6.F_OPTION_SHORT),
+        (v6(Raw(raw(DHCP6_RelayForward(hopcount=0, linkaddr="2001:db8::1", peeraddr="fe80::2")))),
+         dhcp6.F_NO_RELAY_MSG),
+        (v6(Raw(raw(DHCP6_RelayForward(hopcount=0, linkaddr="2001:db8::1", peeraddr="fe80::2"))[:20]), 547, 547),
+         dhcp6.F_SHORT),
+        (v6(relayed(solicit, MAX_RELAYS + 1), 547, 547), dhcp6.F_RELAY_DEPTH),
+        (v6(relayed(solicit, 2), 547, 547), 0),
+        (v6(reply()), 0),
+    ]
+    tab = app_table([(1, frame) for frame, _ in frames], "dhcp6")
+    assert tab["fault"].tolist() == [fault for _, fault in frames]
+    assert_masks_consistent(tab)
+
+
+def test_a_dhcp6_message_cut_by_the_snapshot_length_is_not_malformed():
+    ia = DHCP6OptIA_PD(iaid=8, iapdopt=[DHCP6OptIAPrefix(prefix="2001:db8:100::", plen=56)])
+    assert_snapshot_cuts_are_no_fault(
+        [(1, v6(reply([ia, DHCP6OptDNSServers(dnsservers=["2001:db8::53"])]))),
+         (1, v6(relayed(DHCP6_Solicit(trid=5) / DHCP6OptClientId(duid=CLIENT_DUID), 2), 547, 547))], "dhcp6")
 
 
 def test_dhcp6_every_cut_reads_only_captured_bytes():

@@ -24,6 +24,7 @@ from scapy.layers.inet6 import (
     ICMPv6NDOptSrcLLAddr,
     IPv6,
     IPv6ExtHdrFragment,
+    in6_chksum,
 )
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw, raw
@@ -31,9 +32,24 @@ from scapy.utils import wrpcap
 
 import detector
 from detector.decode import app, decode
-from detector.decode.app.nd import MAX_OPTIONS, OPT_PREFIX_INFORMATION, OPT_RDNSS
+from detector.decode.app.nd import (
+    F_CHECKSUM,
+    F_CODE,
+    F_OPTION_PAST,
+    F_OPTION_ZERO,
+    F_SHORT,
+    F_TRAILING,
+    MAX_OPTIONS,
+    OPT_PREFIX_INFORMATION,
+    OPT_RDNSS,
+)
 from detector.ingest import open_capture
-from tests._app import app_table, assert_app_reads_stop_at_the_capture, assert_masks_consistent
+from tests._app import (
+    app_table,
+    assert_app_reads_stop_at_the_capture,
+    assert_masks_consistent,
+    assert_snapshot_cuts_are_no_fault,
+)
 from tests._real import CAPTURES_REAL, manifest_rows
 
 ROUTER_MAC = "02:00:5e:10:00:01"
@@ -188,6 +204,44 @@ def test_a_length_short_of_the_fixed_part_masks_what_it_lacks():
     assert tab.truncated[0] and int(tab["length"][0]) == 8 and int(tab["type"][0]) == 134
     assert not tab.valid("router_lifetime")[0] and not tab.valid("option_count")[0]
     assert tab.valid("checksum")[0]
+
+
+def _icmp6(message: bytes, source=ROUTER_LL, code: int | None = None) -> bytes:
+    """An ICMPv6 message of these bytes to ff02::1, hop limit 255, its checksum computed over them (and `code`
+    put in first)."""
+    body = bytearray(message)
+    if code is not None:
+        body[1] = code
+    body[2:4] = b"\x00\x00"
+    ipv6 = IPv6(src=source, dst="ff02::1", hlim=255, nh=58)
+    body[2:4] = struct.pack("!H", in6_chksum(58, ipv6, bytes(body)))
+    return raw(ETH / ipv6 / Raw(bytes(body)))
+
+
+def test_faults_are_the_message_own_and_never_its_path():
+    wrong_sum = bytearray(raw(ra()))
+    wrong_sum[14 + 40 + 2] ^= 0x55
+    frames = [
+        (_icmp6(raw(ICMPv6ND_RA()), code=3), F_CODE),
+        (_icmp6(raw(ICMPv6ND_RA())[:8]), F_SHORT),
+        (ra(Raw(bytes([OPT_PREFIX_INFORMATION, 0]) + bytes(6))), F_OPTION_ZERO),
+        (ra(Raw(bytes([OPT_PREFIX_INFORMATION, 4, 64, 0xC0]) + struct.pack("!I", 86400))), F_OPTION_PAST),
+        (_icmp6(raw(ICMPv6ND_RA()) + b"\x01"), F_TRAILING),
+        (bytes(wrong_sum), F_CHECKSUM),
+        (ra(hlim=64), 0),                  # forwarded or sent from off the link: dropped, but well-formed
+        (_icmp6(raw(ICMPv6ND_RA()), source="2001:db8::1"), 0),
+    ]
+    tab = app_table([(1, frame) for frame, _ in frames], "nd")
+    assert tab["fault"].tolist() == [fault for _, fault in frames]
+    assert_masks_consistent(tab)
+
+
+def test_a_message_cut_by_the_snapshot_length_is_not_malformed():
+    assert_snapshot_cuts_are_no_fault(
+        [(1, ra(ICMPv6NDOptSrcLLAddr(lladdr=ROUTER_MAC), ICMPv6NDOptPrefixInfo(prefix="2001:db8:1::"),
+                ICMPv6NDOptRDNSS(dns=["2001:db8::53"]), ICMPv6NDOptRouteInfo(plen=64, prefix="2001:db8:7::"))),
+         (1, ETH / ALL_NODES / ICMPv6ND_NA(tgt=ROUTER_LL) / ICMPv6NDOptDstLLAddr(lladdr=ROUTER_MAC)),
+         (1, ETH / ALL_NODES / ICMPv6ND_NS(tgt=ROUTER_LL) / ICMPv6NDOptSrcLLAddr(lladdr=ROUTER_MAC))], "nd")
 
 
 def test_which_packets_are_candidates():

@@ -36,9 +36,29 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw, raw
 
 from detector.decode import app, decode
-from detector.decode.app.ospf import MAX_LSAS, MAX_NEIGHBORS
+from detector.decode.app.ospf import (
+    F_BODY,
+    F_CHECKSUM,
+    F_ELEMENTS,
+    F_LENGTH_LONG,
+    F_LENGTH_SHORT,
+    F_LSA_CHECKSUM,
+    F_LSA_COUNT,
+    F_LSA_LENGTH,
+    F_NEIGHBORS,
+    F_SHORT,
+    F_TYPE,
+    F_VERSION,
+    MAX_LSAS,
+    MAX_NEIGHBORS,
+)
 from detector.ingest import open_capture
-from tests._app import app_table, assert_app_reads_stop_at_the_capture, assert_masks_consistent
+from tests._app import (
+    app_table,
+    assert_app_reads_stop_at_the_capture,
+    assert_masks_consistent,
+    assert_snapshot_cuts_are_no_fault,
+)
 from tests.test_oracle_app import NAMED
 
 ETH = Ether(src="02:00:00:0f:00:01", dst="01:00:5e:00:00:05")
@@ -285,6 +305,51 @@ def test_an_empty_packet_an_unknown_version_and_a_short_header():
     assert int(tab["version"][1]) == 4 and not tab.valid("router_id")[1]
     assert not tab.valid("length")[2]
     assert_masks_consistent(tab)
+
+
+def _packet(kind: int, body: bytes, length: int | None = None, version: int = 2) -> bytes:
+    """An OSPF packet of type `kind` over IPv4 with `body` after the header, its length field `length` (default:
+    the truth) and no checksum (0: not computed, so not verified)."""
+    head = struct.pack("!BBH4s4sHHQ", version, kind, 24 + len(body) if length is None else length,
+                       bytes([1, 1, 1, 1]), bytes(4), 0, 0, 0)
+    return raw(ETH / IP(src="10.0.0.1", dst="224.0.0.5", ttl=1, proto=89) / Raw(head + body))
+
+
+def test_faults_name_what_is_wrong_by_the_packet_own_lengths_and_sums():
+    body = raw(OSPF_Hello(neighbors=["2.2.2.2"]))
+    lsa = raw(router_lsa(seq=0x80000001))
+    bad_lsa = lsa[:-1] + bytes([lsa[-1] ^ 0x01])
+    bad_sum = bytearray(raw(hello()))
+    bad_sum[HEADER + 12] ^= 0x01
+    cases = [
+        (raw(ETH / IP(src="10.0.0.1", dst="224.0.0.5", proto=89)), F_SHORT),
+        (_packet(1, body, version=4), F_VERSION),
+        (raw(ETH / IP(src="10.0.0.1", dst="224.0.0.5", proto=89) / Raw(b"\x02\x01\x00\x2c" + bytes(10))), F_SHORT),
+        (_packet(1, body, length=20), F_LENGTH_SHORT),
+        (_packet(1, body, length=400), F_LENGTH_LONG),
+        (_packet(1, body + bytes(2)), F_NEIGHBORS),
+        (_packet(9, bytes(8)), F_TYPE),
+        (_packet(1, bytes(8)), F_BODY),
+        (_packet(2, bytes(8) + bytes(30)), F_ELEMENTS),
+        (_packet(3, bytes(18)), F_ELEMENTS),
+        (_packet(4, struct.pack("!I", 3) + lsa + raw(router_lsa(seq=0x80000002))), F_LSA_COUNT),
+        (_packet(4, struct.pack("!I", 1) + lsa[:18] + struct.pack("!H", 12)), F_LSA_LENGTH),
+        (_packet(4, struct.pack("!I", 1) + bad_lsa), F_LSA_CHECKSUM),
+        (bytes(bad_sum), F_CHECKSUM),
+        (raw(hello()), 0),
+    ]
+    tab = one([frame for frame, _ in cases])
+    assert tab["fault"].tolist() == [fault for _, fault in cases]
+    assert_masks_consistent(tab)
+
+
+def test_a_packet_cut_by_the_snapshot_length_is_not_malformed():
+    assert_snapshot_cuts_are_no_fault(
+        [(1, hello()),
+         (1, ETH / TO_NEIGHBOR / OSPF_Hdr(src="1.1.1.1") / OSPF_DBDesc(mtu=1500, lsaheaders=lsa_headers(2))),
+         (1, ETH / ALL_SPF / OSPF_Hdr(src="1.1.1.1") / OSPF_LSUpd(lsalist=[router_lsa(), router_lsa(seq=9)])),
+         (1, ETH / TO_NEIGHBOR / OSPF_Hdr(src="1.1.1.1") / OSPF_LSReq(requests=[OSPF_LSReq_Item()] * 2)),
+         (1, ETH6 / ALL_SPF6 / OSPFv3_Hdr(src="1.1.1.1") / OSPFv3_Hello(neighbors=["2.2.2.2"]))], "ospf")
 
 
 def test_every_cut_reads_only_captured_bytes():

@@ -18,19 +18,41 @@ from scapy.packet import Raw, raw
 from detector.decode import app, decode
 from detector.decode.app import table
 from detector.decode.app.rip import (
+    BAD_AFI,
     BAD_AUTH,
     BAD_LENGTH,
     BAD_METRIC,
+    BAD_VERSION,
+    ENTRY_FAULTS,
+    F_AFI,
+    F_AUTH,
+    F_COMMAND,
+    F_DESTINATION,
+    F_EMPTY,
+    F_HOST_BITS,
+    F_LENGTH,
+    F_MBZ,
+    F_METRIC,
+    F_PREFIX_LEN,
+    F_UDP_LENGTH,
+    F_VERSION,
+    F_ZERO_FILLED,
     KIND_RIP,
     KIND_RIPNG,
     KIND_WRONG_FAMILY,
     MAX_ENTRIES,
     VALID,
+    WHOLE_MESSAGE_FAULTS,
     WRONG_FAMILY,
     ZERO_FILLED,
 )
 from detector.ingest import open_capture
-from tests._app import app_table, assert_app_reads_stop_at_the_capture, assert_masks_consistent
+from tests._app import (
+    app_table,
+    assert_app_reads_stop_at_the_capture,
+    assert_masks_consistent,
+    assert_snapshot_cuts_are_no_fault,
+)
 from tests.test_decode import make_batch
 
 ETH = Ether(src="00:00:0c:00:00:01", dst="01:00:5e:00:00:09")
@@ -209,6 +231,44 @@ def test_the_malformations_a_receiver_checks():
     assert tab["kind"].tolist()[4] == KIND_WRONG_FAMILY and tab["verdict"].tolist()[4] == WRONG_FAMILY
     # a RIP message over IPv6 is still read in the port's layout
     assert routes(tab, 4) == [("10.1.0.0/16", 1, "0.0.0.0")]
+
+
+def test_faults_are_every_check_a_message_fails_and_each_entry_has_its_own():
+    frames = [v4(b""), v4(bytes(24)), v4(header() + entry()[:12]), v4(header()), v4(header(command=9) + entry()),
+              v4(header(version=5) + entry()), v4(header(version=1) + entry()),        # RIPv1 with a mask
+              v4(header() + struct.pack("!HH16s", 0xFFFF, 7, bytes(16)) + entry()),      # unknown authentication
+              v4(header() + entry(afi=7) + entry(metric=0x10000001) + entry(addr="127.0.0.0", mask="255.0.0.0")
+                 + entry(addr="10.1.2.0", mask="255.255.0.0") + entry(addr="0.0.0.0", mask="0.0.0.0")),
+              v6(header() + ripng_entry(plen=129) + ripng_entry("ff02::", plen=16) + ripng_entry(metric=17)),
+              v4(header() + entry() + entry(metric=16)),
+              ETH / IPv6(src="fe80::1", dst="ff02::9") / RIP_UDP / Raw(header() + entry(metric=99))]
+    tab = app_table([(1, f) for f in frames], "rip")
+    assert tab["fault"].tolist() == [
+        F_EMPTY, F_ZERO_FILLED, F_LENGTH, F_LENGTH, F_COMMAND, F_VERSION, F_MBZ, F_AUTH,
+        F_AFI | F_METRIC | F_DESTINATION | F_HOST_BITS,
+        F_VERSION | F_PREFIX_LEN | F_DESTINATION | F_METRIC,        # RIPng is version 1
+        0,
+        0]                                                          # the RIP port over IPv6: no RIP to judge
+    child = tab.children["rip_entry"]
+    assert child["fault"][child["parent"] == 8].tolist() == [F_AFI, F_METRIC, F_DESTINATION, F_HOST_BITS, 0]
+    assert child["fault"][child["parent"] == 9].tolist() == [F_PREFIX_LEN, F_DESTINATION, F_METRIC]
+    assert tab["verdict"].tolist()[8:10] == [BAD_AFI, BAD_VERSION]      # the verdict stays the first failure
+    assert_masks_consistent(tab)
+
+
+def test_a_udp_length_other_than_the_ip_length_is_a_fault_of_the_whole_message():
+    # tcpdump's ripv2-invalid-length.pcap: the UDP length leaves 156 bytes of RIP, the IP length 160
+    frame = raw(ETH / V4 / UDP(sport=520, dport=520, len=8 + 4 + 20 * 7 + 16) / Raw(header() + entry() * 8))
+    tab = app_table([(1, frame), (1, v4(header() + entry()))], "rip")
+    assert tab["fault"].tolist() == [F_UDP_LENGTH, 0]
+    assert F_UDP_LENGTH & WHOLE_MESSAGE_FAULTS and not ENTRY_FAULTS & WHOLE_MESSAGE_FAULTS
+
+
+def test_a_message_cut_by_the_snapshot_length_is_not_malformed():
+    assert_snapshot_cuts_are_no_fault(
+        [(1, v4(crypto(entry() + entry(metric=16), digest=20))), (1, v4(header() + password() + entry())),
+         (1, v4(header(version=1) + entry(mask="0.0.0.0"))),
+         (1, v6(header(version=1) + ripng_entry() + ripng_hop("fe80::9") + ripng_entry("2001:db8:7::")))], "rip")
 
 
 def test_which_datagrams_are_candidates():

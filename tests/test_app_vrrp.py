@@ -5,7 +5,7 @@ import ipaddress
 import struct
 
 import numpy as np
-from scapy.layers.inet import IP
+from scapy.layers.inet import IP, in4_chksum
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vrrp import VRRP, VRRPv3
@@ -14,8 +14,26 @@ from scapy.utils import checksum
 
 from detector.decode.app import AppTable, table
 from detector.decode.app.table import MORE, TRUNCATED
-from detector.decode.app.vrrp import MAX_ADDRESSES
-from tests._app import app_table, assert_app_reads_stop_at_the_capture, assert_masks_consistent
+from detector.decode.app.vrrp import (
+    CHECKSUM_AS_V2,
+    CHECKSUM_GROUP_PSEUDO,
+    CHECKSUM_NONE,
+    CHECKSUM_RFC,
+    F_CHECKSUM,
+    F_EMPTY,
+    F_NO_ADDRESS,
+    F_PAST_LENGTH,
+    F_SHORT,
+    F_TYPE,
+    F_VERSION,
+    MAX_ADDRESSES,
+)
+from tests._app import (
+    app_table,
+    assert_app_reads_stop_at_the_capture,
+    assert_masks_consistent,
+    assert_snapshot_cuts_are_no_fault,
+)
 
 ETH = Ether(src="00:00:5e:00:01:33", dst="01:00:5e:00:00:12")
 V4 = IP(src="192.0.2.2", dst="224.0.0.18", ttl=255, proto=112)
@@ -150,3 +168,66 @@ def test_to_frame_masks_absent_fields():
     assert frame["priority"].isna().tolist() == [True, False]
     assert str(frame["priority"].dtype) == "UInt8"
     assert frame["truncated"].tolist() == [False, False]
+
+
+def _v3_summed(ip_layer, form: str, **fields):
+    """A VRRPv3 advertisement over `ip_layer` whose checksum is summed as `form` says: "rfc" (the pseudo-header
+    of its own addresses), "as_v2" (the message alone), "group" (a pseudo-header naming 224.0.0.18)."""
+    message = raw(IP(src=ip_layer.src, dst=ip_layer.dst, proto=112) / VRRPv3(chksum=0, **fields))[20:]
+    if form == "rfc":
+        value = in4_chksum(112, ip_layer, message)
+    elif form == "as_v2":
+        value = checksum(message)
+    else:
+        value = in4_chksum(112, IP(src=ip_layer.src, dst="224.0.0.18"), message)
+    return ETH / ip_layer / Raw(message[:6] + struct.pack("!H", value) + message[8:])
+
+
+def test_vrrpv3_over_ipv4_verifies_in_every_form_senders_use_and_says_which():
+    unicast = IP(src="192.0.2.2", dst="192.0.2.3", ttl=255, proto=112)
+    fields = {"vrid": 7, "priority": 100, "ipcount": 1, "addrlist": ["198.51.100.1"], "adv": 100}
+    frames = [_v3_summed(V4, "rfc", **fields), _v3_summed(V4, "as_v2", **fields),
+              _v3_summed(unicast, "group", **fields), _v3_summed(unicast, "rfc", **fields)]
+    tab = app_table([(1, frame) for frame in frames], "vrrp")
+    assert tab["checksum_form"].tolist() == [CHECKSUM_RFC, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC]
+    assert tab["checksum_ok"].tolist() == [1, 0, 0, 1]       # checksum_ok stays the RFC's verdict
+    assert tab["fault"].tolist() == [0, 0, 0, 0]
+
+
+def test_vrrpv3_over_ipv6_has_only_the_pseudo_header_form():
+    message = raw(V6 / VRRPv3(chksum=0, vrid=7, ipcount=1, addrlist=["2001:db8::1"]))[40:]
+    frame = (Ether(src="00:00:5e:00:02:07", dst="33:33:00:00:00:12") / V6
+             / Raw(message[:6] + struct.pack("!H", checksum(message)) + message[8:]))
+    tab = app_table([(1, frame)], "vrrp")
+    assert int(tab["checksum_form"][0]) == CHECKSUM_NONE and int(tab["fault"][0]) == F_CHECKSUM
+
+
+def test_faults_name_what_is_wrong_by_the_message_own_bytes():
+    def message(first=0x21, count=1, addrs=(b"\xc0\x00\x02\x01",), auth=True) -> bytes:
+        body = struct.pack("!BBBBBBH", first, 51, 100, count, 0, 1, 0) + b"".join(addrs) + (bytes(8) if auth else b"")
+        return body[:6] + struct.pack("!H", checksum(body)) + body[8:]
+
+    bad_sum = bytearray(message())
+    bad_sum[7] ^= 0x01
+    cases = [
+        (ETH / V4, F_EMPTY),
+        (ETH / V4 / Raw(b"\x21\x33\x64\x01\x00"), F_SHORT),
+        (ETH / V4 / Raw(message(first=0x41)), F_VERSION),
+        (ETH / V4 / Raw(message(first=0x22)), F_TYPE),
+        (ETH / V4 / Raw(message(count=9)), F_PAST_LENGTH),
+        (ETH / V4 / Raw(message(auth=False)), F_PAST_LENGTH),             # VRRPv2's 8 bytes of authentication
+        (ETH / V4 / Raw(message(count=0, addrs=())), F_NO_ADDRESS),
+        (ETH / V4 / Raw(bytes(bad_sum)), F_CHECKSUM),
+        (ETH / V4 / Raw(message()), 0),
+        (ETH / V4 / carp(vhid=5), 0),
+    ]
+    tab = app_table([(1, frame) for frame, _ in cases], "vrrp")
+    assert tab["fault"].tolist() == [fault for _, fault in cases]
+    assert_masks_consistent(tab)
+
+
+def test_a_message_cut_by_the_snapshot_length_is_not_malformed():
+    assert_snapshot_cuts_are_no_fault(
+        [(1, v2(addrs=("192.0.2.1", "192.0.2.9"))), (1, ETH / V4 / carp(vhid=5)),
+         (1, ETH / V6 / VRRPv3(vrid=7, ipcount=1, addrlist=["2001:db8::1"])),
+         (1, _v3_summed(V4, "as_v2", vrid=7, ipcount=1, addrlist=["198.51.100.1"]))], "vrrp")

@@ -205,10 +205,10 @@ def _hellos(r1_unlisted=(), r1_missing=(), r2_missing=(), r1_always_lists=False,
 
 @pytest.mark.parametrize("case, expected", [
     ({}, None),                                                        # steady Hellos
-    ({"r1_unlisted": [100]}, ("medium", 1)),                           # dropped from one Hello, listed again
+    ({"r1_unlisted": [100]}, ("low", 1)),                              # dropped from one Hello, r2's all there
     ({"r1_unlisted": [100], "r1_missing": [110]}, None),               # the Hello after it lost: no proof
     ({"r1_unlisted": [100, 110], "r1_missing": [90]}, None),           # ... nor before it
-    ({"r1_unlisted": [50, 100, 150]}, ("high", 3)),                    # three flaps
+    ({"r1_unlisted": [50, 100, 150]}, ("medium", 3)),                  # three quick ones: min_exstarts
     ({"r2_missing": [50, 60, 70, 80], "r1_always_lists": True}, ("medium", 1)),   # silent 50 s > dead 40
     ({"r2_missing": [50, 60, 70], "r1_always_lists": True}, None),                # silent 40 s: not longer
     ({"r2_missing": [50, 60, 70, 80], "r1_missing": [60, 70], "r1_always_lists": True}, None),  # capture gap
@@ -221,6 +221,56 @@ def test_hellos_show_an_adjacency_down_only_with_the_speaker_heard_throughout(tm
         (adjacency,) = findings
         assert (adjacency.severity, adjacency.evidence["flaps"]) == expected
         assert adjacency.evidence["exstarts"] == 0
+
+
+QUICK = CAPTURES / "ospf-quick-resets.pcap"
+
+
+def test_two_quick_resets_of_a_standing_adjacency_are_low():
+    """arkime's ospf.pcap, re-created: one router drops its neighbour from two Hellos while the neighbour's Hellos
+    keep coming, and each time the adjacency is back through its exchange within milliseconds (issue 27)."""
+    (adjacency,) = kinds(found([QUICK]))["adjacency"]
+    assert adjacency.severity == "low" and adjacency.identifier == "adjacency 172.16.0.1 - 172.16.0.2"
+    ev = adjacency.evidence
+    assert (ev["flaps"], ev["exstarts"], ev["hello_drops"]) == (2, 2, 1)
+    assert ev["restarted_a_standing_adjacency"] and ev["quick_resets"] and ev["came_back"]
+    assert not ev["hellos_lost"] and ev["hellos_throughout"]
+    assert len(ev["exchange_done_after_s"]) == 2 and max(ev["exchange_done_after_s"]) < 0.05
+    assert "quick resets" in adjacency.msg and "not a failing link" in adjacency.msg
+
+
+def _resets(resets, r1_silent=(), answered=True, end=None):
+    """A standing adjacency between R1 and R2 (Hellos every 10 s); R2 leaves R1 out of its Hello just before each
+    reset and starts over after R1's next Hello, R1 answering as slave (`answered`) or not; R1 sends no Hello at
+    the times `r1_silent`."""
+    end = end or max(resets) + 40
+    timed = []
+    for t in range(0, end, 10):
+        if t not in r1_silent:
+            timed.append((t + 0.95, hello(R1, [R2[0]])))
+        dropped = any(r - 10 < t <= r for r in resets)
+        timed.append((t + 0.55, hello(R2, [] if dropped else [R1[0]])))
+    for k, r in enumerate(resets):
+        seq = 0x400 + k
+        timed.append((r + 0.96, ospf(R2, OSPF_DBDesc(mtu=1500, dbdescr=0x07, ddseq=seq))))
+        if answered:
+            timed += [(r + 0.961, ospf(R1, OSPF_DBDesc(mtu=1500, dbdescr=0x00, ddseq=seq))),
+                      (r + 0.963, ospf(R2, OSPF_DBDesc(mtu=1500, dbdescr=0x01, ddseq=seq + 1))),
+                      (r + 0.964, ospf(R1, OSPF_DBDesc(mtu=1500, dbdescr=0x00, ddseq=seq + 1)))]
+    return timed
+
+
+@pytest.mark.parametrize("case, severity, quick", [
+    ({"resets": [70, 80]}, "low", True),                                  # a couple, straight back
+    ({"resets": [70, 80], "r1_silent": [30, 40, 50, 60]}, "medium", False),   # R1's Hellos lost: a dead interval
+    ({"resets": [70, 80], "answered": False}, "medium", False),           # starts that never get an exchange
+    ({"resets": [70, 80, 90]}, "medium", True),                           # again and again: min_exstarts
+    ({"resets": [70, 140, 210]}, "high", True),                           # ... and for minutes: sustained
+])
+def test_quick_resets_against_what_makes_an_adjacency_flap(tmp_path, case, severity, quick):
+    (adjacency,) = kinds(found([write(tmp_path / "resets.pcap", _resets(**case))]))["adjacency"]
+    assert adjacency.severity == severity, adjacency.msg
+    assert adjacency.evidence["quick_resets"] is quick
 
 
 def _lsa_update(router, seq, age=1, ident=0, vlan=None) -> bytes:

@@ -154,34 +154,50 @@ def test_tcpdumps_rip_captures(captures_real):
     (speaker,) = run(captures_real / "tcpdump/tests/ripv1v2.pcap").values()
     assert speaker.severity == "info" and speaker.evidence["versions"] == ["RIPv1", "RIPv2"]
     assert [r["prefix"] for r in speaker.evidence["routes"]] == ["10.70.178.0", "10.70.178.0/24"]
-    # the sixth route's metric is 268,435,457: FRR ignores that route and keeps the six others
+    # the UDP length leaves 156 bytes of RIP in a 160-byte IP payload: Linux trims the datagram to its UDP
+    # length and FRR's rip_read drops a size that is no header plus whole entries; the sixth route's metric is
+    # 268,435,457 besides. Malformed: reported apart, context here, no route of it counted
     (faulty,) = run(captures_real / "tcpdump/tests/ripv2-invalid-length.pcap").values()
-    assert faulty.severity == "medium" and faulty.evidence["rejected_because"] == ["metric outside 1-16"]
-    assert faulty.evidence["vlan"] == 1080 and faulty.evidence["reachable_routes"] == 6
-    assert "10.7.57.0/24" not in [r["prefix"] for r in faulty.evidence["routes"]]
+    assert faulty.severity == "info" and "rejected_because" not in faulty.evidence
+    assert faulty.evidence["malformed"]["dropped_whole"] == 1
+    assert faulty.evidence["vlan"] == 1080 and faulty.evidence["reachable_routes"] == 0
 
 
 # ---- the receiver's checks (FRR rip_response_process, ripng_response_process) ----------------------
 
 @pytest.mark.parametrize("packet, reason", [
     (response(HOST, [("10.9.0.0", "255.255.0.0", 1)], sport=5520), "source port not the RIP port"),
-    (response(HOST, [("127.0.0.0", "255.0.0.0", 1)]), "route to net 0, 127"),
-    (response(HOST, [("0.1.0.0", "255.255.0.0", 1)]), "route to net 0, 127"),
-    (response(HOST, [("224.1.0.0", "255.255.0.0", 1)]), "route to net 0, 127"),
-    (response(HOST, [("10.9.1.0", "255.255.0.0", 1)]), "prefix with bits outside its mask"),
-    (response(HOST, [("10.9.0.0", "255.255.0.0", 0)]), "metric outside 1-16"),
-    (response(HOST, [("10.9.0.0", "255.255.0.0", 17)]), "metric outside 1-16"),
     (ripng("2001:db8::6", ripng_entry("2001:db8:9::", 48, 1)), "RIPng source not link-local"),
     (ripng("fe80::6", ripng_entry("2001:db8:9::", 48, 1), hlim=64), "RIPng hop limit not 255"),
-    (ripng("fe80::6", ripng_entry("fe80::", 64, 1)), "route to net 0, 127"),
-    (ripng("fe80::6", ripng_entry("2001:db8:9::", 129, 1)), "RIPng prefix length above 128"),
-    (Ether(src=HOST[0]) / IP(src=HOST[1], dst="224.0.0.9") / UDP(sport=520, dport=520)
-     / Raw(struct.pack("!BBH", 2, 2, 0) + bytes(10)), "malformed message"),
 ])
-def test_what_a_receiver_rejects_is_medium(tmp_path, packet, reason):
+def test_a_response_from_where_a_receiver_rejects_it_is_medium(tmp_path, packet, reason):
     (f,) = run(capture(tmp_path, [(0.0, packet)])).values()
     assert f.severity == "medium" and any(reason in text for text in f.evidence["rejected_because"]), f.msg
     assert f.evidence["rejected"] == 1
+
+
+@pytest.mark.parametrize("packet, reason, whole", [
+    (response(HOST, [("127.0.0.0", "255.0.0.0", 1)]), "destination no router installs", 0),
+    (response(HOST, [("0.1.0.0", "255.255.0.0", 1)]), "destination no router installs", 0),
+    (response(HOST, [("224.1.0.0", "255.255.0.0", 1)]), "destination no router installs", 0),
+    (response(HOST, [("10.9.1.0", "255.255.0.0", 1)]), "bits outside its mask", 0),
+    (response(HOST, [("10.9.0.0", "255.255.0.0", 0)]), "metric outside 1-16", 0),
+    (response(HOST, [("10.9.0.0", "255.255.0.0", 17)]), "metric outside 1-16", 0),
+    (ripng("fe80::6", ripng_entry("fe80::", 64, 1)), "destination no router installs", 0),
+    (ripng("fe80::6", ripng_entry("2001:db8:9::", 129, 1)), "prefix length above 128", 0),
+    (Ether(src=HOST[0]) / IP(src=HOST[1], dst="224.0.0.9") / UDP(sport=520, dport=520)
+     / Raw(struct.pack("!BBH", 2, 2, 0) + bytes(10)), "length is not a 4-byte header", 1),
+])
+def test_a_malformed_response_is_context_here_and_low_apart(tmp_path, packet, reason, whole):
+    """A route every receiver ignores, or a response it drops whole, changes no routing table: no route of it is
+    counted, the speaker's finding mentions it (info), and the malformed message is reported apart at low."""
+    findings = analyze([capture(tmp_path, [(0.0, packet)])], None, label="test").findings
+    (f,) = announced(findings).values()
+    assert f.severity == "info" and f.evidence["reachable_routes"] == 0, f.msg
+    assert any(reason in text for text in f.evidence["malformed"]["faults"]), f.msg
+    assert f.evidence["malformed"]["dropped_whole"] == whole
+    (malformed,) = [g for g in findings if g.rule == "malformed-message"]
+    assert malformed.severity == "low" and any(reason in r["reason"] for r in malformed.evidence["reasons"])
 
 
 def test_what_a_receiver_accepts_is_info(tmp_path):

@@ -1,4 +1,6 @@
-"""vrrp-dual-master on real bytes: two masters and the seed 002 chain, elections and handovers, CARP, malformed VRRP."""
+"""vrrp-dual-master on real bytes: two masters and the seed 002 chain, elections and handovers, CARP, checksum forms.
+
+Malformed VRRP is no advertisement: it is left to the malformed-message rule (tests/test_malformed_message.py)."""
 from __future__ import annotations
 
 import struct
@@ -126,19 +128,20 @@ def test_zeeks_vrrp_inside_pbb_is_quiet(captures_real):
     assert f.evidence["ips"] == ["10.199.245.1"] and f.evidence["speakers"][0]["priority"] == [200]
 
 
-def test_packetlifes_empty_vrrp_is_malformed_medium(captures_real):
-    (f,) = run(captures_real / "packetlife/pcaps/VRRP_Malformed_DoS.cap")
-    assert f.severity == "medium" and f.identifier == "malformed VRRP 192.1.2.9 c2:80:17:71:d3:1e"
-    assert f.evidence["reasons"] == ["empty (no VRRP bytes after the IP header)"] and f.evidence["ttl"] == 5
-    assert f.dest_mac == "00:00:5e:00:01:01" and "Sent with TTL 5" in f.msg
+def test_packetlifes_empty_vrrp_is_no_master_and_low_apart(captures_real):
+    rules = {k: v for k, v in load_rules().items() if k in (*RULES, "malformed-message")}
+    (f,) = run(captures_real / "packetlife/pcaps/VRRP_Malformed_DoS.cap", rules)
+    assert f.rule == "malformed-message" and f.severity == "low"
+    assert f.identifier == "VRRP 192.1.2.9 c2:80:17:71:d3:1e"
+    assert [r["reason"] for r in f.evidence["reasons"]] == ["empty: no VRRP byte after the IP header"]
+    assert f.evidence["ttl"] == [5] and f.dest_mac == "00:00:5e:00:01:01" and "Sent with TTL 5" in f.msg
 
 
 @pytest.mark.parametrize("name", ["tcpdump/tests/vrrp-vrrp_print-oobr.pcap",
                                   "tcpdump/tests/icmp-icmp_print-oobr-1.pcap",
                                   "tcpdump/tests/icmp-icmp_print-oobr-2.pcap"])
-def test_tcpdumps_fuzzed_vrrp_is_never_high(captures_real, name):
-    found = run(captures_real / name)
-    assert all(f.severity in ("info", "low", "medium") for f in found)
+def test_tcpdumps_fuzzed_vrrp_is_no_master(captures_real, name):
+    assert all(f.severity == "info" for f in masters(run(captures_real / name)))
 
 
 # ---- two masters: the Master_Down_Interval is the line -------------------------------------------
@@ -218,14 +221,59 @@ def test_carp_pair_both_master_is_high_and_never_mixed_with_vrrp(tmp_path):
 @pytest.mark.parametrize("message, reason", [
     (VRRP(vrid=1, priority=100, addrlist=["10.0.0.1", "10.0.0.2"], ipcount=4), "declares more addresses"),
     (VRRP(vrid=1, priority=100, addrlist=[], ipcount=0), "declares no virtual address"),
-    (VRRP(vrid=1, priority=100, addrlist=["10.0.0.1"], chksum=0x1234), "a wrong checksum"),
-    (VRRP(vrid=1, priority=100, addrlist=["10.0.0.1"], type=2), "a type other than advertisement"),
+    (VRRP(vrid=1, priority=100, addrlist=["10.0.0.1"], chksum=0x1234), "bad checksum"),
+    (VRRP(vrid=1, priority=100, addrlist=["10.0.0.1"], type=2), "unknown type"),
     (Raw(b"\x41\x01\x64"), "shorter than the 8-byte VRRP header"),
 ])
-def test_malformed_vrrp_is_medium(tmp_path, message, reason):
+def test_malformed_vrrp_is_no_master_and_low_apart(tmp_path, message, reason):
     pkt = Ether(src="02:00:5e:00:00:66") / IP(src="10.0.0.66", dst="224.0.0.18", ttl=255, proto=112) / message
-    (f,) = masters(run(capture(tmp_path, [(0.0, pkt)])))
-    assert f.severity == "medium" and any(reason in text for text in f.evidence["reasons"]), f.msg
+    rules = {k: v for k, v in load_rules().items() if k in (*RULES, "malformed-message")}
+    found = run(capture(tmp_path, [(0.0, pkt)]), rules)
+    assert masters(found) == []
+    (f,) = found
+    assert f.rule == "malformed-message" and f.severity == "low"
+    assert any(reason in r["reason"] for r in f.evidence["reasons"]), f.msg
+
+
+def v3_summed(source, priority, form, *, vrid=61, dst="224.0.0.18", vips=("10.60.1.100",)):
+    """A VRRPv3 advertisement over IPv4 whose checksum is summed as `form` says: "rfc" (RFC 5798's pseudo-header),
+    "as_v2" (the message alone, as VRRPv2), "group" (224.0.0.18 in the pseudo-header of a unicast one)."""
+    from scapy.layers.inet import in4_chksum
+    ip = IP(src=source, dst=dst, ttl=255, proto=112)
+    message = raw(ip / VRRPv3(vrid=vrid, priority=priority, ipcount=len(vips), addrlist=list(vips), adv=100,
+                              chksum=0))[20:]
+    value = {"rfc": lambda: in4_chksum(112, ip, message), "as_v2": lambda: checksum(message),
+             "group": lambda: in4_chksum(112, IP(src=source, dst="224.0.0.18"), message)}[form]()
+    return Ether(src=f"00:00:5e:00:01:{vrid:02x}", dst="01:00:5e:00:00:12") / ip / Raw(
+        message[:6] + struct.pack("!H", value) + message[8:])
+
+
+def test_a_vrrpv3_pair_summing_without_the_pseudo_header_is_quiet_and_named():
+    """Pattern 3 of issue 27: VRRPv3 over IPv4 summed as VRRPv2 (several vendors; Wireshark's v3_checksum_as_in_v2)
+    was "a wrong checksum" at medium. A failover of such a pair is the normal one; the timeline says the form."""
+    rules = {k: v for k, v in load_rules().items() if k in (*RULES, "malformed-message")}
+    found = run(CAPTURES / "vrrpv3-checksum-as-v2.pcapng", rules)
+    assert {f.severity for f in found} == {"info"}
+    (vrid,) = masters(found)
+    assert vrid.identifier == "VRRP VRID 61 IPv4" and vrid.msg.count("without the IPv4 pseudo-header") == 2
+    assert [s["checksum"] for s in vrid.evidence["speakers"]] == [[
+        "without the IPv4 pseudo-header (as VRRPv2; Wireshark's v3_checksum_as_in_v2)"]] * 2
+
+
+def test_keepalived_unicast_checksums_are_good_and_named(tmp_path):
+    packets = every(lambda: v3_summed("10.60.0.11", 200, "group", dst="10.60.0.12"), 0, 20)
+    (vrid,) = masters(run(capture(tmp_path, packets)))
+    assert vrid.severity == "info" and "with 224.0.0.18 in a unicast advertisement's pseudo-header" in vrid.msg
+
+
+def test_speakers_summing_differently_are_low(tmp_path):
+    packets = every(lambda: v3_summed("10.60.0.11", 200, "rfc"), 0, 30)
+    packets += [(30.0, v3_summed("10.60.0.11", 0, "rfc"))]
+    packets += every(lambda: v3_summed("10.60.0.12", 100, "as_v2"), 30.7, 60)
+    (vrid,) = masters(run(capture(tmp_path, packets)))
+    assert vrid.severity == "low" and "sum their checksums differently" in vrid.msg, vrid.msg
+    assert [s["checksum"] for s in vrid.evidence["speakers"]] == [
+        ["as the RFC says"], ["without the IPv4 pseudo-header (as VRRPv2; Wireshark's v3_checksum_as_in_v2)"]]
 
 
 def test_a_message_cut_by_the_snapshot_length_is_not_malformed(tmp_path):

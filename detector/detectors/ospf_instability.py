@@ -20,7 +20,17 @@ packets (the `ospf` application table):
   silent for longer than its dead interval and back, each while the other
   router's Hellos went on without one missing (so the capture saw the link
   all along). Medium, high at `high_flaps` flaps; restarts slower than that
-  are low;
+  are low. The evidence an engineer weighs sets the severity of a flapping
+  adjacency: a dead interval expiring (a router silent past it, or the
+  dropped neighbour's Hellos missing meanwhile) or a start that never gets
+  its database exchange (within EXCHANGE_GAP_S) points at a failing link or
+  router and keeps medium and high; restarts that each come straight back,
+  both routers' Hellos going on throughout, are resets (an operator's clear
+  ip ospf, a process restart): a couple is low, `min_exstarts` medium, high
+  only at `high_flaps` spread over SUSTAINED_S. arkime's ospf.pcap is two such
+  resets in a 100 s lab capture (medium before, low now); a first ExStart
+  that restarts an adjacency standing for a dead interval counts as a
+  restart too;
 - one LSA re-originated (a new sequence number from its advertising router)
   sooner than MinLSInterval after the previous one (RFC 2328 appendix B,
   FRRouting `OSPF_MIN_LS_INTERVAL` 5 s), `min_fast_reoriginations` times:
@@ -99,6 +109,14 @@ SETTLE_S = 2
 # A Hello stream goes on while each Hello comes within this many hello intervals of the one before
 # (a busy router's Hello may come a little late); one Hello missing, lost or not sent, breaks it.
 STREAM_SLACK = 1.5
+# Database Descriptions of one exchange come at most RxmtInterval apart (RFC 2328 appendix C.3, FRRouting's
+# default 5 s): a longer silence ends the exchange; a restart that starts one within this many seconds came back.
+EXCHANGE_GAP_S = 5
+# Quick resets (each straight back, no Hello missing) repeated `min_exstarts` times are medium; spread over this
+# many seconds or more as well, and `high_flaps` of them, they are sustained flapping (high): a maintenance
+# window's clears come within a minute or two, a process or script that keeps resetting the adjacency goes on.
+# Shorter values call a busy maintenance sustained, longer ones keep a reset loop at medium for longer.
+SUSTAINED_S = 120
 # How the Hellos showed an adjacency down (OspfInstability._hello_flaps)
 HOW_TEXT = {"dropped": "a router dropped its neighbour from its Hellos, then listed it again",
             "silent": "a router fell silent for longer than its dead interval, then spoke again"}
@@ -207,6 +225,11 @@ DBD_COLUMNS = {"key": np.uint64, "router_id": np.uint32, "src_ip_hi": np.uint64,
                "first_frame": np.int64, "last_frame": np.int64}
 LSA_KEY_COLUMNS = {"lsa": np.uint64, "version": np.uint8, "area": np.uint32, "type": np.uint32,
                    "ls_id": np.uint32, "adv_router": np.uint32}
+EXCHANGE_COLUMNS = {"key": np.uint64, "router_id": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64,
+                    "dest_ip_hi": np.uint64, "dest_ip_lo": np.uint64, "link": np.uint64, "first_ns": np.int64,
+                    "last_ns": np.int64, "gap_ns": np.int64, "count": np.int64, "first_frame": np.int64,
+                    "last_frame": np.int64}
+EXCHANGE_REDUCE = {"last_ns": np.maximum, "count": np.add, "first_frame": np.minimum, "last_frame": np.maximum}
 ORIGIN_COLUMNS = {**LSA_KEY_COLUMNS, "first_seq": np.int64, "first_ns": np.int64, "last_seq": np.int64,
                   "last_ns": np.int64, "originations": np.int64, "fast": np.int64, "min_interval_ns": np.int64,
                   "first_frame": np.int64, "last_frame": np.int64}
@@ -277,6 +300,7 @@ class OspfInstability(Detector):
         self.stream = _empty(RUN_COLUMNS)     # a router's Hellos from one address, none missing (neighbor 0)
         self.listed = _empty(RUN_COLUMNS)     # a router listing one neighbour in its Hellos from one address
         self.dbds = _empty(DBD_COLUMNS)
+        self.exchanges = _empty(EXCHANGE_COLUMNS)   # Database Descriptions past ExStart, joined per exchange
         self.origins = _empty(ORIGIN_COLUMNS)
         self.floods = _empty(FLOOD_COLUMNS)
         self.fast_frames: dict[int, np.ndarray] = {}    # LSA key -> frames of its fast originations
@@ -407,6 +431,22 @@ class OspfInstability(Detector):
         merged = fold_rows(self.dbds, dbds, "key", {"count": np.add, "last_ns": np.maximum,
                                                     "first_frame": np.minimum, "last_frame": np.maximum})
         self.dbds = _cap(merged, ~merged["exstart"])
+        # the exchange after a start (I clear): when a restarted adjacency came back
+        going = (flags & DD_INIT) == 0
+        if going.any():
+            exchanges = {"key": mix64(*(col[going] for col in cols.values())),
+                         **{name: col[going] for name, col in cols.items()},
+                         "first_ns": p["ts"][sel][going], "last_ns": p["ts"][sel][going],
+                         "gap_ns": np.full(int(going.sum()), EXCHANGE_GAP_S * NS, dtype=np.int64),
+                         "count": np.ones(int(going.sum()), dtype=np.int64), "first_frame": p["frame"][sel][going],
+                         "last_frame": p["frame"][sel][going]}
+            self.exchanges = self._join_exchanges(self.exchanges, exchanges)
+
+    @staticmethod
+    def _join_exchanges(runs: dict, new: dict) -> dict:
+        joined = _runs(_concat(runs, {name: np.asarray(new[name]).astype(dtype)
+                                      for name, dtype in EXCHANGE_COLUMNS.items()}), EXCHANGE_REDUCE)
+        return _cap(joined, joined["count"])
 
     def _updates(self, tab, p: dict) -> None:
         lsa = tab.children["ospf_lsa"]
@@ -528,6 +568,7 @@ class OspfInstability(Detector):
         dbds = fold_rows(self.dbds, other.dbds, "key", {"count": np.add, "last_ns": np.maximum,
                                                         "first_frame": np.minimum, "last_frame": np.maximum})
         self.dbds = _cap(dbds, ~dbds["exstart"])
+        self.exchanges = self._join_exchanges(self.exchanges, other.exchanges)
         for lsa, frames in other.fast_frames.items():
             self.fast_frames[lsa] = keep_ends(self.fast_frames.get(lsa, np.zeros(0, dtype=np.int64)), frames,
                                               limit=16)
@@ -686,19 +727,25 @@ class OspfInstability(Detector):
                                   "frames": [int(alive["last_frame"][j]), int(alive["first_frame"][j + 1])]})
         return flaps
 
+    def _receivers(self, rows: dict) -> np.ndarray:
+        """The router id each Database Description of `rows` went to: by its destination address, or, sent to the
+        group, the one neighbour its sender lists (a point-to-point link); 0 where neither tells."""
+        receiver = self._router_of(rows["dest_ip_hi"], rows["dest_ip_lo"])
+        group = _multicast(rows["dest_ip_hi"], rows["dest_ip_lo"])
+        return np.where(group & (receiver == 0), self._single_neighbor(
+            rows["router_id"], rows["src_ip_hi"], rows["src_ip_lo"]), receiver)
+
     def _adjacencies(self) -> list[Finding]:
         """One finding per pair of routers whose adjacency restarted: ExStart starts and Hello drops."""
         dbds = _take(self.dbds, self.dbds["exstart"])
         pairs: dict[tuple, dict] = {}
         if len(dbds["key"]):
-            receiver = self._router_of(dbds["dest_ip_hi"], dbds["dest_ip_lo"])
-            group = _multicast(dbds["dest_ip_hi"], dbds["dest_ip_lo"])
-            receiver = np.where(group & (receiver == 0), self._single_neighbor(
-                dbds["router_id"], dbds["src_ip_hi"], dbds["src_ip_lo"]), receiver)
+            receiver = self._receivers(dbds)
             for k in range(len(dbds["key"])):
                 sender = int(dbds["router_id"][k])
                 other = int(receiver[k]) if receiver[k] else ip_text(dbds["dest_ip_hi"][k], dbds["dest_ip_lo"][k])
                 entry = pairs.setdefault(self._pair(sender, other), self._new_pair())
+                entry["ids"] |= {sender} | ({other} if isinstance(other, int) else set())
                 starts = entry["starts"].setdefault(sender, {})
                 seq = int(dbds["seq"][k])
                 starts[seq] = min(starts.get(seq, int(dbds["first_ns"][k])), int(dbds["first_ns"][k]))
@@ -707,11 +754,13 @@ class OspfInstability(Detector):
                 entry["times"] += [int(dbds["first_ns"][k]), int(dbds["last_ns"][k])]
         for flap in self._hello_flaps():
             entry = pairs.setdefault(self._pair(flap["router_id"], flap["neighbor"]), self._new_pair())
+            entry["ids"] |= {flap["router_id"], flap["neighbor"]}
             entry["drops"].setdefault((flap["how"], flap["router_id"]), []).append(flap)
             entry["frames"] += flap["frames"]
             self._note_address(entry, flap.get("speaker", flap["router_id"]), flap["src_ip_hi"], flap["src_ip_lo"],
                                flap["gone"])
             entry["times"] += [flap["gone"], flap["back"]]
+        exchanges = self._exchanges_of_pairs() if pairs else {}
         out = []
         window = int(self.params["exstart_window_s"] * NS)
         for pair, entry in pairs.items():
@@ -721,15 +770,80 @@ class OspfInstability(Detector):
                 total = max(total, len(times))
                 in_window = max(in_window, int((np.searchsorted(times, times + window) - np.arange(len(times))).max()))
             drops = max((len(d) for d in entry["drops"].values()), default=0)
-            flaps = max(total - 1, drops)
+            judged = self._restarts(entry, exchanges.get(pair, []))
+            restarts = total - 1 + judged["pre_existing"] if total else 0
+            flaps = max(restarts, drops)
+            quick = flaps > 0 and judged["quick"]
+            sustained = judged["span_ns"] >= SUSTAINED_S * NS
             if in_window >= self.params["min_exstarts"] or drops:
-                severity = "high" if flaps >= self.params["high_flaps"] else "medium"
-            elif total >= 2:
+                if quick and flaps < self.params["min_exstarts"]:
+                    severity = "low"       # a couple of resets, each straight back, no Hello missing
+                elif quick:                # resets again and again: high only when they go on for minutes
+                    severity = "high" if flaps >= self.params["high_flaps"] and sustained else "medium"
+                else:                      # Hellos lost, a start that did not come back, or not known
+                    severity = "high" if flaps >= self.params["high_flaps"] else "medium"
+            elif restarts >= 1:
                 severity = "low"
             else:
                 continue
-            out.append(self._adjacency_finding(pair, entry, severity, in_window, total, drops, flaps))
+            out.append(self._adjacency_finding(pair, entry, severity, in_window, total, drops, flaps, quick,
+                                               judged))
         return out
+
+    def _exchanges_of_pairs(self) -> dict[tuple, list[tuple[int, int]]]:
+        """The database exchanges (first, last ns) of each pair of routers, from the Database Descriptions past
+        ExStart."""
+        ex = self.exchanges
+        out: dict[tuple, list[tuple[int, int]]] = {}
+        if len(ex["key"]) == 0:
+            return out
+        receiver = self._receivers(ex)
+        for k in np.flatnonzero(receiver != 0).tolist():
+            pair = self._pair(int(ex["router_id"][k]), int(receiver[k]))
+            out.setdefault(pair, []).append((int(ex["first_ns"][k]), int(ex["last_ns"][k])))
+        return out
+
+    def _hellos_throughout(self, router_id: int, start: int, end: int) -> bool:
+        """Whether the Hellos of `router_id` (any of its addresses) went on without one missing from `start` to
+        `end`."""
+        stream = self.stream
+        mine = stream["router_id"] == np.uint32(router_id)
+        return bool(np.any(mine & (stream["first_ns"] <= start) & (stream["last_ns"] >= end)))
+
+    def _restarts(self, entry: dict, exchanges: list[tuple[int, int]]) -> dict:
+        """What the packets say of a pair's restarts besides their count: whether the first ExStart restarted an
+        adjacency that stood (a Hello had listed the other for a dead interval and more), whether a Hello was
+        missing (a router silent past its dead interval, or the dropped one's Hellos broken meanwhile), whether
+        each start came back (its database exchange followed within EXCHANGE_GAP_S), and over how long.
+        `quick`: every one came straight back with both routers' Hellos going on throughout."""
+        starts = sorted(t for starts in entry["starts"].values() for t in starts.values())
+        events: list[int] = []
+        for t in starts:                       # both sides' starts of one restart are one event
+            if not events or t - events[-1] > EXCHANGE_GAP_S * NS:
+                events.append(t)
+        ids = sorted(entry["ids"])
+        known = len(ids) == 2
+        pre_existing = 0
+        if starts and known:
+            listed = self.listed
+            t0 = starts[0]
+            both = (((listed["router_id"] == ids[0]) & (listed["neighbor"] == ids[1]))
+                    | ((listed["router_id"] == ids[1]) & (listed["neighbor"] == ids[0])))
+            stood = both & (listed["first_ns"] <= t0 - listed["dead_ns"]) & (listed["last_ns"] >= t0 - listed["gap_ns"])
+            pre_existing = int(stood.any())
+        drops = [f for d in entry["drops"].values() for f in d]
+        lost = any(f["how"] == "silent" for f in drops) or any(
+            not self._hellos_throughout(f["neighbor"], f["gone"], f["back"]) for f in drops)
+        unbroken = known and all(self._hellos_throughout(rid, t, t) for rid in ids for t in events)
+        recovery = []
+        for t in events:
+            after = [last - t for first, last in exchanges if t <= first <= t + EXCHANGE_GAP_S * NS]
+            recovery.append(min(after) if after else None)
+        back = all(r is not None for r in recovery)
+        moments = events + [f["gone"] for f in drops]
+        return {"pre_existing": pre_existing, "hellos_lost": lost, "hellos_seen": unbroken, "came_back": back,
+                "recovery_ns": recovery, "quick": known and not lost and unbroken and back,
+                "span_ns": (max(moments) - min(moments)) if moments else 0}
 
     def _pair(self, a, b) -> tuple:
         texts = sorted([_v4(v) if isinstance(v, int) else v for v in (a, b)])
@@ -744,22 +858,38 @@ class OspfInstability(Detector):
 
     @staticmethod
     def _new_pair() -> dict:
-        return {"starts": {}, "drops": {}, "frames": [], "addresses": {}, "times": []}
+        return {"starts": {}, "drops": {}, "frames": [], "addresses": {}, "times": [], "ids": set()}
 
-    def _adjacency_finding(self, pair, entry, severity, in_window, total, drops, flaps) -> Finding:
+    def _adjacency_finding(self, pair, entry, severity, in_window, total, drops, flaps, quick, judged) -> Finding:
         a, b = pair
         parts = []
         if total:
             parts.append(f"{total:,} adjacency starts (ExStart) from one side, {in_window:,} within "
-                         f"{self.params['exstart_window_s']:g} s")
+                         f"{self.params['exstart_window_s']:g} s"
+                         + (", the first restarting an adjacency that stood" if judged["pre_existing"] else ""))
         if drops:
             hows = {how for how, _ in entry["drops"]}
             seen = "; ".join(HOW_TEXT[how] for how in sorted(hows))
             parts.append(f"{drops:,} time(s) the Hellos showed it down ({seen})")
-        if severity == "low":
-            msg = (f"OSPF adjacency {a} - {b} restarted {total - 1:,} time(s): {'; '.join(parts)}; slower than a "
+        recovered = [r for r in judged["recovery_ns"] if r is not None]
+        came_back = (f"each start's database exchange done within {max(recovered) / NS:,.2f} s" if recovered
+                     else "listed again in the Hellos")
+        span = judged["span_ns"] / NS
+        if quick and severity == "low":
+            msg = (f"OSPF adjacency {a} - {b} was reset {flaps:,} time(s) within {span:,.1f} s: {'; '.join(parts)}. "
+                   f"Each time it came straight back ({came_back}) and no Hello of either router was missing: "
+                   f"quick resets (an operator's clear ip ospf, a process restart), not a failing link; each "
+                   f"still recomputes routes")
+        elif quick:
+            msg = (f"OSPF adjacency {a} - {b} is reset again and again ({flaps:,} time(s) in {span:,.1f} s): "
+                   f"{'; '.join(parts)}. Each time it came straight back ({came_back}) with no Hello missing: "
+                   f"something keeps resetting it (a router process restarting, a script, a software fault), not "
+                   f"a failing link; each reset floods new LSAs and recomputes routes in the area")
+        elif severity == "low":
+            msg = (f"OSPF adjacency {a} - {b} restarted {flaps:,} time(s): {'; '.join(parts)}; slower than a "
                    f"flap, but each restart recomputes routes")
         else:
+
             msg = (f"OSPF adjacency {a} - {b} is flapping ({flaps:,} flap(s)): {'; '.join(parts)}. Each flap "
                    f"floods new LSAs and recomputes routes in the area: look for a flapping link, errors or "
                    f"drops on it, or an overloaded router missing Hellos")
@@ -773,6 +903,11 @@ class OspfInstability(Detector):
             fields["dest_ip"] = ip_text(*speakers[1][:2])
         evidence = {"kind": "adjacency", "routers": list(pair), "flaps": flaps, "exstarts": total,
                     "exstarts_in_window": in_window, "hello_drops": drops, "drops": drops_ev,
+                    "restarted_a_standing_adjacency": bool(judged["pre_existing"]),
+                    "hellos_lost": judged["hellos_lost"], "hellos_throughout": judged["hellos_seen"],
+                    "came_back": judged["came_back"], "quick_resets": quick, "span_s": round(span, 3),
+                    "exchange_done_after_s": [None if r is None else round(r / NS, 3)
+                                              for r in judged["recovery_ns"][:LISTED]],
                     "evidence_frames": evidence_frames(np.unique(np.array(entry["frames"], dtype=np.int64)))}
         return self.finding(severity, msg, identifier=f"adjacency {a} - {b}", first_seen=min(entry["times"]),
                             last_seen=max(entry["times"]), n=flaps, proto="OSPF", evidence=evidence, **fields)

@@ -27,13 +27,19 @@ receivers' checks):
   from an allowed router it is split horizon with poisoned reverse; without
   `routers`, from a speaker that has routes of its own, low: poisoned
   reverse or poisoning could not be told apart;
-- responses a receiver rejects: a message it drops whole (its length, version,
-  command or authentication), a source port other than 520 (521), a RIPng
-  source that is not link-local or a hop limit other than 255, entries for
-  net 0, 127 or a multicast or class E net (RIPng: multicast, link-local,
-  loopback), a prefix with bits outside its mask, a metric outside 1-16, a
-  RIPng prefix length above 128, and a source outside the site's
-  `local_networks` when the site file gives them: medium;
+- responses a receiver rejects for where they come from: a source port
+  other than 520 (521), a RIPng source that is not link-local or a hop limit
+  other than 255, and a source outside the site's `local_networks` when the
+  site file gives them: medium (a response from off the link is someone
+  trying to inject routes from afar);
+- malformed responses (the `rip` table's faults: a message a receiver drops
+  whole for its length, version, command, authentication or UDP length, and
+  routes it ignores: a metric outside 1-16, a destination no router
+  installs, bits outside the mask, a RIPng prefix length above 128) are no
+  announcement: their routes are not counted, and the finding mentions them
+  as context (info). They are reported apart, with the other protocols'
+  malformed messages, at low at most: a route every receiver rejects
+  changes no routing table;
 - unauthenticated RIPv1/RIPv2 responses with `require_auth`: medium;
 - a router withdrawing its own routes (metric 16 for a prefix it announced),
   or passing on another's withdrawal: info, as is a speaker with nothing to
@@ -53,17 +59,14 @@ from ..decode.addr import mac_to_str
 from ..decode.app.rip import (
     AFI_IP,
     BAD_AUTH,
-    BAD_COMMAND,
-    BAD_LENGTH,
-    BAD_VERSION,
-    EMPTY,
+    FAULTS,
     INFINITY,
     KIND_RIPNG,
     KIND_WRONG_FAMILY,
-    MAX_PREFIX_LEN_V6,
     RESPONSE,
     RIP_PORT,
     RIPNG_PORT,
+    WHOLE_MESSAGE_FAULTS,
 )
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
@@ -91,21 +94,12 @@ NO_MASK = 0xFF                         # prefix length of a RIPv1 route (or RIPv
                                        # classful guess, not said on the wire
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 
-# Verdicts on which a receiver drops the whole message (FRR rip_read: length, version 0, command,
-# authentication); the entry faults are judged entry by entry below
-DROPPED_WHOLE = (EMPTY, BAD_LENGTH, BAD_COMMAND, BAD_VERSION, BAD_AUTH)
-# why a receiver rejects a response (bits of a speaker's `reasons`)
-R_MALFORMED, R_SOURCE_PORT, R_NOT_LINK_LOCAL, R_HOP_LIMIT, R_DESTINATION, R_METRIC, R_OUTSIDE_MASK, \
-    R_PREFIX_LEN = (1 << k for k in range(8))
+# why a receiver rejects a well-formed response for where it comes from (bits of a speaker's `reasons`)
+R_SOURCE_PORT, R_NOT_LINK_LOCAL, R_HOP_LIMIT = (1 << k for k in range(3))
 REASONS = {
-    R_MALFORMED: "malformed message",
     R_SOURCE_PORT: "source port not the RIP port",
     R_NOT_LINK_LOCAL: "RIPng source not link-local",
     R_HOP_LIMIT: f"RIPng hop limit not {HOP_LIMIT}",
-    R_DESTINATION: "route to net 0, 127, multicast or class E (RIPng: multicast, link-local, loopback)",
-    R_METRIC: "metric outside 1-16",
-    R_OUTSIDE_MASK: "prefix with bits outside its mask",
-    R_PREFIX_LEN: "RIPng prefix length above 128",
 }
 # versions a speaker used (bits of `versions`) and authentication it carried (bits of `auth`)
 V_RIP1, V_RIP2, V_RIPNG = 1, 2, 4
@@ -114,9 +108,7 @@ A_PASSWORD, A_CRYPTO = 1, 2
 AUTH_NAMES = {A_PASSWORD: "password (RFC 2453)", A_CRYPTO: "cryptographic (RFC 2082/4822)"}
 
 # address tests on the schema's 128-bit values
-IPV4_MAPPED_LO = np.uint64(0xFFFF_0000_0000)
 LINK_LOCAL_V6 = (0xFE80 << 48, 0xFFC0 << 48)           # fe80::/10 as (value, mask) of the high half
-MULTICAST_V6 = (0xFF << 56, 0xFF << 56)                # ff00::/8
 
 # Rows kept: a RIP link has a handful of speakers and a RIP domain at most a few thousand routes; a flood of
 # spoofed speakers or prefixes keeps the rows first seen and counts the rest (each speaker kept is a finding)
@@ -134,6 +126,9 @@ SPEAKER_COLUMNS = {
     "authenticated": np.int64, "auth": np.uint8, "versions": np.uint8, "reasons": np.uint32, "rejected": np.int64,
     "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64,
     "reject_first_frame": np.int64, "reject_last_frame": np.int64,
+    # malformed responses (the rip table's faults): how many, dropped whole, routes ignored, the first one's frame
+    "faults": np.uint32, "malformed": np.int64, "dropped_whole": np.int64, "ignored_routes": np.int64,
+    "malformed_frame": np.int64,
 }
 ROUTE_COLUMNS = {
     "key": np.uint64, "speaker": np.uint64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "src_mac": np.uint64,
@@ -145,7 +140,9 @@ ROUTE_COLUMNS = {
 }
 SPEAKER_REDUCE = {"responses": np.add, "authenticated": np.add, "auth": np.bitwise_or, "versions": np.bitwise_or,
                   "reasons": np.bitwise_or, "rejected": np.add, "last_ns": np.maximum, "first_frame": np.minimum,
-                  "last_frame": np.maximum, "reject_first_frame": np.minimum, "reject_last_frame": np.maximum}
+                  "last_frame": np.maximum, "reject_first_frame": np.minimum, "reject_last_frame": np.maximum,
+                  "faults": np.bitwise_or, "malformed": np.add, "dropped_whole": np.add, "ignored_routes": np.add,
+                  "malformed_frame": np.minimum}
 ROUTE_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum,
                 "reachable": np.add, "best_metric": np.minimum, "first_reachable_ns": np.minimum,
                 "last_reachable_ns": np.maximum, "unreachable": np.add, "first_unreachable_ns": np.minimum,
@@ -170,18 +167,6 @@ def prefix_text(hi: int, lo: int, plen: int) -> str:
     """A route as an engineer writes it: 10.1.0.0/16, 2001:db8::/32; a RIPv1 route without its length."""
     text = ip_text(hi, lo)
     return text if plen == NO_MASK else f"{text}/{plen}"
-
-
-def _destination_faults(hi: np.ndarray, lo: np.ndarray, ripng: np.ndarray) -> np.ndarray:
-    """Routes a receiver refuses by their destination (FRR rip_destination_check, ripng_response_process):
-    IPv4 net 127, net 0 other than the default route, class D and E; IPv6 multicast, link-local, loopback."""
-    address = (lo & np.uint64(0xFFFF_FFFF)).astype(np.int64)
-    first = address >> 24
-    v4 = (first == 127) | ((first == 0) & (address != 0)) | (first >= 224)
-    v6 = (((hi & np.uint64(MULTICAST_V6[1])) == np.uint64(MULTICAST_V6[0]))
-          | ((hi & np.uint64(LINK_LOCAL_V6[1])) == np.uint64(LINK_LOCAL_V6[0]))
-          | ((hi == 0) & (lo == 1)))
-    return np.where(ripng, v6, v4)
 
 
 @register
@@ -232,11 +217,13 @@ class RipAnnounce(Detector):
         ttl, sport = batch["ttl"][rows], batch["src_port"][rows]
         verdict, version = tab["verdict"][messages], tab["version"][messages]
 
-        reasons = np.where(np.isin(verdict, DROPPED_WHOLE), R_MALFORMED, 0).astype(np.uint32)
-        reasons |= np.where(sport != np.where(ripng, RIPNG_PORT, RIP_PORT), R_SOURCE_PORT, 0).astype(np.uint32)
+        reasons = np.where(sport != np.where(ripng, RIPNG_PORT, RIP_PORT), R_SOURCE_PORT, 0).astype(np.uint32)
         link_local = (src_hi & np.uint64(LINK_LOCAL_V6[1])) == np.uint64(LINK_LOCAL_V6[0])
         reasons |= np.where(ripng & ~link_local, R_NOT_LINK_LOCAL, 0).astype(np.uint32)
         reasons |= np.where(ripng & (ttl != HOP_LIMIT), R_HOP_LIMIT, 0).astype(np.uint32)
+        # malformed: dropped whole by a receiver, or holding routes it ignores (the table's faults)
+        fault = tab["fault"][messages]
+        dropped = (fault & np.uint32(WHOLE_MESSAGE_FAULTS)) != 0
 
         # the route entries of these messages: RIP family 2, RIPng entries other than next hops
         child = tab.children["rip_entry"]
@@ -250,20 +237,16 @@ class RipAnnounce(Detector):
         hi, lo = child["prefix_hi"][entries], child["prefix_lo"][entries]
         metric = child["metric"][entries]
         entry_ng = ripng[m]
-        faults = np.where(_destination_faults(hi, lo, entry_ng), R_DESTINATION, 0).astype(np.uint32)
-        faults |= np.where((metric < 1) | (metric > INFINITY), R_METRIC, 0).astype(np.uint32)
-        mask = child["mask"][entries].astype(np.uint64)
-        address = lo & np.uint64(0xFFFF_FFFF)
-        outside = child.valid("mask")[entries] & (mask != 0) & ((address & ~mask & np.uint64(0xFFFF_FFFF)) != 0)
-        faults |= np.where(outside, R_OUTSIDE_MASK, 0).astype(np.uint32)
-        plen = child["prefix_len"][entries].astype(np.int64)
-        faults |= np.where(entry_ng & (plen > MAX_PREFIX_LEN_V6), R_PREFIX_LEN, 0).astype(np.uint32)
-        np.bitwise_or.at(reasons, m, faults)
+        ignored = child["fault"][entries] != 0
+        ignored_routes = np.bincount(m[ignored & ~dropped[m]], minlength=len(messages))
 
         self._add_speakers(speaker, src_hi, src_lo, mac, has_mac, link, ripng, sport, ttl, verdict, version,
-                           reasons, tab, messages, batch, rows)
-        good = faults == 0
+                           reasons, fault, dropped, ignored_routes, tab, messages, batch, rows)
+        good = ~ignored & ~dropped[m]
         # the prefix length a receiver installs: 0 for the default route, none said for RIPv1 or a zero mask
+        plen = child["prefix_len"][entries].astype(np.int64)
+        mask = child["mask"][entries].astype(np.uint64)
+        address = lo & np.uint64(0xFFFF_FFFF)
         default = np.where(entry_ng, (hi == 0) & (lo == 0) & (plen == 0), address == 0)
         said = child.valid("prefix_len")[entries] & (entry_ng | (mask != 0))
         plen = np.where(default, 0, np.where(said, plen, NO_MASK)).astype(np.uint8)
@@ -272,7 +255,7 @@ class RipAnnounce(Detector):
                          batch["frame"][rows][m][good])
 
     def _add_speakers(self, speaker, src_hi, src_lo, mac, has_mac, link, ripng, sport, ttl, verdict, version,
-                      reasons, tab, messages, batch, rows) -> None:
+                      reasons, fault, dropped, ignored_routes, tab, messages, batch, rows) -> None:
         auth_type = tab["auth_type"][messages]
         signed = tab.valid("auth_type")[messages] & (verdict != BAD_AUTH)
         auth = np.where(signed & (auth_type == AUTH_PASSWORD), A_PASSWORD,
@@ -286,7 +269,9 @@ class RipAnnounce(Detector):
                "auth": auth, "versions": versions, "reasons": reasons, "rejected": rejected.astype(np.int64),
                "first_ns": ts, "last_ns": ts, "first_frame": frame, "last_frame": frame,
                "reject_first_frame": np.where(rejected, frame, NEVER), "reject_last_frame": np.where(rejected, frame,
-                                                                                                     NEVER_LAST)}
+                                                                                                     NEVER_LAST),
+               "faults": fault, "malformed": (fault != 0).astype(np.int64), "dropped_whole": dropped.astype(np.int64),
+               "ignored_routes": ignored_routes, "malformed_frame": np.where(fault != 0, frame, NEVER)}
         new = {name: np.asarray(col).astype(SPEAKER_COLUMNS[name]) for name, col in new.items()}
         self.speakers, dropped = _bounded(fold_rows(self.speakers, new, "key", SPEAKER_REDUCE), MAX_SPEAKERS)
         self.dropped_speakers += dropped
@@ -483,8 +468,18 @@ class _Judgement:
             reasons.append("source not on a local network of the site")
             rejected = int(sp["responses"][s])
         if rejected:
-            problems.append(("medium", f"{rejected:,} of {int(sp['responses'][s]):,} response(s) hold what a "
-                                       f"receiver rejects ({'; '.join(reasons)})"))
+            problems.append(("medium", f"{rejected:,} of {int(sp['responses'][s]):,} response(s) come from where "
+                                       f"a receiver rejects them ({'; '.join(reasons)})"))
+        # malformed responses are context here: no route of theirs was counted, and they are reported apart
+        if sp["malformed"][s]:
+            faults = [text for bit, text in FAULTS.items() if int(sp["faults"][s]) & bit]
+            effect = [f"receivers drop {int(sp['dropped_whole'][s]):,} of them whole"] if sp["dropped_whole"][s] else []
+            if sp["ignored_routes"][s]:
+                effect.append(f"{'' if effect else 'receivers '}ignore {int(sp['ignored_routes'][s]):,} route(s) "
+                              f"in {'the others' if effect else 'them'}")
+            notes.append(f"{int(sp['malformed'][s]):,} malformed response(s), reported apart with the other "
+                         f"malformed messages ({'; '.join(faults)}): {' and '.join(effect)}; no such route is "
+                         f"counted here")
 
         # ---- authentication
         responses, signed = int(sp["responses"][s]), int(sp["authenticated"][s])
@@ -577,6 +572,8 @@ class _Judgement:
         frames = [sp["first_frame"][s], sp["last_frame"][s]]
         if rejected and sp["reject_first_frame"][s] != NEVER:
             frames += [sp["reject_first_frame"][s], sp["reject_last_frame"][s]]
+        if sp["malformed_frame"][s] != NEVER:
+            frames.append(sp["malformed_frame"][s])
         for row in flagged:
             frames += [r["first_frame"][row], r["last_frame"][row]]
         for row in own_withdrawals + [int(row) for row in mine if row in self.poisons]:
@@ -604,6 +601,10 @@ class _Judgement:
         if rejected:
             evidence["rejected"] = rejected
             evidence["rejected_because"] = reasons
+        if sp["malformed"][s]:
+            evidence["malformed"] = {"responses": int(sp["malformed"][s]), "dropped_whole": int(sp["dropped_whole"][s]),
+                                     "ignored_routes": int(sp["ignored_routes"][s]),
+                                     "faults": [text for bit, text in FAULTS.items() if int(sp["faults"][s]) & bit]}
         if not_judged:
             evidence["not_judged"] = not_judged
         if self.detector.dropped_routes or self.detector.dropped_speakers:

@@ -15,9 +15,12 @@ address option, per VLAN; per router its parameter sets (current hop limit,
 flags, non-zero router lifetime, reachable time, retransmission timer, MTU,
 the prefixes, routes and DNS servers it announces) and per prefix, route
 and DNS server when it was announced. RAs a host discards (hop limit other
-than 255, a source that is not link-local, a code other than 0, a bad
-checksum, a malformed option: RFC 4861 section 6.1.2) are counted apart and
-never judged: they change nothing on the link.
+than 255, a source that is not link-local: RFC 4861 section 6.1.2; or
+malformed, the `nd` table's faults: a code other than 0, a bad checksum, a
+fixed part or an option the message does not hold) are counted apart and
+never judged: they change nothing on the link. The malformed ones are
+reported apart with the other protocols' malformed messages; a router's
+finding mentions them as context.
 
 A router's finding says, most severe first:
 
@@ -55,12 +58,12 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.nd import (
+    FAULTS,
     ND_HOP_LIMIT,
     OPT_PREFIX_INFORMATION,
     OPT_RDNSS,
     OPT_ROUTE_INFORMATION,
     PREFERENCES,
-    RA_BYTES,
     RA_MANAGED,
     RA_OTHER,
     RA_PREFERENCE_MASK,
@@ -88,14 +91,13 @@ from .base import (
 LINK_LOCAL = (np.uint64(0xFE80 << 48), np.uint64(0xFFC0 << 48))     # fe80::/10: (value, mask) of the high half
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 
-# why hosts discard an RA (RFC 4861 section 6.1.2), bits of a router's `discarded_because`
-D_HOP_LIMIT, D_NOT_LINK_LOCAL, D_CODE, D_CHECKSUM, D_MALFORMED = (1 << k for k in range(5))
+# why hosts discard an RA (RFC 4861 section 6.1.2), bits of a router's `discarded_because`; a malformed one's
+# reasons are the nd table's faults (the router's `faults`)
+D_HOP_LIMIT, D_NOT_LINK_LOCAL, D_MALFORMED = (1 << k for k in range(3))
 DISCARDED = {
     D_HOP_LIMIT: f"hop limit not {ND_HOP_LIMIT} (sent from off the link, or forwarded)",
     D_NOT_LINK_LOCAL: "source not a link-local address",
-    D_CODE: "ICMPv6 code not 0",
-    D_CHECKSUM: "checksum fails",
-    D_MALFORMED: "shorter than an RA, or an option of length 0 or past the message",
+    D_MALFORMED: "malformed, reported apart with the other malformed messages",
 }
 # what a router's RAs announce, besides itself (the `kind` of a prefix row): option types
 ANNOUNCED = {OPT_PREFIX_INFORMATION: "prefix", OPT_ROUTE_INFORMATION: "route", OPT_RDNSS: "DNS server"}
@@ -118,7 +120,7 @@ ROUTER_COLUMNS = {
     "key": np.uint64, "link": np.uint32, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64, "src_mac": np.uint64,
     "has_mac": np.bool_, "lladdr": np.uint64, "has_lladdr": np.bool_,
     "ras": np.int64, "first_ns": np.int64, "last_ns": np.int64,
-    "discarded": np.int64, "discarded_because": np.uint32, "discarded_frame": np.int64,
+    "discarded": np.int64, "discarded_because": np.uint32, "discarded_frame": np.int64, "faults": np.uint8,
     "zero": np.int64, "first_zero_ns": np.int64, "last_zero_ns": np.int64, "first_zero_frame": np.int64,
     "last_zero_frame": np.int64,
     "nonzero": np.int64, "first_nonzero_ns": np.int64, "last_nonzero_ns": np.int64, "last_nonzero_frame": np.int64,
@@ -127,7 +129,7 @@ ROUTER_COLUMNS = {
 }
 ROUTER_REDUCE = {
     "lladdr": np.maximum, "has_lladdr": np.maximum, "ras": np.add, "last_ns": np.maximum,
-    "discarded": np.add, "discarded_because": np.bitwise_or, "discarded_frame": np.minimum,
+    "discarded": np.add, "discarded_because": np.bitwise_or, "discarded_frame": np.minimum, "faults": np.bitwise_or,
     "zero": np.add, "first_zero_ns": np.minimum, "last_zero_ns": np.maximum, "first_zero_frame": np.minimum,
     "last_zero_frame": np.maximum, "nonzero": np.add, "first_nonzero_ns": np.minimum,
     "last_nonzero_ns": np.maximum, "last_nonzero_frame": np.maximum, "max_lifetime": np.maximum,
@@ -235,13 +237,11 @@ class RogueRa(Detector):
         ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
 
         # what makes hosts discard an RA (RFC 4861 section 6.1.2); a message cut by the snapshot length is judged
-        # on what was captured
-        whole = tab.valid("checksum_ok")[messages]
+        # on what was captured (the table's faults never come from the capture's end)
+        faults = tab["fault"][messages]
         because = np.where(tab["hop_limit"][messages] != ND_HOP_LIMIT, D_HOP_LIMIT, 0)
         because |= np.where((src_hi & LINK_LOCAL[1]) != LINK_LOCAL[0], D_NOT_LINK_LOCAL, 0)
-        because |= np.where(tab["code"][messages] != 0, D_CODE, 0)
-        because |= np.where(whole & (tab["checksum_ok"][messages] == 0), D_CHECKSUM, 0)
-        because |= np.where((tab["length"][messages] < RA_BYTES) | (whole & tab.truncated[messages]), D_MALFORMED, 0)
+        because |= np.where(faults != 0, D_MALFORMED, 0)
         because = because.astype(np.uint32)
         read = tab.valid("router_lifetime")[messages]
         accepted = (because == 0) & read
@@ -255,7 +255,7 @@ class RogueRa(Detector):
             "key": router, "link": link, "src_ip_hi": src_hi, "src_ip_lo": src_lo, "src_mac": mac, "has_mac": has_mac,
             "lladdr": lladdr, "has_lladdr": has_lladdr, "ras": accepted, "first_ns": ts, "last_ns": ts,
             "discarded": because != 0, "discarded_because": because,
-            "discarded_frame": np.where(because != 0, frame, NEVER),
+            "discarded_frame": np.where(because != 0, frame, NEVER), "faults": faults,
             "zero": zero, "first_zero_ns": np.where(zero, ts, NEVER), "last_zero_ns": np.where(zero, ts, NEVER_LAST),
             "first_zero_frame": np.where(zero, frame, NEVER), "last_zero_frame": np.where(zero, frame, NEVER_LAST),
             "nonzero": nonzero, "first_nonzero_ns": np.where(nonzero, ts, NEVER),
@@ -429,8 +429,7 @@ class _Judgement:
         not_judged: list[str] = []
         frames = self.detector.frames["frame"][self.detector.frames["key"] == ro["key"][r]].tolist()
         if ras == 0:
-            because = [text for bit, text in DISCARDED.items() if int(ro["discarded_because"][r]) & bit]
-            notes.append(f"hosts discard all {int(ro['discarded'][r]):,} of its RA(s) ({'; '.join(because)}): "
+            notes.append(f"hosts discard all {int(ro['discarded'][r]):,} of its RA(s) ({self._discarded(r)}): "
                          f"they change nothing on the link")
             return self._finding(r, "info", problems, notes, not_judged, frames)
 
@@ -488,11 +487,20 @@ class _Judgement:
             notes.append(f"prefix(es) with a preferred lifetime above the valid one, which hosts ignore (RFC 4862 "
                          f"5.5.3): {self._listing(inverted)}")
         if ro["discarded"][r]:
-            because = [text for bit, text in DISCARDED.items() if int(ro["discarded_because"][r]) & bit]
-            notes.append(f"{int(ro['discarded'][r]):,} more RA(s) that hosts discard ({'; '.join(because)})")
+            notes.append(f"{int(ro['discarded'][r]):,} more RA(s) that hosts discard ({self._discarded(r)})")
             frames.append(int(ro["discarded_frame"][r]))
         severity = max((sev for sev, _ in problems), key=SEVERITY_RANK.get, default="info")
         return self._finding(r, severity, problems, notes, not_judged, frames)
+
+    def _discarded(self, r: int) -> str:
+        """Why hosts discard router r's discarded RAs, the malformed ones' faults named."""
+        ro = self.routers
+        parts = []
+        for bit, text in DISCARDED.items():
+            if int(ro["discarded_because"][r]) & bit:
+                faults = [name for fault, name in FAULTS.items() if int(ro["faults"][r]) & fault]
+                parts.append(text + (f": {', '.join(faults)}" if bit == D_MALFORMED and faults else ""))
+        return "; ".join(parts)
 
     def _second_router(self, r: int, problems: list, frames: list) -> None:
         """Without the site's routers: a router heard while another advertised, announcing what it does not."""

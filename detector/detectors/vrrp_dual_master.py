@@ -39,16 +39,24 @@ virtual router one finding:
 
 CARP (OpenBSD, same IP protocol, told apart by the table) is judged the
 same way by vhid, with MDI = 3 x (advbase + advskew/256) and no VIP list; a
-CARP group is never mixed with a VRRP one. Malformed VRRP, judged by its
-own lengths (not by a capture's snapshot length): empty or shorter than
-its header, addresses or VRRPv2 authentication data past the IP length,
-no virtual address, an unknown version or type, a wrong checksum: one
-medium finding per sender (a crafted packet: receivers drop it, and some
-routers did worse, hence the "VRRP DoS" captures).
+CARP group is never mixed with a VRRP one.
 
-State (mergeable; partitions in time order merge to one pass): speaker rows,
-activity runs and malformed senders, each bounded by MAX_ROWS; VIP sets by
-their hash, bounded by MAX_VIPSETS.
+Only well-formed advertisements are judged (the table's `fault` is 0): a
+malformed message (empty or shorter than its header, addresses past its IP
+length, no address, an unknown version or type, a bad checksum) is no
+claim to be master, so receivers drop it, and it is reported apart with the
+other protocols' malformed messages, at low at most. A VRRPv3 checksum over
+IPv4 is good in each form senders use (`checksum_form`: RFC 5798's
+pseudo-header; none, as VRRPv2, which several vendors send and Wireshark
+has its v3_checksum_as_in_v2 preference for; keepalived 1.3.6's group
+address in a unicast advertisement's pseudo-header): the master timeline
+says which form each speaker uses, and speakers of one virtual router that
+use different forms are low (a receiver that accepts one form only drops
+the other's advertisements and may become master as well).
+
+State (mergeable; partitions in time order merge to one pass): speaker rows
+and activity runs, each bounded by MAX_ROWS; VIP sets by their hash,
+bounded by MAX_VIPSETS.
 """
 from __future__ import annotations
 
@@ -56,9 +64,9 @@ import numpy as np
 
 from ..decode import app
 from ..decode.addr import mac_to_str
-from ..decode.app.vrrp import ADVERTISEMENT, CENTISECONDS, HEADER_BYTES
+from ..decode.app.vrrp import CENTISECONDS, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC
 from ..findings import SEVERITY_RANK, Finding, iso_time
-from ..schema import L_DST_MAC, L_SRC_MAC, PacketBatch
+from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
 from .base import (
     ALERT_SECONDS,
@@ -78,7 +86,11 @@ from .base import (
 from .garp_war import GarpWar, link_text, links_of
 
 VRRP_TTL = 255                       # RFC 3768 section 7.1, RFC 5798 section 7.1; OpenBSD CARP_DFLTTL
-AUTH_DATA_BYTES = 8                  # VRRPv2 authentication data after the addresses (RFC 3768 section 5.3.10)
+# how a speaker's checksums verified (bits of `sums`: 1 << checksum_form), as the timeline says it
+SUM_NAMES = {CHECKSUM_RFC: "as the RFC says", CHECKSUM_AS_V2: "without the IPv4 pseudo-header (as VRRPv2; "
+                                                              "Wireshark's v3_checksum_as_in_v2)",
+             CHECKSUM_GROUP_PSEUDO: "with 224.0.0.18 in a unicast advertisement's pseudo-header (keepalived "
+                                    "1.3.6 and before)"}
 GROUP_V4 = 0xFFFF_E000_0012          # 224.0.0.18 as the low half of the schema's IPv4-mapped address
 GROUP_V6 = (0xFF02 << 48, 0x12)      # ff02::12
 VIRTUAL_MAC = {4: 0x00005E000100, 6: 0x00005E000200}   # RFC 5798 section 7.3: 00-00-5E-00-01-{VRID}, -02- for IPv6
@@ -89,23 +101,11 @@ CHAIN_SLACK_S = 300
 MAX_ROWS = 100_000
 MAX_VIPSETS = 4096
 COMPARED_SPEAKERS = 64            # per virtual router: a real one has two or three
-MAX_FINDINGS = 4096               # virtual routers, and senders of malformed VRRP, reported one by one
+MAX_FINDINGS = 4096               # virtual routers reported one by one
 INTERVALS_COMPARED = 4096          # per speaker, the first ones: a fight of thousands of rounds is clear by then
 TIMELINE = 64                      # intervals listed in a finding's evidence
 LISTED = 6                         # speakers or addresses named in a message
 FIGURE_GROUPS = 6
-
-# why a message is malformed (bits of `reasons`)
-M_EMPTY, M_SHORT, M_PAST_LENGTH, M_NO_ADDRESS, M_VERSION, M_TYPE, M_CHECKSUM = (1 << k for k in range(7))
-MALFORMED = {
-    M_EMPTY: "empty (no VRRP bytes after the IP header)",
-    M_SHORT: f"shorter than the {HEADER_BYTES}-byte VRRP header",
-    M_PAST_LENGTH: "declares more addresses (and VRRPv2 authentication data) than its IP length holds",
-    M_NO_ADDRESS: "declares no virtual address",
-    M_VERSION: "a version other than 2 or 3",
-    M_TYPE: "a type other than advertisement",
-    M_CHECKSUM: "a wrong checksum",
-}
 
 SPEAKER_COLUMNS = {
     "key": np.uint64, "group": np.uint64, "speaker": np.uint64, "link": np.uint64, "family": np.uint8,
@@ -114,25 +114,19 @@ SPEAKER_COLUMNS = {
     "first_frame": np.int64, "last_frame": np.int64, "prio_min": np.uint8, "prio_max": np.uint8,
     "at_255": np.int64, "resigned": np.int64, "last_resign_ns": np.int64, "resign_frame": np.int64,
     "adv_min": np.uint16, "adv_max": np.uint16, "ttl_min": np.uint8, "ttl_max": np.uint8, "bad_ttl": np.int64,
-    "bad_ttl_frame": np.int64, "unicast": np.int64, "auth": np.uint8, "more": np.uint8,
+    "bad_ttl_frame": np.int64, "unicast": np.int64, "auth": np.uint8, "more": np.uint8, "sums": np.uint8,
 }
 SPEAKER_REDUCE = {
     "versions": np.bitwise_or, "count": np.add, "last_ns": np.maximum, "first_frame": np.minimum,
     "last_frame": np.maximum, "prio_min": np.minimum, "prio_max": np.maximum, "at_255": np.add,
     "resigned": np.add, "last_resign_ns": np.maximum, "resign_frame": np.maximum, "adv_min": np.minimum,
     "adv_max": np.maximum, "ttl_min": np.minimum, "ttl_max": np.maximum, "bad_ttl": np.add,
-    "bad_ttl_frame": np.minimum, "unicast": np.add, "auth": np.bitwise_or, "more": np.maximum,
+    "bad_ttl_frame": np.minimum, "unicast": np.add, "auth": np.bitwise_or, "more": np.maximum, "sums": np.bitwise_or,
 }
 RUN_COLUMNS = {"key": np.uint64, "group": np.uint64, "first_ns": np.int64, "last_ns": np.int64, "count": np.int64,
                "gap_ns": np.int64, "prio": np.uint8, "first_frame": np.int64, "last_frame": np.int64}
 RUN_REDUCE = {"last_ns": np.maximum, "count": np.add, "gap_ns": np.maximum, "prio": np.maximum,
               "first_frame": np.minimum, "last_frame": np.maximum}
-BAD_COLUMNS = {"key": np.uint64, "link": np.uint64, "ip_hi": np.uint64, "ip_lo": np.uint64, "mac": np.uint64,
-               "has_mac": np.bool_, "dst_hi": np.uint64, "dst_lo": np.uint64, "dst_mac": np.uint64, "ttl": np.uint8,
-               "reasons": np.uint32, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
-               "first_frame": np.int64, "last_frame": np.int64}
-BAD_REDUCE = {"reasons": np.bitwise_or, "count": np.add, "last_ns": np.maximum, "first_frame": np.minimum,
-              "last_frame": np.maximum}
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 
 
@@ -204,7 +198,6 @@ class VrrpDualMaster(Detector):
         super().__init__(rule, site)
         self.speakers = _empty(SPEAKER_COLUMNS)
         self.runs = _empty(RUN_COLUMNS)
-        self.bad = _empty(BAD_COLUMNS)
         self.vipsets: dict[int, tuple[str, ...]] = {}
         self.dropped = 0
         self.runs_of: dict[int, np.ndarray] = {}     # findings(): each speaker's activity runs
@@ -217,49 +210,10 @@ class VrrpDualMaster(Detector):
             return
         rows = tab["row"]
         family = np.where(batch["ip_version"][rows] == 6, 6, 4).astype(np.uint8)
-        reasons = self._malformed(tab, family)
-        advert = tab.valid("vrid") & (reasons == 0)
-        self._add_bad(batch, tab, reasons)
+        # a malformed message claims nothing (receivers drop it): judged apart with the other malformed ones
+        advert = tab.valid("vrid") & (tab["fault"] == 0)
         if advert.any():
             self._add_adverts(batch, tab, np.flatnonzero(advert), family)
-
-    def _malformed(self, tab, family) -> np.ndarray:
-        """Why each message is malformed by its own lengths and fields (0: it is not)."""
-        length = tab["length"].astype(np.int64)
-        version, kind, carp = tab["version"], tab["type"], tab["carp"] == 1
-        vrrp = ~carp & ((version == 2) | (version == 3))
-        count = tab["addr_count"].astype(np.int64)
-        width = np.where((version == 3) & (family == 6), 16, 4)
-        need = HEADER_BYTES + count * width + np.where(version == 2, AUTH_DATA_BYTES, 0)
-        reasons = np.where(length == 0, M_EMPTY, 0)
-        reasons |= np.where((length > 0) & (length < HEADER_BYTES) & ~carp, M_SHORT, 0)
-        reasons |= np.where(vrrp & tab.valid("addr_count") & (length >= HEADER_BYTES) & (length < need),
-                            M_PAST_LENGTH, 0)
-        reasons |= np.where(vrrp & tab.valid("addr_count") & (count == 0), M_NO_ADDRESS, 0)
-        known = tab.valid("version") & (length > 0)
-        reasons |= np.where(known & ~carp & ~vrrp, M_VERSION, 0)
-        reasons |= np.where(known & vrrp & (kind != ADVERTISEMENT), M_TYPE, 0)
-        reasons |= np.where(tab.valid("checksum_ok") & (tab["checksum_ok"] == 0), M_CHECKSUM, 0)
-        return reasons.astype(np.uint32)
-
-    def _add_bad(self, batch, tab, reasons) -> None:
-        bad = np.flatnonzero(reasons != 0)
-        if len(bad) == 0:
-            return
-        rows = tab["row"][bad]
-        layers = batch["layers"][rows]
-        has_mac = (layers & np.uint32(L_SRC_MAC)) != 0
-        mac = np.where(has_mac, batch["src_mac"][rows], 0)
-        dst_mac = np.where((layers & np.uint32(L_DST_MAC)) != 0, batch["dest_mac"][rows], 0)
-        link = links_of(batch, rows)
-        ts, frame = batch["ts_ns"][rows], tab["frame"][bad]
-        new = {"key": mix64(link, batch["src_ip_hi"][rows], batch["src_ip_lo"][rows], mac), "link": link,
-               "ip_hi": batch["src_ip_hi"][rows], "ip_lo": batch["src_ip_lo"][rows], "mac": mac, "has_mac": has_mac,
-               "dst_hi": batch["dest_ip_hi"][rows], "dst_lo": batch["dest_ip_lo"][rows], "dst_mac": dst_mac,
-               "ttl": batch["ttl"][rows], "reasons": reasons[bad], "count": np.ones(len(bad), dtype=np.int64),
-               "first_ns": ts, "last_ns": ts, "first_frame": frame, "last_frame": frame}
-        self.bad, dropped = _cap(fold_rows(self.bad, _typed(new, BAD_COLUMNS), "key", BAD_REDUCE))
-        self.dropped += dropped
 
     def _vipsets(self, tab, messages) -> np.ndarray:
         """Each message's VIP-set hash (order-free: a sum of the addresses' hashes), its addresses remembered."""
@@ -317,7 +271,9 @@ class VrrpDualMaster(Detector):
                "adv_min": agreed, "adv_max": agreed, "ttl_min": ttl, "ttl_max": ttl,
                "bad_ttl": bad_ttl.astype(np.int64),
                "bad_ttl_frame": np.where(bad_ttl, frame, NEVER), "unicast": (~multicast).astype(np.int64),
-               "auth": auth, "more": tab.more[messages].astype(np.uint8)}
+               "auth": auth, "more": tab.more[messages].astype(np.uint8),
+               "sums": np.where(tab.valid("checksum_form")[messages],
+                                np.left_shift(1, tab["checksum_form"][messages].astype(np.int64)), 0)}
         self.speakers, dropped = _cap(fold_rows(self.speakers, _typed(new, SPEAKER_COLUMNS), "key", SPEAKER_REDUCE))
         self.dropped += dropped
         # activity: the advertisements of a master (a resignation, priority 0, is its last word, not a claim)
@@ -336,8 +292,7 @@ class VrrpDualMaster(Detector):
         self.dropped += dropped
         self.runs, dropped = _cap(join_runs(_concat(self.runs, other.runs)))
         self.dropped += dropped
-        self.bad, dropped = _cap(fold_rows(self.bad, other.bad, "key", BAD_REDUCE))
-        self.dropped += dropped + other.dropped
+        self.dropped += other.dropped
         for value, addresses in other.vipsets.items():
             if len(self.vipsets) < MAX_VIPSETS:
                 self.vipsets.setdefault(value, addresses)
@@ -353,14 +308,8 @@ class VrrpDualMaster(Detector):
                         key=lambda rows: int(sp["first_ns"][rows].min()))
         # a flood of forged virtual routers or senders: the first heard are reported, the others counted
         self.unreported = max(0, len(groups) - MAX_FINDINGS)
-        out = [self._group_finding(rows[np.argsort(sp["first_ns"][rows], kind="stable")], ctx)
-               for rows in groups[:MAX_FINDINGS]]
-        bad = np.argsort(self.bad["first_ns"], kind="stable")
-        out += [self._malformed_finding(int(k)) for k in bad[:MAX_FINDINGS]]
-        if len(bad) > MAX_FINDINGS:
-            out[-1].msg += f". {len(bad) - MAX_FINDINGS:,} more senders of malformed VRRP are not reported one by one"
-            out[-1].evidence["senders_not_reported"] = len(bad) - MAX_FINDINGS
-        return out
+        return [self._group_finding(rows[np.argsort(sp["first_ns"][rows], kind="stable")], ctx)
+                for rows in groups[:MAX_FINDINGS]]
 
     def _group_finding(self, rows: np.ndarray, ctx: AnalysisContext) -> Finding:
         sp, runs = self.speakers, self.runs
@@ -379,7 +328,7 @@ class VrrpDualMaster(Detector):
                 "ip": ip_text(sp["ip_hi"][r], sp["ip_lo"][r]), "mac": _mac(sp["mac"][r]), "count": 0,
                 "first": int(sp["first_ns"][r]), "last": int(sp["last_ns"][r]), "prio": set(), "adv": set(),
                 "ttl": set(), "vipsets": set(), "auth": 0, "bad_ttl": 0, "bad_ttl_frame": NEVER, "unicast": 0,
-                "at_255": 0, "resigned": 0, "last_resign": NEVER_LAST, "frames": [], "more": 0})
+                "at_255": 0, "resigned": 0, "last_resign": NEVER_LAST, "frames": [], "more": 0, "sums": 0})
             s["count"] += int(sp["count"][r])
             s["first"], s["last"] = min(s["first"], int(sp["first_ns"][r])), max(s["last"], int(sp["last_ns"][r]))
             if sp["prio_min"][r] <= sp["prio_max"][r]:
@@ -396,6 +345,7 @@ class VrrpDualMaster(Detector):
             s["resigned"] += int(sp["resigned"][r])
             s["last_resign"] = max(s["last_resign"], int(sp["last_resign_ns"][r]))
             s["more"] |= int(sp["more"][r])
+            s["sums"] |= int(sp["sums"][r])
             s["frames"] += [int(sp["first_frame"][r]), int(sp["last_frame"][r])]
             if sp["resign_frame"][r] != NEVER_LAST:
                 s["frames"].append(int(sp["resign_frame"][r]))
@@ -463,7 +413,18 @@ class VrrpDualMaster(Detector):
             problems.append(("medium", "VRRPv2 authentication types differ: " + ", ".join(
                 f"{s['who']} type {'/'.join(str(b) for b in range(8) if s['auth'] & (1 << b))}"
                 for s in list(speakers.values())[:LISTED])))
+        # VRRPv3 checksum forms: each is accepted; which one each speaker uses is said, and a mix is a hazard
+        forms = {k: [form for form in SUM_NAMES if s["sums"] & (1 << form)] for k, s in speakers.items()}
+        if len({tuple(f) for f in forms.values() if f}) >= 2:
+            problems.append(("low", "the speakers sum their checksums differently (" + "; ".join(
+                f"{speakers[k]['who']} {' and '.join(SUM_NAMES[form] for form in f)}"
+                for k, f in list(forms.items())[:LISTED] if f) + "): a receiver that accepts one form only drops "
+                "the other's advertisements, and may become master too"))
         notes = []
+        for k, f in forms.items():
+            if any(form != CHECKSUM_RFC for form in f):
+                notes.append(f"{speakers[k]['who']} sums its VRRPv3 checksum "
+                             f"{' and '.join(SUM_NAMES[form] for form in f)}")
         for p in elections[:LISTED]:
             notes.append(f"{p['a']} and {p['b']} overlapped {p['longest_ns'] / NS:,.2f} s at "
                          f"{iso_time(p['from_ns'])}, less than the Master_Down_Interval: an election")
@@ -546,6 +507,7 @@ class VrrpDualMaster(Detector):
                           "adver_int_s": [a / CENTISECONDS for a in sorted(s["adv"])], "ttl": sorted(s["ttl"]),
                           "first_seen": iso_time(s["first"]), "last_seen": iso_time(s["last"]),
                           "master_down_interval_s": s["mdi"] / NS, "resignations": s["resigned"],
+                          "checksum": [SUM_NAMES[form] for form in SUM_NAMES if s["sums"] & (1 << form)],
                           "virtual_addresses": [self._vip_text(v) for v in sorted(s["vipsets"])]}
                          for s in list(speakers.values())[:TIMELINE]],
             "timeline": [{**t, "from": iso_time(t["from"]), "to": iso_time(t["to"])} for t in timeline[:TIMELINE]],
@@ -573,31 +535,6 @@ class VrrpDualMaster(Detector):
         return self.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1,
                             n=sum(s["count"] for s in speakers.values()), src_ip=first["ip"], src_mac=vmac,
                             proto="CARP" if carp else "VRRP", evidence=evidence)
-
-    def _malformed_finding(self, k: int) -> Finding:
-        b = self.bad
-        ip, dst = ip_text(b["ip_hi"][k], b["ip_lo"][k]), ip_text(b["dst_hi"][k], b["dst_lo"][k])
-        mac = _mac(b["mac"][k]) if b["has_mac"][k] else None
-        where = link_text(int(b["link"][k]))
-        reasons = [text for bit, text in MALFORMED.items() if int(b["reasons"][k]) & bit]
-        count = int(b["count"][k])
-        target = dst + (f" ({_mac(b['dst_mac'][k])})" if b["dst_mac"][k] else "")
-        ttl = int(b["ttl"][k])
-        msg = (f"{count:,} malformed VRRP message(s) from {ip}" + (f" ({mac})" if mac else "")
-               + f" to {target}{' on ' + where if where else ''}: {'; '.join(reasons)}. Receivers drop them; "
-               f"no VRRP or CARP implementation sends them, a broken or crafted sender does (as in the VRRP "
-               f"denial-of-service captures)"
-               + (f". Sent with TTL {ttl}: not from the link (VRRP requires 255)" if ttl != VRRP_TTL else ""))
-        evidence = {"reasons": reasons, "ttl": ttl, "destination": dst,
-                    "evidence_frames": evidence_frames(np.unique([b["first_frame"][k], b["last_frame"][k]]))}
-        if where:
-            evidence["link"] = where
-        fields = {"src_mac": mac} if mac else {}
-        if b["dst_mac"][k]:
-            fields["dest_mac"] = _mac(b["dst_mac"][k])
-        return self.finding("medium", msg, identifier=f"malformed VRRP {ip}" + (f" {mac}" if mac else ""),
-                            first_seen=int(b["first_ns"][k]), last_seen=int(b["last_ns"][k]), n=count, src_ip=ip,
-                            dest_ip=dst, proto="VRRP", evidence=evidence, **fields)
 
     # ---- report -----------------------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:

@@ -20,6 +20,13 @@ instance. IPv4 addresses are the schema's halves (IPv4-mapped, as the rip
 and vrrp tables hold them). An option's value is read only when the whole
 option was captured and fits its field; a length that runs past either
 flags the message TRUNCATED.
+
+`fault` says why a message is malformed by its own bytes (FAULTS, one bit
+each; 0: nothing wrong in what was captured): shorter than the BOOTP
+header, an op that is neither request nor reply, an option running past
+its field or the message, options that never close with an end option, a
+UDP length field other than the IP header's; judged against the message's
+length, never against the capture's end.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     udp_port_mask,
     with_valid,
 )
@@ -54,6 +62,16 @@ MAGIC_COOKIE = 0x63825363                  # RFC 2131 section 3: 99.130.83.99
 OPTIONS = COOKIE + 4
 BROADCAST_FLAG = 0x8000                    # RFC 2131 section 2, figure 2
 MAX_OPTIONS = 64                           # per message; the rest is flagged MORE
+
+# why a message is malformed (bits of `fault`), worded as Wireshark's expert information would
+F_SHORT, F_OP, F_OPTION_PAST, F_NO_END, F_UDP_LENGTH = (1 << k for k in range(5))
+FAULTS = {
+    F_SHORT: f"shorter than the {FIXED_BYTES}-byte BOOTP header",
+    F_OP: "unknown op (neither BOOTREQUEST 1 nor BOOTREPLY 2)",
+    F_OPTION_PAST: "option running past the end of its field or of the message",
+    F_NO_END: "End option missing",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
+}
 
 # option codes (RFC 2132)
 PAD, END = 0, 255
@@ -132,6 +150,8 @@ FIELDS = {
     "options": Field(np.uint16, B_COOKIE, "options the message holds (a run of pads counts one, end counts), listed "
                                          "or not"),
     "end": Field(np.uint8, B_END, "1 when the options close with an end option (255)"),
+    "fault": Field(np.uint8, 0, "why the message is malformed by its own bytes (FAULTS bits; 0: nothing wrong in "
+                                "what was captured)"),
 }
 OPTION_FIELDS = {
     "code": Field(np.uint8, B_OPTION, "option code (RFC 2132; 0 a run of pad bytes, 255 end)"),
@@ -152,11 +172,11 @@ LEASE, OVERLOAD, ROUTER, ROUTER_COUNT, DNS, DNS_COUNT = (_ROW[n] for n in ("leas
                                                                           "router_count", "dns_lo", "dns_count"))
 AGENT_LEN, CIRCUIT_LEN, CIRCUIT_HASH, REMOTE_LEN, REMOTE_HASH = (
     _ROW[n] for n in ("agent_len", "circuit_id_len", "circuit_id_hash", "remote_id_len", "remote_id_hash"))
-CLIENT_ID_LEN, OPTION_COUNT, END_ROW = _ROW["client_id_len"], _ROW["options"], _ROW["end"]
+CLIENT_ID_LEN, OPTION_COUNT, END_ROW, FAULT = _ROW["client_id_len"], _ROW["options"], _ROW["end"], _ROW["fault"]
 _OPT_ROW = OPTION_LIST.layout.row
 O_CODE, O_LENGTH, O_OFFSET, O_WHERE, O_VALID = (_OPT_ROW[n] for n in ("code", "length", "offset", "where", "valid"))
 
-STATE_SLOTS = 4                            # the option walk's scratch: validity, seen, listed, overload
+STATE_SLOTS = 5                            # the option walk's scratch: validity, seen, listed, overload, fault
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -200,9 +220,10 @@ def _agent(b, p, end, i, c8, c64):
 def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k32):
     """Walk the options of b[p:limit] (the field's end per the message; `cap_end` the captured end).
 
-    `state` holds [validity bits, options seen, options listed, overload]; returns state updated in place.
+    `state` holds [validity bits, options seen, options listed, overload, fault]; returns state updated in place.
     """
     valid = state[0]
+    closed = False
     while p < limit:
         if p >= cap_end:
             valid |= TRUNCATED
@@ -220,11 +241,15 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
             if p + 2 > limit or p + 2 > cap_end:
                 valid |= TRUNCATED
                 whole = False
+                if p + 2 > limit:
+                    state[4] |= F_OPTION_PAST
             else:
                 n = u8(b, p + 1)
                 if p + 2 + n > limit or p + 2 + n > cap_end:
                     valid |= TRUNCATED
                     whole = False
+                    if p + 2 + n > limit:
+                        state[4] |= F_OPTION_PAST
         listed = state[2]
         if listed < MAX_OPTIONS:
             slot = i * MAX_OPTIONS + listed
@@ -243,8 +268,10 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
             if where == IN_OPTIONS:
                 c8[END_ROW, i] = 1
                 valid |= B_END
+            closed = True
             break
         if not whole:
+            closed = True
             break
         v = p + 2
         if code == OPT_MSG_TYPE and n >= 1 and not valid & B_MSG_TYPE:
@@ -278,6 +305,8 @@ def _options(b, s, p, limit, cap_end, where, i, state, c8, c32, c64, k8, k16, k3
             c8[CLIENT_ID_LEN, i] = n
             valid |= B_CLIENT_ID
         p = v + n
+    if where == IN_OPTIONS and not closed and p >= limit and limit <= cap_end:
+        state[4] |= F_NO_END          # the whole options field read, and no end option closed it
     state[0] = valid
 
 
@@ -287,6 +316,10 @@ def _message(b, s, end, length, port, i, state, c8, c16, c32, c64, k8, k16, k32)
     c16[PORT, i] = port
     c32[LENGTH, i] = length
     valid = np.uint32(TRUNCATED) if end - s < length else np.uint32(0)
+    fault = F_SHORT if length < FIXED_BYTES else 0
+    if end - s >= 1 and u8(b, s) != BOOTREQUEST and u8(b, s) != BOOTREPLY:
+        fault |= F_OP
+    c8[FAULT, i] = fault
     if end - s < 12:
         c32[VALID, i] = valid
         return 0
@@ -319,6 +352,7 @@ def _message(b, s, end, length, port, i, state, c8, c16, c32, c64, k8, k16, k32)
     state[1] = 0
     state[2] = 0
     state[3] = 0
+    state[4] = fault
     _options(b, s, s + OPTIONS, s + length, end, IN_OPTIONS, i, state, c8, c32, c64, k8, k16, k32)
     overload = state[3]
     # RFC 2132 section 9.3: with option 52, `file` is read next, then `sname`
@@ -327,6 +361,7 @@ def _message(b, s, end, length, port, i, state, c8, c16, c32, c64, k8, k16, k32)
     if overload & OVERLOAD_SNAME:
         _options(b, s, s + SNAME, s + SNAME + SNAME_BYTES, end, IN_SNAME, i, state, c8, c32, c64, k8, k16, k32)
     c16[OPTION_COUNT, i] = state[1]
+    c8[FAULT, i] = state[4]
     c32[VALID, i] = state[0]
     return state[2]
 
@@ -352,6 +387,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
     parse_dhcp4(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, port,
                 np.zeros(STATE_SLOTS, dtype=np.int64),
                 *groups, *child_groups[OPTION_LIST.name], counts[OPTION_LIST.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows), F_UDP_LENGTH, 0).astype(np.uint8)
 
 
 SPEC = Spec("dhcp4", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (OPTION_LIST,))

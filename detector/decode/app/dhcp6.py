@@ -19,6 +19,15 @@ table `dhcp6_ia`, one entry per IA address (5) or IA prefix (26), at most
 `MAX_ADDRESSES` per message. An option is read only when it was captured
 whole and fits the message (or the option around it); a length that runs
 past either flags the message TRUNCATED.
+
+`fault` says why a message is malformed by its own bytes (FAULTS, one bit
+each; 0: nothing wrong in what was captured): a message or relay header
+longer than the message, an option (or an IA's sub-option) running past the
+message or the option around it, an IA shorter than its fixed fields, a
+relay message without the message it relays, relays nested deeper than
+HOP_COUNT_LIMIT, a UDP length field other than the IP header's; judged
+against the message's length and its options' lengths, never against the
+capture's end.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     udp_port_mask,
     with_valid,
 )
@@ -48,6 +58,17 @@ MAX_ADDRESSES = 16                         # IA addresses and prefixes per messa
 HEADER_BYTES = 4                           # type and transaction id
 RELAY_HEADER_BYTES = 34                    # type, hop count, link address, peer address
 OPTION_HEADER = 4
+
+# why a message is malformed (bits of `fault`), worded as Wireshark's expert information would
+F_SHORT, F_OPTION_PAST, F_OPTION_SHORT, F_NO_RELAY_MSG, F_RELAY_DEPTH, F_UDP_LENGTH = (1 << k for k in range(6))
+FAULTS = {
+    F_SHORT: "shorter than its message or relay header",
+    F_OPTION_PAST: "option running past the end of the message (or of the option around it)",
+    F_OPTION_SHORT: "IA option shorter than its fixed fields",
+    F_NO_RELAY_MSG: "relay message without a Relay Message option",
+    F_RELAY_DEPTH: f"relays nested deeper than {MAX_RELAYS} (HOP_COUNT_LIMIT)",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
+}
 
 # message types (RFC 8415 section 7.3)
 SOLICIT, ADVERTISE, REQUEST, CONFIRM, RENEW, REBIND, REPLY, RELEASE, DECLINE, RECONFIGURE, INFORMATION_REQUEST, \
@@ -110,6 +131,8 @@ FIELDS = {
     "dns_count": Field(np.uint8, B_DNS, "DNS servers option 23 lists"),
     "status": Field(np.uint16, B_STATUS, "status code (option 13) of the message (0 success)"),
     "preference": Field(np.uint8, B_PREFERENCE, "server preference (option 7), 0-255"),
+    "fault": Field(np.uint8, 0, "why the message is malformed by its own bytes (FAULTS bits; 0: nothing wrong in "
+                                "what was captured)"),
 }
 IA_FIELDS = {
     "ia_type": Field(np.uint16, B_IA, "the IA's option: 3 IA_NA, 4 IA_TA, 25 IA_PD"),
@@ -129,8 +152,8 @@ PORT, LENGTH, VALID, MSG_TYPE, RELAYS, HOP_COUNT = (_ROW[n] for n in ("port", "l
                                                                      "relays", "hop_count"))
 LINK_HI, LINK_LO, PEER_HI, PEER_LO, INNER_TYPE, XID = (_ROW[n] for n in ("link_hi", "link_lo", "peer_hi", "peer_lo",
                                                                         "inner_type", "xid"))
-DNS_HI, DNS_LO, DNS_COUNT, STATUS, PREFERENCE = (_ROW[n] for n in ("dns_hi", "dns_lo", "dns_count", "status",
-                                                                  "preference"))
+DNS_HI, DNS_LO, DNS_COUNT, STATUS, PREFERENCE, FAULT = (_ROW[n] for n in ("dns_hi", "dns_lo", "dns_count",
+                                                                         "status", "preference", "fault"))
 # the rows of the client's (index 0) and the server's (index 1) DUID fields
 DUID_TYPE = (_ROW["client_duid_type"], _ROW["server_duid_type"])
 DUID_LEN = (_ROW["client_duid_len"], _ROW["server_duid_len"])
@@ -167,18 +190,23 @@ def _duid(b, p, n, i, rows, bits, c16, c64):
 
 @njit(_nrt=False)
 def _ia(b, code, p, end, i, listed, k8, k16, k32, k64):
-    """The addresses (or prefixes) of one IA option b[p:end] (captured whole); returns (listed, more)."""
+    """The addresses (or prefixes) of one IA option b[p:end] (captured whole); returns (listed, more, fault)."""
     head = 4 if code == OPT_IA_TA else 12
     if end - p < head:
-        return listed, False
+        return listed, False, F_OPTION_SHORT
     iaid = u32(b, p)
     q = p + head
     more = False
-    while q + OPTION_HEADER <= end:
+    fault = 0
+    while q < end:
+        if q + OPTION_HEADER > end:
+            fault = F_OPTION_PAST
+            break
         sub = u16(b, q)
         n = u16(b, q + 2)
         v = q + OPTION_HEADER
         if v + n > end:
+            fault = F_OPTION_PAST
             break
         if (sub == OPT_IAADDR and n >= 24) or (sub == OPT_IAPREFIX and n >= 25):
             if listed >= MAX_ADDRESSES:
@@ -207,7 +235,7 @@ def _ia(b, code, p, end, i, listed, k8, k16, k32, k64):
             k32[IA_VALID, slot] = valid
             listed += 1
         q = v + n
-    return listed, more
+    return listed, more, fault
 
 
 @njit(_nrt=False)
@@ -216,7 +244,9 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
     c16[PORT, i] = port
     c32[LENGTH, i] = length
     valid = np.uint32(TRUNCATED) if end - s < length else np.uint32(0)
+    fault = 0
     if end - s < 1 or length < 1:
+        c8[FAULT, i] = F_SHORT if length < HEADER_BYTES else 0
         c32[VALID, i] = valid
         return 0
     kind = u8(b, s)
@@ -229,6 +259,7 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
     while kind == RELAY_FORW or kind == RELAY_REPL:
         if p + RELAY_HEADER_BYTES > limit:
             valid |= TRUNCATED
+            fault |= F_SHORT
             break
         if p + RELAY_HEADER_BYTES > end:
             break
@@ -241,6 +272,7 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
             valid |= B_RELAY
         relays += 1
         if relays > MAX_RELAYS:
+            fault |= F_RELAY_DEPTH
             break
         q = p + RELAY_HEADER_BYTES
         inner = -1
@@ -249,12 +281,20 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
             n = u16(b, q + 2)
             if q + OPTION_HEADER + n > limit:
                 valid |= TRUNCATED
+                fault |= F_OPTION_PAST
                 break
             if u16(b, q) == OPT_RELAY_MSG:
                 inner = q + OPTION_HEADER
                 inner_end = inner + n
                 break
             q += OPTION_HEADER + n
+        if inner < 0 and not fault & F_OPTION_PAST:
+            if q < limit and q + OPTION_HEADER > limit:
+                fault |= F_OPTION_PAST        # an option header past the message's end
+            elif q >= limit:
+                fault |= F_NO_RELAY_MSG       # every option read, none the relayed message
+        if inner >= 0 and inner >= inner_end:
+            fault |= F_SHORT                  # a Relay Message option of length 0: no message inside
         if inner < 0 or inner >= end or inner >= inner_end:
             break
         p = inner
@@ -264,11 +304,14 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
         valid |= B_INNER
     c8[RELAYS, i] = min(relays, 255)
     if kind == RELAY_FORW or kind == RELAY_REPL or relays > MAX_RELAYS:
+        c8[FAULT, i] = fault
         c32[VALID, i] = valid
         return 0
     if p + HEADER_BYTES > limit or p + HEADER_BYTES > end:
         if p + HEADER_BYTES > limit:
             valid |= TRUNCATED
+            fault |= F_SHORT
+        c8[FAULT, i] = fault
         c32[VALID, i] = valid
         return 0
     c32[XID, i] = u32(b, p) & 0xFFFFFF
@@ -276,10 +319,11 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
     q = p + HEADER_BYTES
     listed = 0
     while q < limit:
-        if q + OPTION_HEADER > end:
-            valid |= TRUNCATED
-            break
         if q + OPTION_HEADER > limit:
+            valid |= TRUNCATED
+            fault |= F_OPTION_PAST
+            break
+        if q + OPTION_HEADER > end:
             valid |= TRUNCATED
             break
         code = u16(b, q)
@@ -287,6 +331,8 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
         v = q + OPTION_HEADER
         if v + n > limit or v + n > end:
             valid |= TRUNCATED
+            if v + n > limit:
+                fault |= F_OPTION_PAST
             break
         if code == OPT_CLIENTID and not valid & B_CLIENT_DUID:
             valid |= _duid(b, v, n, i, CLIENT_DUID_ROWS, DUID_BITS[0], c16, c64)
@@ -304,10 +350,12 @@ def _message(b, s, end, length, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
             c8[PREFERENCE, i] = u8(b, v)
             valid |= B_PREFERENCE
         elif code == OPT_IA_NA or code == OPT_IA_TA or code == OPT_IA_PD:
-            listed, more = _ia(b, code, v, v + n, i, listed, k8, k16, k32, k64)
+            listed, more, ia_fault = _ia(b, code, v, v + n, i, listed, k8, k16, k32, k64)
+            fault |= ia_fault
             if more:
                 valid |= MORE
         q = v + n
+    c8[FAULT, i] = fault
     c32[VALID, i] = valid
     return listed
 
@@ -331,6 +379,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
     port = service_port(batch, (SERVER_PORT, CLIENT_PORT), rows)
     parse_dhcp6(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, port,
                 *groups, *child_groups[ADDRESSES.name], counts[ADDRESSES.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows), F_UDP_LENGTH, 0).astype(np.uint8)
 
 
 SPEC = Spec("dhcp6", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (ADDRESSES,))

@@ -23,6 +23,14 @@ the fields of prefix information, MTU, route information (RFC 4191 section
 message TRUNCATED: a receiver must discard such a message (RFC 4861 section
 4.6); so does an option or a fixed part that runs past the message's length.
 Nothing past the captured bytes or the message's length is read.
+
+`fault` says why a message is malformed by its own bytes (FAULTS, one bit
+each; 0: nothing wrong in what was captured), the reasons of RFC 4861
+sections 4.6, 6.1 and 7.1 that are the message's own (a code other than 0,
+a fixed part longer than the message, an option of length 0 or past the
+message, a bad checksum): judged against the IPv6 length, never against
+the capture's end. The hop limit and the source address a receiver checks
+too are facts about the path and the sender, not about the message.
 """
 from __future__ import annotations
 
@@ -42,6 +50,17 @@ ICMP6_HEADER_BYTES = 4           # type, code, checksum
 ND_HOP_LIMIT = 255               # RFC 4861: a receiver discards ND messages with another hop limit
 OPTION_UNIT = 8                  # an option's length counts 8-byte units (RFC 4861 section 4.6)
 MAX_OPTIONS = 32                 # per message; the rest is counted and flagged MORE
+
+# why a message is malformed (bits of `fault`), worded as Wireshark's expert information would
+F_CODE, F_SHORT, F_OPTION_ZERO, F_OPTION_PAST, F_TRAILING, F_CHECKSUM = (1 << k for k in range(6))
+FAULTS = {
+    F_CODE: "ICMPv6 code other than 0",
+    F_SHORT: "shorter than the fixed part of its message type",
+    F_OPTION_ZERO: "option with length 0",
+    F_OPTION_PAST: "option running past the end of the message",
+    F_TRAILING: "a stray byte after the options",
+    F_CHECKSUM: "bad checksum",
+}
 
 # option types
 OPT_SOURCE_LLADDR = 1            # RFC 4861 section 4.6.1
@@ -118,6 +137,8 @@ FIELDS = {
     "tgt_lladdr": Field(np.uint64, B_TGT_LLADDR, "first target link-layer address option's 6-byte address",
                         "mac"),
     "mtu": Field(np.uint32, B_MTU, "first MTU option's value, bytes"),
+    "fault": Field(np.uint8, 0, "why the message is malformed by its own bytes (FAULTS bits; 0: nothing wrong in "
+                                "what was captured)"),
 }
 OPTION_FIELDS = {
     "type": Field(np.uint8, 0, "option type (1 source, 2 target link-layer address, 3 prefix information, "
@@ -151,6 +172,7 @@ TARGET_HI, TARGET_LO, DEST_HI, DEST_LO = _ROW["target_hi"], _ROW["target_lo"], _
 NA_R, NA_S, NA_O = _ROW["na_router"], _ROW["na_solicited"], _ROW["na_override"]
 OPTION_COUNT, PREFIX_COUNT, RDNSS_COUNT = _ROW["option_count"], _ROW["prefix_count"], _ROW["rdnss_count"]
 SRC_LLADDR, TGT_LLADDR, MTU, VALID = _ROW["src_lladdr"], _ROW["tgt_lladdr"], _ROW["mtu"], _ROW["valid"]
+FAULT = _ROW["fault"]
 _OPT_ROW = OPTIONS.layout.row
 O_TYPE, O_LENGTH, O_LLADDR, O_PREFIX_HI, O_PREFIX_LO, O_PREFIX_LEN = (_OPT_ROW[n] for n in (
     "type", "length", "lladdr", "prefix_hi", "prefix_lo", "prefix_len"))
@@ -260,6 +282,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
     kind = u8(b, s)
     c8[TYPE, i] = kind
     c8[CODE, i] = u8(b, s + 1)        # the decoder read both (L_ICMP6)
+    fault = F_CODE if u8(b, s + 1) != 0 else 0
     if s + ICMP6_HEADER_BYTES <= lim:
         c16[CHECKSUM, i] = u16(b, s + M_CHECKSUM)
         valid |= B_CHECKSUM
@@ -268,6 +291,8 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
         total += np.uint64(PROTO_ICMP6) + np.uint64(length & 0xFFFF) + np.uint64(length >> 16)
         c8[CHECKSUM_OK, i] = fold(total) == 0xFFFF
         valid |= B_CHECKSUM_OK
+        if fold(total) != 0xFFFF:
+            fault |= F_CHECKSUM
     fixed = RS_BYTES
     if kind == ROUTER_ADVERTISEMENT:
         fixed = RA_BYTES
@@ -277,6 +302,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
         fixed = REDIRECT_BYTES
     if length < fixed:
         valid |= TRUNCATED            # the IPv6 length leaves no room for the fixed part: a receiver drops it
+        fault |= F_SHORT
     if kind == ROUTER_ADVERTISEMENT and s + fixed <= lim:
         flags = u8(b, s + M_RA_FLAGS)
         c8[CUR_HOP_LIMIT, i] = u8(b, s + M_CUR_HOP_LIMIT)
@@ -303,6 +329,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
         c64[DEST_LO, i] = be64(b, s + M_DESTINATION + 8)
         valid |= B_DESTINATION
     if s + fixed > lim:
+        c8[FAULT, i] = fault
         c32[VALID, i] = valid
         return 0
     # the options, as far as the capture and the message's length go
@@ -312,6 +339,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
     rdnss = 0
     listed = 0
     o = s + fixed
+    broken = False
     while o + 2 <= lim:
         size = u8(b, o + 1) * OPTION_UNIT
         keep = listed < MAX_OPTIONS
@@ -319,6 +347,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
         option_end = o + size
         if size == 0 or option_end > s + length:
             valid |= TRUNCATED        # RFC 4861 section 4.6: a zero length, or one past the message, is malformed
+            fault |= F_OPTION_ZERO if size == 0 else F_OPTION_PAST
         option, address, has_address, mtu, has_mtu = _option(b, o, min(lim, option_end), slot, keep,
                                                             k8, k16, k32, k64)
         if keep:
@@ -329,6 +358,7 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
             valid |= MORE
         count += 1
         if size == 0 or option_end > s + length:
+            broken = True
             break
         if option == OPT_PREFIX_INFORMATION:
             prefixes += 1
@@ -346,9 +376,12 @@ def _message(b, s, end, length, hop_limit, src_hi, src_lo, dst_hi, dst_lo, i, c8
         o = option_end
     if o < lim:
         valid |= TRUNCATED            # a single byte where an option's type and length should be
+        if lim == s + length and not broken:
+            fault |= F_TRAILING       # the message's last byte, not the capture's
     c16[OPTION_COUNT, i] = min(count, 0xFFFF)
     c16[PREFIX_COUNT, i] = min(prefixes, 0xFFFF)
     c16[RDNSS_COUNT, i] = min(rdnss, 0xFFFF)
+    c8[FAULT, i] = fault
     c32[VALID, i] = valid
     return listed
 

@@ -29,6 +29,12 @@ with its length, as Linux computes it for FRRouting's ospf6d (which leaves
 the sum to the kernel: the IPV6_CHECKSUM socket option). An LSA of an LS
 Update whose body was captured has its Fletcher checksum verified too (RFC
 2328 section 12.1.7: over the LSA but its age).
+
+`fault` says why a packet is malformed by its own bytes (FAULTS, one bit
+each; 0: nothing wrong in what was captured): judged against the length the
+IP header gives it and its own length fields, never against the capture's
+end, so a packet cut by the snapshot length is not malformed for being cut.
+The TRUNCATED flag keeps its meaning (cut short, or lying about a length).
 """
 from __future__ import annotations
 
@@ -54,6 +60,24 @@ NEIGHBOR_BYTES = 4
 AUTH_CRYPTOGRAPHIC = 2           # RFC 2328 section D.3: the checksum is not computed
 MAX_NEIGHBORS = 64               # per Hello; the rest is flagged MORE
 MAX_LSAS = 64                    # per packet; the rest is flagged MORE
+
+# why a packet is malformed (bits of `fault`), worded as Wireshark's expert information would
+F_SHORT, F_VERSION, F_LENGTH_SHORT, F_LENGTH_LONG, F_TYPE, F_BODY, F_NEIGHBORS, F_ELEMENTS, F_LSA_COUNT, \
+    F_LSA_LENGTH, F_CHECKSUM, F_LSA_CHECKSUM = (1 << k for k in range(12))
+FAULTS = {
+    F_SHORT: "shorter than the OSPF header",
+    F_VERSION: "unknown version (neither 2 nor 3)",
+    F_LENGTH_SHORT: "packet length field shorter than the OSPF header",
+    F_LENGTH_LONG: "packet length field past the end of the IP packet",
+    F_TYPE: "unknown packet type (not 1-5)",
+    F_BODY: "too short for the fixed part of its packet type",
+    F_NEIGHBORS: "Hello whose length leaves part of a neighbour's router id",
+    F_ELEMENTS: "body not a whole number of LSA headers (or of LS Request entries)",
+    F_LSA_COUNT: "LS Update declares more LSAs than it carries",
+    F_LSA_LENGTH: "LSA with a length below its header's or past the packet",
+    F_CHECKSUM: "bad checksum",
+    F_LSA_CHECKSUM: "LSA with a bad Fletcher checksum",
+}
 
 # validity bits of `ospf`
 B_VERSION = 1 << 0
@@ -105,6 +129,8 @@ FIELDS = {
     "dd_seq": Field(np.uint32, B_DBD, "Database Description: DD sequence number"),
     "neighbor_count": Field(np.uint16, B_NEIGHBOR_COUNT, "Hello: neighbours its length makes room for"),
     "lsa_count": Field(np.uint32, B_LSA_COUNT, "LS Update: the number of LSAs it says it carries"),
+    "fault": Field(np.uint16, 0, "why the packet is malformed by its own bytes (FAULTS bits; 0: nothing wrong in "
+                                 "what was captured)"),
 }
 NEIGHBOR_FIELDS = {
     "router_id": Field(np.uint32, B_NEIGHBOR, "router id of a neighbour the Hello lists"),
@@ -133,7 +159,7 @@ MASK, INTERFACE_ID, HELLO_INTERVAL, DEAD_INTERVAL = _ROW["network_mask"], _ROW["
     _ROW["hello_interval"], _ROW["dead_interval"]
 PRIORITY, DR, BDR, OPTIONS = _ROW["priority"], _ROW["dr"], _ROW["bdr"], _ROW["options"]
 MTU, DD_FLAGS, DD_SEQ = _ROW["mtu"], _ROW["dd_flags"], _ROW["dd_seq"]
-NEIGHBOR_COUNT, LSA_COUNT, VALID = _ROW["neighbor_count"], _ROW["lsa_count"], _ROW["valid"]
+NEIGHBOR_COUNT, LSA_COUNT, VALID, FAULT = _ROW["neighbor_count"], _ROW["lsa_count"], _ROW["valid"], _ROW["fault"]
 _NBR_ROW = NEIGHBORS.layout.row
 NBR_ID, NBR_VALID = _NBR_ROW["router_id"], _NBR_ROW["valid"]
 _LSA_ROW = LSAS.layout.row
@@ -179,9 +205,10 @@ def _lsa_header(b, p, version, slot, l8, l16, l32):
 
 @njit(_nrt=False)
 def _lsa_headers(b, p, stop, end, version, i, l8, l16, l32):
-    """The LSA headers packed from b[p] to the packet's end `stop` (captured up to `end`): (listed, flags)."""
+    """The LSA headers packed from b[p] to the packet's end `stop` (captured up to `end`): (listed, flags, fault)."""
     listed = 0
     flags = np.uint32(0)
+    fault = F_ELEMENTS if (stop - p) % LSA_HEADER_BYTES else 0
     while p < stop:
         if p + LSA_HEADER_BYTES > stop or p + LSA_HEADER_BYTES > end:
             flags |= TRUNCATED       # a partial header: the length lies, or the capture ends inside it
@@ -193,14 +220,15 @@ def _lsa_headers(b, p, stop, end, version, i, l8, l16, l32):
         l32[LSA_VALID, slot] = _lsa_header(b, p, version, slot, l8, l16, l32)
         listed += 1
         p += LSA_HEADER_BYTES
-    return listed, flags
+    return listed, flags, fault
 
 
 @njit(_nrt=False)
 def _ls_requests(b, p, stop, end, version, i, l32):
-    """The requested LSAs (type, link state id, advertising router) from b[p] to `stop`: (listed, flags)."""
+    """The requested LSAs (type, link state id, advertising router) from b[p] to `stop`: (listed, flags, fault)."""
     listed = 0
     flags = np.uint32(0)
+    fault = F_ELEMENTS if (stop - p) % LS_REQUEST_BYTES else 0
     while p < stop:
         if p + LS_REQUEST_BYTES > stop or p + LS_REQUEST_BYTES > end:
             flags |= TRUNCATED
@@ -215,44 +243,60 @@ def _ls_requests(b, p, stop, end, version, i, l32):
         l32[LSA_VALID, slot] = B_LSA_ID
         listed += 1
         p += LS_REQUEST_BYTES
-    return listed, flags
+    return listed, flags, fault
 
 
 @njit(_nrt=False)
 def _ls_update(b, p, stop, end, version, count, i, l8, l16, l32):
-    """The `count` LSAs of an LS Update, each skipped by its own length, from b[p] to `stop`: (listed, flags)."""
+    """The `count` LSAs of an LS Update, each skipped by its own length, from b[p] to `stop`: (listed, flags,
+    fault). The LSAs past the cap are walked on (not listed) for their lengths and checksums."""
     listed = 0
     flags = np.uint32(0)
+    fault = 0
     for _ in range(count):
-        if p + LSA_HEADER_BYTES > stop or p + LSA_HEADER_BYTES > end:
-            flags |= TRUNCATED       # the count promised more LSAs than the packet (or the capture) holds
+        if p + LSA_HEADER_BYTES > stop:
+            flags |= TRUNCATED       # the count promised more LSAs than the packet holds
+            fault |= F_LSA_COUNT
             break
-        if listed >= MAX_LSAS:
-            flags |= MORE
-            break
-        slot = i * MAX_LSAS + listed
-        valid = _lsa_header(b, p, version, slot, l8, l16, l32)
-        length = u16(b, p + 18)
-        listed += 1
-        if length < LSA_HEADER_BYTES or p + length > stop:
-            l32[LSA_VALID, slot] = valid | TRUNCATED
-            flags |= TRUNCATED       # a length that cannot be, or runs past the packet: the walk stops here
-            break
-        if p + length > end:
-            l32[LSA_VALID, slot] = valid | TRUNCATED
+        if p + LSA_HEADER_BYTES > end:
             flags |= TRUNCATED       # cut by the snapshot length
             break
-        l8[LSA_CHECKSUM_OK, slot] = _fletcher_ok(b, p + LSA_AGE_BYTES, p + length)
-        l32[LSA_VALID, slot] = valid | B_LSA_CHECKSUM_OK
+        keep = listed < MAX_LSAS
+        slot = i * MAX_LSAS + listed
+        valid = _lsa_header(b, p, version, slot, l8, l16, l32) if keep else np.uint32(0)
+        if not keep:
+            flags |= MORE
+        length = u16(b, p + 18)
+        if keep:
+            listed += 1
+        if length < LSA_HEADER_BYTES or p + length > stop:
+            if keep:
+                l32[LSA_VALID, slot] = valid | TRUNCATED
+            flags |= TRUNCATED       # a length that cannot be, or runs past the packet: the walk stops here
+            fault |= F_LSA_LENGTH
+            break
+        if p + length > end:
+            if keep:
+                l32[LSA_VALID, slot] = valid | TRUNCATED
+            flags |= TRUNCATED       # cut by the snapshot length
+            break
+        ok = _fletcher_ok(b, p + LSA_AGE_BYTES, p + length)
+        if not ok:
+            fault |= F_LSA_CHECKSUM
+        if keep:
+            l8[LSA_CHECKSUM_OK, slot] = ok
+            l32[LSA_VALID, slot] = valid | B_LSA_CHECKSUM_OK
         p += length
-    return listed, flags
+    return listed, flags, fault
 
 
 @njit(_nrt=False)
 def _hello(b, p, stop, end, version, i, c8, c16, c32, n32):
-    """A Hello's fields from b[p] (after the header) to `stop`: (neighbours listed, validity bits)."""
-    if p + HELLO_FIXED_BYTES > stop or p + HELLO_FIXED_BYTES > end:
-        return 0, TRUNCATED
+    """A Hello's fields from b[p] (after the header) to `stop`: (neighbours listed, validity bits, fault)."""
+    if p + HELLO_FIXED_BYTES > stop:
+        return 0, TRUNCATED, F_BODY
+    if p + HELLO_FIXED_BYTES > end:
+        return 0, TRUNCATED, 0
     if version == 2:
         c32[MASK, i] = u32(b, p)
         c16[HELLO_INTERVAL, i] = u16(b, p + 4)
@@ -272,8 +316,10 @@ def _hello(b, p, stop, end, version, i, c8, c16, c32, n32):
     p += HELLO_FIXED_BYTES
     c16[NEIGHBOR_COUNT, i] = (stop - p) // NEIGHBOR_BYTES
     valid |= B_NEIGHBOR_COUNT
+    fault = 0
     if (stop - p) % NEIGHBOR_BYTES:
         valid |= TRUNCATED           # a length that leaves part of a neighbour
+        fault = F_NEIGHBORS
     listed = 0
     while p + NEIGHBOR_BYTES <= stop:
         if p + NEIGHBOR_BYTES > end:
@@ -287,7 +333,7 @@ def _hello(b, p, stop, end, version, i, c8, c16, c32, n32):
         n32[NBR_VALID, slot] = B_NEIGHBOR
         listed += 1
         p += NEIGHBOR_BYTES
-    return listed, valid
+    return listed, valid, fault
 
 
 @njit(_nrt=False)
@@ -295,6 +341,8 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
     """Parse one packet b[s:end] (`ip_payload`: bytes the IP header gives it); returns (neighbours, LSAs) listed."""
     if end - s < 2:
         c32[VALID, i] = TRUNCATED
+        if ip_payload < 2:
+            c16[FAULT, i] = F_SHORT
         return 0, 0
     version = u8(b, s)
     kind = u8(b, s + 1)
@@ -302,10 +350,15 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
     c8[TYPE, i] = kind
     valid = np.uint32(B_VERSION)
     if version != 2 and version != 3:
+        c16[FAULT, i] = F_VERSION
         c32[VALID, i] = valid
         return 0, 0
     header = V2_HEADER_BYTES if version == 2 else V3_HEADER_BYTES
+    fault = F_SHORT if ip_payload < header else 0
+    if kind < HELLO or kind > LS_ACK:
+        fault |= F_TYPE
     if end - s < header:
+        c16[FAULT, i] = fault
         c32[VALID, i] = valid | TRUNCATED
         return 0, 0
     length = u16(b, s + 2)
@@ -324,6 +377,7 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
         c8[INSTANCE, i] = u8(b, s + 14)
         valid |= B_INSTANCE
     if length < header or length > ip_payload:
+        c16[FAULT, i] = fault | (F_LENGTH_SHORT if length < header else F_LENGTH_LONG)
         c32[VALID, i] = valid | TRUNCATED       # the length lies (or the IP packet is a fragment's first part)
         return 0, 0
     stop = s + length
@@ -340,15 +394,21 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
             if ok or ip_payload == length or whole:
                 valid |= B_CHECKSUM_OK
         c8[CHECKSUM_OK, i] = ok
+        if valid & B_CHECKSUM_OK and not ok:
+            fault |= F_CHECKSUM
     p = s + header
     neighbors = 0
     lsas = 0
     if kind == HELLO:
-        neighbors, flags = _hello(b, p, stop, end, version, i, c8, c16, c32, n32)
+        neighbors, flags, body_fault = _hello(b, p, stop, end, version, i, c8, c16, c32, n32)
         valid |= flags
+        fault |= body_fault
     elif kind == DB_DESCRIPTION:
         fixed = V2_DBD_FIXED_BYTES if version == 2 else V3_DBD_FIXED_BYTES
-        if p + fixed > stop or p + fixed > end:
+        if p + fixed > stop:
+            valid |= TRUNCATED
+            fault |= F_BODY
+        elif p + fixed > end:
             valid |= TRUNCATED
         else:
             if version == 2:
@@ -362,23 +422,31 @@ def _packet(b, s, end, ip_payload, family, src_hi, src_lo, dst_hi, dst_lo, i, c8
                 c8[DD_FLAGS, i] = u8(b, p + 7)
                 c32[DD_SEQ, i] = u32(b, p + 8)
             valid |= B_DBD | B_OPTIONS
-            lsas, flags = _lsa_headers(b, p + fixed, stop, end, version, i, l8, l16, l32)
+            lsas, flags, body_fault = _lsa_headers(b, p + fixed, stop, end, version, i, l8, l16, l32)
             valid |= flags
+            fault |= body_fault
     elif kind == LS_REQUEST:
-        lsas, flags = _ls_requests(b, p, stop, end, version, i, l32)
+        lsas, flags, body_fault = _ls_requests(b, p, stop, end, version, i, l32)
         valid |= flags
+        fault |= body_fault
     elif kind == LS_UPDATE:
-        if p + LSU_FIXED_BYTES > stop or p + LSU_FIXED_BYTES > end:
+        if p + LSU_FIXED_BYTES > stop:
+            valid |= TRUNCATED
+            fault |= F_BODY
+        elif p + LSU_FIXED_BYTES > end:
             valid |= TRUNCATED
         else:
             count = u32(b, p)
             c32[LSA_COUNT, i] = count
             valid |= B_LSA_COUNT
-            lsas, flags = _ls_update(b, p + LSU_FIXED_BYTES, stop, end, version, count, i, l8, l16, l32)
+            lsas, flags, body_fault = _ls_update(b, p + LSU_FIXED_BYTES, stop, end, version, count, i, l8, l16, l32)
             valid |= flags
+            fault |= body_fault
     elif kind == LS_ACK:
-        lsas, flags = _lsa_headers(b, p, stop, end, version, i, l8, l16, l32)
+        lsas, flags, body_fault = _lsa_headers(b, p, stop, end, version, i, l8, l16, l32)
         valid |= flags
+        fault |= body_fault
+    c16[FAULT, i] = fault
     c32[VALID, i] = valid
     return neighbors, lsas
 

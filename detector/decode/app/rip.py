@@ -25,6 +25,18 @@ the header (command, version, must-be-zero bytes), then each entry (address
 family, RIPv1's must-be-zero bytes, RIPng's prefix length, a response's
 metric 1-16). It reads only captured bytes: a message cut by the snapshot
 length is judged on what is there.
+
+`fault` (FAULTS, one bit each; 0: nothing wrong in what was captured) is
+every check a receiver makes of a RIP message that failed, not only the
+first: the verdict's, and those it makes of each route of a response (RFC
+2453 section 3.9.2, FRRouting ripd `rip_response_process`, ripngd
+`ripng_response_process`): a destination no router installs (IPv4 net 0
+but the default route, net 127, class D and E; IPv6 multicast, link-local,
+loopback) and, in RIPv2, address bits outside the mask; and a UDP length
+field other than the IP header's (the receiver's stack trims the datagram
+to the shorter length, or drops it). Each listed entry has the bits of its
+own faults in `rip_entry.fault`. A RIP port over the other IP version is no
+RIP message and has none.
 """
 from __future__ import annotations
 
@@ -45,6 +57,7 @@ from .table import (
     candidate_rows,
     message_bounds,
     service_port,
+    udp_length_differs,
     with_valid,
 )
 
@@ -89,6 +102,31 @@ VERDICTS = {
 }
 UNDECIDED = 0xFF              # the kernel's verdict before a check has failed
 
+# why a message is malformed (bits of `fault`, and of an entry's `fault` for the entry checks), worded as
+# Wireshark's expert information would
+F_EMPTY, F_ZERO_FILLED, F_LENGTH, F_COMMAND, F_VERSION, F_MBZ, F_AUTH, F_AFI, F_METRIC, F_PREFIX_LEN, \
+    F_DESTINATION, F_HOST_BITS, F_UDP_LENGTH = (1 << k for k in range(13))
+FAULTS = {
+    F_EMPTY: "empty payload",
+    F_ZERO_FILLED: "zero-filled payload",
+    F_LENGTH: "length is not a 4-byte header plus 1 to 25 20-byte entries",
+    F_COMMAND: "unknown command (neither request 1 nor response 2)",
+    F_VERSION: "unknown version",
+    F_MBZ: "must-be-zero field set",
+    F_AUTH: "authentication entry or trailer that does not match RFC 2453/2082/4822",
+    F_AFI: "entry with an address family other than IP",
+    F_METRIC: "route metric outside 1-16",
+    F_PREFIX_LEN: "route prefix length above 128",
+    F_DESTINATION: "route to a destination no router installs (net 0 but the default, 127, multicast, class E; "
+                   "IPv6 multicast, link-local, loopback)",
+    F_HOST_BITS: "route address with bits outside its mask",
+    F_UDP_LENGTH: "UDP length field differs from the IP length (the stack trims or drops the datagram)",
+}
+ENTRY_FAULTS = F_AFI | F_METRIC | F_PREFIX_LEN | F_DESTINATION | F_HOST_BITS
+# faults for which a receiver drops the whole message, not only an entry (FRRouting ripd rip_read: the
+# datagram's size, the version, the command, the authentication); the entry checks drop one route each
+WHOLE_MESSAGE_FAULTS = F_EMPTY | F_ZERO_FILLED | F_LENGTH | F_COMMAND | F_VERSION | F_AUTH | F_UDP_LENGTH
+
 # validity bits of rip
 B_HEADER = 1 << 0
 B_AUTH = 1 << 1
@@ -110,6 +148,8 @@ FIELDS = {
     "port": Field(np.uint16, 0, "the RIP port (520 or 521): the destination port if it is one, else the source port"),
     "length": Field(np.uint32, 0, "message length: the UDP payload per the IP header, bytes"),
     "verdict": Field(np.uint8, 0, "what a receiver's checks make of the message (VERDICTS; 0 well-formed)"),
+    "fault": Field(np.uint32, 0, "every check the message fails (FAULTS bits; 0: nothing wrong in what was "
+                                 "captured), its entries' included"),
     "command": Field(np.uint8, B_HEADER, "command (1 request, 2 response)"),
     "version": Field(np.uint8, B_HEADER, "version (RIP 1 or 2, RIPng 1)"),
     "mbz": Field(np.uint16, B_HEADER, "header bytes 2-3: zero in RIPv1 and RIPng, unused in RIPv2"),
@@ -138,11 +178,13 @@ ENTRY_FIELDS = {
     "next_hop_lo": Field(np.uint64, B_NEXT_HOP, "next hop, low half"),
     "metric": Field(np.uint32, B_METRIC, "metric as sent (1-15 reachable, 16 unreachable; RIPng next hop 0xFF)"),
     "next_hop_entry": Field(np.uint8, 0, "1 for a RIPng next-hop entry (metric 0xFF), which is no route"),
+    "fault": Field(np.uint16, 0, "the checks of a route entry it fails (FAULTS bits of ENTRY_FAULTS; 0 none)"),
 }
 ENTRIES = Child("rip_entry", ENTRY_FIELDS, MAX_ENTRIES, "the route entries of a RIP message")
 
 _ROW = Layout(with_valid(FIELDS)).row
 KIND, PORT, LENGTH, VERDICT, VALID_ROW = _ROW["kind"], _ROW["port"], _ROW["length"], _ROW["verdict"], _ROW["valid"]
+FAULT = _ROW["fault"]
 COMMAND, VERSION, MBZ, ENTRY_COUNT = _ROW["command"], _ROW["version"], _ROW["mbz"], _ROW["entries"]
 AUTH_TYPE, PASSWORD, PACKET_LENGTH = _ROW["auth_type"], _ROW["auth_password"], _ROW["auth_packet_length"]
 TRAILER_LENGTH, KEY_ID, DATA_LEN, SEQ = (_ROW["auth_trailer_length"], _ROW["auth_key_id"], _ROW["auth_data_len"],
@@ -153,6 +195,7 @@ AFI, TAG, PREFIX_HI, PREFIX_LO = _ENTRY_ROW["afi"], _ENTRY_ROW["route_tag"], _EN
 MASK, PREFIX_LEN, HOP_HI, HOP_LO = _ENTRY_ROW["mask"], _ENTRY_ROW["prefix_len"], _ENTRY_ROW["next_hop_hi"], \
     _ENTRY_ROW["next_hop_lo"]
 METRIC, HOP_ENTRY, ENTRY_VALID = _ENTRY_ROW["metric"], _ENTRY_ROW["next_hop_entry"], _ENTRY_ROW["valid"]
+ENTRY_FAULT = _ENTRY_ROW["fault"]
 
 
 # entry offsets: RIP (RFC 2453 section 4) and RIPng (RFC 2080 section 2.1)
@@ -221,6 +264,20 @@ def _rip_entry(b, at, version, slot, k8, k16, k32, k64):
 
 
 @njit(_nrt=False)
+def _unroutable_v4(address):
+    """An IPv4 destination no router installs: net 0 but the default route, net 127, class D and E."""
+    first = address >> 24
+    return first == 127 or (first == 0 and address != 0) or first >= 224
+
+
+@njit(_nrt=False)
+def _unroutable_v6(hi, lo):
+    """An IPv6 destination no router installs: multicast, link-local, the loopback address."""
+    return ((hi >> np.uint64(56)) == np.uint64(0xFF) or (hi & np.uint64(0xFFC0 << 48)) == np.uint64(0xFE80 << 48)
+            or (hi == np.uint64(0) and lo == np.uint64(1)))
+
+
+@njit(_nrt=False)
 def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, k64):
     """Parse one message b[s:end] (`length` bytes per the IP header); returns the entries it listed."""
     c8[KIND, i] = kind
@@ -229,16 +286,23 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
     avail = end - s
     valid = np.uint32(TRUNCATED) if avail < length else np.uint32(0)
     verdict = UNDECIDED
+    fault = 0
     if length == 0:
         verdict = EMPTY
+        fault = F_EMPTY
     elif _zero_filled(b, s, end):
         verdict = ZERO_FILLED
+        fault = F_ZERO_FILLED
     elif kind == KIND_WRONG_FAMILY:
         verdict = WRONG_FAMILY
+    # the checks below judge a message that is RIP at all: not empty, zero-filled or over the other IP version
+    judged = verdict == UNDECIDED
     ng = port == RIPNG_PORT
     # a RIPv2 message opening with an authentication entry (RFC 2453 section 4.1)
     auth = not ng and avail >= HEADER_BYTES + A_TYPE + 2 and u8(b, s + 1) == 2 and u16(b, s + HEADER_BYTES) == AFI_AUTH
     body = length
+    # where the entries end is known when the capture shows whether a cryptographic trailer follows them
+    body_known = ng or avail >= length or avail >= HEADER_BYTES + A_TYPE + 2
     if auth:
         a = s + HEADER_BYTES
         auth_type = u16(b, a + A_TYPE)
@@ -250,6 +314,7 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                 valid |= B_PASSWORD
         elif auth_type == AUTH_CRYPTO:
             if a + A_KEY_ID > end:
+                body_known = False
                 if verdict == UNDECIDED:
                     verdict = VALID       # cut by the snapshot length before the packet length field
             else:
@@ -257,8 +322,11 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                 c16[PACKET_LENGTH, i] = packet_length
                 c32[TRAILER_LENGTH, i] = length - packet_length if packet_length <= length else 0
                 valid |= B_PACKET_LENGTH
-                if verdict == UNDECIDED and not _trailer_fits(b, s, end, length, packet_length):
-                    verdict = BAD_AUTH
+                if not _trailer_fits(b, s, end, length, packet_length):
+                    if verdict == UNDECIDED:
+                        verdict = BAD_AUTH
+                    if judged:
+                        fault |= F_AUTH
                 if packet_length > length:
                     valid |= TRUNCATED    # the packet length runs past the message
                 else:
@@ -268,13 +336,20 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                     c8[DATA_LEN, i] = u8(b, a + A_DATA_LEN)
                     c32[SEQ, i] = u32(b, a + A_SEQ)
                     valid |= B_CRYPTO
-        elif verdict == UNDECIDED:
-            verdict = BAD_AUTH
-    if verdict == UNDECIDED and (body < HEADER_BYTES + ENTRY_BYTES or (body - HEADER_BYTES) % ENTRY_BYTES != 0):
-        verdict = BAD_LENGTH
+        else:
+            if verdict == UNDECIDED:
+                verdict = BAD_AUTH
+            if judged:
+                fault |= F_AUTH
+    if body < HEADER_BYTES + ENTRY_BYTES or (body - HEADER_BYTES) % ENTRY_BYTES != 0:
+        if verdict == UNDECIDED:
+            verdict = BAD_LENGTH
+        if judged and body_known:
+            fault |= F_LENGTH
     if avail < HEADER_BYTES:
         c32[VALID_ROW, i] = valid
         c8[VERDICT, i] = VALID if verdict == UNDECIDED else verdict   # nothing captured left to judge
+        c32[FAULT, i] = fault
         return 0
     command = u8(b, s)
     version = u8(b, s + 1)
@@ -284,20 +359,39 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
     c16[MBZ, i] = u16(b, s + 2)
     c16[ENTRY_COUNT, i] = entries
     valid |= B_HEADER
-    if verdict == UNDECIDED and command != REQUEST and command != RESPONSE:
-        verdict = BAD_COMMAND
+    response = command == RESPONSE
+    if command != REQUEST and not response:
+        if verdict == UNDECIDED:
+            verdict = BAD_COMMAND
+        if judged:
+            fault |= F_COMMAND
     if ng:
-        if verdict == UNDECIDED and version != 1:
-            verdict = BAD_VERSION
-        if verdict == UNDECIDED and u16(b, s + 2) != 0:
-            verdict = NONZERO_MBZ
+        if version != 1:
+            if verdict == UNDECIDED:
+                verdict = BAD_VERSION
+            if judged:
+                fault |= F_VERSION
+        if u16(b, s + 2) != 0:
+            if verdict == UNDECIDED:
+                verdict = NONZERO_MBZ
+            if judged:
+                fault |= F_MBZ
     else:
-        if verdict == UNDECIDED and version != 1 and version != 2:
-            verdict = BAD_VERSION
-        if verdict == UNDECIDED and version == 1 and u16(b, s + 2) != 0:
-            verdict = NONZERO_MBZ
-        if verdict == UNDECIDED and entries > MAX_ENTRIES:
-            verdict = BAD_LENGTH
+        if version != 1 and version != 2:
+            if verdict == UNDECIDED:
+                verdict = BAD_VERSION
+            if judged:
+                fault |= F_VERSION
+        if version == 1 and u16(b, s + 2) != 0:
+            if verdict == UNDECIDED:
+                verdict = NONZERO_MBZ
+            if judged:
+                fault |= F_MBZ
+        if entries > MAX_ENTRIES:
+            if verdict == UNDECIDED:
+                verdict = BAD_LENGTH
+            if judged:
+                fault |= F_LENGTH
     routes = entries - 1 if auth else entries
     listed = 0
     hop_hi = np.uint64(0)
@@ -315,6 +409,7 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                 break
         slot = i * MAX_ENTRIES + listed
         keep = listed < MAX_ENTRIES
+        entry_fault = 0
         if ng:
             plen = u8(b, at + E6_PREFIX_LEN)
             metric = u8(b, at + E6_METRIC)
@@ -330,16 +425,25 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                     k32[ENTRY_VALID, slot] = B_NEXT_HOP | B_METRIC
                     listed += 1
                 continue
-            if verdict == UNDECIDED and plen > MAX_PREFIX_LEN_V6:
-                verdict = BAD_PREFIX_LEN
-            if verdict == UNDECIDED and command == RESPONSE and (metric < 1 or metric > INFINITY):
-                verdict = BAD_METRIC
+            prefix_hi = be64(b, at)
+            prefix_lo = be64(b, at + 8)
+            if plen > MAX_PREFIX_LEN_V6:
+                entry_fault |= F_PREFIX_LEN
+                if verdict == UNDECIDED:
+                    verdict = BAD_PREFIX_LEN
+            if response and (metric < 1 or metric > INFINITY):
+                entry_fault |= F_METRIC
+                if verdict == UNDECIDED:
+                    verdict = BAD_METRIC
+            if response and _unroutable_v6(prefix_hi, prefix_lo):
+                entry_fault |= F_DESTINATION
             if keep:
-                k64[PREFIX_HI, slot] = be64(b, at)
-                k64[PREFIX_LO, slot] = be64(b, at + 8)
+                k64[PREFIX_HI, slot] = prefix_hi
+                k64[PREFIX_LO, slot] = prefix_lo
                 k16[TAG, slot] = u16(b, at + E6_TAG)
                 k8[PREFIX_LEN, slot] = plen
                 k32[METRIC, slot] = metric
+                k16[ENTRY_FAULT, slot] = entry_fault
                 entry_valid = np.uint32(B_PREFIX | B_TAG | B_PREFIX_LEN | B_METRIC)
                 if has_hop:
                     k64[HOP_HI, slot] = hop_hi
@@ -347,22 +451,42 @@ def _message(b, s, end, length, kind, port, i, c8, c16, c32, c64, k8, k16, k32, 
                     entry_valid |= B_NEXT_HOP
                 k32[ENTRY_VALID, slot] = entry_valid
                 listed += 1
+            if judged:
+                fault |= entry_fault
             continue
         afi = u16(b, at)
         metric = u32(b, at + E_METRIC)
+        whole_table = command == REQUEST and routes == 1 and afi == AFI_UNSPECIFIED and metric == INFINITY
+        if afi != AFI_IP and not whole_table:
+            entry_fault |= F_AFI
+            if verdict == UNDECIDED:
+                verdict = BAD_AFI
+        if version == 1:
+            if u16(b, at + E_TAG) != 0 or u32(b, at + E_MASK) != 0 or u32(b, at + E_NEXT_HOP) != 0:
+                if verdict == UNDECIDED:
+                    verdict = NONZERO_MBZ
+                if judged:
+                    fault |= F_MBZ
+        if response and (metric < 1 or metric > INFINITY):
+            entry_fault |= F_METRIC
+            if verdict == UNDECIDED:
+                verdict = BAD_METRIC
+        if response and afi == AFI_IP:
+            address = u32(b, at + E_ADDRESS)
+            if _unroutable_v4(address):
+                entry_fault |= F_DESTINATION
+            mask = u32(b, at + E_MASK)
+            if version == 2 and mask != 0 and (address & ~mask & 0xFFFFFFFF) != 0:
+                entry_fault |= F_HOST_BITS
         if keep:
             _rip_entry(b, at, version, slot, k8, k16, k32, k64)
+            k16[ENTRY_FAULT, slot] = entry_fault
             listed += 1
-        whole_table = command == REQUEST and routes == 1 and afi == AFI_UNSPECIFIED and metric == INFINITY
-        if verdict == UNDECIDED and afi != AFI_IP and not whole_table:
-            verdict = BAD_AFI
-        if verdict == UNDECIDED and version == 1:
-            if u16(b, at + E_TAG) != 0 or u32(b, at + E_MASK) != 0 or u32(b, at + E_NEXT_HOP) != 0:
-                verdict = NONZERO_MBZ
-        if verdict == UNDECIDED and command == RESPONSE and (metric < 1 or metric > INFINITY):
-            verdict = BAD_METRIC
+        if judged:
+            fault |= entry_fault
     c8[VERDICT, i] = VALID if verdict == UNDECIDED else verdict
     c32[VALID_ROW, i] = valid
+    c32[FAULT, i] = fault
     return listed
 
 
@@ -390,6 +514,8 @@ def _parse(batch, rows, groups, child_groups, counts) -> None:
                     np.where(~v6 & (port == RIP_PORT), KIND_RIP, KIND_WRONG_FAMILY)).astype(np.uint8)
     parse_rip(np.ascontiguousarray(batch.data, dtype=np.uint8), start, end, claimed, kind, port,
               *groups, *child_groups[ENTRIES.name], counts[ENTRIES.name])
+    fault = Layout(with_valid(FIELDS)).columns(groups)["fault"]
+    fault |= np.where(udp_length_differs(batch, rows) & (kind != KIND_WRONG_FAMILY), F_UDP_LENGTH, 0).astype(np.uint32)
 
 
 SPEC = Spec("rip", __doc__.splitlines()[0], FIELDS, _candidates, _parse, (ENTRIES,))

@@ -177,6 +177,26 @@ def service_port(batch: PacketBatch, ports, rows: np.ndarray | None = None) -> n
     return np.where(np.isin(dport, ports), dport, np.where(np.isin(sport, ports), sport, 0)).astype(np.uint16)
 
 
+UDP_LENGTH_FIELD = 4              # RFC 768: source port, destination port, length, checksum
+UDP_HEADER_BYTES = 8
+JUMBO_UDP_LENGTH = 0              # RFC 2675 section 4: a jumbogram's UDP length field is 0
+
+
+def udp_length_differs(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """Which UDP datagrams of `rows` (their UDP header decoded) have a UDP length field other than the length
+    their IP header gives them (a receiver's stack trims the datagram to the shorter or drops it: malformed).
+    A row without a decoded payload, or a jumbogram, is not judged."""
+    layers = batch["layers"][rows]
+    udp = (layers & np.uint32(L_UDP | L_PAYLOAD)) == np.uint32(L_UDP | L_PAYLOAD)
+    at = batch["offset"][rows] + batch["l4_off"][rows].astype(np.int64) + UDP_LENGTH_FIELD
+    data = batch.data
+    at = np.where(udp, at, 0)
+    field = (data[at].astype(np.int64) << 8) | data[at + 1].astype(np.int64)
+    said = batch["payload_len"][rows].astype(np.int64) + UDP_HEADER_BYTES
+    jumbo = (field == JUMBO_UDP_LENGTH) & (said > 0xFFFF)
+    return udp & ~jumbo & (field != said)
+
+
 def message_bounds(batch: PacketBatch, rows: np.ndarray, start_column: str) -> tuple[np.ndarray, np.ndarray,
                                                                                         np.ndarray]:
     """(start, captured end, claimed end) of each candidate's message as offsets into the batch's buffer.
