@@ -254,6 +254,10 @@ def declarations(rule_id: str) -> Declarations:
             continue
         assigned = {target.id: statement.value for statement in node.body if isinstance(statement, ast.Assign)
                     for target in statement.targets if isinstance(target, ast.Name)}
+        # `NAME: ClassVar[...] = value` declares as well
+        assigned |= {statement.target.id: statement.value for statement in node.body
+                     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                     and statement.value is not None}
         serves = assigned.get("rule_id")
         if isinstance(serves, ast.Constant) and serves.value == rule_id:
             params = _declared_value(assigned["PARAMS"], source) if "PARAMS" in assigned else {}

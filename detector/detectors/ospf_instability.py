@@ -243,6 +243,8 @@ NO_INTERVAL = np.iinfo(np.int64).max
 @register
 class OspfInstability(Detector):
     rule_id = "ospf-instability"
+    # what its findings rest on beyond what it saw (detect.confidence): Hellos that stopped, what they list, when
+    QUALITY_NEEDS = frozenset({"absence", "payload", "timing"})
     APP_TABLES = ("ospf",)
     PARAMS = {
         "storm_pps": Param(int, 100, "OSPF packets per second from one router above which a second is part of a "

@@ -172,6 +172,8 @@ def prefix_text(hi: int, lo: int, plen: int) -> str:
 @register
 class RipAnnounce(Detector):
     rule_id = "rip-announce"
+    # what its findings rest on beyond what it saw (detect.confidence): the routes its responses carry
+    QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("rip",)
     PARAMS = {
         "require_auth": Param(bool, False, "RIPv1 and RIPv2 responses must carry authentication (an RFC 2453 "

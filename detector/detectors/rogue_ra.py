@@ -198,6 +198,8 @@ def _flags_text(flags: int) -> str:
 @register
 class RogueRa(Detector):
     rule_id = "rogue-ra"
+    # what its findings rest on beyond what it saw (detect.confidence): what the advertisements say
+    QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("nd",)
     ALERTS = {
         "suppress_s": Param(float, 60.0, "least seconds between two events about one router", ALERT_SECONDS,
