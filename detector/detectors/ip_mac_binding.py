@@ -21,12 +21,16 @@ Per (address, MAC) that breaks the registry, one finding:
   ACK is captured on the server's link: its pair is held against the
   bindings of every VLAN;
 - a registered address used by another MAC: high when that MAC claims it
-  in ARP replies, gratuitous ARPs or Neighbor Advertisements while the
-  registered MAC is active too
-  (seen after the other's first use), or in unsolicited replies; medium
-  when the other MAC uses it (ARP requests, IP traffic) while the
-  registered MAC is active; low when the registered MAC left before the
-  other came or never appears: a replaced NIC or a stale registry;
+  in ARP replies, gratuitous ARPs or Neighbor Advertisements, medium when
+  it only uses it (ARP requests, IP traffic), whether the registered MAC
+  is active too (seen after the other's first use: two hosts on one
+  address), left before the other came, or never appears (a replaced NIC,
+  a stale registry, or a host that took an absent owner's address: the
+  message names them). The registry is the point of the rule, as it was
+  the point of seed 004's switches, which drop such frames whatever the
+  owner does (issue 27: the owner's absence made it low, and an
+  unregistered MAC probing, announcing and using a registered address
+  went by as low);
 - a registered MAC using an address not bound to it: medium (low for an
   address of a dynamic pool);
 - pairs of unregistered MACs with unregistered addresses outside the
@@ -286,23 +290,23 @@ class _Judgement:
                 problems.append(("high", f"was leased {ip}, registered to {owner_text}, by a DHCP server "
                                          f"({leases:,} ACK(s)): the server's configuration contradicts the registry, "
                                          f"or a rogue server answers"))
-            if claims and (active or unsolicited):
-                why = "while the registered MAC is active" if active else "with no owner in sight"
-                why += f", {unsolicited:,} replies unsolicited" if unsolicited else ""
+            # the registry is the point of the rule: a registered address claimed (ARP reply, gratuitous ARP,
+            # Neighbor Advertisement) by a MAC it does not bind is high, used (requests, traffic) medium, whether
+            # the owner is seen or not; what the owner did only changes the likely explanation
+            if active:
+                why = "while the registered MAC is active"
+            elif seen:
+                why = (f"after the registered MAC was last seen ({iso_time(max(seen))}): a replaced NIC or a "
+                       f"stale registry if it is the same host, a host that took an absent owner's address if not")
+            else:
+                why = ("while the registered MAC never appears in the capture: a stale registry, or a host that "
+                       "took an absent owner's address")
+            if claims:
+                unasked = f"{',' if active else ';'} {unsolicited:,} replies unsolicited" if unsolicited else ""
                 problems.append(("high", f"claims {ip}, registered to {owner_text}, in {protocol} ({how_text}) "
-                                         f"{why}"))
-            elif active and uses:
-                problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), while the "
-                                           f"registered MAC is active"))
+                                         f"{why}{unasked}"))
             elif uses:
-                if seen:
-                    gone = iso_time(max(seen))
-                    when = f"the registered MAC {owner_text} was last seen at {gone}, before {who} came"
-                else:
-                    when = f"the registered MAC {owner_text} never appears in the capture"
-                problems.append(("low", f"uses {ip} ({how_text}), registered to {owner_text}; {when}: a "
-                                        f"replaced NIC, a stale registry, or a host that took an absent owner's "
-                                        f"address"))
+                problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), {why}"))
         own = sorted(site.ips_for_mac(mac, vlan))
         if own:
             pool = bool(site.in_pool(ip))
