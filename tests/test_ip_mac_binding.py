@@ -173,6 +173,17 @@ def test_an_absent_owners_address_claimed_is_high_used_is_medium(tmp_path):
     assert f.severity == "medium" and "uses 10.9.0.11, registered to 02:00:00:00:00:0b" in f.msg
 
 
+@pytest.mark.parametrize("source, severity", [(A[0], "low"), ("02:00:00:00:00:1a", "high")])
+def test_a_corrupted_copy_of_the_owner_is_no_other_host(tmp_path, source, severity):
+    # A answers every 5 s; one reply names 02:00:00:00:00:1a (one bit from A): from A's own Ethernet source it is
+    # A's frame with a bit error, from its own source another host
+    packets = [(5.0 * k, reply(A, C)) for k in range(12)] + [(12.5, Ether(src=source, dst=C[0]) / ARP(
+        op=2, hwsrc="02:00:00:00:00:1a", psrc=A[1], hwdst=C[0], pdst=C[1]))]
+    (f,) = run(capture(tmp_path, packets)).values()
+    assert f.severity == severity and f.identifier == f"{A[1]} 02:00:00:00:00:1a"
+    assert ("likely corrupted copies of 02:00:00:00:00:0a, not other hosts" in f.msg) is (severity == "low")
+
+
 @pytest.mark.parametrize("address, severity", [("10.9.0.50", "medium"), ("10.9.0.150", "low")])
 def test_a_registered_mac_using_another_address(tmp_path, address, severity):
     (f,) = run(capture(tmp_path, [(0.0, request((A[0], address), C[1]))])).values()

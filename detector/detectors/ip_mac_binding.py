@@ -33,6 +33,11 @@ Per (address, MAC) that breaks the registry, one finding:
   went by as low);
 - a registered MAC using an address not bound to it: medium (low for an
   address of a dynamic pool);
+- a claimant that is a corrupted copy of another claimant of the address
+  (neighbors.corrupted_copies: a MAC 1 to 3 bits from it, in a handful of
+  frames, each damaged besides): low, named as a damaged frame, not a host
+  (issue 27: a damaged capture's copies of the owner's MAC are no breach
+  of the registry; its switches never saw them);
 - pairs of unregistered MACs with unregistered addresses outside the
   dynamic pools: one low finding per link, listing them.
 
@@ -213,6 +218,7 @@ class _Judgement:
             self.local = self.ip_registered | self.in_pool | in_arp
         self.virtual = nb.virtual_router_mac(r["mac"])
         self.router = self._routers()
+        self.copies = self._copies()
         # when each MAC was last seen on its link, whatever it did
         self.last_seen: dict[tuple[int, int], int] = {}
         for link, mac, last in zip(r["link"].tolist(), r["mac"].tolist(), r["last_ns"].tolist()):
@@ -238,6 +244,31 @@ class _Judgement:
                 offnet.add(g)
         routers = {g for g, n in counts.items() if n >= self.detector.params["router_min_sources"]} | offnet
         return np.isin(group, np.array(sorted(routers), dtype=np.uint64))
+
+    def _copies(self) -> dict[tuple[int, int, int, int], nb.Copy]:
+        """(link, address halves, MAC) of the ARP claimants that are corrupted copies of another claimant of the
+        address (neighbors.corrupted_copies): frames with bit errors, which no switch enforcing the registry
+        ever saw."""
+        r = self.rows
+        arp = np.flatnonzero(np.isin(r["how"], nb.NEIGHBOR_KINDS))
+        if len(arp) == 0:
+            return {}
+        address = mix64(r["link"][arp], r["ip_hi"][arp], r["ip_lo"][arp])
+        pairs = np.unique(np.stack([address, r["mac"][arp]]), axis=1)
+        keys, macs = np.unique(pairs[0], return_counts=True)
+        contested = np.isin(address, keys[macs >= 2])
+        claimants: dict[int, dict[int, list[int]]] = {}
+        for key, i in zip(address[contested].tolist(), arp[contested].tolist()):
+            claimants.setdefault(key, {}).setdefault(int(r["mac"][i]), []).append(i)
+        out = {}
+        for macs_of in claimants.values():
+            copies = nb.corrupted_copies({mac: nb.Claimant(int(r["count"][i].sum()), int(r["damaged"][i].sum()),
+                                                           int(np.bitwise_or.reduce(r["damage"][i])))
+                                          for mac, i in macs_of.items()})
+            for mac, copy in copies.items():
+                i = macs_of[mac][0]
+                out[(int(r["link"][i]), int(r["ip_hi"][i]), int(r["ip_lo"][i]), mac)] = copy
+        return out
 
     def findings(self) -> list[Finding]:
         r = self.rows
@@ -279,7 +310,11 @@ class _Judgement:
         owners = sorted(site.macs_for_ip(ip, vlan))
         problems: list[tuple[str, str]] = []
         notes: list[str] = []
-        if owners:
+        copy = self.copies.get((link, hi, lo, mac))
+        if copy is not None:
+            # low confidence (the model's rule basis once it lands): a damaged frame, not a host on the address
+            problems.append(("low", f"claims {ip} only in {nb.copies_text([copy])}"))
+        elif owners:
             owner_text = ", ".join(mac_to_str(o) for o in owners)
             seen = [self.last_seen[(link, o)] for o in owners if (link, o) in self.last_seen]
             active = any(t >= first for t in seen)
@@ -308,7 +343,7 @@ class _Judgement:
             elif uses:
                 problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), {why}"))
         own = sorted(site.ips_for_mac(mac, vlan))
-        if own:
+        if own and copy is None:
             pool = bool(site.in_pool(ip))
             if not owners and leases and not pool:
                 problems.append(("high", f"was leased {ip} by a DHCP server ({leases:,} ACK(s)), while the "
