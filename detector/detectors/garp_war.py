@@ -739,11 +739,13 @@ def _sequence(claims: dict, runs: np.ndarray) -> dict:
     """The runs `runs` of one address (in time order) with consecutive runs of one MAC joined: MAC, first and last
     time, first frame of each."""
     macs = claims["mac"][runs]
-    starts = np.flatnonzero(np.concatenate(([True], macs[1:] != macs[:-1]))) if len(runs) else np.zeros(0, int)
-    ends = np.append(starts[1:], len(runs)) - 1
+    if len(runs) == 0:
+        return {"mac": macs, "first_ns": claims["first_ns"][runs], "last_ns": claims["last_ns"][runs],
+                "first_frame": claims["first_frame"][runs]}
+    starts = np.flatnonzero(np.concatenate(([True], macs[1:] != macs[:-1])))
     return {"mac": macs[starts], "first_ns": claims["first_ns"][runs][starts],
-            "last_ns": np.maximum.reduceat(claims["last_ns"][runs], starts) if len(runs) else np.zeros(0, np.int64),
-            "first_frame": claims["first_frame"][runs][starts], "end": ends}
+            "last_ns": np.maximum.reduceat(claims["last_ns"][runs], starts),
+            "first_frame": claims["first_frame"][runs][starts]}
 
 
 def _concat(a: dict, b: dict) -> dict:
