@@ -12,8 +12,10 @@ campus.ethers, and each capture comes with the campus site file
   gateway from 60 s on, telling each every 2 s, unasked, that the other's
   address is at her MAC, and relays their traffic (TTL one lower); Alice
   and the gateway keep telling the truth in their own ARP requests;
-- near-misses: Carol's NIC replaced (arp-campus-nic-change: her address at
-  a new MAC from 180 s, the old one gone: one change); a VRRP failover on
+- Carol's NIC replaced (arp-campus-nic-change: her address at a new MAC
+  from 180 s, the old one gone: one change among the hosts, but a pair
+  the registry does not hold, which its switches would drop);
+- near-misses: a VRRP failover on
   VLAN 30 (the virtual MAC moves from one router to the other, the address
   stays with it); a proxy-ARP gateway answering for another building's hosts
   with its own MAC (seed 004's own server ended up doing that: "enabled
@@ -194,11 +196,12 @@ def arp_campus_nic_change(out_dir: Path) -> dict:
         packets += _resolve(GATEWAY, new, 200.0 + 30 * k) + _resolve(new, PRINTER, 205.0 + 30 * k)
     count = write_capture(path, packets)
     return _entry(path, count,
-                  "near-miss: a registered host's NIC replaced: its address answers from a new MAC after the old "
-                  "one went quiet (one change, the registry stale)",
+                  "a registered host's NIC replaced: an unregistered MAC probes for, announces and uses a registered "
+                  "address after its owner went quiet: one change among the hosts (arp-spoof low), and what the "
+                  "registry's switches would drop (ip-mac-binding high, the stale registry named)",
                   [{"rule": "arp-spoof", "severity_at_least": "low"},
-                   {"rule": "ip-mac-binding", "severity_at_least": "low"}],
-                  [{"rule": "*", "severity_above": "low"}])
+                   {"rule": "ip-mac-binding", "severity_at_least": "high"}],
+                  [{"rule": "arp-spoof", "severity_above": "low"}, {"rule": "garp-war", "severity_above": "info"}])
 
 
 def _advert(router, priority, t):

@@ -332,6 +332,85 @@ def test_the_gateway_is_a_site_router(tmp_path):
     assert f.evidence["gateway_addresses"] == [C[1]] and "the gateway's address claimed" in f.msg
 
 
+# ---- issue 27: corrupted copies of a host, one spoofed ARP for the gateway ---------------------------------
+
+def test_corrupted_copies_of_the_gateway_are_low_and_named():
+    # 30 of the gateway's frames lost 1-3 bits of their sender MAC: "MACs" that claimed 10.71.0.1 at medium
+    found = run(CAPTURES / "arp-corrupted-many.pcapng")
+    assert {f.severity for f in found} == {"low"} and len(found) == 4
+    assert all(f.identifier.endswith(" corrupted copies") for f in found)
+    (gateway,) = [f for f in found if f.src_mac == "00:0c:29:20:a8:7f"]
+    assert gateway.src_ip == "10.71.0.1" and gateway.evidence["corrupted_copies_total"] == 29
+    assert all(1 <= c["bits"] <= 3 and c["frames"] <= 3 and c["copy_of"] == "00:0c:29:20:a8:7f" and c["damage"]
+               for c in gateway.evidence["corrupted_copies"])
+    assert "likely corrupted copies of 00:0c:29:20:a8:7f, not other hosts" in gateway.msg
+
+
+def test_one_corrupted_copy_is_named():
+    (f,) = run(CAPTURES / "arp-corrupted-one-copy.pcapng")
+    assert f.severity == "low" and f.src_mac == "00:0c:29:4b:10:0b" and f.n == 1
+    (copy,) = f.evidence["corrupted_copies"]
+    assert copy == {"mac": "00:0c:09:4b:30:0b", "copy_of": "00:0c:29:4b:10:0b", "bits": 2, "frames": 1,
+                    "damage": "Ethernet source a few bits from the ARP sender MAC, an unknown ARP hardware type"}
+
+
+def test_a_second_mac_one_bit_away_sending_clean_frames_is_a_host():
+    (f,) = run(CAPTURES / "arp-near-mac-conflict.pcapng")
+    assert f.severity == "medium" and f.src_mac == "00:1b:a9:33:02:15" and "corrupted" not in f.msg
+
+
+def _answers_with(copies) -> list:
+    """A answers C every 5 s for a minute; `copies` (time, sender MAC, Ethernet source) answer for A's address."""
+    return [(5.0 * k, reply(A, C)) for k in range(13)] + [(t, reply((mac, A[1]), C, src=src)) for t, mac, src in copies]
+
+
+@pytest.mark.parametrize("copies, corrupted", [
+    # one bit from A, from A's own Ethernet source: a damaged frame
+    ([(12.5, "02:00:00:00:00:1a", A[0])], True),
+    # the same MAC from a clean frame (its own source): a host, however close
+    ([(12.5, "02:00:00:00:00:1a", "02:00:00:00:00:1a")], False),
+    # three bits, three damaged frames; four bits or four frames make a host
+    ([(t, "02:00:00:00:00:7a", "03:00:00:00:00:0a") for t in (12.5, 22.5, 32.5)], True),
+    ([(12.5, "02:00:00:00:00:fa", "03:00:00:00:00:0a")], False),
+    ([(t, "02:00:00:00:00:7a", "03:00:00:00:00:0a") for t in (12.5, 22.5, 32.5, 42.5)], False),
+])
+def test_a_copy_is_a_few_bits_a_few_frames_all_damaged(tmp_path, copies, corrupted):
+    (f,) = run(capture(tmp_path, _answers_with(copies)))
+    assert ("likely corrupted copies of 02:00:00:00:00:0a" in f.msg) is corrupted
+    assert f.identifier.endswith(" corrupted copies") is corrupted
+    if not corrupted:
+        assert f.src_mac == copies[0][1] and "corrupted" not in f.msg
+
+
+def test_one_spoofed_arp_claiming_the_gateway_is_low():
+    # Cain & Abel once: a reply and a request claiming 10.71.0.1 from a MAC that ARPs with 10.71.0.66 elsewhere,
+    # 15 minutes after the gateway's own ARP, while the hosts' traffic reaches 10.71.0.1 at the gateway's MAC
+    (f,) = run(CAPTURES / "arp-cain-gateway.pcapng")
+    assert f.severity == "low" and f.src_mac == "00:13:ce:5a:71:66" and f.src_ip == "10.71.0.1" and f.n == 1
+    assert f.evidence["gateway_addresses"] == ["10.71.0.1"] and f.evidence["unsolicited_replies"] == 1
+    assert "held by 00:0c:29:20:a8:7f (16 packet(s) to 10.71.0.1 sent there; the link's traffic through it" in f.msg
+    assert "it claims 2 addresses (10.71.0.1, 10.71.0.66)" in f.msg
+
+
+@pytest.mark.parametrize("servers, to_the_address, found", [(8, True, True), (7, True, False), (8, False, True)])
+def test_an_address_claimed_against_the_traffic_only_counts_for_the_gateway(tmp_path, servers, to_the_address, found):
+    # A's address, claimed by the spoofer 15 minutes after A's last ARP, while B's traffic reaches `servers` off-net
+    # addresses through A (from 8 on, A is the gateway) until 990 s, and A's address itself (or not: then A's old ARP
+    # claim binds it)
+    from scapy.all import IP, UDP
+    packets = [(0.0, request(A, B[1])), (0.0004, reply(B, A))]
+    if to_the_address:
+        packets += [(10.0 * k, Ether(src=B[0], dst=A[0]) / IP(src=B[1], dst=A[1]) / UDP(sport=5353, dport=53))
+                    for k in range(100)]
+    packets += [(5.0 + 110 * k, Ether(src=B[0], dst=A[0]) / IP(src=B[1], dst=f"198.51.100.{k + 1}") / UDP(dport=443))
+                for k in range(servers)]
+    packets += [(900.0, reply((SPOOFER, A[1]), B))]
+    found_ = run(capture(tmp_path, packets))
+    assert bool(found_) is found
+    if found:
+        assert found_[0].severity == "low" and found_[0].evidence["gateway_addresses"] == [A[1]]
+
+
 # ---- state: merging partitions, bounds, damaged input --------------------------------------------------
 
 def _detector():
@@ -343,6 +422,12 @@ def test_two_halves_merged_give_one_pass():
     # partitions in time order: the same conflicts, the change at the border counted once
     assert [f["severity"] for f in merged] == [f["severity"] for f in one] == ["high"]
     assert merged[0]["evidence"]["conflicts"] == one[0]["evidence"]["conflicts"]
+
+
+@pytest.mark.parametrize("name", ["arp-corrupted-many.pcapng", "arp-cain-gateway.pcapng"])
+def test_copies_and_the_gateways_traffic_merged_give_one_pass(name):
+    one, merged = one_pass_and_halves(CAPTURES / name, _detector, later_first=False)
+    assert one and merged == one
 
 
 def test_two_halves_of_neighbor_discovery_merged_give_one_pass(tmp_path):

@@ -79,6 +79,80 @@ def test_one_vrrp_transitions_5_plus_5_garps_are_not_a_burst(name):
     assert run(CAPTURES / name) == []
 
 
+# ---- issue 27: corrupted copies, VRRP and CARP transitions announcing themselves ----------------------
+
+def test_corrupted_copies_are_low_and_named():
+    found = {f.identifier: f for f in run(CAPTURES / "arp-corrupted-many.pcapng")}
+    assert set(found) == {"10.71.0.1", "10.71.0.11", "10.71.0.12", "10.71.0.13"}
+    assert {f.severity for f in found.values()} == {"low"}
+    gateway = found["10.71.0.1"]
+    # as they are, the copies make a fight: 15 changes of claimant within a minute, 30 "MACs"
+    assert gateway.evidence["max_changes_per_minute"] == 15 and len(gateway.evidence["macs"]) == 30
+    assert gateway.evidence["corrupted_copies_total"] == 29
+    assert "likely corrupted copies of 00:0c:29:20:a8:7f, not other hosts" in gateway.msg
+
+
+def test_one_corrupted_copy_is_low():
+    (f,) = run(CAPTURES / "arp-corrupted-one-copy.pcapng")
+    assert f.severity == "low" and f.identifier == "10.71.0.11" and f.evidence["flip_flops"] == 1
+    assert [c["mac"] for c in f.evidence["corrupted_copies"]] == ["00:0c:09:4b:30:0b"]
+
+
+def test_a_second_mac_one_bit_away_sending_clean_frames_keeps_its_flip_flop():
+    (f,) = run(CAPTURES / "arp-near-mac-conflict.pcapng")
+    assert f.severity == "medium" and f.evidence["flip_flops"] == 2 and "corrupted" not in f.msg
+
+
+@pytest.mark.parametrize("name, flip_flops", [("vrrp-keepalived-vmac.pcapng", 0),
+                                              ("vrrp-keepalived-own-macs.pcapng", 1)])
+def test_keepalived_start_up_failover_and_preemption_announce_themselves(name, flip_flops):
+    found = {f.identifier: f for f in run(CAPTURES / name)}
+    assert set(found) == {"10.72.0.100", "10.72.0.101"} and {f.severity for f in found.values()} == {"info"}
+    f = found["10.72.0.100"]
+    assert f.evidence["garps_in_60s"] == 40 and f.evidence["flip_flops"] == flip_flops
+    assert [(t["master"], t["from"]) for t in f.evidence["transitions_announced"]] == [
+        ("10.72.0.2", "2026-01-01T00:00:03.414062Z"), ("10.72.0.3", "2026-01-01T00:00:33.019375Z"),
+        ("10.72.0.2", "2026-01-01T00:00:53.414062Z")]
+    assert "transitions announcing themselves, not a fight" in f.msg and "byte-identical" not in f.msg
+
+
+def test_garps_without_a_transition_stay_a_burst():
+    found = run(CAPTURES / "vrrp-garp-without-transition.pcapng")
+    assert [f.severity for f in found] == ["medium", "medium"]
+    assert found[0].evidence["garps_in_60s"] == 15
+    assert "10 GARP(s) announcing VRRP/CARP transitions (VRRP VRID 72: 10.72.0.2" in found[0].msg
+
+
+def _vrrp(source, priority, vrid=7):
+    from scapy.layers.inet import IP as IPv4
+    from scapy.layers.vrrp import VRRP
+    return (Ether(src=f"00:00:5e:00:01:{vrid:02x}", dst="01:00:5e:00:00:12")
+            / IPv4(src=source, dst="224.0.0.18", ttl=255, proto=112)
+            / VRRP(vrid=vrid, priority=priority, addrlist=[IP], adv=1))
+
+
+@pytest.mark.parametrize("sender, first_s, severity", [
+    ("00:00:5e:00:01:07", 0.5, "info"),         # the virtual MAC, right after the master's first advertisement
+    (A, 0.5, "medium"),                         # another MAC: not the transition's
+    ("00:00:5e:00:01:07", 20.0, "medium"),      # the virtual MAC, but long after the transition
+    ("00:00:5e:00:01:08", 0.5, "medium"),       # another virtual router's MAC
+])
+def test_garps_announce_a_transition_from_its_macs_within_its_window(tmp_path, sender, first_s, severity):
+    packets = [(float(k), _vrrp("10.61.0.2", 200)) for k in range(60)]
+    packets += [(first_s + 0.01 * k, garp(sender)) for k in range(11)]
+    (f,) = run(capture(tmp_path, packets))
+    assert f.severity == severity
+
+
+def test_two_speakers_at_once_announce_nothing(tmp_path):
+    # a second master from 10 s on, both advertising: its GARPs are a fight's
+    packets = [(float(k), _vrrp("10.61.0.2", 200)) for k in range(60)]
+    packets += [(10.0 + k, _vrrp("10.61.0.3", 100)) for k in range(50)]
+    packets += [(10.5 + 0.01 * k, garp("00:00:5e:00:01:07")) for k in range(11)]
+    (f,) = run(capture(tmp_path, packets))
+    assert f.severity == "medium" and "transitions_announced" not in f.evidence
+
+
 # ---- thresholds, each with its neighbour -------------------------------------------------------------
 
 @pytest.mark.parametrize("garps, severity", [(10, None), (11, "medium")])
@@ -184,7 +258,8 @@ def _storm(tmp_path) -> Path:
     return capture(tmp_path, [(0.01 + k * 0.002, request(A, "10.61.0.1", f"10.61.1.{k}")) for k in range(31)])
 
 
-@pytest.mark.parametrize("name", ["arp-flip-flop.pcapng", "vrrp-dual-master-garp.pcapng", "storm"])
+@pytest.mark.parametrize("name", ["arp-flip-flop.pcapng", "vrrp-dual-master-garp.pcapng", "storm",
+                                  "arp-corrupted-many.pcapng", "vrrp-keepalived-own-macs.pcapng"])
 def test_two_halves_merged_give_one_pass(tmp_path, name):
     one, merged = one_pass_and_halves(_storm(tmp_path) if name == "storm" else CAPTURES / name, _detector)
     assert one and merged == one

@@ -50,6 +50,26 @@ the O flag (proxies, anycast) change no cached address and no claim.
 An IP claimed by a virtual router MAC (VRRP, HSRP, GLBP) stays with that
 MAC when the routers fail over, and a proxy-ARP router claims many
 addresses that nobody else claims on the link: neither is a conflict.
+
+Two more readings (issue 27):
+
+- the gateway's address is bound by the link's traffic too: a MAC that
+  carries traffic to gateway_min_destinations off-net addresses and to
+  which packets for an address of the link are sent (or which claims that
+  address in ARP, at any time of the capture) holds it. An ARP claim of
+  that address by another MAC, within conflict_window_s of those packets,
+  is a change even when the gateway last spoke ARP long before: one
+  spoofed reply and request claiming the gateway (Cain & Abel's way),
+  which ARP alone saw as no conflict, is low;
+- corrupted copies are no claimants (neighbors.corrupted_copies): a
+  "MAC" a bit or three from another claimant of the address, in a handful
+  of frames, each damaged in another way besides, is that claimant's frame
+  with bit errors, which a real network drops at the FCS check. An address
+  only copies contradict is one low finding per original MAC, saying so
+  (a judgement of confidence: the confidence model's rule basis once it
+  lands); where two hosts remain, they are judged without the copies (the
+  changes the copies made, one each and one for the return after it,
+  taken off).
 """
 from __future__ import annotations
 
@@ -135,13 +155,19 @@ class _Conflicts:
         self.destinations = {name: col[~arp & (rows["how"] == nb.IP_DESTINATION)] for name, col in rows.items()}
 
     def findings(self) -> list[Finding]:
-        r = self.rows
-        if len(r["key"]) == 0:
+        if len(self.rows["key"]) == 0:
             return []
+        self.gateway_macs = self._gateway_macs()
+        self.bound = self._gateway_bindings()
+        r = self.rows
         ip_key = mix64(r["link"], r["ip_hi"], r["ip_lo"])
         changes: dict[int, int] = {}
         for key, count in zip(ip_key.tolist(), r["changes"].tolist()):
             changes[key] = changes.get(key, 0) + count
+        # the gateway's address claimed in ARP by a MAC other than the one the link's traffic reaches it at is a
+        # change too, however long ago the gateway last spoke ARP
+        for key in self.bound:
+            changes[key] = max(changes.get(key, 0), 1)
         conflicted = {key for key, count in changes.items() if count}
         if not conflicted:
             return []
@@ -149,6 +175,29 @@ class _Conflicts:
         claimants: dict[int, dict[int, list[int]]] = {}
         for i in np.flatnonzero(np.isin(ip_key, np.array(sorted(conflicted), dtype=np.uint64))).tolist():
             claimants.setdefault(int(ip_key[i]), {}).setdefault(int(r["mac"][i]), []).append(i)
+        # corrupted copies of a claimant are no claimants: an address they alone contradict is reported as what it
+        # is (per original MAC), the others are judged without them
+        self.copies: dict[int, list[nb.Copy]] = {}
+        self.corrupted: dict[int, dict[int, list[int]]] = {}
+        corrupted: dict[tuple[int, int], list[int]] = {}
+        for key, macs in list(claimants.items()):
+            copies = nb.corrupted_copies({mac: nb.Claimant(int(r["count"][index].sum()), int(r["damaged"][index].sum()),
+                                                           int(np.bitwise_or.reduce(r["damage"][index])))
+                                          for mac, index in macs.items()})
+            if not copies:
+                continue
+            self.copies[key] = sorted(copies.values(), key=lambda c: int(r["first_ns"][macs[c.mac]].min()))
+            hosts = {mac: index for mac, index in macs.items() if mac not in copies}
+            if len(hosts) >= 2:
+                claimants[key] = hosts
+                # each copy's claim was a change, and so was the return to the host after it
+                copy_frames = sum(c.frames for c in copies.values())
+                changes[key] = max(1, int(r["changes"][[i for index in hosts.values() for i in index]].sum())
+                                   - copy_frames)
+            else:
+                self.corrupted[key] = claimants.pop(key)
+                link = int(r["link"][next(iter(macs.values()))[0]])
+                corrupted.setdefault((link, next(iter(hosts))), []).append(key)
         sender = np.isin(r["how"], nb.SENDERS)
         # how many conflicted addresses each MAC (on its link) sends claims for
         contradicts: dict[tuple[int, int], int] = {}
@@ -171,8 +220,49 @@ class _Conflicts:
             suspect = max(macs, key=rank)
             suspects.setdefault((link, suspect), []).append(key)
         self.claimants, self.changes, self.sender = claimants, changes, sender
-        self.gateway_macs = self._gateway_macs()
-        return [self._finding(link, mac, keys) for (link, mac), keys in suspects.items()]
+        return ([self._finding(link, mac, keys) for (link, mac), keys in suspects.items()]
+                + [self._corrupted_finding(link, mac, keys) for (link, mac), keys in corrupted.items()])
+
+    def _gateway_bindings(self) -> dict[int, dict]:
+        """The gateway's addresses claimed in ARP by a MAC the link's traffic does not reach them at: address key ->
+        {"macs": the gateway's MACs for it, "rows": the rows of packets sent to it at them (added to self.rows),
+        "active": (first, last) time of the gateway's traffic}.
+
+        A gateway MAC (see _gateway_macs) holds an address of the link (one claimed in ARP there) when packets
+        are sent to that address at it, or when it claims the address in ARP, at any time of the capture; a claim
+        of the address by another unicast MAC that is no virtual router's, while the gateway carries traffic (within
+        conflict_window_s of its packets), contradicts it."""
+        r, d = self.rows, self.destinations
+        if not self.gateway_macs or len(d["key"]) == 0:
+            return {}
+        window = int(self.params["conflict_window_s"] * NS)
+        pairs = sorted(self.gateway_macs)
+        gateway = mix64(np.array([link for link, _ in pairs], dtype=np.uint32),
+                        np.array([mac for _, mac in pairs], dtype=np.uint64))
+        through = np.isin(mix64(d["link"], d["mac"]), gateway)
+        on_link = np.unique(mix64(r["link"], r["ip_hi"], r["ip_lo"]))
+        d_key = mix64(d["link"], d["ip_hi"], d["ip_lo"])
+        ip_key = mix64(r["link"], r["ip_hi"], r["ip_lo"])
+        to_gateway = through & np.isin(d_key, on_link) & ~nb.virtual_router_mac(d["mac"])
+        held = np.isin(mix64(r["link"], r["mac"]), gateway) & ~nb.virtual_router_mac(r["mac"])
+        claims = np.isin(r["how"], nb.SENDERS) & ~nb.virtual_router_mac(r["mac"])
+        out: dict[int, dict] = {}
+        extra: list[int] = []
+        for key in np.unique(np.concatenate([d_key[to_gateway], ip_key[held]])).tolist():
+            mine = np.flatnonzero(to_gateway & (d_key == key))
+            macs = sorted(set(d["mac"][mine].tolist()) | set(r["mac"][held & (ip_key == key)].tolist()))
+            active = through & np.isin(d["mac"], np.array(macs, dtype=np.uint64))
+            first, last = int(d["first_ns"][active].min()) - window, int(d["last_ns"][active].max()) + window
+            foreign = (claims & (ip_key == key) & ~np.isin(r["mac"], np.array(macs, dtype=np.uint64))
+                       & (r["last_ns"] >= first) & (r["first_ns"] <= last))
+            if foreign.any():
+                start = len(r["key"]) + len(extra)
+                extra += mine.tolist()
+                out[key] = {"macs": macs, "rows": list(range(start, start + len(mine))),
+                            "active": (first + window, last - window)}
+        if extra:
+            self.rows = {name: np.concatenate([col, d[name][extra]]) for name, col in r.items()}
+        return out
 
     def _gateway_macs(self) -> set[tuple[int, int]]:
         """(link, MAC) of the MACs that carry traffic to gateway_min_destinations off-net addresses or more.
@@ -206,8 +296,8 @@ class _Conflicts:
                 (link, other) in self.gateway_macs for other in others)
             addresses.append({"key": key, "ip": ip, "changes": self.changes[key], "others": others,
                               "mine": macs[mac], "all": [i for index in macs.values() for i in index],
-                              "gateway": bool(gateway),
-                              "claims": bool(sender[macs[mac]].any())})
+                              "gateway": bool(gateway), "bound": self.bound.get(key),
+                              "copies": self.copies.get(key, []), "claims": bool(sender[macs[mac]].any())})
         # the man in the middle: two or more addresses it claims, each contradicted back and forth, by
         # different owners, with claims nobody asked for
         fought = [a for a in addresses if a["claims"] and a["changes"] >= 2]
@@ -248,7 +338,9 @@ class _Conflicts:
             listing += f"; +{len(addresses) - LISTED} more"
             handed += f", +{len(addresses) - LISTED} more"
         every = np.array([i for a in addresses for i in a["all"]])
-        t0, t1 = int(r["first_ns"][every].min()), int(r["last_ns"][every].max())
+        # the finding's time is its claims'; the packets that bind the gateway's address are evidence too
+        claims = every[r["how"][every] != nb.IP_DESTINATION]
+        t0, t1 = int(r["first_ns"][claims].min()), int(r["last_ns"][claims].max())
         span = (t1 - t0) / NS
         if mitm:
             lead = (f"{who}{where} claims {len(fought)} addresses that other MACs hold, each back and forth "
@@ -259,6 +351,11 @@ class _Conflicts:
         elif severity == "medium":
             lead = (f"{who}{where} and another MAC claim the same address, the claims changing hands {most:,} "
                     f"times ({listing}): a repeated conflict, spoofing or two hosts configured with one address")
+        elif any(a["bound"] for a in addresses):
+            a = next(a for a in addresses if a["bound"])
+            lead = (f"{who}{where} claims {a['ip']} in ARP, the gateway's address, held by {self._bound_text(a)}: a "
+                    f"poisoning attempt (one, as Cain & Abel starts) unless the gateway was replaced or failed over "
+                    f"to this MAC")
         else:
             lead = (f"{who}{where} took over {handed} ({total} change(s)): a replaced NIC, a failover or an "
                     f"address handed to another host, unless it repeats")
@@ -280,6 +377,11 @@ class _Conflicts:
                          f"{'link-layer address option' if v6 else 'ARP sender MAC'}")
         if not any(a["claims"] for a in addresses):
             signs.append(f"it sent no {'' if v6 else 'ARP '}claim itself: only replies to it name it")
+        copies = [c for a in addresses for c in a["copies"]]
+        if copies:
+            signs.append(f"{len(copies):,} corrupted copies of the claimants set aside ("
+                         + "; ".join(nb.copies_text([c for c in copies if c.original == o])
+                                     for o in dict.fromkeys(c.original for c in copies)) + ")")
         msg = lead + f"; claims seen over {span:,.1f} s." + (f" Signs: {'; '.join(signs)}." if signs else "")
 
         frames = np.concatenate([r["first_frame"][every], r["last_frame"][every]])
@@ -291,6 +393,9 @@ class _Conflicts:
             "poisoned": [a["ip"] for a in poisoned],
             "evidence_frames": evidence_frames(np.unique(frames)),
         }
+        if copies:
+            evidence["corrupted_copies"] = [_copy_evidence(c) for c in copies[:IPS_IN_EVIDENCE]]
+            evidence["corrupted_copies_total"] = len(copies)
         vlan = nb.link_vlan(link)
         if vlan is not None:
             evidence["vlan"] = vlan
@@ -299,6 +404,50 @@ class _Conflicts:
         identifier = who if not link else f"{who}{where}"
         return self.detector.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1, n=total,
                                      src_mac=who, src_ip=addresses[0]["ip"], evidence=evidence)
+
+    def _bound_text(self, a: dict) -> str:
+        """Which MAC holds a gateway's address `a` by the link's traffic, and when it last claimed it in ARP."""
+        r, bound = self.rows, a["bound"]
+        rows = np.array(bound["rows"], dtype=np.int64)
+        own = np.array([i for mac in bound["macs"] for i in a["others"].get(mac, []) if r["how"][i] in nb.SENDERS],
+                       dtype=np.int64)
+        packets = int(r["count"][rows].sum()) if len(rows) else 0
+        facts = ([f"{packets:,} packet(s) to {a['ip']} sent there"] if packets else []) + [
+            f"the link's traffic through it from {iso_time(bound['active'][0])} to "
+            f"{iso_time(bound['active'][1])}",
+            f"its last ARP claim of it at {iso_time(int(r['last_ns'][own].max()))}" if len(own)
+            else "no ARP claim of it from there"]
+        return f"{', '.join(mac_to_str(m) for m in bound['macs'][:LISTED])} ({'; '.join(facts)})"
+
+    def _corrupted_finding(self, link: int, original: int, keys: list[int]) -> Finding:
+        """Addresses contradicted only by corrupted copies of their one host's MAC: a damaged capture, not a
+        conflict. Low: the judgement is about how sure the conflict is, and it is not (the confidence model's
+        rule basis, once it lands: nothing about these claims makes another host likely)."""
+        r = self.rows
+        copies = [c for key in keys for c in self.copies[key]]
+        rows = np.array([i for key in keys for index in self.corrupted[key].values() for i in index])
+        copy_rows = np.array([i for key in keys for c in self.copies[key] for i in self.corrupted[key][c.mac]])
+        ips = [ip_text(r["ip_hi"][self.corrupted[k][original][0]], r["ip_lo"][self.corrupted[k][original][0]])
+               for k in keys]
+        changes = sum(self.changes[k] for k in keys)
+        who, where = mac_to_str(original), nb.link_text(link)
+        t0, t1 = int(r["first_ns"][copy_rows].min()), int(r["last_ns"][copy_rows].max())
+        more = f" (+{len(ips) - LISTED} more)" if len(ips) > LISTED else ""
+        msg = (f"ARP for {', '.join(ips[:LISTED])}{more}{where}: {nb.copies_text(copies)}. They alone make the "
+               f"{changes:,} change(s) of the address's MAC; a switch or NIC drops such frames at the FCS check: "
+               f"no conflict between hosts, a damaged capture or link")
+        frames = np.concatenate([r["first_frame"][copy_rows], r["last_frame"][copy_rows]])
+        evidence = {"mac": who, "ips": ips[:IPS_IN_EVIDENCE], "changes": changes,
+                    "corrupted_copies": [_copy_evidence(c) for c in copies[:IPS_IN_EVIDENCE]],
+                    "corrupted_copies_total": len(copies), "frames_of_the_host": int(r["count"][rows].sum())
+                    - sum(c.frames for c in copies),
+                    "evidence_frames": evidence_frames(np.unique(frames))}
+        vlan = nb.link_vlan(link)
+        if vlan is not None:
+            evidence["vlan"] = vlan
+        return self.detector.finding("low", msg, identifier=f"{who}{where} corrupted copies", first_seen=t0,
+                                     last_seen=t1, n=sum(c.frames for c in copies), src_mac=who, src_ip=ips[0],
+                                     evidence=evidence)
 
     def _period(self, addresses: list[dict]) -> str:
         """How often the suspect repeats its unasked claims of one address (the address it repeats most)."""
@@ -324,3 +473,8 @@ class _Conflicts:
         out["first_seen"] = iso_time(int(r["first_ns"][index].min()))
         out["last_seen"] = iso_time(int(r["last_ns"][index].max()))
         return out
+
+
+def _copy_evidence(copy: nb.Copy) -> dict:
+    return {"mac": mac_to_str(copy.mac), "copy_of": mac_to_str(copy.original), "bits": copy.bits,
+            "frames": copy.frames, "damage": nb.damage_text(copy.damage)}

@@ -21,14 +21,23 @@ Per (address, MAC) that breaks the registry, one finding:
   ACK is captured on the server's link: its pair is held against the
   bindings of every VLAN;
 - a registered address used by another MAC: high when that MAC claims it
-  in ARP replies, gratuitous ARPs or Neighbor Advertisements while the
-  registered MAC is active too
-  (seen after the other's first use), or in unsolicited replies; medium
-  when the other MAC uses it (ARP requests, IP traffic) while the
-  registered MAC is active; low when the registered MAC left before the
-  other came or never appears: a replaced NIC or a stale registry;
+  in ARP replies, gratuitous ARPs or Neighbor Advertisements, medium when
+  it only uses it (ARP requests, IP traffic), whether the registered MAC
+  is active too (seen after the other's first use: two hosts on one
+  address), left before the other came, or never appears (a replaced NIC,
+  a stale registry, or a host that took an absent owner's address: the
+  message names them). The registry is the point of the rule, as it was
+  the point of seed 004's switches, which drop such frames whatever the
+  owner does (issue 27: the owner's absence made it low, and an
+  unregistered MAC probing, announcing and using a registered address
+  went by as low);
 - a registered MAC using an address not bound to it: medium (low for an
   address of a dynamic pool);
+- a claimant that is a corrupted copy of another claimant of the address
+  (neighbors.corrupted_copies: a MAC 1 to 3 bits from it, in a handful of
+  frames, each damaged besides): low, named as a damaged frame, not a host
+  (issue 27: a damaged capture's copies of the owner's MAC are no breach
+  of the registry; its switches never saw them);
 - pairs of unregistered MACs with unregistered addresses outside the
   dynamic pools: one low finding per link, listing them.
 
@@ -209,6 +218,7 @@ class _Judgement:
             self.local = self.ip_registered | self.in_pool | in_arp
         self.virtual = nb.virtual_router_mac(r["mac"])
         self.router = self._routers()
+        self.copies = self._copies()
         # when each MAC was last seen on its link, whatever it did
         self.last_seen: dict[tuple[int, int], int] = {}
         for link, mac, last in zip(r["link"].tolist(), r["mac"].tolist(), r["last_ns"].tolist()):
@@ -234,6 +244,31 @@ class _Judgement:
                 offnet.add(g)
         routers = {g for g, n in counts.items() if n >= self.detector.params["router_min_sources"]} | offnet
         return np.isin(group, np.array(sorted(routers), dtype=np.uint64))
+
+    def _copies(self) -> dict[tuple[int, int, int, int], nb.Copy]:
+        """(link, address halves, MAC) of the ARP claimants that are corrupted copies of another claimant of the
+        address (neighbors.corrupted_copies): frames with bit errors, which no switch enforcing the registry
+        ever saw."""
+        r = self.rows
+        arp = np.flatnonzero(np.isin(r["how"], nb.NEIGHBOR_KINDS))
+        if len(arp) == 0:
+            return {}
+        address = mix64(r["link"][arp], r["ip_hi"][arp], r["ip_lo"][arp])
+        pairs = np.unique(np.stack([address, r["mac"][arp]]), axis=1)
+        keys, macs = np.unique(pairs[0], return_counts=True)
+        contested = np.isin(address, keys[macs >= 2])
+        claimants: dict[int, dict[int, list[int]]] = {}
+        for key, i in zip(address[contested].tolist(), arp[contested].tolist()):
+            claimants.setdefault(key, {}).setdefault(int(r["mac"][i]), []).append(i)
+        out = {}
+        for macs_of in claimants.values():
+            copies = nb.corrupted_copies({mac: nb.Claimant(int(r["count"][i].sum()), int(r["damaged"][i].sum()),
+                                                           int(np.bitwise_or.reduce(r["damage"][i])))
+                                          for mac, i in macs_of.items()})
+            for mac, copy in copies.items():
+                i = macs_of[mac][0]
+                out[(int(r["link"][i]), int(r["ip_hi"][i]), int(r["ip_lo"][i]), mac)] = copy
+        return out
 
     def findings(self) -> list[Finding]:
         r = self.rows
@@ -275,7 +310,11 @@ class _Judgement:
         owners = sorted(site.macs_for_ip(ip, vlan))
         problems: list[tuple[str, str]] = []
         notes: list[str] = []
-        if owners:
+        copy = self.copies.get((link, hi, lo, mac))
+        if copy is not None:
+            # low confidence (the model's rule basis once it lands): a damaged frame, not a host on the address
+            problems.append(("low", f"claims {ip} only in {nb.copies_text([copy])}"))
+        elif owners:
             owner_text = ", ".join(mac_to_str(o) for o in owners)
             seen = [self.last_seen[(link, o)] for o in owners if (link, o) in self.last_seen]
             active = any(t >= first for t in seen)
@@ -286,25 +325,25 @@ class _Judgement:
                 problems.append(("high", f"was leased {ip}, registered to {owner_text}, by a DHCP server "
                                          f"({leases:,} ACK(s)): the server's configuration contradicts the registry, "
                                          f"or a rogue server answers"))
-            if claims and (active or unsolicited):
-                why = "while the registered MAC is active" if active else "with no owner in sight"
-                why += f", {unsolicited:,} replies unsolicited" if unsolicited else ""
+            # the registry is the point of the rule: a registered address claimed (ARP reply, gratuitous ARP,
+            # Neighbor Advertisement) by a MAC it does not bind is high, used (requests, traffic) medium, whether
+            # the owner is seen or not; what the owner did only changes the likely explanation
+            if active:
+                why = "while the registered MAC is active"
+            elif seen:
+                why = (f"after the registered MAC was last seen ({iso_time(max(seen))}): a replaced NIC or a "
+                       f"stale registry if it is the same host, a host that took an absent owner's address if not")
+            else:
+                why = ("while the registered MAC never appears in the capture: a stale registry, or a host that "
+                       "took an absent owner's address")
+            if claims:
+                unasked = f"{',' if active else ';'} {unsolicited:,} replies unsolicited" if unsolicited else ""
                 problems.append(("high", f"claims {ip}, registered to {owner_text}, in {protocol} ({how_text}) "
-                                         f"{why}"))
-            elif active and uses:
-                problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), while the "
-                                           f"registered MAC is active"))
+                                         f"{why}{unasked}"))
             elif uses:
-                if seen:
-                    gone = iso_time(max(seen))
-                    when = f"the registered MAC {owner_text} was last seen at {gone}, before {who} came"
-                else:
-                    when = f"the registered MAC {owner_text} never appears in the capture"
-                problems.append(("low", f"uses {ip} ({how_text}), registered to {owner_text}; {when}: a "
-                                        f"replaced NIC, a stale registry, or a host that took an absent owner's "
-                                        f"address"))
+                problems.append(("medium", f"uses {ip}, registered to {owner_text} ({how_text}), {why}"))
         own = sorted(site.ips_for_mac(mac, vlan))
-        if own:
+        if own and copy is None:
             pool = bool(site.in_pool(ip))
             if not owners and leases and not pool:
                 problems.append(("high", f"was leased {ip} by a DHCP server ({leases:,} ACK(s)), while the "

@@ -42,7 +42,15 @@ same IP by another MAC (arpwatch's "changed ethernet address", Wireshark's
 "duplicate IP address"). A sender whose Ethernet source differs from its
 ARP sender MAC is counted as `mismatched` (arpwatch's "ethernet mismatch"),
 unless the ARP sender MAC is a virtual router's (VRRP, HSRP, GLBP), which
-routers may announce from their own MAC.
+routers may announce from their own MAC. Each ARP observation also counts
+its `damaged` frames and ORs their `damage` (DAMAGE_* bits): what a frame
+shows that no station sends on purpose (an Ethernet address a bit or two
+from the ARP one, a group source, an unknown hardware type, a link-layer
+error the capture recorded). A frame that lost bits on its way to the
+capture keeps the shape of the frame it was, so its ARP sender MAC may be a
+real host's with a bit or two flipped, "claiming" that host's address: the
+rules read these columns to tell such copies from other hosts
+(`corrupted_copies`).
 
 Addresses are the packet schema's 128-bit (hi, lo) halves, IPv4 mapped,
 and `how` is a small code that the rules read through the tuples of what
@@ -66,12 +74,26 @@ time miss the change at their border.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..cpu import kernel
 from ..decode import app
+from ..decode.addr import mac_to_str
 from ..decode.app.nd import ND_HOP_LIMIT, NEIGHBOR_ADVERTISEMENT, NEIGHBOR_SOLICITATION
-from ..schema import L_ARP, L_DST_MAC, L_ETHERTYPE, L_IP4, L_QINQ, L_SRC_MAC, L_TUNNEL, L_VLAN, PacketBatch
+from ..schema import (
+    EPB_ERRORS_SHIFT,
+    L_ARP,
+    L_DST_MAC,
+    L_ETHERTYPE,
+    L_IP4,
+    L_QINQ,
+    L_SRC_MAC,
+    L_TUNNEL,
+    L_VLAN,
+    PacketBatch,
+)
 from ..units import NS
 from .base import fold_rows, mix64
 
@@ -127,10 +149,10 @@ VIRTUAL_ROUTER_MACS = ((0x00005E000100, 0xFFFFFFFFFF00), (0x00005E000200, 0xFFFF
 
 COLUMNS = {"key": np.uint64, "link": np.uint32, "ip_hi": np.uint64, "ip_lo": np.uint64, "mac": np.uint64,
            "how": np.uint8, "count": np.int64, "unsolicited": np.int64, "mismatched": np.int64,
-           "changes": np.int64, "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64,
-           "last_frame": np.int64}
-REDUCE = {"count": np.add, "unsolicited": np.add, "mismatched": np.add, "changes": np.add,
-          "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
+           "changes": np.int64, "damaged": np.int64, "damage": np.uint8, "first_ns": np.int64, "last_ns": np.int64,
+           "first_frame": np.int64, "last_frame": np.int64}
+REDUCE = {"count": np.add, "unsolicited": np.add, "mismatched": np.add, "changes": np.add, "damaged": np.add,
+          "damage": np.bitwise_or, "last_ns": np.maximum, "first_frame": np.minimum, "last_frame": np.maximum}
 REQUEST_COLUMNS = {"key": np.uint64, "ts": np.int64}
 # a later partition's reply it found unsolicited in its first window: the request it answers, when, its row
 DOUBT_COLUMNS = {"key": np.uint64, "ts": np.int64, "row": np.uint64}
@@ -200,6 +222,151 @@ def link_text(link: int) -> str:
     return text + (" in a tunnel" if value & (1 << 31) else "")
 
 
+# ---- damaged frames: what a frame shows that no station sends on purpose (the DAMAGE_* bits of `damage`)
+DAMAGE_SOURCE = 1 << 0          # the Ethernet source: the ARP sender MAC with 1 to MAX_FLIPPED_BITS bits flipped
+DAMAGE_DESTINATION = 1 << 1     # a reply's Ethernet destination: its ARP target MAC with 1 to MAX_FLIPPED_BITS flipped
+DAMAGE_GROUP_SOURCE = 1 << 2    # an Ethernet source with the group bit set (IEEE 802: a source names one station)
+DAMAGE_HARDWARE = 1 << 3        # an ARP hardware type other than Ethernet (1) and IEEE 802 (6) over 6-byte addresses
+DAMAGE_LINK_ERROR = 1 << 4      # the capture marked the frame with a link-layer error (pcapng epb_flags: CRC, ...)
+DAMAGE_NAMES = {DAMAGE_SOURCE: "Ethernet source a few bits from the ARP sender MAC",
+                DAMAGE_DESTINATION: "Ethernet destination a few bits from the ARP target MAC",
+                DAMAGE_GROUP_SOURCE: "a group (multicast) Ethernet source",
+                DAMAGE_HARDWARE: "an unknown ARP hardware type",
+                DAMAGE_LINK_ERROR: "a link-layer error recorded by the capture"}
+# A bit error the FCS would have caught flips a bit or a few; two hosts' MACs differ in a dozen bits or more,
+# but two ports of one NIC (consecutive addresses) may differ in one: hence the damage a copy must show besides.
+# More bits take a host's neighbour for a copy; fewer miss frames hit twice.
+MAX_FLIPPED_BITS = 3
+# Each damaged frame makes a "MAC" of its own, seen once or twice; a host, even a silent one, sends more. More
+# frames take a host that said little for a copy; fewer miss a damaged frame repeated (a retransmitted GARP).
+MAX_COPY_FRAMES = 3
+HARDWARE_TYPES = (1, 6)         # IANA ARP hardware types that carry 6-byte MACs on the links we decode
+# where an ARP message starts in a frame (checked against its decoded sender MAC): Ethernet, one or two 802.1Q
+# tags, Linux cooked capture (SLL), SLL2; elsewhere (tunnels, 802.11) its hardware type is not read
+ARP_AT = (14, 18, 22, 16, 20)
+AR_SHA, AR_PRO, AR_HLN, AR_PLN = 8, 2, 4, 5      # RFC 826 field offsets
+ETHERTYPE_IPV4 = 0x0800
+
+
+def popcount(values: np.ndarray) -> np.ndarray:
+    """The set bits of each uint64."""
+    x = np.asarray(values, dtype=np.uint64)
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return ((x * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(np.int64)
+
+
+def _gather(batch: PacketBatch, at: np.ndarray, width: int) -> np.ndarray:
+    """`width` bytes (at most 8) from offset `at` of the batch's buffer, big-endian, as uint64."""
+    value = np.zeros(len(at), dtype=np.uint64)
+    for k in range(width):
+        value = (value << np.uint64(8)) | batch.data[at + k].astype(np.uint64)
+    return value
+
+
+def arp_hardware_type(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """The ARP hardware type of each row, -1 where the message is not found at one of ARP_AT (its sender MAC,
+    protocol type and lengths where the decoder read them)."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    offset = batch["offset"][rows].astype(np.int64)
+    caplen = batch["caplen"][rows].astype(np.int64)
+    sha = batch["arp_sha"][rows]
+    for at in ARP_AT:
+        look = np.flatnonzero((out < 0) & (caplen >= at + AR_SHA + 6))
+        if len(look) == 0:
+            break
+        start = offset[look] + at
+        found = ((_gather(batch, start + AR_SHA, 6) == sha[look])
+                 & (_gather(batch, start + AR_PRO, 2) == ETHERTYPE_IPV4)
+                 & (_gather(batch, start + AR_HLN, 2) == 0x0604))
+        out[look[found]] = _gather(batch, start[found], 2).astype(np.int64)
+    return out
+
+
+def arp_damage(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
+    """The DAMAGE_* bits of each ARP row (0: nothing wrong to see)."""
+    layers = batch["layers"][rows]
+    sha, tha = batch["arp_sha"][rows], batch["arp_tha"][rows]
+    plain = (layers & np.uint32(L_TUNNEL)) == 0
+    has_src = plain & ((layers & np.uint32(L_SRC_MAC)) != 0)
+    has_dst = plain & ((layers & np.uint32(L_DST_MAC)) != 0)
+    src = np.where(has_src, batch["src_mac"][rows], sha)
+    dst = np.where(has_dst, batch["dest_mac"][rows], tha)
+    off_src, off_dst = popcount(src ^ sha), popcount(dst ^ tha)
+    reply = batch["arp_op"][rows] == ARP_REPLY
+    damage = np.where((off_src >= 1) & (off_src <= MAX_FLIPPED_BITS), DAMAGE_SOURCE, 0)
+    damage |= np.where(reply & unicast_mac(tha) & (off_dst >= 1) & (off_dst <= MAX_FLIPPED_BITS),
+                       DAMAGE_DESTINATION, 0)
+    damage |= np.where(has_src & ((src >> np.uint64(40)) & np.uint64(1) == 1), DAMAGE_GROUP_SOURCE, 0)
+    hardware = arp_hardware_type(batch, rows)
+    damage |= np.where((hardware >= 0) & ~np.isin(hardware, HARDWARE_TYPES), DAMAGE_HARDWARE, 0)
+    damage |= np.where((batch["epb_flags"][rows] >> np.uint32(EPB_ERRORS_SHIFT)) != 0, DAMAGE_LINK_ERROR, 0)
+    return damage.astype(np.uint8)
+
+
+def damage_text(bits: int) -> str:
+    """The DAMAGE_* bits in words."""
+    return ", ".join(text for bit, text in DAMAGE_NAMES.items() if int(bits) & bit)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A claimant of an address judged a corrupted copy of another claimant: the evidence of that judgement."""
+
+    mac: int            # the claimant
+    original: int       # the claimant it copies: the nearest with clean frames
+    bits: int           # how many bits the two MACs differ in
+    frames: int         # the copy's frames, every one damaged
+    damage: int         # DAMAGE_* bits of its frames
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """What the corruption judgement reads of one claimant of an address: its frames and their damage."""
+
+    frames: int
+    damaged: int
+    damage: int
+
+
+def corrupted_copies(claimants: dict[int, Claimant]) -> dict[int, Copy]:
+    """The claimants of one address that are corrupted copies of another: seen in MAX_COPY_FRAMES frames or fewer,
+    every one damaged, and at most MAX_FLIPPED_BITS bits from a claimant with clean frames (its original; the
+    nearest, then the one with more frames). A claimant with a clean frame is a host, however close its MAC."""
+    hosts = [(mac, c) for mac, c in claimants.items() if c.damaged < c.frames]
+    if not hosts:
+        return {}
+    host_macs = np.array([mac for mac, _ in hosts], dtype=np.uint64)
+    host_frames = np.array([c.frames for _, c in hosts], dtype=np.int64)
+    out = {}
+    for mac, c in claimants.items():
+        if c.damaged < c.frames or c.frames > MAX_COPY_FRAMES:
+            continue
+        bits = popcount(host_macs ^ np.uint64(mac))
+        best = int(np.lexsort((-host_frames, bits))[0])
+        if 1 <= bits[best] <= MAX_FLIPPED_BITS:
+            out[mac] = Copy(mac, int(host_macs[best]), int(bits[best]), c.frames, c.damage)
+    return out
+
+
+def copies_text(copies: list[Copy], listed: int = 4) -> str:
+    """What a list of copies of one original says, in words: how many, how far, how often seen, which damage."""
+    original = copies[0].original
+    frames = sum(c.frames for c in copies)
+    bits = sorted({c.bits for c in copies})
+    damage = 0
+    for c in copies:
+        damage |= c.damage
+    names = ", ".join(mac_to_str(c.mac) for c in copies[:listed]) + (f", +{len(copies) - listed} more"
+                                                                       if len(copies) > listed else "")
+    span = f"{bits[0]}" if len(bits) == 1 else f"{bits[0]}-{bits[-1]}"
+    return (f"{len(copies):,} MAC(s) ({names}) {span} bit(s) from {mac_to_str(original)}, seen in {frames:,} "
+            f"frame(s), every one damaged ({damage_text(damage)}): likely corrupted copies of "
+            f"{mac_to_str(original)}, not other hosts")
+
+
+
 class Neighbors:
     """The observation table of one rule, its inputs chosen: ARP always, IPv4 sources and destinations,
     Neighbor Discovery and DHCPv4 ACKs on request (`ip_sources`, `ip_destinations`, `nd`, `dhcp`), and the
@@ -261,6 +428,7 @@ class Neighbors:
         ether_src = np.where((own & np.uint32(L_SRC_MAC)) != 0, batch["src_mac"][arp], sha)
         mismatched = ((own & np.uint32(L_TUNNEL)) == 0) & (ether_src != sha) & ~virtual_router_mac(sha)
 
+        damage = arp_damage(batch, arp)
         sender = unicast_mac(sha) & unicast_ipv4(spa)
         target = reply & ~gratuitous & unicast_mac(tha) & unicast_ipv4(tpa)
         how = np.where(gratuitous, GRATUITOUS, np.where(reply, REPLY, REQUEST)).astype(np.uint8)
@@ -277,6 +445,7 @@ class Neighbors:
             "frame": np.concatenate([frame[s], frame[t]]),
             "unsolicited": np.concatenate([unsolicited[s], np.zeros(len(t), dtype=bool)]),
             "mismatched": np.concatenate([mismatched[s], np.zeros(len(t), dtype=bool)]),
+            "damage": np.concatenate([damage[s], damage[t]]),
         }
         if len(rows["ts"]) == 0:
             return None
@@ -317,7 +486,8 @@ class Neighbors:
             return None
         out = {"link": links(batch, rows[k]), "ip_hi": hi[k], "ip_lo": lo[k], "mac": mac[k], "how": how[k],
                "ts": batch["ts_ns"][rows[k]], "frame": batch["frame"][rows[k]],
-               "unsolicited": (unasked & ~to_group)[k], "mismatched": mismatched[k]}
+               "unsolicited": (unasked & ~to_group)[k], "mismatched": mismatched[k],
+               "damage": np.zeros(len(k), dtype=np.uint8)}
         # an advertisement without the O flag updates no cached address (RFC 4861 7.2.5, 7.2.8): it neither
         # changes a claim nor is one that a later claim changes
         overrides = ~advert[k] | override[k]
@@ -345,7 +515,8 @@ class Neighbors:
                            "ip_hi": np.zeros(n, dtype=np.uint64), "ip_lo": IPV4_MAPPED | address.astype(np.uint64),
                            "mac": mac, "how": np.full(n, DHCP_ACK, dtype=np.uint8), "ts": batch["ts_ns"][rows],
                            "frame": batch["frame"][rows], "unsolicited": np.zeros(n, dtype=bool),
-                           "mismatched": np.zeros(n, dtype=bool), "changes": np.zeros(n, dtype=np.int64)})
+                           "mismatched": np.zeros(n, dtype=bool), "changes": np.zeros(n, dtype=np.int64),
+                           "damage": np.zeros(n, dtype=np.uint8)})
 
     def _answered(self, link, spa, tpa, ts, op) -> np.ndarray:
         """Which rows (replies) follow, within UNSOLICITED_WINDOW_S, a request from their target for their
@@ -456,7 +627,8 @@ class Neighbors:
         return {"key": mix64(link[g], hi[g], lo[g], mac[g], np.full(groups, how, dtype=np.uint8)),
                 "link": link[g], "ip_hi": hi[g], "ip_lo": lo[g], "mac": mac[g],
                 "how": np.full(groups, how, dtype=np.uint8), "count": count[:groups].copy(), "unsolicited": zero,
-                "mismatched": zero, "changes": zero, "first_ns": low[:groups].copy(), "last_ns": high[:groups].copy(),
+                "mismatched": zero, "changes": zero, "damaged": zero, "damage": np.zeros(groups, dtype=np.uint8),
+                "first_ns": low[:groups].copy(), "last_ns": high[:groups].copy(),
                 "first_frame": batch["frame"][rows][g], "last_frame": batch["frame"][rows][last[:groups]]}
 
     # ---- the table
@@ -629,6 +801,8 @@ def _aggregate(rows: dict) -> dict:
         "unsolicited": np.add.reduceat(rows["unsolicited"][order].astype(np.int64), starts),
         "mismatched": np.add.reduceat(rows["mismatched"][order].astype(np.int64), starts),
         "changes": np.add.reduceat(rows["changes"][order].astype(np.int64), starts),
+        "damaged": np.add.reduceat((rows["damage"][order] != 0).astype(np.int64), starts),
+        "damage": np.bitwise_or.reduceat(rows["damage"][order], starts),
         "first_ns": ts[starts], "last_ns": np.maximum.reduceat(ts, starts),
         "first_frame": np.minimum.reduceat(frame, starts), "last_frame": np.maximum.reduceat(frame, starts),
     }
