@@ -83,6 +83,7 @@ from .base import (
     ALERT_SECONDS,
     COUNT,
     AnalysisContext,
+    Basis,
     Detector,
     Param,
     Range,
@@ -100,6 +101,8 @@ IPS_IN_EVIDENCE = 64
 @register
 class ArpSpoof(Detector):
     rule_id = "arp-spoof"
+    # what its findings rest on beyond what it saw (detect.confidence): claims over time, and unasked replies
+    QUALITY_NEEDS = frozenset({"timing"})
     APP_TABLES = ("nd",)
     PARAMS = {
         "conflict_window_s": Param(float, 600.0, "seconds within which two MACs claiming one IP "
@@ -421,8 +424,8 @@ class _Conflicts:
 
     def _corrupted_finding(self, link: int, original: int, keys: list[int]) -> Finding:
         """Addresses contradicted only by corrupted copies of their one host's MAC: a damaged capture, not a
-        conflict. Low: the judgement is about how sure the conflict is, and it is not (the confidence model's
-        rule basis, once it lands: nothing about these claims makes another host likely)."""
+        conflict. Low, and of low confidence (a rule basis): nothing about these claims makes another host
+        likely."""
         r = self.rows
         copies = [c for key in keys for c in self.copies[key]]
         rows = np.array([i for key in keys for index in self.corrupted[key].values() for i in index])
@@ -445,9 +448,10 @@ class _Conflicts:
         vlan = nb.link_vlan(link)
         if vlan is not None:
             evidence["vlan"] = vlan
+        basis = [Basis("low", f"the other claimants are {nb.copies_text(copies)}: damaged frames, not hosts")]
         return self.detector.finding("low", msg, identifier=f"{who}{where} corrupted copies", first_seen=t0,
                                      last_seen=t1, n=sum(c.frames for c in copies), src_mac=who, src_ip=ips[0],
-                                     evidence=evidence)
+                                     evidence=evidence, basis=basis)
 
     def _period(self, addresses: list[dict]) -> str:
         """How often the suspect repeats its unasked claims of one address (the address it repeats most)."""

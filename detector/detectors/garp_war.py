@@ -93,6 +93,7 @@ from .base import (
     ALERT_SECONDS,
     COUNT,
     AnalysisContext,
+    Basis,
     Detector,
     Param,
     Range,
@@ -235,6 +236,8 @@ def _windowed_max(times: np.ndarray, weights: np.ndarray, window_ns: int) -> tup
 @register
 class GarpWar(Detector):
     rule_id = "garp-war"
+    # what its findings rest on beyond what it saw (detect.confidence): changes of claimant within a window
+    QUALITY_NEEDS = frozenset({"timing"})
     APP_TABLES = ("vrrp",)
     PARAMS = {
         "flip_flop_window_s": Param(float, 600.0, "seconds within which a MAC's claim coming back after another "
@@ -498,7 +501,7 @@ class GarpWar(Detector):
                          f"the new master's or the virtual router's MAC ({announced.text(told)}): transitions "
                          f"announcing themselves, not a fight")
         else:
-            # low confidence (the model's rule basis once it lands): no other host is seen, only damaged frames
+            # low, and of low confidence (a rule basis below): no other host is seen, only damaged frames
             shapes, severity = self._shapes(_sequence(c, runs), np.zeros(len(runs), dtype=bool), garp_rows,
                                             fight=False), "low"
         if copies:
@@ -540,9 +543,10 @@ class GarpWar(Detector):
                + "".join(f"; {note}" for note in notes)
                + f". {int(c['count'][runs].sum()):,} ARP claim(s) by {len(names)} MAC(s) over "
                  f"{(t1 - t0) / NS:,.1f} s")
+        basis = [Basis("low", f"only corrupted copies claim it: {text}")] if copies and severity == "low" else []
         return self.finding(severity, msg, identifier=f"{ip} {where}".strip(), first_seen=t0, last_seen=t1,
                             n=int(c["count"][runs].sum()), src_ip=ip, src_mac=names[0], proto="ARP",
-                            evidence=evidence)
+                            evidence=evidence, basis=basis)
 
     def _shapes(self, seq: dict, told: np.ndarray, garp_rows: np.ndarray, fight: bool = True) -> dict:
         """What one address's claims (`seq`: runs of one MAC in time order) and GARPs (rows of self.garps) show:

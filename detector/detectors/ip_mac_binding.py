@@ -74,6 +74,7 @@ from . import neighbors as nb
 from .base import (
     ALERT_SECONDS,
     AnalysisContext,
+    Basis,
     Detector,
     Param,
     Range,
@@ -140,6 +141,8 @@ class _Registry:
 @register
 class IpMacBinding(Detector):
     rule_id = "ip-mac-binding"
+    # what its findings rest on beyond what it saw (detect.confidence): what each frame claims, against the registry
+    QUALITY_NEEDS = frozenset()
     APP_TABLES = ("nd", "dhcp4")
     PARAMS = {
         "router_min_sources": Param(int, 16, "distinct source addresses of one MAC from which it is taken for a "
@@ -310,10 +313,12 @@ class _Judgement:
         owners = sorted(site.macs_for_ip(ip, vlan))
         problems: list[tuple[str, str]] = []
         notes: list[str] = []
+        basis: list[Basis] = []
         copy = self.copies.get((link, hi, lo, mac))
         if copy is not None:
-            # low confidence (the model's rule basis once it lands): a damaged frame, not a host on the address
+            # low, and of low confidence (a rule basis): a damaged frame, not a host on the address
             problems.append(("low", f"claims {ip} only in {nb.copies_text([copy])}"))
+            basis = [Basis("low", f"the claimant is {nb.copies_text([copy])}: a damaged frame, not a host")]
         elif owners:
             owner_text = ", ".join(mac_to_str(o) for o in owners)
             seen = [self.last_seen[(link, o)] for o in owners if (link, o) in self.last_seen]
@@ -373,7 +378,8 @@ class _Judgement:
         if vlan is not None:
             evidence["vlan"] = vlan
         return self.detector.finding(severity, msg, identifier=f"{ip} {who}", first_seen=first, last_seen=last,
-                                     n=int(r["count"][index].sum()), src_ip=ip, src_mac=who, evidence=evidence)
+                                     n=int(r["count"][index].sum()), src_ip=ip, src_mac=who, evidence=evidence,
+                                     basis=basis)
 
     def _sources(self, ip: str, vlan, mac: int) -> list[str]:
         """Where the bindings of the address and of the MAC were declared (file name:line)."""

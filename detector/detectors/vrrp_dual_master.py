@@ -181,7 +181,7 @@ def _mac(value: int) -> str:
 @register
 class VrrpDualMaster(Detector):
     rule_id = "vrrp-dual-master"
-    # what its findings rest on beyond what it saw (detect.confidence): what advertisements say, and when masters overlap
+    # what its findings rest on beyond what it saw (detect.confidence): advertisements, and when masters overlap
     QUALITY_NEEDS = frozenset({"payload", "timing"})
     APP_TABLES = ("vrrp",)
     # the rules whose findings about the same virtual addresses or MAC make two masters critical
