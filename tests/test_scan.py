@@ -131,9 +131,13 @@ def test_the_allowlist_silences_a_source(tmp_path):
     assert set(found) == {"198.51.100.53"}
 
 
+# what the analysis adds to a rule's finding: the incident it was grouped into and the confidence model's judgement
+ANALYSIS_KEYS = ("incident_id", "confidence", "confidence_basis", "rule_severity")
+
+
 def _record(finding) -> dict:
-    """A finding's findings.json record without the incident it was grouped into (the analysis's, not the rule's)."""
-    return {k: v for k, v in finding.to_json().items() if k != "incident_id"}
+    """A finding's findings.json record as the rule made it (without ANALYSIS_KEYS)."""
+    return {k: v for k, v in finding.to_json().items() if k not in ANALYSIS_KEYS}
 
 
 def test_two_files_of_one_capture_give_the_findings_of_one():
