@@ -155,7 +155,9 @@ def syn_flood_spoofed(out_dir: Path) -> dict:
                     "among 15 genuine handshakes a second",
             "must_yield": [{"rule": "syn-flood", "severity_at_least": "high"}],
             "must_not_yield": [{"rule": "syn-flood", "severity_above": "high"},
-                               {"rule": "handshake-rtt", "severity_above": "info"}]}
+                               {"rule": "handshake-rtt", "severity_above": "info"}],
+            # the modelled conntrack table the flood fills names its victim: one incident, the flood its root cause
+            "incidents": [{"root_cause": "syn-flood", "findings": ["syn-flood", "conntrack-pressure"]}]}
 
 
 def syn_flash_crowd(out_dir: Path) -> dict:

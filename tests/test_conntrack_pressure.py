@@ -345,3 +345,51 @@ def test_ntop_icmp_scan_names_the_scanner_and_its_unanswered_share(captures_real
     assert finding.severity == "info" and finding.src_ip == "10.0.0.128"
     top = finding.evidence["top_sources_at_peak"][0]
     assert top == {"source": "10.0.0.128", "entries": 256, "unreplied_ratio": round(254 / 256, 4)}
+
+
+# ---- what a finding is about: a flood's victim, or the source that fills the table ----------------------------
+
+def test_a_listener_drawing_the_table_from_many_sources_is_named_with_its_sources_counted():
+    # 150 forged sources, one unanswered SYN each, to one web server; one host sweeping 20 addresses beside them
+    rows = [(f"203.0.{i // 250}.{i % 250 + 1}", 40000 + i, "192.0.2.80", 443, "tcp", 10 + i / 1000, 10 + i / 1000,
+             "S0", 0) for i in range(150)]
+    rows += [("10.0.0.66", 30000 + i, f"198.18.0.{i}", 445, "tcp", 10, 10, "S0", 0) for i in range(20)]
+    occ = occupancy(flows(*rows))
+    assert occ.top_destinations[0] == {"destination": "192.0.2.80", "port": 443, "entries": 150, "sources": 150,
+                                       "unreplied_ratio": 1.0}
+    assert occ.sources_at_peak == 151 and occ.destinations_at_peak == 21
+    finding = judge(flows(*rows), report_fill_ratio=0.0)
+    assert (finding.dest_ip, finding.dest_port, finding.src_ip) == ("192.0.2.80", 443, None)
+    assert "150 of the entries (88%) toward 192.0.2.80:443 from 150 sources (100% unanswered)" in finding.msg
+    ev = finding.evidence
+    assert ev["top_destinations_at_peak_left_out"] == 21 - 5 and ev["top_sources_at_peak_left_out"] == 151 - 5
+    # the evidence frames are the victim's: the forged SYNs, frames 1..150
+    assert ev["evidence_frames"][:3] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("forged, swept", [(99, 0), (100, 101)], ids=["too-few-sources", "a-sweep-holds-more"])
+def test_the_busiest_source_stays_named_short_of_a_listener_that_draws_the_table(forged, swept):
+    rows = [(f"203.0.{i // 250}.{i % 250 + 1}", 40000 + i, "192.0.2.80", 443, "tcp", 10, 10, "S0", 0)
+            for i in range(forged)]
+    rows += [("10.0.0.66", 30000 + i, f"198.18.0.{i % 250}", 445 + i // 250, "tcp", 10, 10, "S0", 0)
+             for i in range(max(swept, 1))]
+    finding = judge(flows(*rows), report_fill_ratio=0.0)
+    assert finding.src_ip == ("10.0.0.66" if swept else "203.0.0.1") and finding.dest_ip is None
+    assert "toward" not in finding.msg
+
+
+@pytest.mark.parametrize("name", ["syn-flood-spoofed.pcap", "syn-flood-spoofed-ingress.pcap"])
+def test_a_syn_flood_and_the_table_it_fills_are_one_incident(name, tmp_path):
+    # the conntrack finding names the flood's victim, not one of its forged sources: the two share an entity, and
+    # syn-flood's `causes: [conntrack-pressure]` joins them with the flood as the root cause
+    import json
+
+    from detector.commands import analyze
+    _, _, out = analyze([CAPTURES / name], tmp_path)
+    document = json.loads(out.read_text())
+    table = next(f for f in document["findings"] if f["rule"] == RULE)
+    assert table["dest_ip"] == "10.30.0.80" and table["dest_port"] == 443 and "src_ip" not in table
+    [incident] = document["incidents"]
+    assert [(f["rule"], f["role"]) for f in incident["findings"]] == [("syn-flood", "root cause"),
+                                                                       (RULE, "effect")]
+    assert incident["root_cause"]["rule"] == "syn-flood" and "Where: 10.30.0.80," in incident["summary"]

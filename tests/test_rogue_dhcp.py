@@ -1,8 +1,11 @@
 """rogue-dhcp on real bytes: rogue DHCPv4 and DHCPv6 servers, their near-misses, the site file, storms."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.all import IP, UDP, Ether, raw, wrpcap
@@ -20,14 +23,20 @@ from scapy.layers.dhcp6 import (
 from scapy.layers.inet6 import IPv6
 
 from detector.analysis import analyze
+from detector.commands import analyze as analyze_to
 from detector.decode import decode
 from detector.detectors.base import AnalysisContext
+from detector.detectors.rogue_dhcp import FORGED_SERVERS as FORGED
+from detector.detectors.rogue_dhcp import SAMPLE_SERVERS as SAMPLE
 from detector.site import Site
 from detector.stats import CaptureStats
 from tests._rules import detector, one_pass_and_halves
 from tests.test_decode import make_batch
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+sys.path.insert(0, str(CAPTURES))
+import build_flood_calibration  # noqa: E402 - the capture builders, for storms too big to bundle
+
 T0 = 1_767_225_600
 REAL = "10.50.0.1 no VLAN"
 ROGUE = "10.50.0.66 no VLAN"
@@ -179,8 +188,14 @@ def test_more_than_2048_dhcp_messages_in_a_second_are_a_storm(tmp_path):
         f = found(path)
         assert ("dhcp-storm" in f) == storm
         if storm:
-            assert f["dhcp-storm"].severity == "medium" and f["dhcp-storm"].evidence["peak_per_second"] == 2049
-            assert len(f["dhcp-storm"].evidence["evidence_frames"]) <= 64
+            storm = f["dhcp-storm"]
+            assert storm.severity == "medium" and storm.evidence["peak_per_second"] == 2049
+            assert len(storm.evidence["evidence_frames"]) <= 64
+            # one client sent them all: the finding names it, and its advice is to find that MAC
+            assert storm.src_mac == "02:00:5e:51:00:01" and storm.evidence["client_messages"] == 2049
+            assert "the busiest client sender, 02:00:5e:51:00:01 (0.0.0.0), sent at least 2,049" in storm.msg
+            assert storm.remediation.startswith("Find 02:00:5e:51:00:01, the busiest sender of the storm's DHCP "
+                                                "client messages, by its MAC address on the switch")
 
 
 def _detector():
@@ -231,3 +246,92 @@ def test_a_relay_reply_carries_its_servers_advertise(tmp_path):
     (f,) = found(capture(tmp_path, [(0, forward), (0.01, back)])).values()
     assert f.identifier == "DUID-LL 02:00:5e:70:00:05 no VLAN" and f.severity == "info"
     assert f.evidence["relayed"] == 1 and f.evidence["offers"] == 1 and f.src_ip == "2001:db8:70::5"
+
+
+# ---- storms: of client messages, of forged servers ------------------------------------------------------------
+
+def test_a_starvation_storm_names_what_it_knows_and_advises_on_that(tmp_path):
+    # 3,000 DISCOVERs in one second from 3,000 forged MACs: the finding names no server, and its advice (the
+    # incident's first step) is to find the port the forged MACs come from, not "the server named in the finding"
+    _, _, out = analyze_to([CAPTURES / "dhcp-starvation-storm.pcap"], tmp_path)
+    document = json.loads(out.read_text())
+    storm = next(f for f in document["findings"] if f["identifier"] == "dhcp-storm")
+    ev = storm["evidence"]
+    assert (ev["client_messages"], ev["server_messages"], ev["sender_role"]) == (3000, 100, "client")
+    assert abs(ev["senders_estimate"] - 3000) < 0.05 * 3000 and ev["busiest_senders"] == []
+    assert ev["busiest_senders_left_out"] == ev["senders_estimate"] and "src_mac" not in storm
+    assert "none with a tenth of the storm's: forged addresses" in storm["msg"]
+    assert "server named" not in storm["remediation"] and "DHCP starvation" in storm["remediation"]
+    incident = next(i for i in document["incidents"] if i["root_cause"]["identifier"] == "dhcp-storm")
+    first = incident["summary"].splitlines()[2]
+    assert first.startswith("First: The storm's client messages come from about") and "MAC addresses" in first
+    # the office's server, which answered the first 100, is a finding of its own, and the only server
+    server = next(f for f in document["findings"] if f["identifier"] == "10.50.0.1 no VLAN")
+    assert server["severity"] == "info" and server["evidence"]["offers"] == 100
+
+
+@pytest.mark.parametrize("count", [1_000, 4_000])
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_storm_of_forged_servers_is_one_finding_with_counts_and_a_capped_sample(tmp_path, count, family):
+    path = tmp_path / "forged.pcap"
+    assert build_flood_calibration.forged_dhcp_servers(path, count, family) == count
+    _, _, out = analyze_to([path], tmp_path / "out", report=False)
+    # the output is bounded by the sample: each server's finding used to name every other (99 MB at 1,000)
+    assert out.stat().st_size < 64 * 1024
+    [storm] = [f for f in json.loads(out.read_text())["findings"] if f["rule"] == "rogue-dhcp"]
+    version = f"DHCPv{family}"
+    assert storm["identifier"] == f"{version} server storm no VLAN" and storm["severity"] == "high"
+    ev = storm["evidence"]
+    assert (ev["servers"], ev["messages"], ev["acks"], ev["addresses_given"]) == (count, count, count, count)
+    assert len(ev["sample"]) == SAMPLE and ev["sample_left_out"] == count - SAMPLE
+    first = ev["sample"][0]
+    if family == 4:
+        assert first == {"server": "10.64.0.1", "source_ip": "10.64.0.1", "mac": "02:00:5e:64:00:00",
+                         "messages": 1, "first_seen": "2026-01-01T00:00:00.000000Z"}
+        assert ev["distinct_routers"] == ev["distinct_dns"] == count
+    else:
+        assert first["server"] == "DUID-LL 02:00:5e:64:00:00" and first["source_ip"] == "fe80::7f00:0"
+        assert ev["distinct_dns"] == count
+    assert f"a storm of {count:,} forged {version} servers, untagged" in storm["msg"]
+    assert "server named" not in storm["remediation"] and "MAC address table" in storm["remediation"]
+
+
+def test_a_site_server_among_forged_ones_keeps_its_own_finding(tmp_path):
+    path = tmp_path / "forged.pcap"
+    build_flood_calibration.forged_dhcp_servers(path, 1_000)
+    f = found(path, site=site("10.64.0.7"))
+    assert set(f) == {"10.64.0.7 no VLAN", "DHCPv4 server storm no VLAN"}
+    assert f["10.64.0.7 no VLAN"].severity == "info"
+    storm = f["DHCPv4 server storm no VLAN"]
+    assert storm.severity == "high" and storm.evidence["servers"] == 999 and "not among the site's" not in storm.msg
+    assert "none of them among the site's DHCP servers" in storm.msg and storm.evidence["site_servers_beside"] == 1
+
+
+@pytest.mark.parametrize("count, storm", [(FORGED, False), (FORGED + 1, True)])
+def test_more_servers_on_one_vlan_than_a_network_runs_are_a_storm(tmp_path, count, storm):
+    path = tmp_path / "forged.pcap"
+    build_flood_calibration.forged_dhcp_servers(path, count)
+    f = found(path)
+    assert len(f) == (1 if storm else count)
+    if not storm:
+        # each of the few names the others, capped, and says how many it left out
+        one = f["10.64.0.1 no VLAN"]
+        assert "other_servers_left_out" not in one.evidence and len(one.evidence["other_servers"]) == count - 1
+        assert f"one of {count} DHCP servers answering on this VLAN" in one.msg
+
+
+def test_per_server_lists_are_capped_and_say_what_they_left_out(tmp_path, monkeypatch):
+    import detector.detectors.rogue_dhcp as rule
+    monkeypatch.setattr(rule, "IN_EVIDENCE", 2)
+    path = tmp_path / "forged.pcap"
+    build_flood_calibration.forged_dhcp_servers(path, 5)
+    ev = found(path)["10.64.0.1 no VLAN"].evidence
+    assert ev["other_servers"] == ["10.64.0.2", "10.64.0.3"] and ev["other_servers_left_out"] == 2
+    assert len(ev["competing"]) == 2 and ev["competing_left_out"] == 2
+    assert len(ev["differs_from"]) == 2 and ev["differs_from_left_out"] == 2
+
+
+def test_storm_states_merged_give_one_pass():
+    for name in ("dhcp-starvation-storm.pcap", "dhcp-forged-servers.pcap"):
+        one, merged = one_pass_and_halves(CAPTURES / name, _detector)
+        assert merged == one and one

@@ -90,6 +90,91 @@ def test_ingress_only_mirror_is_low_completion_unknown(tshark):
     assert len(top) > 16 and all(s["syn"] - s["syn_error"] <= true[s["src_ip"]] <= s["syn"] for s in top)
 
 
+# ---- the spoofed-source signature: no answer needed ------------------------------------------------------
+
+SPOOFED_INGRESS = CAPTURES / "syn-flood-spoofed-ingress.pcap"
+
+
+def test_a_spoofed_flood_on_an_ingress_mirror_is_high_on_its_own_signature(tshark):
+    [f] = run(SPOOFED_INGRESS)
+    # the mirror holds no packet from the victim at all: no completion data
+    assert tshark.count(SPOOFED_INGRESS, "ip.src == 10.30.0.80") == 0
+    ev, sig = f.evidence, f.evidence["spoofing"]
+    assert f.severity == "high" and ev["completion_known"] is False and (f.dest_ip, f.dest_port) == ("10.30.0.80", 443)
+    # the flood's 15,000 SYNs (every source outside the genuine clients' 10.31/16) are each one SYN, never sent
+    # again, never followed by an ACK from their source, each from its own address
+    flood = "tcp.flags.syn == 1 && !(ip.src == 10.31.0.0/16)"
+    lone = tshark.count(SPOOFED_INGRESS, flood)
+    sources = {row[0] for row in tshark.fields(SPOOFED_INGRESS, "ip.src", display_filter=flood)}
+    assert lone == 15_000 and len(sources) == 15_000
+    assert tshark.count(SPOOFED_INGRESS, "tcp.flags.ack == 1 && !(ip.src == 10.31.0.0/16)") == 0
+    assert sig["spoofed"] is True and sig["lone_syn"] == lone and sig["lone_sources"] == len(sources)
+    # the genuine clients in the flood's seconds went on to ACK: judged, not lone
+    genuine = tshark.count(SPOOFED_INGRESS, "tcp.flags.syn == 1 && ip.src == 10.31.0.0/16 && "
+                                            f"frame.time_epoch >= {T0 + 2} && frame.time_epoch < {T0 + 12}")
+    assert sig["judged_attempts"] == lone + genuine == ev["new_syn"]
+    assert sig["client_acked_attempts"] == genuine == ev["client_acked"] and sig["retried_attempts"] == 0
+    assert sig["syn_per_lone_source"] == 1.0 and sig["retry_wait_s"] == sf.RETRY_WAIT_S
+    assert (f"spoofed sources: 15,000 of the {lone + genuine:,} attempts seen for 4 s or more (99%) stayed one SYN"
+            in f.msg) and "from 15,000 addresses (1.00 per address)" in f.msg and "completion unknown" not in f.msg
+
+
+def test_a_busy_server_whose_clients_retry_as_stacks_do_is_low(tshark):
+    path = CAPTURES / "syn-busy-server-ingress.pcap"
+    [f] = run(path)
+    sig = f.evidence["spoofing"]
+    assert f.severity == "low" and "completion unknown" in f.msg and "spoofed" not in f.msg
+    # every unanswered SYN was sent again with its port and sequence number, after 1 s or 3 s
+    retried = tshark.count(path, "tcp.flags.syn == 1 && tcp.analysis.retransmission")
+    assert retried > 0 and sig["lone_syn"] == 0 and sig["spoofed"] is False
+    assert sig["retried_attempts"] + sig["client_acked_attempts"] >= sig["judged_attempts"] == f.evidence["new_syn"]
+    # the clients' ACKs say how many completed: fewer than half, so the rule fires
+    acked = f.evidence["client_acked"]
+    assert acked == sig["client_acked_attempts"] and acked < 0.5 * f.evidence["new_syn"]
+
+
+def test_a_flash_crowd_on_an_ingress_mirror_is_quiet():
+    # one connection per client, as a spoofed flood has one SYN per source; their ACKs say they completed
+    assert run(CAPTURES / "syn-flash-crowd-ingress.pcap") == []
+
+
+def test_attempts_too_close_to_the_captures_end_are_not_judged(tmp_path, tshark):
+    # the spoofed flood cut 3 s after it starts: no attempt had 4 s to be retried, so none is judged lone
+    first_after = int(tshark.fields(SPOOFED_INGRESS, "frame.number", display_filter=f"frame.time_epoch >= {T0 + 5}")
+                      [0][0])
+    path = cut_at(SPOOFED_INGRESS, tmp_path, [first_after])[0]
+    [f] = run(path)
+    assert f.evidence["spoofing"]["judged_attempts"] == 0 and f.severity == "low"
+    assert "completion unknown" in f.msg
+
+
+def test_a_few_hosts_firing_lone_syns_are_no_spoofed_flood(tmp_path):
+    # Mirai's default: a few bots from their own addresses, a new port and sequence number for every SYN, for 8 s
+    from scapy.all import IP, TCP, Ether, wrpcap
+    packets = []
+    for k in range(2_400):
+        syn = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src=f"192.0.2.{1 + k % 20}",
+                                                                           dst="10.30.0.80") / TCP(
+            sport=1024 + k, dport=443, flags="S", seq=k * 7919)
+        syn.time = T0 + k / 300
+        packets.append(syn)
+    wrpcap(str(tmp_path / "bots.pcap"), packets)
+    [f] = run(tmp_path / "bots.pcap")
+    sig = f.evidence["spoofing"]
+    assert sig["lone_syn"] == sig["judged_attempts"] > 0 and sig["lone_sources"] == 20
+    assert sig["spoofed"] is False and f.severity == "low"
+
+
+def test_evidence_lists_are_capped_and_say_what_they_left_out(monkeypatch):
+    monkeypatch.setattr(sf, "BINS_IN_EVIDENCE", 4)
+    monkeypatch.setattr(sf, "EPISODES_IN_EVIDENCE", 0)
+    [f] = run(SPOOFED_INGRESS)
+    ev = f.evidence
+    assert len(ev["per_second"]) == 4 and ev["per_second_left_out"] == ev["flooding_seconds"] - 4
+    assert ev["episodes"] == [] and ev["episodes_left_out"] == 1
+    assert ev["top_sources"] == [] and ev["top_sources_left_out"] == ev["sources_estimate"]
+
+
 def test_critical_above_a_hundred_times_the_rate(monkeypatch):
     monkeypatch.setattr(sf, "CRITICAL_SYN_PPS", 3_000)
     [f] = run(SPOOFED)

@@ -53,6 +53,7 @@ from .base import (
     ReportFigure,
     TimeBins,
     check_merge,
+    endpoint,
     evidence_frames,
     flow_time_ns,
     ip_text,
@@ -104,6 +105,14 @@ PROFILES: dict[str, dict[str, float]] = {
 
 # ---- what a finding names ------------------------------------------------------------------------------
 TOP_SOURCES = 5
+TOP_DESTINATIONS = 5
+# A listener (address and port) holding at least this share of the entries at the peak, from at least
+# TARGET_SOURCES sources, is what the table's load is about: a flood's victim, whose forged sources hold one entry
+# each (naming the busiest of them would name one random address), or a busy server's clients. The finding then
+# names the listener and counts the sources. Higher names a listener only when it draws nearly everything; lower
+# names one beside a sweep or a NAT gateway that holds as much.
+TARGET_SHARE = 0.5
+TARGET_SOURCES = 100   # a distributed flood's sources, as the SYN flood rule counts them
 # Points of the concurrency series a finding carries (the report's figure draws it at full resolution).
 SERIES_POINTS = 60
 
@@ -126,6 +135,11 @@ class Occupancy:
     state_mix: dict[str, int] = field(default_factory=dict)           # at the peak
     top_sources: list[dict] = field(default_factory=list)             # at the peak, most entries first
     top_source_frames: list[int] = field(default_factory=list)        # first frames of its flows alive then
+    sources_at_peak: int = 0                                          # distinct sources holding entries then
+    # the listeners (responder address and port) holding most entries at the peak, with their distinct sources
+    top_destinations: list[dict] = field(default_factory=list)
+    destinations_at_peak: int = 0
+    top_destination_frames: list[int] = field(default_factory=list)   # first frames of the top one's entries
     # arrays of the entries (sorted starts and ends, ns), for series at any resolution
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
@@ -372,6 +386,8 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     entry_state = end_state[order[tails]]                 # the state its last row ended in
     entry_replied = np.logical_or.reduceat(replied[order], heads)
     entry_src = src[order[heads]]
+    entry_dest = dest[order[heads]]
+    entry_dport = dport[order[heads]]
     entry_frame = frames[order[heads]]
     out.entries = len(heads)
     out.censored = int(np.count_nonzero(entry_end > out.last_ns))
@@ -400,7 +416,34 @@ def occupancy(flows, profile: str = "linux", untracked=(), top_sources: int = TO
     if out.top_sources:
         mine = alive & (entry_src == ranked[0])
         out.top_source_frames = np.sort(entry_frame[mine])[:64].tolist()
+    out.sources_at_peak = int(np.count_nonzero(held))
+    _top_destinations(out, f, alive, entry_src, entry_dest, entry_dport, entry_replied, entry_frame)
     return out
+
+
+def _top_destinations(out: Occupancy, f: _Flows, alive, src, dest, dport, replied, frames) -> None:
+    """The listeners holding most entries at the peak (alive), each with its distinct sources and the share of its
+    entries unanswered, into `out`."""
+    rows = np.flatnonzero(alive)
+    if len(rows) == 0:
+        return
+    listener = (dest[rows].astype(np.int64) << 16) | dport[rows].astype(np.int64)
+    order = np.lexsort((src[rows], listener))
+    listener, source = listener[order], src[rows][order]
+    starts = np.flatnonzero(np.concatenate(([True], listener[1:] != listener[:-1])))
+    fresh = np.concatenate(([True], (listener[1:] != listener[:-1]) | (source[1:] != source[:-1])))
+    entries = np.diff(np.append(starts, len(listener)))
+    sources = np.add.reduceat(fresh.astype(np.int64), starts)
+    unreplied = np.add.reduceat((~replied[rows][order]).astype(np.int64), starts)
+    out.destinations_at_peak = len(starts)
+    ranked = np.lexsort((listener[starts], -entries))[:TOP_DESTINATIONS]
+    out.top_destinations = [{"destination": str(f.address_text(int(listener[starts[i]] >> 16))),
+                             "port": int(listener[starts[i]] & 0xFFFF), "entries": int(entries[i]),
+                             "sources": int(sources[i]), "unreplied_ratio": round(float(unreplied[i] / entries[i]), 4)}
+                            for i in ranked]
+    first = starts[ranked[0]]
+    mine = rows[order[first:first + entries[ranked[0]]]]
+    out.top_destination_frames = np.sort(frames[mine])[:64].tolist()
 
 
 @register
@@ -502,6 +545,11 @@ class ConntrackPressure(Detector):
         msg = (f"conntrack model ({occ.profile} timeouts): at most {occ.peak:,} entries at once of a "
                f"{size:,}-entry table ({fill:.1%}) at {iso_time(occ.peak_ns)}, up to {occ.peak_insert_rate:,} "
                f"new entries in one second; {verdict}")
+        target = _target(occ)
+        if target is not None:
+            msg += (f"; {target['entries']:,} of the entries ({target['entries'] / occ.peak:.0%}) toward "
+                    f"{endpoint(target['destination'], target['port'])} from {target['sources']:,} sources "
+                    f"({target['unreplied_ratio']:.0%} unanswered)")
         span_s = max((occ.last_ns - occ.first_ns) / NS, 0.0)
         bin_ns = NS * max(1, -(-(occ.last_ns - occ.first_ns + 1) // (SERIES_POINTS * NS)))     # whole seconds
         count = int(-(-(occ.last_ns - occ.first_ns + 1) // bin_ns))
@@ -512,17 +560,45 @@ class ConntrackPressure(Detector):
             "peak_insert_rate_per_s": occ.peak_insert_rate, "peak_insert_time": iso_time(occ.peak_insert_ns),
             "average_chain_length": round(occ.peak / p["hashsize"], 6),
             "state_mix_at_peak": occ.state_mix, "top_sources_at_peak": occ.top_sources,
+            "sources_at_peak": occ.sources_at_peak,
+            **_left_out("top_sources_at_peak", occ.sources_at_peak - len(occ.top_sources)),
+            "top_destinations_at_peak": occ.top_destinations, "destinations_at_peak": occ.destinations_at_peak,
+            **_left_out("top_destinations_at_peak", occ.destinations_at_peak - len(occ.top_destinations)),
             "entries": occ.entries, "flows": occ.flows, "untracked_flows": occ.untracked_flows,
             "censored_entries": occ.censored, "capture_s": round(span_s, 3),
             "series_bin_s": bin_ns / NS, "concurrency_series": peaks.tolist(), "insert_series": inserts.tolist(),
             "lower_bound": "connections older than the capture, or on paths it does not see, are not counted",
-            "evidence_frames": evidence_frames(np.asarray(occ.top_source_frames, np.int64)),
+            "evidence_frames": evidence_frames(np.asarray(occ.top_destination_frames if target is not None
+                                                          else occ.top_source_frames, np.int64)),
         }
+        # what the table's load is about: the listener that draws it (its sources as counts), else the source
+        # holding most entries
+        about = ({"dest_ip": target["destination"], "dest_port": target["port"]} if target is not None
+                 else {"src_ip": top["source"]})
         return self.finding(severity, msg, identifier=f"conntrack table ({occ.profile})", first_seen=occ.first_ns,
-                            last_seen=occ.last_ns, n=occ.peak, src_ip=top["source"], evidence=evidence)
+                            last_seen=occ.last_ns, n=occ.peak, evidence=evidence, **about)
 
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
         return [ConcurrencyFigure(self, bins)] if findings else []
+
+
+def _left_out(name: str, count: int) -> dict:
+    """`<name>_left_out`: how many a capped evidence list left out, when it left any (detector.findings's
+    convention)."""
+    return {f"{name}_left_out": int(count)} if count > 0 else {}
+
+
+def _target(occ: Occupancy) -> dict | None:
+    """The listener the table's load is about (TARGET_SHARE of the entries at the peak, from TARGET_SOURCES
+    sources or more, more than the busiest source holds), or None."""
+    if not occ.top_destinations:
+        return None
+    top = occ.top_destinations[0]
+    busiest_source = occ.top_sources[0]["entries"] if occ.top_sources else 0
+    if (top["entries"] >= TARGET_SHARE * occ.peak and top["sources"] >= TARGET_SOURCES
+            and top["entries"] > busiest_source):
+        return top
+    return None
 
 
 class ConcurrencyFigure(ReportFigure):

@@ -29,15 +29,28 @@ for the site list, include/ntop_defines.h DHCP_STORM_PPS_THSHOLD for the storm):
   within `window_s` of each other: medium too (a replaced server, a failover
   pair, or a rogue that came and went: the site file tells which); a server
   alone on its VLAN: info;
+- more than FORGED_SERVERS servers answering on one VLAN (one IP version):
+  a storm of forged servers, one finding for those the site file does not
+  list (counts, and a sample of the busiest), high when they compete with
+  different routers or DNS servers, else medium; linear in the servers,
+  where a finding per server naming every other grew with their square;
 - more than `storm_pps` DHCP messages (all of both tables, any type) in one
-  second: a storm, medium.
+  second: a storm, medium. It counts the clients' and the servers'
+  messages and names the busiest sender (a space-saving count per role,
+  detector/detectors/sketch.py) when it surely sent a tenth of them, else
+  counts the MACs that sent them (a HyperLogLog): a starvation tool forges
+  one per DISCOVER. Its advice follows from what it names.
 
 State: one row per server, per (server, offer) and per (server, client
 address), and per second of DHCP traffic, merged like the other detectors'
 tables (counts summed, earliest first, latest last), bounded by MAX_* (the
-rows first seen are kept, the others counted).
+rows first seen are kept, the others counted); the senders' summaries per
+role, SENDERS_COUNTED rows and 4,096 registers at most each. Every list in
+a finding's evidence is capped and says how many it left out.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -49,6 +62,7 @@ from ..findings import Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
 from ..units import NS
+from . import sketch
 from .base import (
     ALERT_SECONDS,
     COUNT,
@@ -57,6 +71,7 @@ from .base import (
     Param,
     check_merge,
     evidence_frames,
+    find_sorted,
     fold_rows,
     ip_text,
     mix64,
@@ -78,6 +93,19 @@ MAX_SECONDS = 604_800
 # Listed in a finding's message; its evidence lists up to IN_EVIDENCE of each
 LISTED = 4
 IN_EVIDENCE = 64
+# More servers than this answering on one VLAN (one IP version) are a storm of forged servers (a rogue-server
+# tool, a fuzz campaign): one finding for all of them, with counts and a sample of the busiest SAMPLE_SERVERS,
+# instead of a finding per server naming every other. A VLAN has one DHCP server, two for a failover pair, a few
+# while one is replaced; higher brings back a finding per forged server, each listing the others (quadratic).
+FORGED_SERVERS = 8
+SAMPLE_SERVERS = 16
+# Senders counted per role for a storm's finding, and listed in it
+SENDERS_COUNTED = 64
+SENDERS_LISTED = 8
+# A storm's busiest sender is named as its source when it surely sent this share of the storm's messages of its
+# role (space-saving counts are upper bounds; count - error is a lower one); else the storm comes from many
+# MACs, as a starvation tool forges them
+STORM_SENDER_SHARE = 0.1
 
 SERVER_COLUMNS = {
     "key": np.uint64, "link": np.uint32, "family": np.uint8, "id_hi": np.uint64, "id_lo": np.uint64,
@@ -105,9 +133,14 @@ CLIENT_COLUMNS = {
     "first_frame": np.int64,
 }
 CLIENT_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimum}
-SECOND_COLUMNS = {"key": np.int64, "count": np.int64, "first_ns": np.int64, "first_frame": np.int64,
-                  "last_frame": np.int64}
-SECOND_REDUCE = {"count": np.add, "first_frame": np.minimum, "last_frame": np.maximum}
+SECOND_COLUMNS = {"key": np.int64, "count": np.int64, "server": np.int64, "first_ns": np.int64,
+                  "first_frame": np.int64, "last_frame": np.int64}
+SECOND_REDUCE = {"count": np.add, "server": np.add, "first_frame": np.minimum, "last_frame": np.maximum}
+# Who sends DHCP messages, per role (0: clients' messages, 1: servers' and relays' replies): a space-saving count of
+# the busiest senders (by MAC, else by address) and a HyperLogLog of the distinct ones (detector.detectors.sketch),
+# so that a storm's finding can name its sender or count the MACs a starvation tool forged
+SENDER_PAYLOAD = {"mac": np.uint64, "has_mac": np.bool_, "ip_hi": np.uint64, "ip_lo": np.uint64}
+CLIENT_ROLE, SERVER_ROLE = 0, 1
 
 V4_SERVER_TYPES = (v4.OFFER, v4.ACK, v4.NAK)
 V6_SERVER_TYPES = (v6.ADVERTISE, v6.REPLY, v6.RECONFIGURE)
@@ -186,23 +219,38 @@ class RogueDhcp(Detector):
         self.offers = _empty(OFFER_COLUMNS)
         self.clients = _empty(CLIENT_COLUMNS)
         self.seconds = _empty(SECOND_COLUMNS)
+        self.senders = {**sketch.empty(sketch.TOP_COLUMNS), **sketch.empty(SENDER_PAYLOAD)}
+        self.sender_cells = sketch.empty(sketch.CELL_COLUMNS)
         self.dropped = {"servers": 0, "offers": 0, "clients": 0, "seconds": 0}
 
     # ---- update -----------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
         t4, t6 = app.table(batch, "dhcp4"), app.table(batch, "dhcp6")
-        self._count_seconds(batch, np.concatenate([t4["row"], t6["row"]]))
+        rows = np.concatenate([t4["row"], t6["row"]])
+        if len(rows):
+            server = np.concatenate([t4.valid("op") & (t4["op"] == v4.BOOTREPLY),
+                                     t6.valid("msg_type") & np.isin(t6["msg_type"], (*V6_SERVER_TYPES,
+                                                                                     v6.RELAY_REPL))])
+            self._count_seconds(batch, rows, server)
+            self._count_senders(batch, rows, server)
         self._add_v4(batch, t4)
         self._add_v6(batch, t6)
 
-    def _count_seconds(self, batch, rows) -> None:
-        if len(rows) == 0:
-            return
+    def _count_seconds(self, batch, rows, server) -> None:
         ts, frame = batch["ts_ns"][rows], batch["frame"][rows]
         second = ts // NS
-        new = _typed({"key": second, "count": np.ones(len(rows), dtype=np.int64), "first_ns": second * NS,
-                      "first_frame": frame, "last_frame": frame}, SECOND_COLUMNS)
+        new = _typed({"key": second, "count": np.ones(len(rows), dtype=np.int64), "server": server,
+                      "first_ns": second * NS, "first_frame": frame, "last_frame": frame}, SECOND_COLUMNS)
         self._fold("seconds", new, SECOND_REDUCE, MAX_SECONDS, by="count")
+
+    def _count_senders(self, batch, rows, server) -> None:
+        src_hi, src_lo, mac, has_mac = self._sources(batch, rows)
+        sender = np.where(has_mac, mac, mix64(src_hi, src_lo))
+        role = server.astype(np.uint64)
+        self.senders = sketch.top_merge([self.senders, sketch.top_counts(role, sender, SENDERS_COUNTED, mac=mac,
+                                                                         has_mac=has_mac, ip_hi=src_hi,
+                                                                         ip_lo=src_lo)], SENDERS_COUNTED)
+        self.sender_cells = sketch.hll_merge(self.sender_cells, sketch.hll_cells(role, mix64(sender)))
 
     def _sources(self, batch, rows):
         layers = batch["layers"][rows]
@@ -329,14 +377,15 @@ class RogueDhcp(Detector):
                                         ("seconds", SECOND_REDUCE, MAX_SECONDS, "count")):
             self.dropped[name] += other.dropped[name]
             self._fold(name, getattr(other, name), reduce, limit, by)
+        self.senders = sketch.top_merge([self.senders, other.senders], SENDERS_COUNTED)
+        self.sender_cells = sketch.hll_merge(self.sender_cells, other.sender_cells)
         return self
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         out = []
         if len(self.servers["key"]):
-            judge = _Judgement(self)
-            out += [judge.finding(s) for s in range(len(self.servers["key"]))]
+            out += _Judgement(self).findings()
         storm = self._storm()
         if storm is not None:
             out.append(storm)
@@ -351,20 +400,95 @@ class RogueDhcp(Detector):
         over = over[np.argsort(sec["key"][over])]
         peak = over[np.argmax(sec["count"][over])]
         total = int(sec["count"][over].sum())
+        from_servers = int(sec["server"][over].sum())
+        role = SERVER_ROLE if from_servers > total - from_servers else CLIENT_ROLE
+        of_role = from_servers if role == SERVER_ROLE else total - from_servers
+        what = "server" if role == SERVER_ROLE else "client"
         t0, t1 = int(sec["first_ns"][over[0]]), int(sec["first_ns"][over[-1]]) + NS - 1
         frames = np.unique(np.concatenate([sec["first_frame"][over], sec["last_frame"][over]]))
+        macs = round(float(sketch.hll_estimate(self.sender_cells, np.array([role], np.uint64))[0]))
+        senders = self._senders(role)
         msg = (f"DHCP storm: {len(over):,} second(s) with more than {limit:,} DHCP messages, at most "
                f"{int(sec['count'][peak]):,} in the second from {iso_time(int(sec['first_ns'][peak]))}; "
-               f"{total:,} messages in those seconds between {iso_time(t0)} and {iso_time(t1)}")
+               f"{total:,} messages in those seconds between {iso_time(t0)} and {iso_time(t1)}, "
+               f"{total - from_servers:,} from clients and {from_servers:,} from servers or relays")
+        busiest = senders[0] if senders else None
+        named = busiest is not None and busiest["messages"] - busiest["messages_error"] >= STORM_SENDER_SHARE * of_role
+        if named:
+            who = busiest["mac"] or busiest["ip"]
+            msg += (f"; the busiest {what} sender, {who}" + (f" ({busiest['ip']})" if busiest["mac"] else "")
+                    + f", sent at least {busiest['messages'] - busiest['messages_error']:,} of the capture's "
+                      f"{what} messages")
+            remediation = (STORM_ONE_SENDER if role == CLIENT_ROLE else STORM_ONE_SERVER).format(
+                who=who, role=what, address=f" (show mac address-table address {who})" if busiest["mac"] else "")
+        else:
+            msg += (f"; the capture's {what} messages came from about {macs:,} different sender(s), none with a "
+                    f"tenth of the storm's: forged addresses")
+            remediation = (STORM_FORGED_CLIENTS if role == CLIENT_ROLE else STORM_FORGED_SERVERS).format(macs=macs)
         evidence = {"seconds_over": len(over), "peak_per_second": int(sec["count"][peak]),
                     "peak_second": iso_time(int(sec["first_ns"][peak])), "messages": total,
-                    "storm_pps": limit, "evidence_frames": evidence_frames(frames)}
-        return self.finding("medium", msg, identifier="dhcp-storm", first_seen=t0, last_seen=t1, n=total,
-                            evidence=evidence, proto="UDP")
+                    "client_messages": total - from_servers, "server_messages": from_servers,
+                    "storm_pps": limit, "sender_role": what, "senders_estimate": macs,
+                    "busiest_senders": senders[:SENDERS_LISTED],
+                    **_left_out("busiest_senders", macs - min(len(senders), SENDERS_LISTED)),
+                    "senders_counted_over": "the whole capture (the storm's seconds hold most of a storm's)",
+                    "evidence_frames": evidence_frames(frames)}
+        fields = {"src_mac": busiest["mac"]} if named and busiest["mac"] else {}
+        if named:
+            fields["src_ip"] = busiest["ip"]
+        finding = self.finding("medium", msg, identifier="dhcp-storm", first_seen=t0, last_seen=t1, n=total,
+                               evidence=evidence, proto="UDP", **fields)
+        return dataclasses.replace(finding, remediation=remediation)
+
+    def _senders(self, role: int) -> list[dict]:
+        """The busiest senders of `role` (most messages first): MAC (None without one), address, count and its
+        error bound; only those that surely sent more than any sender not counted may have (the summary's floor):
+        none of a starvation tool's forged MACs, each sending one message among thousands."""
+        t = self.senders
+        mine = np.flatnonzero(t["group"] == role)
+        mine = mine[np.lexsort((t["item"][mine], -t["count"][mine]))]
+        mine = mine[t["count"][mine] - t["error"][mine] > t["floor"][mine]]
+        return [{"mac": mac_to_str(t["mac"][k]) if t["has_mac"][k] else None,
+                 "ip": ip_text(t["ip_hi"][k], t["ip_lo"][k]), "messages": int(t["count"][k]),
+                 "messages_error": int(t["error"][k])} for k in mine]
+
+
+# What to do about a storm, by what its finding knows (the rule's remediation is about a server it names)
+STORM_ONE_SENDER = (
+    "Find {who}, the busiest sender of the storm's DHCP {role} messages, by its MAC address on the switch{address} "
+    "and stop it: a client or a relay agent looping, or a tool. Then rate-limit DHCP on the access ports (Cisco "
+    "`ip dhcp snooping limit rate`), so that one port cannot flood the servers again.")
+STORM_ONE_SERVER = (
+    "Find {who}, the busiest sender of the storm's DHCP {role} messages, by its MAC address on the switch{address} "
+    "and stop it: a server or relay agent looping, or a rogue. Then enable DHCP snooping: trust only the ports "
+    "toward the real servers and relays (Cisco `ip dhcp snooping trust` on the uplinks), so a server message from "
+    "any other port is dropped.")
+STORM_FORGED_CLIENTS = (
+    "The storm's client messages come from about {macs:,} MAC addresses: a tool forging them (DHCP starvation: "
+    "Yersinia, dhcpstarv) to empty the servers' pools, or a fuzzer. Find the access port where these MACs appear in "
+    "the switch's MAC address table (`show mac address-table`, `bridge fdb show`) and shut it; then cap the MACs "
+    "per port (port security) and rate-limit DHCP on the access ports (Cisco `ip dhcp snooping limit rate`).")
+STORM_FORGED_SERVERS = (
+    "The storm's server messages come from about {macs:,} MAC addresses: a tool forging DHCP servers, or a fuzzer. "
+    "Find the access port where these MACs appear in the switch's MAC address table (`show mac address-table`, "
+    "`bridge fdb show`) and shut it; then enable DHCP snooping, trusting only the ports toward the real servers "
+    "and relays (Cisco `ip dhcp snooping trust` on the uplinks), so a server message from any other port is "
+    "dropped (DHCPv6-Shield, RFC 7610, for DHCPv6).")
+FORGED_REMEDIATION = (
+    "So many servers on one VLAN are forged: a tool or fuzzer sending server messages from made-up addresses and "
+    "MACs. Find the access port where the MACs of the sample appear in the switch's MAC address table (`show mac "
+    "address-table`, `bridge fdb show`) and shut it; then enable DHCP snooping, trusting only the ports toward the "
+    "real servers and relays (Cisco `ip dhcp snooping trust` on the uplinks), so a server message from any other "
+    "port is dropped (DHCPv6-Shield, RFC 7610, for DHCPv6). List the real servers in the site file's "
+    "dhcp_servers so that they are told apart from the forged ones.")
 
 
 class _Judgement:
-    """The servers of each VLAN compared with each other and with the site file, once for all findings."""
+    """The servers of each VLAN compared with each other and with the site file, once for all findings.
+
+    A VLAN (and IP version) with up to FORGED_SERVERS servers gets a finding per server, each compared with the
+    others (a few); one with more is a storm of forged servers, one finding for those the site file does not
+    list: linear in the servers, whatever their number."""
 
     def __init__(self, detector: RogueDhcp):
         self.detector = detector
@@ -375,7 +499,6 @@ class _Judgement:
         self.ip = [ip_text(h, lo) for h, lo in zip(sv["id_hi"].tolist(), sv["id_lo"].tolist())]
         self.src = [ip_text(h, lo) for h, lo in zip(sv["src_ip_hi"].tolist(), sv["src_ip_lo"].tolist())]
         self.mac = [mac_to_str(m) if has else None for m, has in zip(sv["src_mac"].tolist(), sv["has_mac"].tolist())]
-        self.index = {int(k): s for s, k in enumerate(sv["key"].tolist())}
         self.offered = self._per_server(detector.offers)
         self.given = self._per_server(detector.clients)
         self.site_given = self.site.given("dhcp_servers")
@@ -383,18 +506,36 @@ class _Judgement:
                       if parse_mac(text) is None and _is_hex(text)}
         self.allowed = [self.site_given and self._allowed(s, site_duids) for s in range(n)]
         # the servers of each (VLAN, IP version): a DHCPv4 and a DHCPv6 server side by side are no rivals
+        # each VLAN's servers in the order they first answered
         self.peers: dict[tuple[int, int], list[int]] = {}
-        for s, (link, family) in enumerate(zip(sv["link"].tolist(), sv["family"].tolist())):
-            self.peers.setdefault((link, family), []).append(s)
+        for s in np.lexsort((sv["key"], sv["first_ns"])).tolist():
+            self.peers.setdefault((int(sv["link"][s]), int(sv["family"][s])), []).append(s)
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for (link, family), servers in self.peers.items():
+            if len(servers) <= FORGED_SERVERS:
+                out += [self.finding(s) for s in servers]
+                continue
+            # a storm of forged servers: the site's own servers keep their findings, the others are one
+            listed = [s for s in servers if self.allowed[s]]
+            out += [self.finding(s) for s in listed]
+            forged = np.array([s for s in servers if not self.allowed[s]], dtype=np.int64)
+            if len(forged):
+                out.append(self._forged(link, family, forged, len(listed)))
+        return out
 
     def _per_server(self, rows: dict) -> dict[int, np.ndarray]:
-        owner = np.array([self.index.get(int(k), -1) for k in rows["server"].tolist()], dtype=np.int64)
-        order = np.argsort(rows["first_ns"], kind="stable")
-        out: dict[int, list] = {}
-        for row in order.tolist():
-            if owner[row] >= 0:
-                out.setdefault(int(owner[row]), []).append(row)
-        return {s: np.array(r, dtype=np.int64) for s, r in out.items()}
+        """Each server's rows of an offers or clients table (by its key), in order of first_ns."""
+        keys = self.sv["key"]
+        order = np.argsort(keys, kind="stable")
+        at, found = find_sorted(keys[order], rows["server"])
+        owner = np.where(found, order[np.minimum(at, len(order) - 1)], -1)
+        rows_in_order = np.argsort(rows["first_ns"], kind="stable")
+        rows_in_order = rows_in_order[owner[rows_in_order] >= 0]
+        by_owner = rows_in_order[np.argsort(owner[rows_in_order], kind="stable")]
+        owners, starts = np.unique(owner[by_owner], return_index=True)
+        return dict(zip(owners.tolist(), np.split(by_owner, starts[1:])))
 
     def _allowed(self, s: int, site_duids: set) -> bool:
         sv = self.sv
@@ -441,6 +582,69 @@ class _Judgement:
             return self.ip[s]
         return self._duid(s) if sv["has_duid"][s] else self.src[s]
 
+    # ---- a storm of forged servers
+    def _forged(self, link: int, family: int, forged: np.ndarray, listed: int) -> Finding:
+        """One finding for the `forged` servers of a VLAN (more than FORGED_SERVERS; `listed` more are the site's):
+        counts over all of them, the busiest SAMPLE_SERVERS named."""
+        sv, det = self.sv, self.detector
+        version = "DHCPv4" if family == 4 else "DHCPv6"
+        first, last = sv["first_ns"][forged], sv["last_ns"][forged]
+        t0, t1 = int(first.min()), int(last.max())
+        messages = sv["messages"][forged]
+        sample = forged[np.lexsort((first, -messages))][:SAMPLE_SERVERS]
+        keys = sv["key"][forged]
+        of, cl = det.offers, det.clients
+        offers = np.isin(of["server"], keys)
+        routers = np.unique(of["router_lo"][offers & of["has_router"]])
+        dns = np.unique(np.stack([of["dns_hi"], of["dns_lo"]])[:, offers & of["has_dns"]], axis=1)
+        given = int(np.count_nonzero(np.isin(cl["server"], keys)))
+        counts = {"offers": int(sv["offers"][forged].sum()), "acks": int(sv["acks"][forged].sum()),
+                  "naks": int(sv["naks"][forged].sum()), "reconfigures": int(sv["reconfigures"][forged].sum())}
+        # competing: answering within window_s of another forged server (sorted by first answer, a server's
+        # next one starts before its own last answer plus the window)
+        order = np.argsort(first, kind="stable")
+        reach = np.maximum.accumulate(last[order])
+        competing = int(np.count_nonzero(first[order][1:] <= reach[:-1] + self.window_ns))
+        if self.site_given:
+            severity, verdict = "high", "none of them among the site's DHCP servers"
+        elif competing and (len(routers) > 1 or dns.shape[1] > 1):
+            offered = " and ".join(f"{count:,} different {what}" for count, what in
+                                   ((len(routers), "routers"), (dns.shape[1], "DNS servers")) if count > 1)
+            severity, verdict = "high", f"answering within {self.window_ns // NS} s of each other with {offered}"
+        else:
+            severity, verdict = "medium", f"more than {FORGED_SERVERS} servers on one VLAN"
+        where = "untagged" if link == 0 else _vlan_text(link)
+        kinds = ("OFFER", "ACK", "NAK") if family == 4 else ("ADVERTISE", "REPLY", "RECONFIGURE")
+        said = ", ".join(f"{counts[name]:,} {kind}" for name, kind in zip(("offers", "acks",
+                                                                            "naks" if family == 4 else "reconfigures"),
+                                                                           kinds))
+        msg = (f"a storm of {len(forged):,} forged {version} servers, {where}: {verdict}; {int(messages.sum()):,} "
+               f"messages ({said}) in {(t1 - t0) / NS:.1f} s, at most {int(messages.max()):,} from one server, "
+               f"{given:,} address(es) given; the busiest: "
+               f"{', '.join(self._name(o) for o in sample[:LISTED].tolist())} ({len(sample)} in the evidence)")
+        if listed:
+            msg += f"; {listed:,} server(s) the site file lists answered beside them"
+        sample_rows = [{"server": self._name(s), "source_ip": self.src[s], "mac": self.mac[s],
+                        "messages": int(sv["messages"][s]), "first_seen": iso_time(int(sv["first_ns"][s]))}
+                       for s in sample.tolist()]
+        evidence = {
+            "family": version, "servers": len(forged), "messages": int(messages.sum()), **counts,
+            "addresses_given": given, "distinct_routers": len(routers), "distinct_dns": int(dns.shape[1]),
+            "competing_servers": competing + 1 if competing else 0, "site_servers_beside": listed,
+            "sample": sample_rows, **_left_out("sample", len(forged) - len(sample_rows)),
+            "evidence_frames": evidence_frames(np.unique(sv["first_frame"][sample])),
+        }
+        if link:
+            evidence["vlan"] = link >> 16
+        if not self.site_given:
+            evidence["not_judged"] = ["which server is allowed: the site file names no dhcp_servers"]
+        if any(det.dropped.values()):
+            evidence["not_kept"] = dict(det.dropped)
+        finding = det.finding(severity, msg, identifier=f"{version} server storm {_vlan_text(link)}", first_seen=t0,
+                              last_seen=t1, n=int(messages.sum()), evidence=evidence, proto="UDP",
+                              src_port=v4.SERVER_PORT if family == 4 else v6.SERVER_PORT)
+        return dataclasses.replace(finding, remediation=FORGED_REMEDIATION)
+
     # ---- the finding
     def finding(self, s: int) -> Finding:
         sv = self.sv
@@ -465,12 +669,12 @@ class _Judgement:
         elif competing:
             severity = "medium"
             verdict = (f"one of {len(others) + 1} DHCP servers answering on this VLAN within "
-                       f"{self.window_ns // NS} s of each other (also {', '.join(self._name(o) for o in competing)})")
+                       f"{self.window_ns // NS} s of each other (also {self._names(competing)})")
             not_judged.append("which server is allowed: the site file names no dhcp_servers")
         elif others:
             severity = "medium"
             verdict = (f"one of {len(others) + 1} DHCP servers seen on this VLAN (also "
-                       f"{', '.join(self._name(o) for o in others[:LISTED])}), never within "
+                       f"{self._names(others)}), never within "
                        f"{self.window_ns // NS} s of each other: a replaced server, a failover pair or a rogue "
                        f"that came and went")
             not_judged.append("which server is allowed: the site file names no dhcp_servers")
@@ -478,6 +682,11 @@ class _Judgement:
             severity, verdict = "info", "the only DHCP server answering on this VLAN"
             not_judged.append("whether it is allowed: the site file names no dhcp_servers")
         return self._finding(s, severity, verdict, others, competing, differing, not_judged)
+
+    def _names(self, servers: list[int]) -> str:
+        """The first LISTED servers' names, and how many more."""
+        more = len(servers) - LISTED
+        return ", ".join(self._name(o) for o in servers[:LISTED]) + (f" and {more:,} more" if more > 0 else "")
 
     def _offer_text(self, s: int) -> str:
         """router 10.0.0.1; DNS 10.0.0.53 (first of 2): the first of each list the server offered."""
@@ -530,6 +739,7 @@ class _Judgement:
         frames += [cl["first_frame"][r] for r in given[:IN_EVIDENCE // 2]]
         for o in competing[:LISTED]:
             frames.append(sv["first_frame"][o])
+        routers, dns = self._routers(s), self._dns(s)
         macs = sorted({m for m in (self.mac[s],) if m})
         if sv["has_mac"][s] and sv["mac_min"][s] != sv["mac_max"][s]:
             macs = sorted({mac_to_str(sv["mac_min"][s]), mac_to_str(sv["mac_max"][s]), *macs})
@@ -537,12 +747,12 @@ class _Judgement:
             "family": version, "server": self._name(s), "source_ip": self.src[s], "macs": macs,
             "messages": int(sv["messages"][s]), "offers": int(sv["offers"][s]), "acks": int(sv["acks"][s]),
             "naks": int(sv["naks"][s]), "reconfigures": int(sv["reconfigures"][s]), "relayed": relayed,
-            "routers": sorted(self._routers(s))[:IN_EVIDENCE], "dns": sorted(self._dns(s))[:IN_EVIDENCE],
+            **_listed("routers", sorted(routers)), **_listed("dns", sorted(dns)),
             "clients": [{"address": a, "mac": (mac_to_str(cl["client_mac"][r]) if cl["has_client_mac"][r] else None),
                          "first_seen": iso_time(int(cl["first_ns"][r]))} for a, r in zip(addresses, given.tolist())],
-            "clients_total": len(given),
-            "other_servers": [self._name(o) for o in others[:IN_EVIDENCE]],
-            "competing": [self._name(o) for o in competing[:IN_EVIDENCE]],
+            "clients_total": len(given), **_left_out("clients", len(given) - len(addresses)),
+            **_listed("other_servers", [self._name(o) for o in others]),
+            **_listed("competing", [self._name(o) for o in competing]),
             "allowed_server": self.allowed[s] if self.site_given else None,
             "evidence_frames": evidence_frames(np.unique(np.array(frames, dtype=np.int64))),
         }
@@ -551,7 +761,8 @@ class _Judgement:
         if sv["has_duid"][s]:
             evidence["duid"] = self._duid(s)
         if differing:
-            evidence["differs_from"] = {self._name(o): what for o, what in differing.items()}
+            evidence["differs_from"] = {self._name(o): what for o, what in list(differing.items())[:IN_EVIDENCE]}
+            evidence.update(_left_out("differs_from", len(differing) - IN_EVIDENCE))
         if link:
             evidence["vlan"] = link >> 16
         if not_judged:
@@ -564,6 +775,17 @@ class _Judgement:
         identifier = f"{self._name(s)} {_vlan_text(link)}"
         return det.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1,
                            n=int(sv["messages"][s]), evidence=evidence, **fields)
+
+
+def _listed(name: str, values: list) -> dict:
+    """An evidence list capped at IN_EVIDENCE, and how many it left out."""
+    return {name: values[:IN_EVIDENCE], **_left_out(name, len(values) - IN_EVIDENCE)}
+
+
+def _left_out(name: str, count: int) -> dict:
+    """`<name>_left_out`: how many a capped evidence list left out, when it left any (detector.findings's
+    convention)."""
+    return {f"{name}_left_out": int(count)} if count > 0 else {}
 
 
 def _is_hex(text: str) -> bool:

@@ -13,13 +13,27 @@ the flow table, which keeps each attempt as one flow (a SYN retransmitted
 with the same sequence number is the same attempt) and merges exactly
 across files; so in `watch` they are those of the window.
 
-Severity: medium; high at 2,560 SYN/s or when the victim answers fewer than
-one SYN in ten with a SYN-ACK; critical at 25,600 SYN/s (`with_capture_loss`
-raises a finding to critical when the capture itself lost packets, as the
-seed's mirror port did). A victim never seen sending (an ingress-only
-mirror) cannot show whether handshakes completed: low, "completion unknown".
-A flash crowd completes its handshakes and stays quiet; one source on many
-ports is a sweep of ports (many keys, each below the rate).
+A victim never seen sending (an ingress-only mirror; seed 002's mirror
+could not keep up) shows no handshake whole; its clients' ACKs, the third
+packet of each handshake, travel toward it and say which completed. Forged
+sources have a signature that needs no answer at all (`_Attempts.signature`):
+a stack whose SYN goes unanswered sends it again with the same port and
+sequence number (Linux after 1 s, Windows after 3 s), one whose SYN is
+answered sends its ACK; a flood tool forging a new address, port and
+sequence number for every SYN (hping3 --rand-source, Mirai with a random
+source) does neither. Of the attempts of the flooding seconds that had
+RETRY_WAIT_S to show either before the capture ended, most stayed one lone
+SYN, from DISTRIBUTED_SOURCES addresses or more, about one each: spoofed.
+
+Severity: medium; high at 2,560 SYN/s, when the victim answers fewer than
+one SYN in ten with a SYN-ACK, or when the flood carries the spoofed
+signature, whether or not the victim is seen; critical at 25,600 SYN/s
+(`with_capture_loss` raises a finding to critical when the capture itself
+lost packets, as the seed's mirror port did). A victim never seen sending,
+without the signature: low, "completion unknown" (a busy server whose real
+clients retry is one). A flash crowd completes its handshakes, its ACKs
+seen on either mirror, and stays quiet; one source on many ports is a sweep
+of ports (many keys, each below the rate).
 """
 from __future__ import annotations
 
@@ -65,6 +79,24 @@ SYNACK_RATIO_HIGH = 0.1
 HALF_OPEN_WINDOW_S = 63
 # sources from which a flood is "distributed"
 DISTRIBUTED_SOURCES = 100
+# The spoofed-source signature (it needs no answer from the victim). A stack whose SYN goes unanswered sends it
+# again, same port and sequence number: Linux after 1 s, then 3 s and 7 s (TCP_TIMEOUT_INIT, RFC 6298), Windows
+# after 3 s, then 9 s (TcpInitialRTT, TcpMaxConnectRetransmissions); one whose SYN is answered sends its ACK. An
+# attempt that stays one SYN for RETRY_WAIT_S (the longest first retry, 3 s, and a second of slack) while the
+# capture goes on was made by no stack waiting for an answer: its source address was forged (hping3
+# --rand-source; Mirai's SYN flood with a random source), the answer went elsewhere. Longer leaves fewer
+# attempts to judge at a capture's end; shorter takes a Windows client's first wait for silence.
+RETRY_WAIT_S = 4
+# Lone SYNs among the judged attempts from which the flood is forged: most of them, as the completion test's
+# 0.5. Lower calls a server spoofed whose real clients are mostly refused by a closed port (their RSTs unseen on an
+# ingress mirror); higher misses a forged flood mixed with as much genuine traffic.
+LONE_SHARE = 0.5
+# Lone SYNs per distinct source at most: about one SYN per address is what random forged sources give (37,841
+# SYNs from 37,623 sources in one real flood); a handful of hosts firing a flood tool from their own addresses
+# (Mirai's default) send thousands each, and the same lone SYNs then name them as top sources instead.
+LONE_PER_SOURCE = 2.0
+# evidence lists: episodes named at most (the flooding seconds are listed up to BINS_IN_EVIDENCE)
+EPISODES_IN_EVIDENCE = 32
 # sources named per victim and port
 TOP_SOURCES = 32
 # Sources counted per victim and port: a flood from up to this many is counted exactly, whatever the batches
@@ -246,14 +278,17 @@ class SynFlood(Detector):
     def _victim_finding(self, ctx: AnalysisContext, group, rows: dict) -> Finding | None:
         victim = ip_text(rows["victim_hi"][0], rows["victim_lo"][0])
         port = int(rows["dport"][0])
-        attempts, completions, victim_sent, have_flows = _handshakes(ctx, victim, port, rows["bin"])
+        seen = _Attempts.of(ctx, victim, port, rows["bin"])
         syn = rows["syn"]
         # without a flow table the packets are the attempts; a retransmitted SYN is then counted again
-        new = attempts if have_flows else syn
-        sent = victim_sent or bool(rows["synack"].sum() or rows["rst"].sum())
+        new = seen.per_second["attempts"] if seen.have_flows else syn
+        sent = seen.victim_sent or bool(rows["synack"].sum() or rows["rst"].sum())
+        # a victim never seen sending shows no handshake whole: its clients' ACKs (the third packet, toward it) say
+        # which completed
+        completions = seen.per_second["completed" if sent else "client_acked"]
         ratio = completions / np.maximum(new, 1)
         fires = new >= self.params["min_syn_pps"]
-        if sent:
+        if sent or seen.have_flows:
             fires &= ratio < self.params["max_completion_ratio"]
         if not fires.any():
             return None
@@ -267,15 +302,21 @@ class SynFlood(Detector):
         synack_ratio = synacks / max(syn_total, 1)
         sources = round(float(sketch.hll_estimate(self.cells, np.array([group], np.uint64))[0]))
         distributed = sources >= DISTRIBUTED_SOURCES
+        signature = seen.signature(rows["bin"][flooded], ctx)
+        spoofed = bool(signature and signature["spoofed"])
         # uncompleted attempts of the last 63 s of the last episode: what still holds the victim's queue
         end = int(rows["bin"][episodes[-1][1]])
         recent = (rows["bin"] > end - HALF_OPEN_WINDOW_S) & (rows["bin"] <= end)
         half_open = int(np.maximum(new[recent] - completions[recent], 0).sum())
 
-        if not sent:
-            severity = "low"
-        elif peak >= CRITICAL_SYN_PPS:
+        if peak >= CRITICAL_SYN_PPS and (sent or spoofed):
             severity = "critical"
+        elif spoofed:
+            # forged sources complete nothing, whatever the victim answers: as a victim answering fewer than one
+            # SYN in ten, and needing no answer to be seen
+            severity = "high"
+        elif not sent:
+            severity = "low"
         elif peak >= HIGH_SYN_PPS or synack_ratio < SYNACK_RATIO_HIGH:
             severity = "high"
         else:
@@ -292,16 +333,24 @@ class SynFlood(Detector):
                     f"({completed / max(new_total, 1):.0%}); about {half_open:,} half-open connection(s) in the "
                     f"last {HALF_OPEN_WINDOW_S} s")
         else:
-            msg += ("; completion unknown: the victim is never seen sending (an ingress-only mirror, or a capture "
-                    "point on one direction only)")
+            msg += ("; " + ("" if spoofed else "completion unknown: ") + "the victim is never seen sending (an "
+                    "ingress-only mirror, or a capture point on one direction only)")
+            if seen.have_flows:
+                msg += f"; {completed:,} of its clients ({completed / max(new_total, 1):.0%}) went on to ACK"
+        if spoofed:
+            msg += (f"; spoofed sources: {signature['lone_syn']:,} of the {signature['judged_attempts']:,} attempts "
+                    f"seen for {RETRY_WAIT_S} s or more ({signature['lone_ratio']:.0%}) stayed one SYN, never sent "
+                    f"again nor followed by an ACK as a real stack's would be, from {signature['lone_sources']:,} "
+                    f"addresses ({signature['syn_per_lone_source']:.2f} per address)")
         top = self._top_sources(group)
         # a source named in the message sent at least a tenth of the SYNs for sure (space-saving counts are
         # upper bounds; count - error is a lower one)
         if top and top[0]["syn"] - top[0]["syn_error"] >= TOP_SOURCE_SHARE * new_total:
             msg += f"; top source {top[0]['src_ip']} (at least {top[0]['syn'] - top[0]['syn_error']:,} SYNs)"
+        flooded_rows = np.flatnonzero(flooded)
         series = [{"second": iso_time(int(rows["bin"][k]) * NS), "syn": int(syn[k]), "new_syn": int(new[k]),
                    "synack": int(rows["synack"][k]), "rst": int(rows["rst"][k]),
-                   "completed": int(completions[k])} for k in np.flatnonzero(flooded)[:BINS_IN_EVIDENCE]]
+                   "completed": int(completions[k])} for k in flooded_rows[:BINS_IN_EVIDENCE]]
         frames = np.concatenate([rows["first_frame"][flooded], rows["last_frame"][flooded]])
         frames = np.unique(frames[(frames >= 0) & (frames != NEVER_FRAME)])
         evidence = {
@@ -310,17 +359,22 @@ class SynFlood(Detector):
             "synack_per_syn_ratio": round(synack_ratio, 4) if sent else None,
             "completed_handshakes": completed if sent else None,
             "completion_ratio": round(completed / max(new_total, 1), 4) if sent else None,
-            "completion_known": sent, "rst_from_victim": int(rows["rst"][flooded].sum()),
+            "completion_known": sent,
+            "client_acked": completed if not sent and seen.have_flows else None,
+            "rst_from_victim": int(rows["rst"][flooded].sum()),
             "half_open_estimate": half_open if sent else None, "half_open_window_s": HALF_OPEN_WINDOW_S,
-            "sources_estimate": sources, "distributed": distributed, "top_sources": top,
+            "sources_estimate": sources, "distributed": distributed, "spoofing": signature,
+            "top_sources": top, **_left_out("top_sources", sources - len(top)),
             "episodes": [{"first_seen": iso_time(int(rows["first_ns"][a])),
                           "last_seen": iso_time(int(rows["last_ns"][z])), "seconds": int(z - a + 1)}
-                         for a, z in episodes],
-            "per_second": series, "first_syn_frame": int(frames[0]) if len(frames) else None,
+                         for a, z in episodes[:EPISODES_IN_EVIDENCE]],
+            **_left_out("episodes", len(episodes) - EPISODES_IN_EVIDENCE),
+            "per_second": series, **_left_out("per_second", len(flooded_rows) - BINS_IN_EVIDENCE),
+            "first_syn_frame": int(frames[0]) if len(frames) else None,
             "last_syn_frame": int(frames[-1]) if len(frames) else None,
             "evidence_frames": evidence_frames(frames),
         }
-        if not have_flows:
+        if not seen.have_flows:
             evidence["new_syn_from"] = "SYN packets (no flow table: retransmissions counted again)"
         if self.dropped_rows:
             evidence["bin_rows_not_kept"] = self.dropped_rows
@@ -392,28 +446,85 @@ def _episodes(seconds: np.ndarray, fires: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def _handshakes(ctx: AnalysisContext, victim: str, port: int, seconds: np.ndarray):
-    """Per second of `seconds`: the attempts (flows whose originator sent a SYN to victim:port, by their first
-    packet) and the handshakes among them that completed; whether the victim sent anything at all; whether
-    there was a flow table to ask."""
-    attempts = np.zeros(len(seconds), dtype=np.int64)
-    completions = np.zeros(len(seconds), dtype=np.int64)
-    flows = ctx.flows
-    if flows is None or len(flows) == 0 or "dest_ip" not in flows:
-        return attempts, completions, False, False
-    to_victim = (flows["dest_ip"] == victim) & (flows["dest_port"] == port) & (flows["proto"] == "tcp")
-    mine = flows[to_victim]
-    sent = bool((mine["dst2src_packets"] > 0).any()) or bool(((flows["src_ip"] == victim) &
-                                                              (flows["src2dst_packets"] > 0)).any())
-    syn = (mine["src2dst_tcp_flags"].to_numpy(np.int64) & TH_SYN) != 0
-    second = flow_time_ns(mine["first_seen"])[syn] // NS
-    done = mine["handshake_synack_ack_ms"].notna().to_numpy()[syn]
-    at = np.searchsorted(seconds, second)
-    inside = at < len(seconds)
-    inside[inside] = seconds[at[inside]] == second[inside]
-    np.add.at(attempts, at[inside], 1)
-    np.add.at(completions, at[inside & done], 1)
-    return attempts, completions, sent, True
+class _Attempts:
+    """The connection attempts to one victim and port, from the flow table (one flow per attempt: a SYN sent again
+    with the same sequence number stays one), counted per second of `seconds` by their first SYN: "attempts",
+    "completed" (the handshake seen whole), "client_acked" (the originator went on to send an ACK, the third
+    packet of a handshake, seen on a mirror of the victim's ingress too); whether the victim sent anything at all,
+    whether there was a flow table to ask. `signature` judges the attempts of a flood's seconds."""
+
+    def __init__(self, seconds: np.ndarray, have_flows: bool, victim_sent: bool = False, attempts=None):
+        self.seconds = seconds
+        self.have_flows = have_flows
+        self.victim_sent = victim_sent
+        # per attempt: its second's row in `seconds` (-1 outside them), first SYN (ns), source, flags
+        self.attempts = attempts
+        self.per_second = {name: np.zeros(len(seconds), dtype=np.int64)
+                           for name in ("attempts", "completed", "client_acked")}
+        if attempts is not None:
+            inside = attempts["at"] >= 0
+            for name, mask in (("attempts", inside), ("completed", inside & attempts["done"]),
+                               ("client_acked", inside & attempts["acked"])):
+                np.add.at(self.per_second[name], attempts["at"][mask], 1)
+
+    @classmethod
+    def of(cls, ctx: AnalysisContext, victim: str, port: int, seconds: np.ndarray) -> _Attempts:
+        flows = ctx.flows
+        if flows is None or len(flows) == 0 or "dest_ip" not in flows:
+            return cls(seconds, have_flows=False)
+        to_victim = (flows["dest_ip"] == victim) & (flows["dest_port"] == port) & (flows["proto"] == "tcp")
+        mine = flows[to_victim]
+        sent = bool((mine["dst2src_packets"] > 0).any()) or bool(((flows["src_ip"] == victim) &
+                                                                  (flows["src2dst_packets"] > 0)).any())
+        flags = mine["src2dst_tcp_flags"].to_numpy(np.int64)
+        syn = (flags & TH_SYN) != 0
+        first = flow_time_ns(mine["first_seen"])[syn]
+        second = first // NS
+        at = np.searchsorted(seconds, second)
+        inside = at < len(seconds)
+        inside[inside] = seconds[at[inside]] == second[inside]
+        attempts = {"at": np.where(inside, at, -1), "first_ns": first,
+                    "done": mine["handshake_synack_ack_ms"].notna().to_numpy()[syn],
+                    "acked": (flags[syn] & TH_ACK) != 0,
+                    "retried": mine["syn_retransmits"].to_numpy(np.int64)[syn] > 0,
+                    "source": mine["src_ip"].to_numpy()[syn]}
+        return cls(seconds, have_flows=True, victim_sent=sent, attempts=attempts)
+
+    def signature(self, flooded: np.ndarray, ctx: AnalysisContext) -> dict | None:
+        """The spoofed-source signature of the attempts in the `flooded` seconds that had RETRY_WAIT_S to show a
+        retransmitted SYN or an ACK before the capture ended: how many stayed one lone SYN, from how many
+        addresses; None without a flow table."""
+        if self.attempts is None:
+            return None
+        a = self.attempts
+        inside = a["at"] >= 0
+        inside[inside] = np.isin(self.seconds[a["at"][inside]], flooded)
+        end = ctx.stats.last_ns if ctx.stats is not None and ctx.stats.last_ns is not None else \
+            int(a["first_ns"].max(initial=0))
+        judged = inside & (a["first_ns"] <= end - RETRY_WAIT_S * NS)
+        lone = judged & ~a["acked"] & ~a["retried"]
+        n_judged, n_lone = int(judged.sum()), int(lone.sum())
+        sources = _distinct(a["source"][lone])
+        per_source = n_lone / max(sources, 1)
+        spoofed = (n_lone >= LONE_SHARE * n_judged and sources >= DISTRIBUTED_SOURCES and n_judged > 0
+                   and per_source <= LONE_PER_SOURCE)
+        return {"judged_attempts": n_judged, "lone_syn": n_lone, "lone_ratio": round(n_lone / max(n_judged, 1), 4),
+                "lone_sources": sources, "syn_per_lone_source": round(per_source, 4),
+                "retried_attempts": int((judged & a["retried"]).sum()),
+                "client_acked_attempts": int((judged & a["acked"]).sum()),
+                "retry_wait_s": RETRY_WAIT_S, "spoofed": spoofed}
+
+
+def _left_out(name: str, count: int) -> dict:
+    """`<name>_left_out`: how many a capped evidence list left out, when it left any (detector.findings's
+    convention)."""
+    return {f"{name}_left_out": int(count)} if count > 0 else {}
+
+
+def _distinct(values: np.ndarray) -> int:
+    """How many distinct values a column (addresses as text) holds, by hashing."""
+    import pandas as pd
+    return int(pd.Series(values).nunique())
 
 
 FIGURE_VICTIMS = 4
