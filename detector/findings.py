@@ -66,6 +66,9 @@ class Finding:
     confidence_basis: list = field(default_factory=list)
     # the severity the rule gave, where low confidence capped it at low
     rule_severity: str | None = None
+    # what this finding rests on, where it differs from its rule's QUALITY_NEEDS (a spoofed flood's lone SYNs
+    # need no answer, its rule's unanswered SYNs do); None: the rule's. Read by the confidence model only
+    quality_needs: frozenset | None = field(default=None, repr=False)
     evidence_pcap: str | None = None
     remediation: str | None = None
     references: list[str] = field(default_factory=list)
@@ -80,6 +83,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["quality_needs"]
         out["first_seen"] = iso_time(self.first_seen)
         out["last_seen"] = iso_time(self.last_seen)
         # how sure it is, read beside how bad it is

@@ -119,6 +119,17 @@ def test_a_spoofed_flood_on_an_ingress_mirror_is_high_on_its_own_signature(tshar
             in f.msg) and "from 15,000 addresses (1.00 per address)" in f.msg and "completion unknown" not in f.msg
 
 
+def test_the_spoofing_signature_stays_sure_on_a_one_direction_mirror_where_unanswered_syns_do_not():
+    """A one-direction capture undermines what rests on answers (the busy server: medium confidence), not the
+    lone SYNs of forged sources, which the mirror's own direction shows (high, its basis naming them)."""
+    [spoofed] = run(SPOOFED_INGRESS)
+    [busy] = run(CAPTURES / "syn-busy-server-ingress.pcap")
+    assert (spoofed.severity, spoofed.confidence) == ("high", "high")
+    assert any(b.factor == "rule" and "stayed one SYN" in b.why for b in spoofed.confidence_basis)
+    assert (busy.severity, busy.confidence) == ("low", "medium")
+    assert any("captured one way only" in b.why for b in busy.confidence_basis)
+
+
 def test_a_busy_server_whose_clients_retry_as_stacks_do_is_low(tshark):
     path = CAPTURES / "syn-busy-server-ingress.pcap"
     [f] = run(path)

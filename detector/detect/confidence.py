@@ -27,7 +27,9 @@ The model (`detector explain` prints MODEL):
    - `absence` (it rests on what was not seen: an unanswered probe, data never
      acknowledged): a one-direction capture, or capture loss of LOSS_MEDIUM
      or more meanwhile: medium.
-   A clean span says so, at high.
+   A clean span says so, at high. A finding may rest on less than its rule
+   does (a spoofed flood's lone SYNs need no answer, its rule's unanswered
+   SYNs do): it says so, and the model reads its own.
 3. Corroboration (factor `corroboration`): a finding of another rule, at low
    or above, in the same incident (joined by the rules' relations and a
    shared entity, detector.incidents) and not merely weakening it, lifts each
@@ -180,7 +182,8 @@ def assess(findings, quality=None, direction: dict | None = None, needs: dict | 
     needs = needs or {}
     for f in findings:
         stated = list(f.confidence_basis)
-        bases = stated + capture_bases(f, quality, direction, needs.get(f.rule, frozenset()))
+        rests_on = f.quality_needs if f.quality_needs is not None else needs.get(f.rule, frozenset())
+        bases = stated + capture_bases(f, quality, direction, rests_on)
         others = corroborating(f, incidents, set(context_only))
         if others:
             bases = [b.lifted() if b.factor == "sample" else b for b in bases]

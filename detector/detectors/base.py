@@ -220,12 +220,13 @@ class Detector(ABC):
         """The findings of everything folded in so far."""
 
     def finding(self, severity: str, msg: str, *, identifier: str, first_seen: int, last_seen: int,
-                basis=(), **fields) -> Finding:
+                basis=(), needs: frozenset | None = None, **fields) -> Finding:
         """A Finding carrying this rule's id, title, remediation and references.
 
         `basis`: the evidence the rule states about how sure the finding is (detect.confidence.Basis: its sample
         size, a doubt such as frames that look like corrupted copies); the confidence model adds the capture's
-        quality and corroboration once every rule has spoken.
+        quality and corroboration once every rule has spoken. `needs`: what this finding rests on where it differs
+        from the rule's QUALITY_NEEDS (None: the rule's).
 
         `identifier` names what the finding is about, the same at every look at it (a frame's fingerprint,
         a source address, a flow, a receive queue): live alerts are de-duplicated on rule and identifier.
@@ -234,7 +235,8 @@ class Detector(ABC):
         """
         return Finding(rule=self.rule_id, severity=severity, title=self.rule.title, msg=msg, identifier=identifier,
                        first_seen=int(first_seen), last_seen=int(last_seen), remediation=self.rule.remediation,
-                       references=list(self.rule.references), confidence_basis=list(basis), **fields)
+                       references=list(self.rule.references), confidence_basis=list(basis),
+                       quality_needs=needs, **fields)
 
     # ---- hooks (nothing by default) -------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:

@@ -449,6 +449,8 @@ def _top_destinations(out: Occupancy, f: _Flows, alive, src, dest, dport, replie
 @register
 class ConntrackPressure(Detector):
     rule_id = "conntrack-pressure"
+    # what its findings rest on beyond what it saw (detect.confidence): each entry's life by its state's timeout
+    QUALITY_NEEDS = frozenset({"timing"})
     needs_fingerprint = False       # it reads no packet, only the flow table
     PARAMS = {
         # 262,144: what Linux sets on a 64-bit host with more than 4 GiB (nf_conntrack_core.c, "sanitize table

@@ -191,6 +191,8 @@ def _vlan_text(link: int) -> str:
 @register
 class RogueDhcp(Detector):
     rule_id = "rogue-dhcp"
+    # what its findings rest on beyond what it saw (detect.confidence): the options servers hand out
+    QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("dhcp4", "dhcp6")
     PARAMS = {
         "window_s": Param(float, 60.0, "seconds within which two servers answering on one VLAN compete",

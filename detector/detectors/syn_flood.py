@@ -50,6 +50,7 @@ from .base import (
     RATE_PPS,
     RATIO,
     AnalysisContext,
+    Basis,
     Detector,
     LiveCounter,
     Param,
@@ -140,6 +141,8 @@ def _fold(tables: list[dict]) -> dict:
 @register
 class SynFlood(Detector):
     rule_id = "syn-flood"
+    # what its findings rest on beyond what it saw (detect.confidence): unanswered SYNs a second
+    QUALITY_NEEDS = frozenset({"absence", "timing"})
     # a flood the capture could not keep up with is critical (seed 002): CaptureLoss's findings are read
     AFTER = (CaptureLoss.rule_id,)
     PARAMS = {
@@ -380,10 +383,18 @@ class SynFlood(Detector):
             evidence["bin_rows_not_kept"] = self.dropped_rows
         if self.dropped_cells:
             evidence["sketch_registers_not_kept"] = self.dropped_cells
+        # the spoofing signature rests on what the mirror's own direction shows (SYNs never sent again, never
+        # ACKed), not on the victim's answers: a one-direction capture takes nothing from it, loss does
+        basis, needs = [], None
+        if spoofed:
+            basis = [Basis("high", f"{signature['lone_syn']:,} of {signature['judged_attempts']:,} attempts stayed "
+                                   f"one SYN from {signature['lone_sources']:,} addresses: forged sources, whatever "
+                                   "the victim answered")]
+            needs = frozenset({"timing"})
         return self.finding(severity, msg, identifier=where, first_seen=t0, last_seen=t1, n=new_total,
                             dest_ip=victim, dest_port=port, proto="TCP",
                             src_ip=top[0]["src_ip"] if sources == 1 and top else None,
-                            evidence={k: v for k, v in evidence.items() if v is not None})
+                            evidence={k: v for k, v in evidence.items() if v is not None}, basis=basis, needs=needs)
 
     def _top_sources(self, group) -> list[dict]:
         t = self.top
