@@ -29,7 +29,7 @@ FIRST_COMPILE_S = 40
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
      "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
-     "detector.decode.app.ospf", "detector.decode.app.dhcp4"),
+     "detector.decode.app.ospf", "detector.decode.app.dhcp4", "detector.detect.quality"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
      "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6",
