@@ -254,6 +254,19 @@ def test_a_short_download_missing_five_segments_is_low(tshark):
     assert ev["evidence_frames"] == [next(n for n, a in acks if a >= end) for end in ends]
 
 
+def test_a_short_download_none_of_whose_data_the_capture_holds_is_info(tmp_path):
+    # every ack passes over bytes never captured, but of an end none of whose payload the capture holds (its segments
+    # elsewhere, unreadable, or never sent): in so few acks, no sign of the capture's loss
+    rng = random.Random(2705)
+    client = calibration.Host("10.43.0.20", calibration.MAC["client"], 1)
+    server = calibration.Host("198.51.100.80", calibration.MAC["server"], 2)
+    path = tmp_path / "unseen.pcap"
+    calibration.write_records(path, calibration.in_time_order(
+        calibration.http_download(0.1, client, server, 50123, 28, rng, lost=set(range(28)))))
+    (f,) = found(path)
+    assert f.severity == "info" and f.evidence["gap_events"] == 14 and "too few acks to judge" in f.msg
+
+
 def test_long_lived_connections_picked_up_mid_stream_and_one_sided_are_quiet():
     # bulk transfers whose first acks pass over bytes in flight when the capture started (in its first seconds),
     # a session mirrored in one direction (acks of bytes none of which the capture holds), one lost segment
@@ -381,6 +394,15 @@ def test_ndpi_http_ipv6_below_min_acks_and_without_a_gap_is_silent(captures_real
 def test_ndpi_tls_missing_client_hello_fragment_is_mid_stream_and_left_out(captures_real):
     # tshark: frames 3 and 14 ack segments never captured, but the capture starts at the SYN-ACK
     assert found(captures_real / "ndpi/tests/cfgs/default/pcap/tls_missing_ch_frag.pcap") == []
+
+
+def test_ipcomp_compressed_segments_are_no_loss_in_too_few_acks(captures_real, tshark):
+    # the server's data segments are IPComp-compressed inside AH (tshark decompresses them), its acks and the client's
+    # are not: the client's four acks pass over bytes the decoder could not read as TCP, none of whose payload it holds
+    path = captures_real / "libpcap/tests/filter/AH-IPcomp-IPv6.pcap"
+    assert tshark.count(path, "ipcomp && tcp.srcport == 80") == 6
+    (f,) = found(path)
+    assert f.severity == "info" and f.evidence["gap_events"] == 4
 
 
 def test_zeek_entity_gap_is_one_gap_in_too_few_acks_info(captures_real):

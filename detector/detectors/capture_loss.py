@@ -125,7 +125,10 @@ E_ACKS, E_GAPS, E_SNAPPED = range(3)
 EARLY_COUNTERS = 3
 # Ours: a capture with too few acks to judge (min_acks) whose gaps are at least these many, at the loss ratio or
 # above, lost traffic all the same: low (a short HTTP download missing five of its segments). One or two gaps are
-# a segment or two the capture missed: a fact (info).
+# a segment or two the capture missed: a fact (info). They must pass over bytes of ends whose payload the capture
+# holds: an ack of an end it holds no payload of says nothing of loss in so few (the end's segments are ones the
+# decoder cannot read as TCP, IPComp-compressed while the acks are not, or the ack is forged or fuzzed); with
+# min_acks acks the ratio says it, as Zeek counts them.
 FEW_ACKS_MIN_GAPS = 3
 # Per-batch partial tables kept before they are folded into one (bounded work per batch, few folds).
 PARTS_MAX = 32
@@ -607,8 +610,10 @@ class CaptureLoss(Detector):
         if picked is None:
             if total_gaps == 0:
                 return None
-            # too few acks anywhere to judge, yet several gaps at the loss ratio: lost traffic, how much unknown
-            few = not overall_judged and total_gaps >= FEW_ACKS_MIN_GAPS and overall >= p["loss_ratio"]
+            # too few acks anywhere to judge, yet several gaps at the loss ratio over bytes of ends the capture holds
+            # payload of: lost traffic, how much unknown
+            few = not overall_judged and total_gaps >= FEW_ACKS_MIN_GAPS and overall >= p["loss_ratio"] and \
+                _gaps_over_seen_ends(ctx) + int(counts[:, C_MID_GAPS].sum()) >= FEW_ACKS_MIN_GAPS
             severity = "low" if few else "info"
             span = np.arange(len(bins))
         else:
@@ -767,6 +772,16 @@ def _acks_and_gaps(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per bin, the ack events judged and the gap events among them: of connections whose opening the capture holds
     and of those picked up mid-stream after the capture's first seconds."""
     return counts[:, C_ACKS] + counts[:, C_MID_ACKS], counts[:, C_GAPS] + counts[:, C_MID_GAPS]
+
+
+def _gaps_over_seen_ends(ctx: AnalysisContext) -> int:
+    """The gap events of the flow table (Zeek's, of connections whose ends are established) over the bytes of ends
+    whose payload the capture holds."""
+    table = ctx.flows
+    if table is None or len(table) == 0 or "src2dst_gap_events" not in table:
+        return 0
+    return int(sum(table[f"{way}_gap_events"].to_numpy()[table[f"{way}_payload_bytes"].to_numpy() > 0].sum()
+                   for way in ("src2dst", "dst2src")))
 
 
 def _byte_loss(ctx: AnalysisContext, first: int, last: int) -> float | None:
