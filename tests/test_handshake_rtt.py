@@ -283,6 +283,14 @@ def test_a_syn_copy_is_no_retransmission_and_a_late_syn_still_is():
     assert f.handshake_rtt_ms == pytest.approx(1060.0, abs=1e-3)
 
 
+def test_time_running_backwards_inside_a_handshake_gives_no_rtt():
+    from tests.test_flows import A, B, flows_of, tcp
+    # the clock stepped back 60 s between the SYN and its SYN-ACK: no leg, rather than a negative or huge one
+    f = flows_of([tcp(100.0, A, B, 1, 80, "S", 10), tcp(40.02, B, A, 80, 1, "SA", 50, 11),
+                  tcp(40.03, A, B, 1, 80, "A", 11, 51)]).to_frame().iloc[0]
+    assert np.isnan(f.handshake_rtt_ms) and np.isnan(f.handshake_syn_synack_ms) and f.syn_retransmits == 0
+
+
 def test_a_capture_appended_to_itself_cut_anywhere_is_quiet_as_one_pass(tmp_path):
     from tests._cuts import cut, merged
     # cut right at the copy's start (time jumps back at the later part's first packet) and inside the copy
