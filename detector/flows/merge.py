@@ -432,7 +432,8 @@ class CutJoins:
     Per later flow that continued one of the earlier part (its first frame in `frames`, ascending), per slot
     of its packets (kernel.SLOT_*), `verdicts[j, slot]`: a head packet's event in one pass; for a segment, -1
     when one pass counts no ack event of its packets, else what it adds to their event had both endpoints been
-    clean (0, or EV_MID_STREAM in a connection whose opening SYN the capture does not hold); after the log's
+    clean (0, or EV_MID_STREAM in a connection whose opening SYN the capture does not hold), or UNDECIDED when the
+    merge cannot tell its packets apart (their events stay as the later part saw them); after the log's
     overflow, 0 when the later part's own events are one pass's, 1 when they are but for their mid-stream mark,
     -1 when the merge cannot say (its events stay as the later part saw them). A connection the merge could
     not join exactly (FlowTable.inexact_joins) is not listed.
