@@ -60,7 +60,7 @@ def parts_merged(packets, cuts) -> AnalysisState:
 def loss_table(state: AnalysisState):
     det = rule_of(state)
     bins, counts = det.table()
-    return bins.tolist(), counts.tolist(), det.gap_frames.tolist()
+    return bins.tolist(), counts.tolist(), det.evidence_gap_frames()
 
 
 def cut_everywhere(packets, parts=(2, 3, 7), step=1):
@@ -112,6 +112,27 @@ def test_a_connection_without_its_syn_stays_mid_stream_across_the_cut():
     whole = cut_everywhere(pkts, parts=(2, 3), step=5)
     acks, gaps, mid = acks_gaps_mid(whole)
     assert acks == gaps == 0 and mid >= 3 * HEAD_MAX // 2
+
+
+def mid_stream_counts(table) -> tuple[int, int, int]:
+    """Judged ack events and gap events of connections picked up mid-stream, and those left out."""
+    counts = np.array(table[1]).reshape(-1, capture_loss.COUNTERS)
+    return (int(counts[:, capture_loss.C_MID_ACKS].sum()), int(counts[:, capture_loss.C_MID_GAPS].sum()),
+            int(counts[:, capture_loss.C_MID_STREAM].sum()))
+
+
+def test_a_connection_picked_up_mid_stream_cut_anywhere_bins_the_events_of_one_pass():
+    # no handshake in the capture at all (partial): its acks are marked mid-stream, left out in the capture's first
+    # 5 s and judged after them, in one pass and in the parts merged, whose later parts redo them from the earlier
+    pkts = spread(transfer(3 * HEAD_MAX, missing=(9, 40, 70, 81), handshake=False), every_s=0.08)
+    assert pkts[-1]["t"] - pkts[0]["t"] > 2 * capture_loss.MID_STREAM_SETTLE_S
+    whole = cut_everywhere(pkts, parts=(2, 3), step=4)
+    judged, gaps, left_out = mid_stream_counts(whole)
+    # B's 48 acks: 19 in the first 5 s, 29 after them, 3 of which pass over a segment lost (9 is in the first 5 s)
+    assert acks_gaps_mid(whole)[:2] == (0, 0) and (judged, gaps, left_out) == (29, 3, 19) and len(whole[2]) == 3
+    # the acks alone (a capture of the receiver's direction): no payload of the end acknowledged, no event
+    acks = [p for p in pkts if p["src"] == B]
+    assert mid_stream_counts(cut_everywhere(acks, parts=(2,), step=7)) == (0, 0, 0)
 
 
 def half_close_after_repeated_fins():
@@ -230,6 +251,8 @@ def test_a_watch_counts_a_connection_in_the_slice_where_it_opened():
     (EVERY_NTH.name, [2]),              # right after the first connection's SYN
     (EVERY_NTH.name, [129, 300]),       # right after the second's SYN; inside the third, mid-bin (one bin of 60 s)
     (MIRROR_PEAK.name, [2, 1790]),      # after a SYN; in the middle of the peak minute, inside a connection
+    ("loss-storage-writes.pcap", [100, 2000]),   # inside the capture's first 5 s; between two writes later on
+    ("loss-storage-writes.pcap", [603, 604, 3000]),     # one write's last segment and its ack in parts of their own
 ])
 def test_the_bundled_lossy_captures_cut_at_the_worst_places(name, starts, tmp_path):
     paths = cut(CAPTURES / name, tmp_path, starts)

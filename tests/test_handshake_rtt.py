@@ -2,12 +2,14 @@
 for the thresholds the captures do not reach."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from detector import engine
 from detector.analysis import analyze
 from detector.detectors import AnalysisContext, active_detectors
 from detector.detectors import handshake_rtt as hr
@@ -16,10 +18,17 @@ from detector.site import load_site
 from detector.stats import CaptureStats
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+sys.path.insert(0, str(CAPTURES))
+import build_tcp_calibration  # noqa: E402 - the capture builders, for the trace the duplicated captures repeat
+
 RULE = "handshake-rtt"
 T0 = 1_767_225_600
 JUMP = CAPTURES / "handshake-rtt-jump.pcap"
 DISTANT = CAPTURES / "handshake-rtt-distant.pcap"
+APPENDED = CAPTURES / "handshake-rtt-appended.pcap"
+MERGED_TWICE = CAPTURES / "handshake-rtt-merged-twice.pcap"
+LOST_SYNS = CAPTURES / "handshake-rtt-lost-syns.pcap"
+ONE_RETRIED = CAPTURES / "handshake-rtt-one-retried.pcap"
 
 
 def run(path, site=None, rules=None):
@@ -184,7 +193,8 @@ def test_watch_alerts_on_the_slow_class():
     assert [e.tracked.finding.identifier for e in alerts] == ["external handshakes"]
 
 
-@pytest.mark.parametrize("name", ["handshake-rtt-jump.pcap", "handshake-rtt-distant.pcap"])
+@pytest.mark.parametrize("name", ["handshake-rtt-jump.pcap", "handshake-rtt-distant.pcap",
+                                  "handshake-rtt-lost-syns.pcap"])
 def test_the_flow_table_read_as_numbers_gives_the_findings_of_its_frame(name):
     # analyze reads the flow table without pandas (coded columns); a notebook or test hands the DataFrame: both
     # must give the same handshakes, distant servers and findings
@@ -196,8 +206,8 @@ def test_the_flow_table_read_as_numbers_gives_the_findings_of_its_frame(name):
         table.update(decode(raw))
     (det,) = [d for d in active_detectors(load_rules()) if d.rule_id == "handshake-rtt"]
     coded, frame = hr.handshakes(table.coded_columns(), det.site), hr.handshakes(table.to_frame(), det.site)
-    assert len(coded["rtt"]) == len(frame["rtt"]) > 100
-    for key in ("time", "rtt", "syn_retx", "port", "frame", "bin", "internal"):
+    assert len(coded["rtt"]) == len(frame["rtt"]) > 60
+    for key in ("time", "rtt", "rtt_first", "syn_retx", "port", "frame", "bin", "internal"):
         assert np.array_equal(coded[key], frame[key]), key
     for key in ("client", "server", "community_id"):
         assert coded[key].astype(str).tolist() == frame[key].astype(str).tolist(), key
@@ -223,3 +233,121 @@ def test_group_medians_are_numpys():
         mine = rtt[(server == s) & (bin_ == b)]
         assert (m, n) == (np.median(mine), len(mine))
     assert size.sum() == 500 and len(size) == len({(s, b) for s, b in zip(server, bin_)})
+
+
+# ---- a capture holding its packets twice (issue 27, pattern 7) -----------------------------------------------------
+def flow_frame(*paths):
+    from detector.flows import FlowTable
+    table = FlowTable()
+    engine.run([str(p) for p in paths], [table])
+    return table.to_frame()
+
+
+HANDSHAKE_COLUMNS = ["src_ip", "src_port", "dest_ip", "dest_port", "handshake_rtt_ms", "handshake_syn_synack_ms",
+                     "handshake_synack_ack_ms", "syn_retransmits"]
+
+
+@pytest.mark.parametrize("path", [APPENDED, MERGED_TWICE], ids=["appended", "merged-twice"])
+def test_a_capture_holding_its_packets_twice_has_no_syn_retransmission(path, tmp_path, tshark):
+    # the trace twice: every SYN reappears with its bytes and time (tshark calls the copies retransmissions)
+    once = tmp_path / "once.pcap"
+    build_tcp_calibration.write_records(once, build_tcp_calibration._web_trace(2701))
+    assert tshark.count(path, "tcp.flags.syn == 1 && tcp.flags.ack == 0") == \
+        2 * tshark.count(once, "tcp.flags.syn == 1 && tcp.flags.ack == 0") == 2 * 121
+    assert run(path) == []
+    twice, single = flow_frame(path), flow_frame(once)
+    # the copies fold into the flows of the first: the same connections, handshakes and RTTs, no SYN sent again
+    assert len(twice) == len(single) == 121 and twice["syn_retransmits"].sum() == 0
+    pd.testing.assert_frame_equal(twice[HANDSHAKE_COLUMNS], single[HANDSHAKE_COLUMNS])
+    assert twice["handshake_rtt_ms"].dropna().between(15, 25).all() and twice["handshake_rtt_ms"].notna().sum() == 120
+
+
+def test_a_syn_copy_is_no_retransmission_and_a_late_syn_still_is():
+    from tests.test_flows import A, B, flows_of, tcp
+    syn, synack, ack = (tcp(0.0, A, B, 1, 80, "S", 10), tcp(0.05, B, A, 80, 1, "SA", 50, 11),
+                        tcp(0.06, A, B, 1, 80, "A", 11, 51))
+    merged = [syn, syn, synack, synack, ack, ack]
+    appended = [syn, synack, ack, syn, synack, ack]
+    # relayed by a host in the middle 50 us later (an ARP spoofer), or mirrored twice: sooner than any stack resends
+    relayed = [syn, dict(syn, t=0.00005), synack, dict(synack, t=0.05005), ack, dict(ack, t=0.06005)]
+    for copies in (merged, appended, relayed):
+        f = flows_of(copies).to_frame().iloc[0]
+        # (the relayed copy is the SYN the server answered, 50 us later)
+        assert f.syn_retransmits == 0 and f.handshake_syn_synack_ms == pytest.approx(50.0, abs=0.06)
+    # a SYN sent again 1 s later, then a copy of the first (time gone back): one retransmission, the leg from the
+    # SYN answered
+    resent = [syn, tcp(1.0, A, B, 1, 80, "S", 10), syn, tcp(1.05, B, A, 80, 1, "SA", 50, 11),
+              tcp(1.06, A, B, 1, 80, "A", 11, 51)]
+    f = flows_of(resent).to_frame().iloc[0]
+    assert f.syn_retransmits == 1 and f.handshake_syn_synack_ms == pytest.approx(50.0, abs=1e-3)
+    assert f.handshake_rtt_ms == pytest.approx(1060.0, abs=1e-3)
+
+
+def test_time_running_backwards_inside_a_handshake_gives_no_rtt():
+    from tests.test_flows import A, B, flows_of, tcp
+    # the clock stepped back 60 s between the SYN and its SYN-ACK: no leg, rather than a negative or huge one
+    f = flows_of([tcp(100.0, A, B, 1, 80, "S", 10), tcp(40.02, B, A, 80, 1, "SA", 50, 11),
+                  tcp(40.03, A, B, 1, 80, "A", 11, 51)]).to_frame().iloc[0]
+    assert np.isnan(f.handshake_rtt_ms) and np.isnan(f.handshake_syn_synack_ms) and f.syn_retransmits == 0
+
+
+def test_a_capture_appended_to_itself_cut_anywhere_is_quiet_as_one_pass(tmp_path):
+    from tests._cuts import cut, merged
+    # cut right at the copy's start (time jumps back at the later part's first packet) and inside the copy
+    paths = cut(APPENDED, tmp_path, [1202, 1900])
+    result = merged(paths, {RULE: load_rules()[RULE]})
+    assert [f for f in result.findings if f.rule == RULE] == []
+    assert int(result.flows["syn_retransmits"].sum()) == 0 and len(result.flows) == 121
+
+
+# ---- lost first SYNs (issue 27, miss 6) ------------------------------------------------------------------------
+def test_handshakes_retried_after_lost_first_syns_are_low_and_named(tshark):
+    [f] = run(LOST_SYNS)
+    ev = f.evidence
+    assert f.severity == "low" and f.identifier == "external handshakes retried" and f.n == 9
+    assert (ev["handshakes"], ev["retried_handshakes"]) == (67, 9) and 15 < ev["median_handshake_ms"] < 21
+    assert ev["retried_ms"]["min"] == pytest.approx(3000, abs=30) and ev["retried_ms"]["max"] == pytest.approx(
+        13000, abs=30)
+    assert "9 of 67 external handshakes (13%) needed their SYN sent again" in f.msg and "and 6 more" in f.msg
+    # tshark: the SYNs sent again, and the connections they belong to, are the retried ones named
+    resent = tshark.fields(LOST_SYNS, "tcp.srcport", display_filter="tcp.flags.syn == 1 && tcp.flags.ack == 0 && "
+                                                                     "tcp.analysis.retransmission")
+    ports = [int(port) for [port] in resent]
+    assert len(ports) == 17 == sum(r["syns_sent"] - 1 for r in ev["retried"])
+    assert sorted(set(ports)) == sorted(r["src_port"] for r in ev["retried"])
+    for r in ev["retried"]:
+        # tshark's initial RTT runs from the SYN answered; the retried handshake's time from the first SYN
+        [[rtt], *_] = tshark.fields(LOST_SYNS, "tcp.analysis.initial_rtt",
+                                    display_filter=f"tcp.srcport == {r['src_port']} && tcp.analysis.initial_rtt")
+        syns = [float(t) for [t] in tshark.fields(LOST_SYNS, "frame.time_epoch", display_filter=(
+            f"tcp.srcport == {r['src_port']} && tcp.flags.syn == 1 && tcp.flags.ack == 0"))]
+        assert len(syns) == r["syns_sent"]
+        assert abs((syns[-1] - syns[0] + float(rtt)) * 1000 - r["handshake_ms"]) < 0.05
+    assert ev["retried_left_out"] == 0 and len(ev["evidence_frames"]) == 9
+
+
+def test_one_handshake_retried_among_hundreds_is_quiet():
+    assert run(ONE_RETRIED) == []
+    frame = flow_frame(ONE_RETRIED)
+    assert int((frame["syn_retransmits"] > 0).sum()) == 1 and len(frame) == 240
+
+
+def test_retried_thresholds_and_the_bins_that_say_it_already():
+    flows = _flows([20] * 12, per_bin=5)                      # 60 handshakes, too few a bin for medians
+    retried = flows.index[[3, 17, 41]]
+    flows.loc[retried, "syn_retransmits"] = 1
+    flows.loc[retried, "handshake_rtt_ms"] += 1000.0
+    [f] = _findings(flows)
+    assert f.severity == "low" and f.evidence["retried_handshakes"] == 3 and f.evidence["retried_ratio"] == 0.05
+    assert [r["src_port"] for r in f.evidence["retried"]] == [40003, 40002, 40001]
+    assert f.dest_ip == "198.51.100.9" and f.evidence["retried_ms"]["min"] == pytest.approx(1020.2)
+    # two are a SYN or two lost; three among 61 are below 5 %
+    flows.loc[retried[:1], "syn_retransmits"] = 0
+    assert _findings(flows) == []
+    many = _flows([20] * 12, per_bin=5)
+    many = pd.concat([many, many.iloc[:1]])
+    many["syn_retransmits"] = [1, 1, 1] + [0] * 58
+    assert _findings(many) == []
+    # bins whose SYN retransmissions made the series critical say it already: no second finding
+    [f] = _findings(_flows([30] * 9, retx=[0] * 6 + [0.6] * 3))
+    assert f.severity == "critical"

@@ -8,18 +8,31 @@ Two signs, as Zeek and ntopng read them:
   (flows/kernel.py, Zeek's reassembler `AckReceived`) marks every packet's
   ack event and gap event (PacketBatch.flow_events); this rule counts them
   per time bin. A bin's gaps over acks at or above Zeek's `too_much_loss`
-  (0.1) is lost traffic, when the bin holds enough acks to say so; a gap
-  in too few acks, or below that ratio, is said at info (once a gap is
-  counted the finding stays, however many acks follow: a watch's alert
-  does not come and go with the traffic). Left
-  out: connections whose opening SYN the capture does not hold (picked up
-  mid-stream, where what came before is unknown), connections seen in one
-  direction only (no acks of the bytes seen: a one-sided capture, not loss;
-  the TCP pass counts no events there), and bytes on the wire whose segments
-  the capture cut at its snapshot length (caplen below the wire length: not
-  captured by design). Segmentation offload (TSO/GSO, IPv4 total length 0)
-  is read as the stack wrote it (the decoder takes the frame's length), so
-  the large segments are captured bytes.
+  (0.1) is lost traffic (medium), when the bin holds enough acks to say so;
+  high at high_loss_ratio, of the events or of the bytes (the bytes the
+  acks passed over that the capture never held, over those and the bytes
+  captured: each ack counts alike in the events, and a storage initiator's
+  64 KB burst acked at once is one of them among the acks of small
+  commands). Gaps in too few acks to judge are low when there are at least
+  FEW_ACKS_MIN_GAPS of them at the loss ratio (a short download missing
+  several of its segments), else info, as are gaps below that ratio (once
+  a gap is counted the finding stays, however many acks follow: a watch's
+  alert does not come and go with the traffic).
+
+  Connections picked up mid-stream (their opening SYN not in the capture)
+  count from the capture's first MID_STREAM_SETTLE_S seconds on: what their
+  first acks pass over may have been sent before the capture started. Zeek
+  counts no gap in a partial connection (report_gaps_for_partial is off),
+  which leaves long-lived sessions out, storage above all, open long before
+  any capture; the flow pass marks their acks all the same (kernel
+  EV_MID_STREAM) where the capture holds payload of the end acknowledged.
+  Left out: connections seen in one direction only (no acks of the bytes
+  seen, or acks of bytes none of which the capture holds: a one-sided
+  capture, not loss; the TCP pass counts no events there), and bytes on the
+  wire whose segments the capture cut at its snapshot length (caplen below
+  the wire length: not captured by design). Segmentation offload (TSO/GSO,
+  IPv4 total length 0) is read as the stack wrote it (the decoder takes the
+  frame's length), so the large segments are captured bytes.
 - Drop counters: what the capture point says it dropped, drops over
   drops + received packets (ntopng check_definitions/interface/too_many_drops.lua):
   a pcapng file's interface statistics (isb_ifdrop, isb_osdrop) and, in
@@ -51,10 +64,18 @@ no flows: a connection counts in the slice where it opened and is
 mid-stream (left out) in the later ones, so live ACK gaps are measured on
 the connections opened within each slice.
 
+Which seconds are the capture's first is known once the partitions are
+merged: each partition keeps the events of connections picked up
+mid-stream in its own first MID_STREAM_SETTLE_S seconds per second (and
+so do its events set aside), and table() leaves out those of the capture's
+first seconds. Events a partition counts as it saw them (past
+ASIDE_ROWS_MAX, or a watch's slices, each of which picks up the connections
+open at its start) leave out its own first seconds.
+
 State: sparse per-bin counts (packets, ack events, gap events, gaps over
-snapped bytes, events of mid-stream connections) and the frames of the
-first gap events: both merge by addition and union; and the events set
-aside, above.
+snapped bytes, events of mid-stream connections judged and left out), the
+per-second counts of the first seconds, and the frames of the first gap
+events: all merge by addition and union; and the events set aside, above.
 """
 from __future__ import annotations
 
@@ -62,7 +83,7 @@ import numpy as np
 
 from ..findings import Finding, iso_time
 from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, SLOT_OVER, SLOT_SEGMENT
-from ..flows.merge import CutJoins
+from ..flows.merge import UNDECIDED, CutJoins
 from ..schema import PacketBatch
 from ..units import NS
 from .base import (
@@ -81,13 +102,34 @@ from .base import (
     TimeBins,
     check_merge,
     endpoint,
+    flow_time_ns,
     member,
     register,
 )
 
-# per-bin counters, the columns of the state
-C_PACKETS, C_ACKS, C_GAPS, C_SNAPPED, C_MID_STREAM = range(5)
-COUNTERS = 5
+# per-bin counters, the columns of the state: packets; ack events, gap events and snapped gap events of connections
+# whose opening the capture holds, and those of connections picked up mid-stream (judged alike, said apart); ack
+# events of connections picked up mid-stream in the capture's first seconds (left out)
+C_PACKETS, C_ACKS, C_GAPS, C_SNAPPED, C_MID_STREAM, C_MID_ACKS, C_MID_GAPS = range(7)
+COUNTERS = 7
+# Ours: connections picked up mid-stream count from the capture's first whole seconds on. When a capture starts, the
+# first acks of the connections already open may cover bytes that passed before it started (bytes in flight, data
+# the receiver held out of order and acknowledges at once when a retransmission fills the hole it waited for), and
+# losses from before it are recovered over a few retransmission timeouts (RFC 6298: 1 s, doubling). Long-lived
+# sessions (storage, replication, database links), which open long before any capture starts and may carry most of
+# its bytes, are judged after that; connections short enough to live inside it are not. Longer leaves short
+# captures of long-lived sessions unjudged; shorter counts the artifacts of the start as loss.
+MID_STREAM_SETTLE_S = 5
+# the early mid-stream counters, per second: ack events, gap events, snapped gap events
+E_ACKS, E_GAPS, E_SNAPPED = range(3)
+EARLY_COUNTERS = 3
+# Ours: a capture with too few acks to judge (min_acks) whose gaps are at least these many, at the loss ratio or
+# above, lost traffic all the same: low (a short HTTP download missing five of its segments). One or two gaps are
+# a segment or two the capture missed: a fact (info). They must pass over bytes of ends whose payload the capture
+# holds: an ack of an end it holds no payload of says nothing of loss in so few (the end's segments are ones the
+# decoder cannot read as TCP, IPComp-compressed while the acks are not, or the ack is forged or fuzzed); with
+# min_acks acks the ratio says it, as Zeek counts them.
+FEW_ACKS_MIN_GAPS = 3
 # Per-batch partial tables kept before they are folded into one (bounded work per batch, few folds).
 PARTS_MAX = 32
 # Frames of the first gap events kept for the evidence pcap (the acks that passed over lost bytes).
@@ -104,10 +146,13 @@ ROUND = 4
 # bench capture sets aside some 15,000.)
 ASIDE_ROWS_MAX = 1 << 16
 # events set aside, summed per row of these keys, and the frames of the events that may settle as gaps
-ASIDE_KEYS = ("flow", "slot", "bin", "own", "kind")
-ASIDE_COLUMNS = {"flow": np.int64, "slot": np.int8, "bin": np.int64, "own": np.int8, "kind": np.int8,
+# (`sec`: the packet's second when it lies in the first MID_STREAM_SETTLE_S seconds of its partition, else -1: the
+# capture's own first seconds are known only once the partitions are merged)
+ASIDE_KEYS = ("flow", "slot", "bin", "sec", "own", "kind")
+ASIDE_COLUMNS = {"flow": np.int64, "slot": np.int8, "bin": np.int64, "sec": np.int64, "own": np.int8, "kind": np.int8,
                  "count": np.int64}
-FRAME_COLUMNS = {"flow": np.int64, "slot": np.int8, "frame": np.int64, "own": np.int8, "kind": np.int8}
+FRAME_COLUMNS = {"flow": np.int64, "slot": np.int8, "frame": np.int64, "sec": np.int64, "own": np.int8,
+                 "kind": np.int8}
 
 
 def _empty(columns: dict) -> dict[str, np.ndarray]:
@@ -160,29 +205,57 @@ def _settled(slot: np.ndarray, own: np.ndarray, kind: np.ndarray, verdict: np.nd
     them), by the merge's verdict on their slot (flows.merge.CutJoins)."""
     own, kind, verdict = own.astype(np.int64), kind.astype(np.int64), verdict.astype(np.int64)
     segment = (slot >= SLOT_SEGMENT) & (slot < SLOT_OVER)
-    counted = np.where((verdict >= 0) & (kind != EV_NONE), kind + verdict, EV_NONE)
+    counted = np.where((verdict >= 0) & (kind != EV_NONE), kind + verdict, np.where(verdict == UNDECIDED, own,
+                                                                                       EV_NONE))
     unmarked = np.where(own >= EV_MID_STREAM, own - EV_MID_STREAM, own)
     after = np.where(verdict == 1, unmarked, own)
     return np.where(slot < SLOT_SEGMENT, verdict, np.where(segment, counted, after)).astype(np.int8)
 
 
-def _event_part(bins: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _event_columns(codes: np.ndarray, left_out: np.ndarray | None = None) -> list[tuple[int, np.ndarray]]:
+    """Which events (EV_*) each counter of the per-bin table counts: (column, rows); `left_out` marks events of
+    connections picked up mid-stream that count as left out (C_MID_STREAM) rather than judged."""
+    mid = codes >= EV_MID_STREAM
+    judged_mid = mid if left_out is None else mid & ~left_out
+    plain = np.where(mid, codes - EV_MID_STREAM, codes)
+    return [(C_ACKS, (codes != EV_NONE) & ~mid), (C_GAPS, codes == EV_GAP), (C_SNAPPED, plain == EV_SNAPPED),
+            (C_MID_ACKS, judged_mid), (C_MID_GAPS, judged_mid & (plain == EV_GAP)),
+            (C_MID_STREAM, mid & ~judged_mid)]
+
+
+def _event_part(bins: np.ndarray, codes: np.ndarray, counts: np.ndarray,
+                left_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A partial (bins, counts[bin, COUNTERS]) table of events (EV_*, `counts` of each) without their packets."""
     distinct, at = np.unique(bins, return_inverse=True)
     table = np.zeros((len(distinct), COUNTERS), dtype=np.int64)
-    mid = codes >= EV_MID_STREAM
-    for column, rows in ((C_ACKS, (codes != EV_NONE) & ~mid), (C_GAPS, codes == EV_GAP),
-                         (C_SNAPPED, codes == EV_SNAPPED), (C_MID_STREAM, mid)):
+    for column, rows in _event_columns(codes, left_out):
         table[:, column] = np.bincount(at[rows], weights=counts[rows], minlength=len(distinct)).astype(np.int64)
     return distinct.astype(np.int64), table
 
 
-def _fold(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Partial (bins, counts[bin, COUNTERS]) tables as one, bins sorted and distinct."""
+def _early_part(secs: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A partial (seconds, counts[second, EARLY_COUNTERS]) table of events of connections picked up mid-stream."""
+    distinct, at = np.unique(secs, return_inverse=True)
+    table = np.zeros((len(distinct), EARLY_COUNTERS), dtype=np.int64)
+    plain = codes - EV_MID_STREAM
+    for column, rows in ((E_ACKS, plain >= EV_ACK), (E_GAPS, plain == EV_GAP), (E_SNAPPED, plain == EV_SNAPPED)):
+        table[:, column] = np.bincount(at[rows], weights=counts[rows], minlength=len(distinct)).astype(np.int64)
+    return distinct.astype(np.int64), table
+
+
+def _first_frames(kept: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The first GAP_FRAMES_MAX distinct frames of `kept` and `new`, sorted."""
+    return np.unique(np.concatenate([kept, np.asarray(new, dtype=np.int64)]))[:GAP_FRAMES_MAX]
+
+
+def _fold(parts: list[tuple[np.ndarray, np.ndarray]], width: int = COUNTERS) -> tuple[np.ndarray, np.ndarray]:
+    """Partial (bins, counts[bin, width]) tables as one, bins sorted and distinct."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=np.int64)
     bins = np.concatenate([p[0] for p in parts])
     counts = np.concatenate([p[1] for p in parts])
     distinct, at = np.unique(bins, return_inverse=True)
-    folded = np.zeros((len(distinct), COUNTERS), dtype=np.int64)
+    folded = np.zeros((len(distinct), width), dtype=np.int64)
     np.add.at(folded, at, counts)
     return distinct, folded
 
@@ -194,15 +267,16 @@ class CaptureLoss(Detector):
         "bin_s": Param(float, 60.0, "time bin over which ack gaps are counted", Range(1.0, 86400.0),
                        "Shorter bins catch a short burst of loss at a traffic peak but hold fewer acks each (see "
                        "min_acks); longer ones average a peak's loss away."),
-        "min_acks": Param(int, 100, "ack events a bin (or the whole capture) needs before its loss is judged",
-                          COUNT,
+        "min_acks": Param(int, 100, "ack events a bin (or the whole capture) needs before its loss is judged "
+                                    "(with fewer, several gaps at the loss ratio are low)", COUNT,
                           "Ours: with fewer, one lost segment in a short capture reads as a large ratio. Lower "
                           "judges small captures; higher needs busier bins."),
         "loss_ratio": Param(float, 0.1, "gap events over ack events from which the loss is reported (medium)",
                             RATIO,
                             "Zeek's CaptureLoss::too_much_loss (0.1). Lower reports the loss a busy but healthy "
                             "capture point has; higher waits for heavy loss."),
-        "high_loss_ratio": Param(float, 0.5, "gap events over ack events from which the finding is high", RATIO,
+        "high_loss_ratio": Param(float, 0.5, "gap events over ack events, or bytes never captured over bytes acked "
+                                             "or captured, from which the finding is high", RATIO,
                                  "Ours: half the acked data missing means the capture shows a fraction of the "
                                  "traffic; every count of the run is then far below the truth."),
         "drop_ratio": Param(float, 0.05, "dropped over received packets of the capture point from which its drop "
@@ -224,7 +298,17 @@ class CaptureLoss(Detector):
         super().__init__(rule, site)
         self.bin_ns = int(self.params["bin_s"] * NS)
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []
-        self.gap_frames = np.zeros(0, dtype=np.int64)      # the first GAP_FRAMES_MAX gap events' frames
+        # the first GAP_FRAMES_MAX gap events' frames: of connections whose opening the capture holds, and of those
+        # picked up mid-stream after their partition's first seconds
+        self.gap_frames = np.zeros(0, dtype=np.int64)
+        self.mid_gap_frames = np.zeros(0, dtype=np.int64)
+        # the events of connections picked up mid-stream in the first MID_STREAM_SETTLE_S seconds of the partition,
+        # per second, and their first gap frames per second (second, frame): which of them lie in the capture's own
+        # first seconds (left out) is known once the partitions are merged (table())
+        self.early_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.early_frames = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.first_ns: int | None = None        # the earliest packet folded in (merged: the capture's)
+        self.early_end_s: int | None = None     # the second the partition's own first seconds end at
         # set by findings() for annotate(): the spans (start, end ns) of lossy bins with their gaps and acks,
         # and the drop ratio of counters that fired
         self._lossy = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -243,19 +327,25 @@ class CaptureLoss(Detector):
         if n == 0:
             return
         ts = batch["ts_ns"]
-        lo, hi = int(ts.min()) // self.bin_ns, int(ts.max()) // self.bin_ns
+        first = int(ts.min())
+        lo, hi = first // self.bin_ns, int(ts.max()) // self.bin_ns
+        self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+        if self.early_end_s is None:
+            self.early_end_s = first // NS + MID_STREAM_SETTLE_S
         events = batch.flow_events     # None where no flow table saw the batch: packets are counted, no acks
         if self.begins_capture is None:
             self.begins_capture = int(batch["frame"][0]) == 1
         if events is not None and batch.flow_cuts is not None and not self.begins_capture:
             events = self._set_aside(batch, events)
+        if events is not None and first < self.early_end_s * NS:
+            events = self._keep_early(batch, events)
         if lo == hi:        # the common case, a batch inside one bin: counts without a pass per packet in Python
             row = np.zeros((1, COUNTERS), dtype=np.int64)
             row[0, C_PACKETS] = n
             if events is not None:
-                acks, gaps, snapped = (np.count_nonzero(events == code) for code in (EV_ACK, EV_GAP, EV_SNAPPED))
-                row[0, C_ACKS], row[0, C_GAPS], row[0, C_SNAPPED] = acks + gaps + snapped, gaps, snapped
-                row[0, C_MID_STREAM] = np.count_nonzero(events >= EV_MID_STREAM)
+                codes = events[events != EV_NONE]
+                for column, rows in _event_columns(codes):
+                    row[0, column] = np.count_nonzero(rows)
             part = (np.array([lo], dtype=np.int64), row)
         else:
             part_bins, at = np.unique(ts // self.bin_ns, return_inverse=True)
@@ -265,21 +355,54 @@ class CaptureLoss(Detector):
             if events is not None:
                 rows = np.flatnonzero(events)
                 codes, where = events[rows], at[rows]
-                mid = codes >= EV_MID_STREAM
-                table[:, C_ACKS] = np.bincount(where[~mid], minlength=width)
-                table[:, C_GAPS] = np.bincount(where[codes == EV_GAP], minlength=width)
-                table[:, C_SNAPPED] = np.bincount(where[codes == EV_SNAPPED], minlength=width)
-                table[:, C_MID_STREAM] = np.bincount(where[mid], minlength=width)
+                for column, chosen in _event_columns(codes):
+                    table[:, column] = np.bincount(where[chosen], minlength=width)
             part = (part_bins.astype(np.int64), table)
         self.parts.append(part)
         if len(self.parts) > PARTS_MAX:
             self.parts = [_fold(self.parts)]
         if part[1][:, C_GAPS].any() and len(self.gap_frames) < GAP_FRAMES_MAX:
             gaps = np.flatnonzero(events == EV_GAP)[:GAP_FRAMES_MAX]
-            self._keep_frames(batch["frame"][gaps])
+            self.gap_frames = _first_frames(self.gap_frames, batch["frame"][gaps])
+        if part[1][:, C_MID_GAPS].any() and len(self.mid_gap_frames) < GAP_FRAMES_MAX:
+            gaps = np.flatnonzero(events == EV_GAP + EV_MID_STREAM)[:GAP_FRAMES_MAX]
+            self.mid_gap_frames = _first_frames(self.mid_gap_frames, batch["frame"][gaps])
 
-    def _keep_frames(self, frames: np.ndarray) -> None:
-        self.gap_frames = np.unique(np.concatenate([self.gap_frames, frames.astype(np.int64)]))[:GAP_FRAMES_MAX]
+    def _keep_early(self, batch: PacketBatch, events: np.ndarray) -> np.ndarray:
+        """Keep apart, per second, the events of connections picked up mid-stream in the partition's first
+        seconds; returns the batch's events without them."""
+        ts = batch["ts_ns"]
+        rows = np.flatnonzero((events >= EV_MID_STREAM) & (ts < self.early_end_s * NS))
+        if not len(rows):
+            return events
+        secs, codes = ts[rows] // NS, events[rows].astype(np.int64)
+        self._count_early(secs, codes, np.ones(len(rows), np.int64), batch["frame"][rows])
+        events = events.copy()
+        events[rows] = EV_NONE
+        return events
+
+    def _count_early(self, secs: np.ndarray, codes: np.ndarray, counts: np.ndarray, frames: np.ndarray) -> None:
+        """Count events of connections picked up mid-stream in their partition's first seconds, per second; keep the
+        frames of their gaps (`frames`, one per event, or of the gap events alone), the first GAP_FRAMES_MAX per
+        second."""
+        self.early_parts.append(_early_part(secs, codes, counts))
+        if len(self.early_parts) > PARTS_MAX:
+            self.early_parts = [_fold(self.early_parts, EARLY_COUNTERS)]
+        gaps = codes == EV_GAP + EV_MID_STREAM
+        if len(frames) == len(codes) and gaps.any():
+            self._keep_early_frames(secs[gaps], frames[gaps])
+
+    def _keep_early_frames(self, secs: np.ndarray, frames: np.ndarray) -> None:
+        secs = np.concatenate([self.early_frames[0], secs.astype(np.int64)])
+        frames = np.concatenate([self.early_frames[1], frames.astype(np.int64)])
+        order = np.lexsort((frames, secs))
+        secs, frames = secs[order], frames[order]
+        keep = np.ones(len(order), bool)
+        keep[1:] = (secs[1:] != secs[:-1]) | (frames[1:] != frames[:-1])
+        secs, frames = secs[keep], frames[keep]
+        starts = np.flatnonzero(np.concatenate(([True], secs[1:] != secs[:-1]))) if len(secs) else np.zeros(0, int)
+        rank = np.arange(len(secs)) - np.repeat(starts, np.diff(np.append(starts, len(secs))))
+        self.early_frames = (secs[rank < GAP_FRAMES_MAX], frames[rank < GAP_FRAMES_MAX])
 
     def _set_aside(self, batch: PacketBatch, events: np.ndarray) -> np.ndarray:
         """Set aside the events of the batch's packets of connections picked up without their SYN; returns the
@@ -294,14 +417,16 @@ class CaptureLoss(Detector):
         events = events.copy()
         events[rows] = EV_NONE
         flow, slot, kind = flows[rows], slots[rows], kinds[rows]
-        self.aside.append({"flow": flow, "slot": slot, "bin": batch["ts_ns"][rows] // self.bin_ns, "own": own,
+        ts = batch["ts_ns"][rows]
+        sec = np.where(ts < self.early_end_s * NS, ts // NS, -1)
+        self.aside.append({"flow": flow, "slot": slot, "bin": ts // self.bin_ns, "sec": sec, "own": own,
                            "kind": kind, "count": np.ones(len(rows), np.int64)})
         # the events that may settle as gaps: any head packet's, a segment's gaps, the own gaps after the overflow
         maybe = (slot < SLOT_SEGMENT) | ((slot < SLOT_OVER) & (kind == EV_GAP)) | \
             ((slot == SLOT_OVER) & ((own == EV_GAP) | (own == EV_GAP + EV_MID_STREAM)))
         if maybe.any():
             self.aside_frames.append({"flow": flow[maybe], "slot": slot[maybe], "frame": batch["frame"][rows][maybe],
-                                      "own": own[maybe], "kind": kind[maybe]})
+                                      "sec": sec[maybe], "own": own[maybe], "kind": kind[maybe]})
         if len(self.aside) > PARTS_MAX:
             self._fold_aside()
         return events
@@ -321,26 +446,48 @@ class CaptureLoss(Detector):
             self.released = np.union1d(self.released, gone)
             over_frames = np.isin(frames["flow"], gone)
             self._count_settled(_take(rows, over), rows["own"][over], _take(frames, over_frames),
-                                frames["own"][over_frames])
+                                frames["own"][over_frames], own_view=True)
             rows, frames = _take(rows, ~over), _take(frames, ~over_frames)
         self.aside, self.aside_frames = [rows], [frames]
 
-    def _count_settled(self, rows: dict, codes: np.ndarray, frames: dict, frame_codes: np.ndarray) -> None:
-        """Count the events set aside `rows` as `codes`, and the `frames` that are gaps as `frame_codes`."""
+    def _count_settled(self, rows: dict, codes: np.ndarray, frames: dict, frame_codes: np.ndarray,
+                       own_view: bool = False) -> None:
+        """Count the events set aside `rows` as `codes`, and the `frames` that are gaps as `frame_codes`. Events of
+        connections picked up mid-stream in their partition's first seconds wait for the capture's first second
+        (table()); as the partition saw them (`own_view`: its own pickup) they are left out."""
+        codes, frame_codes = codes.astype(np.int64), frame_codes.astype(np.int64)
+        early = (rows["sec"] >= 0) & (codes >= EV_MID_STREAM)
         if len(codes):
-            self.parts.append(_event_part(rows["bin"], codes, rows["count"]))
-            if len(self.parts) > PARTS_MAX:
-                self.parts = [_fold(self.parts)]
-        gaps = frames["frame"][frame_codes == EV_GAP]
-        if len(gaps):
-            self._keep_frames(gaps)
+            if early.any() and not own_view:
+                self._count_early(rows["sec"][early], codes[early], rows["count"][early], np.zeros(0, np.int64))
+            late = ~early if not own_view else np.ones(len(codes), bool)
+            if late.any():
+                self.parts.append(_event_part(rows["bin"][late], codes[late], rows["count"][late],
+                                              left_out=early[late]))
+                if len(self.parts) > PARTS_MAX:
+                    self.parts = [_fold(self.parts)]
+        self.gap_frames = _first_frames(self.gap_frames, frames["frame"][frame_codes == EV_GAP])
+        mid_gaps = frame_codes == EV_GAP + EV_MID_STREAM
+        early_gaps = mid_gaps & (frames["sec"] >= 0)
+        if early_gaps.any() and not own_view:
+            self._keep_early_frames(frames["sec"][early_gaps], frames["frame"][early_gaps])
+        self.mid_gap_frames = _first_frames(self.mid_gap_frames, frames["frame"][mid_gaps & ~early_gaps])
 
     def merge(self, other: CaptureLoss) -> CaptureLoss:
         check_merge(self, other)
         self.parts.extend(other.parts)
         if len(self.parts) > PARTS_MAX:
             self.parts = [_fold(self.parts)]
-        self._keep_frames(other.gap_frames)
+        self.early_parts.extend(other.early_parts)
+        if len(self.early_parts) > PARTS_MAX:
+            self.early_parts = [_fold(self.early_parts, EARLY_COUNTERS)]
+        self.gap_frames = _first_frames(self.gap_frames, other.gap_frames)
+        self.mid_gap_frames = _first_frames(self.mid_gap_frames, other.mid_gap_frames)
+        self._keep_early_frames(*other.early_frames)
+        if other.first_ns is not None:
+            self.first_ns = other.first_ns if self.first_ns is None else min(self.first_ns, other.first_ns)
+        if self.early_end_s is None:
+            self.early_end_s = other.early_end_s
         if self.begins_capture is None:
             self.begins_capture = other.begins_capture
         if other.aside:
@@ -365,13 +512,15 @@ class CaptureLoss(Detector):
                 at = np.minimum(np.searchsorted(joins.frames, table["flow"]), len(joins.frames) - 1)
                 table["join"] = np.where(joins.frames[at] == table["flow"], at, -1)
             hit, frame_hit = rows["join"] >= 0, frames["join"] >= 0
-            codes = _settled(rows["slot"][hit], rows["own"][hit], rows["kind"][hit],
-                             joins.verdicts[rows["join"][hit], rows["slot"][hit]])
+            verdicts = joins.verdicts[rows["join"][hit], rows["slot"][hit]]
+            codes = _settled(rows["slot"][hit], rows["own"][hit], rows["kind"][hit], verdicts)
             frame_codes = _settled(frames["slot"][frame_hit], frames["own"][frame_hit], frames["kind"][frame_hit],
                                    joins.verdicts[frames["join"][frame_hit], frames["slot"][frame_hit]])
-            undecided = hit & (rows["slot"] == SLOT_OVER)
-            undecided[undecided] = joins.verdicts[rows["join"][undecided], SLOT_OVER] < 0
-            self.unsettled += len(np.unique(rows["flow"][undecided]))
+            # what the merge could not say: after the log's overflow, or a segment of acks it cannot tell apart
+            slot = rows["slot"][hit]
+            undecided = ((slot == SLOT_OVER) & (verdicts < 0)) | \
+                ((slot >= SLOT_SEGMENT) & (slot < SLOT_OVER) & (verdicts == UNDECIDED))
+            self.unsettled += len(np.unique(rows["flow"][hit][undecided]))
             self._count_settled(_take(rows, hit), codes, _take(frames, frame_hit), frame_codes)
             rows, frames = _take(rows, ~hit), _take(frames, ~frame_hit)
             del rows["join"], frames["join"]
@@ -383,18 +532,43 @@ class CaptureLoss(Detector):
         """Count every event set aside as its partition saw it."""
         if self.aside:
             rows, frames = _fold_aside(self.aside), _fold_frames(self.aside_frames)
-            self._count_settled(rows, rows["own"], frames, frames["own"])
+            self._count_settled(rows, rows["own"], frames, frames["own"], own_view=True)
         self.aside, self.aside_frames = [], []
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """(bins, counts[bin, C_*]) of everything folded in: bin b starts at b * bin_s. Events still set aside
-        (no merge settled them) count as their partition saw them."""
+        (no merge settled them) count as their partition saw them; those of connections picked up mid-stream in
+        the capture's first MID_STREAM_SETTLE_S seconds are left out (C_MID_STREAM)."""
         self._count_aside()
-        if not self.parts:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, COUNTERS), dtype=np.int64)
         self.parts = [_fold(self.parts)]
-        return self.parts[0]
+        return _fold([self.parts[0], self._early_table()])
 
+    def _early_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The events kept per second (the partitions' first seconds) as per-bin counts: left out in the capture's
+        own first seconds, judged after them."""
+        secs, counts = _fold(self.early_parts, EARLY_COUNTERS)
+        self.early_parts = [(secs, counts)] if len(secs) else []
+        table = np.zeros((len(secs), COUNTERS), dtype=np.int64)
+        if len(secs):
+            settled = secs >= self._settled_from_s()
+            table[:, C_MID_STREAM] = np.where(settled, 0, counts[:, E_ACKS])
+            table[:, C_MID_ACKS] = np.where(settled, counts[:, E_ACKS], 0)
+            table[:, C_MID_GAPS] = np.where(settled, counts[:, E_GAPS], 0)
+            table[:, C_SNAPPED] = np.where(settled, counts[:, E_SNAPPED], 0)
+        return (secs * NS) // self.bin_ns, table
+
+    def _settled_from_s(self) -> int:
+        """The second from which connections picked up mid-stream are judged: the capture's first second plus
+        MID_STREAM_SETTLE_S."""
+        return (self.first_ns // NS if self.first_ns is not None else 0) + MID_STREAM_SETTLE_S
+
+    def evidence_gap_frames(self) -> list[int]:
+        """The frames of the first GAP_FRAMES_MAX gap events judged: of connections whose opening the capture holds,
+        and of those picked up mid-stream after the capture's first seconds."""
+        secs, frames = self.early_frames
+        settled = frames[secs >= self._settled_from_s()]
+        frames = _first_frames(_first_frames(self.gap_frames, self.mid_gap_frames), settled)
+        return frames.tolist()
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         self._lossy = (np.zeros(0, np.int64),) * 4
@@ -412,7 +586,7 @@ class CaptureLoss(Detector):
     def _ack_gaps(self, ctx: AnalysisContext) -> Finding | None:
         p = self.params
         bins, counts = self.table()
-        acks, gaps = counts[:, C_ACKS], counts[:, C_GAPS]
+        acks, gaps = _acks_and_gaps(counts)
         total_acks, total_gaps = int(acks.sum()), int(gaps.sum())
         if total_acks == 0:
             return None
@@ -432,30 +606,46 @@ class CaptureLoss(Detector):
             picked = np.arange(len(bins))      # spread thin over bins each too small to judge
         else:
             picked = None
+        byte_ratio = None
         if picked is None:
             if total_gaps == 0:
                 return None
-            severity = "info"
+            # too few acks anywhere to judge, yet several gaps at the loss ratio over bytes of ends the capture holds
+            # payload of: lost traffic, how much unknown
+            few = not overall_judged and total_gaps >= FEW_ACKS_MIN_GAPS and overall >= p["loss_ratio"] and \
+                _gaps_over_seen_ends(ctx) + int(counts[:, C_MID_GAPS].sum()) >= FEW_ACKS_MIN_GAPS
+            severity = "low" if few else "info"
             span = np.arange(len(bins))
         else:
             worst = max(float(ratio[picked][acks[picked] >= p["min_acks"]].max(initial=0.0)),
                         overall if overall_judged else 0.0, float(gaps[picked].sum() / max(acks[picked].sum(), 1)))
-            severity = "high" if worst >= p["high_loss_ratio"] else "medium"
+            # bytes cut by the snapshot length are gaps in the flow table's bytes (Zeek's): no byte measure there
+            if not counts[picked, C_SNAPPED].any():
+                byte_ratio = _byte_loss(ctx, int(starts[picked[0]]), int(ends[picked[-1]]))
+            severity = "high" if max(worst, byte_ratio or 0.0) >= p["high_loss_ratio"] else "medium"
             span = picked
             self._lossy = (starts[picked], ends[picked], gaps[picked], acks[picked])
-        return self._gap_finding(severity, span, bins, counts, starts, ends, judged, ctx)
+        return self._gap_finding(severity, span, bins, counts, starts, ends, judged, byte_ratio, ctx)
 
-    def _gap_finding(self, severity, span, bins, counts, starts, ends, judged, ctx) -> Finding:
+    def _gap_finding(self, severity, span, bins, counts, starts, ends, judged, byte_ratio, ctx) -> Finding:
         p = self.params
-        acks, gaps, packets = counts[:, C_ACKS], counts[:, C_GAPS], counts[:, C_PACKETS]
+        acks, gaps = _acks_and_gaps(counts)
+        packets = counts[:, C_PACKETS]
         total_acks, total_gaps = int(acks.sum()), int(gaps.sum())
         span_acks, span_gaps = int(acks[span].sum()), int(gaps[span].sum())
+        mid_acks, mid_gaps = int(counts[span, C_MID_ACKS].sum()), int(counts[span, C_MID_GAPS].sum())
         ratio = gaps / np.maximum(acks, 1)
         bin_s = p["bin_s"]
         # the packet rate over the part of each bin the capture covers (a capture shorter than a bin)
         rates = packets / np.maximum((ends - starts + 1) / NS, MIN_RATE_WINDOW_S)
         snapped, mid = int(counts[:, C_SNAPPED].sum()), int(counts[:, C_MID_STREAM].sum())
-        if severity == "info":
+        lossy = severity not in ("info", "low")
+        if severity == "low":
+            msg = (f"the capture lost traffic: {total_gaps:,} of {total_acks:,} TCP ack events "
+                   f"({total_gaps / total_acks:.1%}) acknowledged bytes it never held, from "
+                   f"{iso_time(int(starts[span[0]]))} to {iso_time(int(ends[span[-1]]))}; too few acks to say how "
+                   f"much (min_acks {p['min_acks']:,})")
+        elif severity == "info":
             if total_acks < p["min_acks"] and not judged.any():
                 msg = (f"{total_gaps:,} of {total_acks:,} TCP ack events advanced over bytes the capture never "
                        f"held: too few acks to judge the capture's loss (min_acks {p['min_acks']:,})")
@@ -471,33 +661,41 @@ class CaptureLoss(Detector):
                    f"{len(bins)} bin(s) of {bin_s:g} s from {iso_time(int(starts[span[0]]))} to "
                    f"{iso_time(int(ends[span[-1]]))}; worst bin {iso_time(int(starts[worst]))}: "
                    f"{ratio[worst]:.1%} at {rate:,.0f} packets/s (all bins: median {np.median(rates):,.0f}, peak "
-                   f"{rates.max():,.0f} packets/s); "
-                   f"every other finding's counts over that time are lower bounds")
+                   f"{rates.max():,.0f} packets/s)")
+            if byte_ratio is not None:
+                msg += f"; {byte_ratio:.1%} of the bytes acknowledged or captured over that time were never captured"
+            msg += "; every other finding's counts over that time are lower bounds"
+        if mid_acks and severity != "info":
+            msg += (f"; {mid_gaps:,} of the gaps in {mid_acks:,} ack events of connections picked up mid-stream "
+                    f"(after the capture's first {MID_STREAM_SETTLE_S} s)")
         if snapped:
             msg += (f"; {snapped:,} more gap(s) over bytes cut by the snapshot length are not counted as loss")
         if mid:
-            msg += f"; {mid:,} ack event(s) of connections picked up mid-stream left out"
+            msg += (f"; {mid:,} ack event(s) of connections picked up mid-stream in the capture's first "
+                    f"{MID_STREAM_SETTLE_S} s left out")
         order = span[np.argsort(-np.where(judged[span], ratio[span], -1.0), kind="stable")][:BINS_LISTED]
         order = np.sort(order)
         evidence = {
             "loss_ratio": round(span_gaps / max(span_acks, 1), ROUND),
             "overall_loss_ratio": round(total_gaps / total_acks, ROUND),
+            "byte_loss_ratio": round(byte_ratio, ROUND) if byte_ratio is not None else None,
             "ack_events": total_acks, "gap_events": total_gaps, "snapped_gap_events": snapped,
-            "mid_stream_ack_events": mid, "bin_s": bin_s, "min_acks": p["min_acks"],
-            "lossy_bins": len(span) if severity != "info" else 0, "bins": len(bins),
-            "first_lossy": iso_time(int(starts[span[0]])) if severity != "info" else None,
-            "last_lossy": iso_time(int(ends[span[-1]])) if severity != "info" else None,
+            "mid_stream_ack_events": mid, "mid_stream_judged_ack_events": int(counts[:, C_MID_ACKS].sum()),
+            "mid_stream_judged_gap_events": int(counts[:, C_MID_GAPS].sum()), "bin_s": bin_s,
+            "min_acks": p["min_acks"], "lossy_bins": len(span) if lossy else 0, "bins": len(bins),
+            "first_lossy": iso_time(int(starts[span[0]])) if lossy else None,
+            "last_lossy": iso_time(int(ends[span[-1]])) if lossy else None,
             "per_bin": [{"start": iso_time(int(starts[i])), "packets": int(packets[i]),
                          "packet_rate_pps": round(float(rates[i]), 1), "ack_events": int(acks[i]),
                          "gap_events": int(gaps[i]), "loss_ratio": round(float(ratio[i]), ROUND)}
                         for i in order.tolist()],
-            "evidence_frames": self.gap_frames.tolist(),
+            "evidence_frames": self.evidence_gap_frames(),
         }
         if total_gaps:
             evidence["worst_flows"] = _worst_flows(ctx)
         first, last = int(starts[span[0]]), int(ends[span[-1]])
         return self.finding(severity, msg, identifier="tcp ack gaps", first_seen=first, last_seen=last,
-                            n=span_gaps if severity != "info" else total_gaps,
+                            n=span_gaps if lossy else total_gaps,
                             evidence={k: v for k, v in evidence.items() if v is not None})
 
     def _drops(self, drops: CaptureDrops, ctx: AnalysisContext) -> Finding | None:
@@ -570,6 +768,46 @@ def _event_counts(batch: PacketBatch) -> np.ndarray:
     return np.array([counts[EV_ACK] + counts[EV_GAP] + counts[EV_SNAPPED], counts[EV_GAP]], dtype=np.int64)
 
 
+def _acks_and_gaps(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin, the ack events judged and the gap events among them: of connections whose opening the capture holds
+    and of those picked up mid-stream after the capture's first seconds."""
+    return counts[:, C_ACKS] + counts[:, C_MID_ACKS], counts[:, C_GAPS] + counts[:, C_MID_GAPS]
+
+
+def _gaps_over_seen_ends(ctx: AnalysisContext) -> int:
+    """The gap events of the flow table (Zeek's, of connections whose ends are established) over the bytes of ends
+    whose payload the capture holds."""
+    table = ctx.flows
+    if table is None or len(table) == 0 or "src2dst_gap_events" not in table:
+        return 0
+    return int(sum(table[f"{way}_gap_events"].to_numpy()[table[f"{way}_payload_bytes"].to_numpy() > 0].sum()
+                   for way in ("src2dst", "dst2src")))
+
+
+def _byte_loss(ctx: AnalysisContext, first: int, last: int) -> float | None:
+    """The bytes never captured over the bytes acknowledged or captured, of the TCP connections seen both ways
+    between `first` and `last` (ns): per end, the bytes its peer's acks passed over that the capture never held
+    (Zeek's missed_bytes) or, where no ack of its bytes counts (a connection picked up mid-stream), the bytes of the
+    holes its captured segments opened; over those and its captured payload. None without a flow table.
+
+    Gap events count each ack alike: a storage initiator's 64 KB burst acked at once (a stretch ack, LRO/GRO on the
+    receiver) is one event among the acks of small commands and responses, and the bytes say what it weighs."""
+    table = ctx.flows
+    if table is None or len(table) == 0 or "src2dst_gap_bytes" not in table:
+        return None
+    seen = flow_time_ns(table["first_seen"]), flow_time_ns(table["last_seen"])
+    rows = ((table["proto"].astype(str) == "tcp").to_numpy() & (seen[0] <= last) & (seen[1] >= first)
+            & (table["src2dst_packets"] > 0).to_numpy() & (table["dst2src_packets"] > 0).to_numpy())
+    missing = captured = 0
+    for way in ("src2dst", "dst2src"):
+        zeek = table[f"{way}_ack_events"].to_numpy()[rows] > 0
+        gone = np.where(zeek, table[f"{way}_gap_bytes"].to_numpy()[rows],
+                        table[f"{way}_seq_hole_bytes"].to_numpy()[rows])
+        missing += int(gone.sum())
+        captured += int(table[f"{way}_payload_bytes"].to_numpy()[rows].sum())
+    return missing / (missing + captured) if missing + captured else None
+
+
 def _worst_flows(ctx: AnalysisContext) -> list[dict]:
     """The TCP flows that missed the most bytes (Zeek's missed_bytes), with their counters."""
     table = ctx.flows
@@ -598,7 +836,8 @@ class LossFigure(ReportFigure):
 
     def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins):
         self.x = (own_bins * bin_ns - axis.start_ns) / NS
-        self.ratio = counts[:, C_GAPS] / np.maximum(counts[:, C_ACKS], 1)
+        acks, gaps = _acks_and_gaps(counts)
+        self.ratio = gaps / np.maximum(acks, 1)
         self.rate = counts[:, C_PACKETS] / (bin_ns / NS)
         self.width_s = bin_ns / NS
         self.label = axis.axis_label

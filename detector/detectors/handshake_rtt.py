@@ -21,6 +21,19 @@ against its class is judged against its own baseline (a series of its own),
 so that a shift of the traffic mix toward it is no growth. The rule reads
 the flow table, whose handshake columns merge exactly across files; in
 `detector watch` it sees the window's flows only.
+
+Lost first SYNs: a handshake whose client had to send its SYN again (the
+first one, or its SYN-ACK, went unanswered) costs that client a whole
+retransmission timeout, 1 s (Linux) or 3 s (Windows) and doubling, however
+fast the path is otherwise. A quiet capture never fills the 10 s bins, so
+over the whole capture, per class: at least RETRIED_MIN such handshakes and
+RETRIED_MIN_RATIO of the class's are a finding at low, naming them; one
+unlucky client among hundreds is not. The flow table counts a SYN as sent
+again only when it comes later than every packet of its flow before it, and
+200 ms at least after the SYN before it: the copies of a capture holding its
+packets twice (a trace appended to itself, or merged with itself), and those
+relayed by a host in the middle or mirrored twice, are no retransmissions
+(flows.kernel.add_packet, SYN_RESEND_MIN_NS).
 """
 from __future__ import annotations
 
@@ -55,6 +68,13 @@ SYN_RETX_CRITICAL_RATIO = 0.1
 # Without a site file: RFC 1918 and RFC 4193 (ULA) addresses are internal
 PRIVATE_PREFIXES = ("10.", "192.168.", *(f"172.{n}." for n in range(16, 32)), "fc", "fd")
 SLOW_FLOWS_IN_EVIDENCE = 16
+# Ours: handshakes of a class that needed their SYN sent again, over the whole capture, from which that is a finding
+# (low). Fewer than 3 is a SYN or two lost to ordinary loss, a burst or one busy server; more needs a capture busy
+# enough to hold them. A ratio of 5 % is several times what an ordinary path loses (about 1 % of packets, and a
+# handshake is lost with either of its two first packets); lower reports healthy but lossy paths.
+RETRIED_MIN = 3
+RETRIED_MIN_RATIO = 0.05
+RETRIED_IN_EVIDENCE = 16
 # distant servers judged each against its own baseline (the busiest); the others are only left out of their class
 MAX_DISTANT_SERVERS = 64
 SERVERS_IN_EVIDENCE = 8
@@ -109,11 +129,57 @@ class HandshakeRtt(Detector):
             name = "internal" if internal else "external"
             judged, distant = self._distant_servers(hs, cls)
             rest = cls & ~np.isin(hs["server"], distant)
-            out += self._series(hs, rest, name, f"{name} handshakes", server=None)
+            series = self._series(hs, rest, name, f"{name} handshakes", server=None)
             for server in judged:
-                out += self._series(hs, cls & (hs["server"] == server), name, f"handshakes with {server}",
-                                    server=server)
+                series += self._series(hs, cls & (hs["server"] == server), name, f"handshakes with {server}",
+                                       server=server)
+            out += series
+            # bins whose retransmitted SYNs were reported already say it
+            if not any(f.evidence["syn_retransmit_ratio"] > SYN_RETX_CRITICAL_RATIO for f in series):
+                out += self._retried(hs, cls, name)
         return out
+
+    def _retried(self, hs: dict, cls: np.ndarray, cls_name: str) -> list[Finding]:
+        """The class's handshakes whose client sent its SYN again (module docstring), over the whole capture."""
+        retried = cls & (hs["syn_retx"] > 0)
+        n, total = int(np.count_nonzero(retried)), int(np.count_nonzero(cls))
+        if n < RETRIED_MIN or n < RETRIED_MIN_RATIO * total:
+            return []
+        rows = np.flatnonzero(retried)
+        rows = rows[np.argsort(hs["frame"][rows], kind="stable")]
+        took = hs["rtt_first"][rows]
+        sent = hs["syn_retx"][rows] + 1
+        typical = float(np.median(hs["rtt_first"][cls & (hs["syn_retx"] == 0)])) if n < total else float("nan")
+        t0, t1 = int(hs["time"][rows].min()), int(hs["time"][rows].max())
+        servers, counts = np.unique(hs["server"][rows].astype(str), return_counts=True)
+        order = np.argsort(-counts, kind="stable")[:SERVERS_IN_EVIDENCE]
+        named = [f"{hs['client'][k]}:{hs['client_port'][k]} -> {hs['server'][k]}:{hs['port'][k]} "
+                 f"({hs['syn_retx'][k] + 1} SYNs, {hs['rtt_first'][k] / 1000:,.1f} s)" for k in rows[:3]]
+        more = f" and {n - len(named):,} more" if n > len(named) else ""
+        usual = f"where the others took a median of {typical:,.0f} ms" if n < total else "as all of them did"
+        msg = (f"{n:,} of {total:,} {cls_name} handshakes ({n / total:.0%}) needed their SYN sent again (the first "
+               f"went unanswered, or its SYN-ACK was lost) between {iso_time(t0)} and {iso_time(t1)}: they took "
+               f"{took.min() / 1000:,.1f} to {took.max() / 1000:,.1f} s from the first SYN, {usual}; "
+               + ", ".join(named) + more)
+        evidence = {
+            "class": cls_name, "classes_from": hs["classes_from"], "handshakes": total, "retried_handshakes": n,
+            "retried_ratio": round(n / total, 4), "median_handshake_ms": round(typical, 1) if n < total else None,
+            "retried_ms": {"min": round(float(took.min()), 1), "median": round(float(np.median(took)), 1),
+                           "max": round(float(took.max()), 1)},
+            "servers": [{"server": str(s), "retried_handshakes": int(c)} for s, c in zip(servers[order],
+                                                                                          counts[order])],
+            "retried": [{"src_ip": str(hs["client"][k]), "src_port": int(hs["client_port"][k]),
+                         "dest_ip": str(hs["server"][k]), "dest_port": int(hs["port"][k]),
+                         "syns_sent": int(sent[i]), "handshake_ms": round(float(took[i]), 1),
+                         "first_seen": iso_time(int(hs["time"][k])), "community_id": hs["community_id"][k]}
+                        for i, k in enumerate(rows[:RETRIED_IN_EVIDENCE])],
+            "retried_left_out": max(n - RETRIED_IN_EVIDENCE, 0),
+            "evidence_frames": evidence_frames(hs["frame"][rows]),
+        }
+        fields = {"dest_ip": str(servers[0])} if len(servers) == 1 else {}
+        return [self.finding("low", msg, identifier=f"{cls_name} handshakes retried", first_seen=t0, last_seen=t1,
+                             n=n, proto="TCP", evidence={k: v for k, v in evidence.items() if v is not None},
+                             **fields)]
 
     def _distant_servers(self, hs: dict, cls: np.ndarray) -> tuple[list[str], list[str]]:
         """Servers of the class slow all along: seen in at least half its bins (and 3), with min_flows
@@ -240,13 +306,14 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-FLOW_COLUMNS_READ = ("first_seen", "handshake_syn_synack_ms", "handshake_synack_ack_ms", "syn_retransmits", "src_ip",
-                     "dest_ip", "src_port", "dest_port", "first_frame", "community_id")
+FLOW_COLUMNS_READ = ("first_seen", "handshake_rtt_ms", "handshake_syn_synack_ms", "handshake_synack_ack_ms",
+                     "syn_retransmits", "src_ip", "dest_ip", "src_port", "dest_port", "first_frame", "community_id")
 
 
 def handshakes(flows, site) -> dict | None:
     """The flow table's whole handshakes as columns: time (first packet, ns), 10 s bin, RTT from the last
-    SYN and its legs (ms), SYN retransmissions, client, server, port, frame, community id, and the class.
+    SYN and its legs (ms), RTT from the first SYN (ms), SYN retransmissions, client, server, port, frame, community
+    id, and the class.
 
     `flows` is FlowTable.coded_columns() (AnalysisContext.flow_columns: numbers, no pandas) or its DataFrame
     view."""
@@ -260,6 +327,7 @@ def handshakes(flows, site) -> dict | None:
             return None
         out = {"time": np.asarray(flows["first_seen"], np.int64)[rows],
                "handshake_syn_synack_ms": syn_synack[rows], "handshake_synack_ack_ms": synack_ack[rows],
+               "rtt_first": np.asarray(flows["handshake_rtt_ms"], np.float64)[rows],
                "syn_retx": np.asarray(flows["syn_retransmits"], np.int64)[rows],
                "client": ip_to_str(flows["src_ip_hi"][rows], flows["src_ip_lo"][rows]),
                "server": ip_to_str(flows["dest_ip_hi"][rows], flows["dest_ip_lo"][rows]),
@@ -275,6 +343,7 @@ def handshakes(flows, site) -> dict | None:
         out = {"time": flow_time_ns(f["first_seen"]),
                "handshake_syn_synack_ms": f["handshake_syn_synack_ms"].to_numpy(np.float64),
                "handshake_synack_ack_ms": f["handshake_synack_ack_ms"].to_numpy(np.float64),
+               "rtt_first": f["handshake_rtt_ms"].to_numpy(np.float64),
                "syn_retx": f["syn_retransmits"].to_numpy(np.int64),
                "client": f["src_ip"].to_numpy(object), "server": f["dest_ip"].to_numpy(object),
                "port": f["dest_port"].to_numpy(np.int64), "client_port": f["src_port"].to_numpy(np.int64),

@@ -59,7 +59,9 @@ F_FIRST_SEQ = 36
 F_FIRST_FROM_A = 37  # 1 when the first packet was sent by endpoint `a`
 F_ACK_NS = 38        # the originator's first ACK without SYN after the first SYN-ACK
 F_ACK1_NS = 39       # the originator's first ACK without SYN at all (merge.py: the ACK of an earlier part's SYN-ACK)
-F_SYN_RETX = 40      # the originator's SYNs after its first (same sequence number: a new one starts a new flow)
+F_SYN_RETX = 40      # the originator's SYNs after its first (same sequence number: a new one starts a new flow), each
+                     # later than every packet of the flow before it and SYN_RESEND_MIN_NS after the SYN before it
+                     # (add_packet: a copy is no retransmission)
 # Capture gaps, per side's byte stream, as Zeek's TCP reassembler finds them (_ack_received, _data_captured).
 # Positions are 32-bit sequence numbers, -1 unknown.
 F_ACKED = 41         # +side: the peer's highest acknowledgement of the side's bytes (Zeek's trim_seq)
@@ -112,7 +114,10 @@ EV_ACK = 1           # an ack event without a gap
 EV_GAP = 2           # an ack event over bytes never captured: capture loss
 EV_SNAPPED = 3       # an ack event over bytes whose segments were captured but cut by the snapshot length
 EV_MID_STREAM = 4    # added to the above in a connection whose opening SYN the capture does not hold (picked up
-                     # mid-stream or mid-handshake): what came before is unknown, so a rule may leave it out
+                     # mid-stream or mid-handshake): what came before is unknown, so a rule may leave it out. In a
+                     # connection picked up mid-stream (no SYN of either end seen: partial, whose acks Zeek's
+                     # reassembler does not count), an ack of an end whose payload the capture holds (none held: a
+                     # capture of the other direction only) gets its event all the same, marked so (_partial_event)
 
 # What a packet of a flow with a cut log row is to the merge (update_flows' `cut_slot`): the index of its head packet
 # (redone at the merge), SLOT_SEGMENT + the segment its ack event is counted in, or SLOT_OVER after the log overflowed
@@ -123,6 +128,11 @@ SLOT_OVER = HEAD_MAX + ENTRIES_MAX + 1
 SLOTS = SLOT_OVER + 1
 
 FIRST_TCP = 0x10000
+# The least time a stack waits before it sends its SYN again: Linux's TCP_RTO_MIN, 200 ms (its SYN's own first timeout
+# is TCP_TIMEOUT_INIT, 1 s; Windows', FreeBSD's and macOS' are 1 to 3 s, and none goes below 200 ms). The same SYN
+# sooner is a copy the capture holds twice: relayed by a host in the middle (an ARP spoofer forwarding the frame it
+# drew), or mirrored from two ports of a SPAN session. Longer would take a stack tuned below it for copies.
+SYN_RESEND_MIN_NS = 200_000_000
 HIST_MAX = 24        # history letters kept per flow (Zeek records each kind once per side);
                      # a multiple of 8: finish() reads the rows as uint64 words
 
@@ -350,7 +360,9 @@ def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, capt
     F[row, F_PAY + side] += pay
     if pay > F[row, F_MAXPAY + side]:
         F[row, F_MAXPAY + side] = pay
-    if ts > F[row, F_LAST_NS]:
+    # later than every packet of the flow before it: a SYN sent again that is not is a copy (below)
+    latest = ts > F[row, F_LAST_NS]
+    if latest:
         F[row, F_LAST_NS] = ts
     if ts < F[row, F_FIRST_NS]:
         F[row, F_FIRST_NS] = ts
@@ -365,14 +377,19 @@ def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, capt
         F[row, F_MSS + side] = mss
     if syn and not has_ack and F[row, F_SYNSEQ + side] < 0:
         F[row, F_SYNSEQ + side] = seq
-    # the handshake's times (F_SYN_NS .. F_SYN_RETX above)
+    # the handshake's times (F_SYN_NS .. F_SYN_RETX above). A SYN the originator sends again waits for its
+    # retransmission timer (RFC 6298 2.1: an initial RTO of 1 s; Linux TCP_TIMEOUT_INIT), so it comes later
+    # than every packet of the flow before it, and SYN_RESEND_MIN_NS at least after the SYN before it; one that does
+    # not is the capture's copy of an earlier one: at the same instant (a trace merged with itself, a frame seen on
+    # two interfaces), earlier (a trace appended to itself, time gone back) or just after it (relayed, mirrored
+    # twice). A copy is no retransmission, and does not move the SYN the SYN-ACK answers back in time.
     if side == 0:
         if syn and not has_ack:
             if F[row, F_SYN_NS] < 0:
                 F[row, F_SYN_NS] = ts
-            else:
+            elif latest and ts - F[row, F_LASTSYN_NS] >= SYN_RESEND_MIN_NS:
                 F[row, F_SYN_RETX] += 1
-            if F[row, F_SYNACK_NS] < 0:
+            if F[row, F_SYNACK_NS] < 0 and ts >= F[row, F_LASTSYN_NS]:
                 F[row, F_LASTSYN_NS] = ts
         elif not syn and has_ack:
             if F[row, F_ACK1_NS] < 0:
@@ -409,6 +426,8 @@ def add_packet(F, H, row, ts, from_a, flags, tcp_ok, ip_len, pay, seq, ack, capt
         missing, snapped = _ack_received(F, row, 1 - side, ack)
         kind = _event_kind(missing, snapped)
         event = _ack_event(F, row, 1 - side, missing, kind)
+        if event == EV_NONE and _partial_event(F, row, 1 - side):
+            event = kind
     _data_captured(F, row, side, flags, seq, pay, captured)
     return event, missing, kind
 
@@ -484,6 +503,16 @@ def _event_kind(missing, snapped):
     if missing == 0:
         return EV_ACK
     return EV_SNAPPED if missing == snapped else EV_GAP
+
+
+@njit(_nrt=False, inline="always")
+def _partial_event(F, row, side):
+    """Whether an ack of `side`'s bytes that Zeek's reassembler does not count has an event all the same (update_flows
+    marks it EV_MID_STREAM): the connection was picked up mid-stream (no SYN of either end seen, so neither end is
+    clean) and the side's payload is in the capture, which its bytes are then measured against. A side none of whose
+    payload the capture holds is one the capture does not see (a one-direction capture): its acks say nothing of
+    loss. Its flow record counts no event (F_ACK_EVENTS: Zeek's, whose report_gaps_for_partial is off)."""
+    return ((F[row, F_FLAGS] | F[row, F_FLAGS + 1]) & TH_SYN) == 0 and F[row, F_PAY + side] > 0
 
 
 @njit(_nrt=False, inline="always")

@@ -150,12 +150,39 @@ def _count_segment(C, CL, c, segment):
     return True
 
 
+# CutJoins' verdict on a segment whose packets' events the merge cannot tell apart: they count as the later part saw
+# them (and the connection is said not settled)
+UNDECIDED = -2
+
+
 @njit(_nrt=False, inline="always")
 def _segment_verdict(counted, syn_seen):
     """CutJoins' verdict on a segment's ack events: counted (mid-stream or not) or not."""
     if not counted:
         return -1
     return 0 if syn_seen else k.EV_MID_STREAM
+
+
+@njit(_nrt=False, inline="always")
+def _partial_verdict(C, CL, c, segment, partial, paid0, paid1):
+    """CutJoins' verdict on the ack events of a segment the continuation C[1] does not count (not both ends clean):
+    in a connection picked up mid-stream (`partial`: no SYN of either end), those over the bytes of an end whose
+    payload the capture holds (`paid0`, `paid1` by role) get their event marked mid-stream (kernel._partial_event),
+    the others none; a segment with acks of both kinds cannot be told apart."""
+    if not partial:
+        return -1
+    at = k.LG_SEG + k.SEG_W * segment
+    paid_acks, unpaid_acks = False, False
+    for end in range(2):
+        side = end if C[1, F_ORIG_IS_A] else 1 - end
+        if CL[c, at + 1 + end] > 0:
+            if (paid0 if side == 0 else paid1):
+                paid_acks = True
+            else:
+                unpaid_acks = True
+    if paid_acks and unpaid_acks:
+        return UNDECIDED
+    return k.EV_MID_STREAM if paid_acks else -1
 
 
 @njit(_nrt=False)
@@ -284,6 +311,10 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH, V):
             return False               # a letter the later part recorded in its head but the continuation not
     if not _handshake_after_head(LF, r, S, C, same):
         return False
+    # picked up mid-stream at the end of the head (no SYN of either end) and whose payload the capture holds by then,
+    # by role: what decides the events of the acks the continuation's states do not count (kernel._partial_event)
+    partial = ((C[1, k.F_FLAGS] | C[1, k.F_FLAGS + 1]) & TH_SYN) == 0
+    paid0, paid1 = C[1, k.F_PAY] > 0, C[1, k.F_PAY + 1] > 0
     for j in range(S[0, F_HLEN], LF[r, F_HLEN]):
         letter = np.int64(LH[r, j])
         if letter == FLIP_MARK:
@@ -306,7 +337,8 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH, V):
             C[1, k.F_MSS + cs] = LF[r, k.F_MSS + side]
     C[1, k.F_LAST_NS] = max(C[1, k.F_LAST_NS], LF[r, k.F_LAST_NS])
     # the endpoint states over the entries, each segment's ack events counted in the states it was in
-    V[r, k.SLOT_SEGMENT] = _segment_verdict(_count_segment(C, CL, c, 0), syn_seen)
+    V[r, k.SLOT_SEGMENT] = _segment_verdict(_count_segment(C, CL, c, 0), syn_seen) if k.clean(C, 1, 0) and \
+        k.clean(C, 1, 1) else _partial_verdict(C, CL, c, 0, partial, paid0, paid1)
     used = CL[c, k.LG_ENTRIES]
     for entry in range(1, min(used, k.ENTRIES_MAX) + 1):
         w = CL[c, k.LG_SEG + k.SEG_W * entry]
@@ -318,15 +350,25 @@ def _after_head(LF, LH, r, CL, c, S, SH, C, CH, V):
             if C[1, k.F_SYNSEQ + side] < 0:
                 C[1, k.F_SYNSEQ + side] = seq
             syn_seen = syn_seen or side == 0
+        if flags & TH_SYN:
+            partial = False
+        if length:
+            paid0, paid1 = paid0 or side == 0, paid1 or side == 1
         orig = C[1, F_ORIG_IS_A]
         k.tcp_state_machine(C, CH, 1, side, flags, length)
         if C[1, F_ORIG_IS_A] != orig:
             return False
-        V[r, k.SLOT_SEGMENT + entry] = _segment_verdict(_count_segment(C, CL, c, entry), syn_seen)
+        V[r, k.SLOT_SEGMENT + entry] = _segment_verdict(_count_segment(C, CL, c, entry), syn_seen) if \
+            k.clean(C, 1, 0) and k.clean(C, 1, 1) else _partial_verdict(C, CL, c, entry, partial, paid0, paid1)
     # after the overflow the later part's own run goes on in the continuation's states: its events are one pass's,
     # but for the mid-stream mark where the continuation had the originator's SYN (the run may not have), or where
     # the two runs' roles differ (not settled)
     V[r, k.SLOT_OVER] = 1 if syn_seen else (0 if same else -1)
+    if not (k.clean(C, 1, 0) and k.clean(C, 1, 1)) and (partial or ((LF[r, k.F_FLAGS] | LF[r, k.F_FLAGS + 1]) &
+                                                                     TH_SYN) == 0):
+        # acks neither run's states count: the events a run picked up mid-stream gives them depend on what payload
+        # of each end it holds, which the log does not say after its overflow
+        V[r, k.SLOT_OVER] = -1
     for side in range(2):
         cs = side if same else 1 - side
         if C[1, k.F_SYNSEQ + cs] < 0:
@@ -390,7 +432,8 @@ class CutJoins:
     Per later flow that continued one of the earlier part (its first frame in `frames`, ascending), per slot
     of its packets (kernel.SLOT_*), `verdicts[j, slot]`: a head packet's event in one pass; for a segment, -1
     when one pass counts no ack event of its packets, else what it adds to their event had both endpoints been
-    clean (0, or EV_MID_STREAM in a connection whose opening SYN the capture does not hold); after the log's
+    clean (0, or EV_MID_STREAM in a connection whose opening SYN the capture does not hold), or UNDECIDED when the
+    merge cannot tell its packets apart (their events stay as the later part saw them); after the log's
     overflow, 0 when the later part's own events are one pass's, 1 when they are but for their mid-stream mark,
     -1 when the merge cannot say (its events stay as the later part saw them). A connection the merge could
     not join exactly (FlowTable.inexact_joins) is not listed.
@@ -507,7 +550,7 @@ def _combine_handshake(out, mF, tF, same):
     the later part's ACK after "the first SYN-ACK" is its first ACK at all
     when the SYN-ACK was in the earlier part; the last SYN before the SYN-ACK
     comes from the later part while the earlier one had no SYN-ACK.
-    A later part's SYN is a retransmission of an earlier one's.
+    A later part's SYN is a retransmission of an earlier one's, unless a copy of it (kernel.add_packet).
     """
     if not len(out):
         return
@@ -526,7 +569,10 @@ def _combine_handshake(out, mF, tF, same):
                                   np.where(earlier_synack, t[:, k.F_ACK1_NS], t[:, k.F_ACK_NS]))
     later_syn = np.where(t[:, k.F_LASTSYN_NS] >= 0, t[:, k.F_LASTSYN_NS], mF[:, k.F_LASTSYN_NS])
     out[:, k.F_LASTSYN_NS] = np.where(earlier_synack, mF[:, k.F_LASTSYN_NS], later_syn)
-    resent = (mF[:, k.F_SYN_NS] >= 0) & (t[:, k.F_SYN_NS] >= 0)
+    # (later than the earlier part's every packet, and long enough after its last SYN: kernel.add_packet's test of a
+    # copy)
+    resent = (mF[:, k.F_SYN_NS] >= 0) & (t[:, k.F_SYN_NS] > mF[:, k.F_LAST_NS]) & \
+        (t[:, k.F_SYN_NS] - mF[:, k.F_LASTSYN_NS] >= k.SYN_RESEND_MIN_NS)
     out[:, k.F_SYN_RETX] = mF[:, k.F_SYN_RETX] + np.where(same, tF[:, k.F_SYN_RETX], 0) + resent
 
 
