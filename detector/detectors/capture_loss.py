@@ -93,6 +93,7 @@ from .base import (
     RATE_PPS,
     RATIO,
     AnalysisContext,
+    Basis,
     CaptureDrops,
     Detector,
     LiveCounter,
@@ -123,6 +124,9 @@ MID_STREAM_SETTLE_S = 5
 # the early mid-stream counters, per second: ack events, gap events, snapped gap events
 E_ACKS, E_GAPS, E_SNAPPED = range(3)
 EARLY_COUNTERS = 3
+# Ack events, in multiples of min_acks, from which a loss ratio is a firm figure (high confidence); from min_acks
+# it is judged at medium, below it at low. Fewer multiples would call a ratio of a few hundred acks certain.
+SURE_ACKS = 10
 # Ours: a capture with too few acks to judge (min_acks) whose gaps are at least these many, at the loss ratio or
 # above, lost traffic all the same: low (a short HTTP download missing five of its segments). One or two gaps are
 # a segment or two the capture missed: a fact (info). They must pass over bytes of ends whose payload the capture
@@ -263,6 +267,8 @@ def _fold(parts: list[tuple[np.ndarray, np.ndarray]], width: int = COUNTERS) -> 
 @register
 class CaptureLoss(Detector):
     rule_id = "capture-loss"
+    # what its findings rest on beyond what it saw (detect.confidence): its loss per bin of time
+    QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {
         "bin_s": Param(float, 60.0, "time bin over which ack gaps are counted", Range(1.0, 86400.0),
                        "Shorter bins catch a short burst of loss at a traffic peak but hold fewer acks each (see "
@@ -694,9 +700,11 @@ class CaptureLoss(Detector):
         if total_gaps:
             evidence["worst_flows"] = _worst_flows(ctx)
         first, last = int(starts[span[0]]), int(ends[span[-1]])
+        # how much the ratio rests on: min_acks is where Zeek starts to judge, ten times that a firm figure
+        basis = [Basis.sample(total_acks, p["min_acks"], SURE_ACKS * p["min_acks"], "TCP ack events judged")]
         return self.finding(severity, msg, identifier="tcp ack gaps", first_seen=first, last_seen=last,
                             n=span_gaps if lossy else total_gaps,
-                            evidence={k: v for k, v in evidence.items() if v is not None})
+                            evidence={k: v for k, v in evidence.items() if v is not None}, basis=basis)
 
     def _drops(self, drops: CaptureDrops, ctx: AnalysisContext) -> Finding | None:
         p = self.params

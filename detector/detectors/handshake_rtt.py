@@ -46,6 +46,7 @@ from .base import (
     ALERT_SECONDS,
     COUNT,
     AnalysisContext,
+    Basis,
     Detector,
     Param,
     Range,
@@ -75,6 +76,10 @@ SLOW_FLOWS_IN_EVIDENCE = 16
 RETRIED_MIN = 3
 RETRIED_MIN_RATIO = 0.05
 RETRIED_IN_EVIDENCE = 16
+# Retried handshakes from which their pattern is sure (confidence medium, high): three could be one lossy
+# moment; a few dozen over the capture are a server or path that drops first SYNs.
+RETRIED_MEDIUM = 5
+RETRIED_HIGH = 20
 # distant servers judged each against its own baseline (the busiest); the others are only left out of their class
 MAX_DISTANT_SERVERS = 64
 SERVERS_IN_EVIDENCE = 8
@@ -89,6 +94,8 @@ LEGS = {"handshake_syn_synack_ms": "SYN -> SYN-ACK: the server's side of the cap
 @register
 class HandshakeRtt(Detector):
     rule_id = "handshake-rtt"
+    # what its findings rest on beyond what it saw (detect.confidence): missing SYN-ACKs, and how long they took
+    QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {
         "min_flows": Param(int, 20, "completed handshakes a 10 s bin of a class needs to have a median", COUNT,
                            "Fewer makes the median of a quiet bin one or two handshakes, which a single slow "
@@ -177,9 +184,10 @@ class HandshakeRtt(Detector):
             "evidence_frames": evidence_frames(hs["frame"][rows]),
         }
         fields = {"dest_ip": str(servers[0])} if len(servers) == 1 else {}
+        basis = [Basis.sample(n, RETRIED_MEDIUM, RETRIED_HIGH, "handshakes whose first SYN went unanswered")]
         return [self.finding("low", msg, identifier=f"{cls_name} handshakes retried", first_seen=t0, last_seen=t1,
                              n=n, proto="TCP", evidence={k: v for k, v in evidence.items() if v is not None},
-                             **fields)]
+                             basis=basis, **fields)]
 
     def _distant_servers(self, hs: dict, cls: np.ndarray) -> tuple[list[str], list[str]]:
         """Servers of the class slow all along: seen in at least half its bins (and 3), with min_flows
