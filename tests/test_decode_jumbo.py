@@ -46,9 +46,8 @@ def ethernet(packet: bytes, version: int) -> bytes:
 
 
 def ipv4_big() -> bytes:
-    header = bytearray(raw(IP(src="10.0.0.1", dst="10.0.0.2", proto=6))[:20])
-    header[2:4] = b"\x00\x00"                          # total length left to the NIC
-    return bytes(header) + SEGMENT + PAYLOAD
+    # total length 0, left to the NIC, and the header checksum computed over it so, as the stack sends it
+    return raw(IP(src="10.0.0.1", dst="10.0.0.2", proto=6, len=0))[:20] + SEGMENT + PAYLOAD
 
 
 def ipv6_header(next_header: int) -> bytes:
@@ -70,9 +69,9 @@ def ipv6_no_option() -> bytes:
 
 
 def udp_carrier(port: int, payload: bytes) -> bytes:
-    header = bytearray(raw(IP(src="198.51.100.1", dst="198.51.100.2") / UDP(sport=50000, dport=port))[:28])
-    header[2:4] = header[24:26] = b"\x00\x00"          # IPv4 total length and UDP length 0
-    return ethernet(bytes(header) + payload, 4)
+    # IPv4 total length and UDP length 0, the header checksum computed with them
+    header = raw(IP(src="198.51.100.1", dst="198.51.100.2", len=0) / UDP(sport=50000, dport=port, len=0))[:28]
+    return ethernet(header + payload, 4)
 
 
 def vxlan(inner: bytes) -> bytes:
