@@ -118,7 +118,7 @@ PACKET_COLUMNS: dict[str, tuple[type, int]] = {
     "src_ip_lo": (np.uint64, IP),
     "dest_ip_hi": (np.uint64, IP),
     "dest_ip_lo": (np.uint64, IP),
-    "proto": (np.uint8, IP),          # after walking IPv6 extension headers
+    "proto": (np.uint8, IP),          # after walking IPv6 extension headers and an IPv4 AH
     "ttl": (np.uint8, IP),            # TTL or hop limit
     "ip_id": (np.uint32, IP),         # IPv4 identification; IPv6 fragment identification (0 if none)
     "ip_len": (np.uint32, IP),        # IPv4 total length; IPv6 40 + payload length

@@ -28,6 +28,7 @@ from scapy.layers.ppp import GRE_PPTP, PPP, PPPoE
 from scapy.layers.sctp import SCTP
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw, raw
+from scapy.utils import wrpcap
 
 from detector.decode import decode, fingerprint, fingerprints
 from detector.decode.addr import ip_to_str, mac_to_str, str_to_ip
@@ -304,6 +305,30 @@ def test_ipv6_chain_past_the_capture_is_truncated():
     assert row["layers"] == ETH | L_IP6 | L_TRUNCATED
 
 
+# ---- IPsec Authentication Header in IPv4 -----------------------------------------------------
+def ah(next_header: int, icv: bytes = bytes(12)) -> bytes:
+    """An Authentication Header (RFC 4302 section 2): next header, length in 4-byte words minus 2, reserved,
+    SPI, sequence number, integrity check value."""
+    return bytes([next_header, (12 + len(icv)) // 4 - 2, 0, 0]) + struct.pack(">II", 0x1000, 1) + icv
+
+
+AH_TRANSPORT = Ether() / IP(src="10.0.0.1", dst="10.0.0.2", proto=51) / Raw(ah(6) + raw(TCP_SYN))
+
+
+def test_an_ipv4_authentication_header_is_stepped_over_to_the_transport_it_protects():
+    row = one(AH_TRANSPORT)
+    assert row["layers"] == ETH | L_IP4 | TCP_LAYERS | L_MSS | L_WSCALE | L_SACK_PERM | L_TCP_TS
+    assert (row["proto"], row["l4_off"], row["src_port"], row["dest_port"]) == (6, 14 + 20 + 24, 40000, 443)
+
+
+def test_an_ipv4_authentication_header_longer_than_its_packet_is_truncated():
+    frame = bytearray(raw(AH_TRANSPORT))
+    frame[14 + 20 + 1] = 60                                  # 248 bytes, past the 64 the IP header leaves it
+    assert one(bytes(frame))["layers"] == ETH | L_IP4 | L_TRUNCATED
+    # ESP (RFC 4303) encrypts what follows it: nothing to step over to
+    assert one(Ether() / IP(proto=50) / Raw(b"\x00" * 40))["layers"] == ETH | L_IP4
+
+
 # ---- ICMP -----------------------------------------------------------------------------------
 def test_icmp_frag_needed_quotes_the_original_packet():
     quoted = raw(IP(src="10.1.1.1", dst="192.0.2.9", flags="DF") / TCP(sport=51000, dport=443))[:20 + 8]
@@ -385,6 +410,18 @@ TUNNELS = [
     ("gtp", Ether() / OUTER4 / UDP(sport=2152, dport=2152) / GTP_U_Header(E=1, S=1, next_ex=0x85, teid=1)
      / GTPPDUSessionContainer(type=0, QFI=5) / INNER_TCP, TUNNEL_GTP, 17, 2152),
     ("ayiya", Ether() / OUTER4 / UDP(sport=5072, dport=5072) / Raw(ayiya(INNER6, 41)), TUNNEL_AYIYA, 17, 5072),
+    # the header's version says ERSPAN's type, whatever GRE's protocol type announced (Wireshark's
+    # packet-erspan.c)
+    ("erspan-2-under-0x22eb", Ether() / OUTER4 / GRE(seqnum_present=1, proto=0x22EB) / Raw(raw(ERSPAN_II()))
+     / Ether() / INNER_TCP, TUNNEL_ERSPAN, 47, 0),
+    ("erspan-3-under-0x88be", Ether() / OUTER4 / GRE(seqnum_present=1, proto=0x88BE) / Raw(raw(ERSPAN_III()))
+     / Ether() / INNER_TCP, TUNNEL_ERSPAN, 47, 0),
+    # a Network Service Header (RFC 8300) in GRE: MD type 1, next protocol IPv4
+    ("gre-nsh", Ether() / OUTER4 / GRE(proto=0x894F) / Raw(bytes.fromhex("0fc60101000001ff") + bytes(16))
+     / INNER_TCP, TUNNEL_GRE, 47, 0),
+    # AH in tunnel mode (RFC 4302 section 3.1): the protected packet is IP in IP behind the header
+    ("ah-tunnel-mode", Ether() / IP(src="198.51.100.1", dst="198.51.100.2", proto=51) / Raw(ah(4) + raw(INNER_TCP)),
+     TUNNEL_IPIP, 4, 0),
 ]
 
 
@@ -432,6 +469,32 @@ def test_tunnel_nesting_is_bounded():
     assert addrs(row) == ("10.0.0.2", "10.0.0.99") and row["proto"] == 4   # four removed, two remain
 
 
+ERSPAN_NEAR_MISSES = {
+    # a header of a version Wireshark knows no type of (0, then 3): no frame to decode
+    "erspan-version-0": GRE(seqnum_present=1, proto=0x88BE) / Raw(b"\x00\x00\x00\x64" + bytes(4)),
+    "erspan-version-3": GRE(seqnum_present=1, proto=0x22EB) / Raw(b"\x30\x00\x00\x64" + bytes(8)),
+    # type III with frame type 2 (an IP packet, no Ethernet header): Wireshark hands it to its data dissector
+    "erspan-3-frame-type-ip": GRE(seqnum_present=1, proto=0x22EB) / Raw(raw(ERSPAN_III(ft=2))),
+}
+
+
+@pytest.mark.parametrize("name", list(ERSPAN_NEAR_MISSES))
+def test_an_erspan_header_without_an_ethernet_frame_after_it_leaves_the_gre_packet(name):
+    row = one(Ether() / OUTER4 / ERSPAN_NEAR_MISSES[name] / Ether() / INNER_TCP)
+    assert (row["layers"], row["proto"]) == (ETH | L_IP4, 47)
+    assert addrs(row) == ("198.51.100.1", "198.51.100.2")
+
+
+def test_erspan_is_decoded_as_tshark_decodes_it(tshark, tmp_path):
+    frames = {name: Ether() / OUTER4 / gre / Ether() / INNER_TCP for name, gre in ERSPAN_NEAR_MISSES.items()}
+    frames |= {name: frame for name, frame, *_ in TUNNELS if name.startswith("erspan")}
+    path = tmp_path / "erspan.pcap"
+    wrpcap(str(path), list(frames.values()))
+    for name, (sources,) in zip(frames, tshark.fields(path, "ip.src")):
+        ours = addrs(one(frames[name]))[0]
+        assert sources.split(",")[-1] == ours, (name, sources, ours)
+
+
 def test_arp_in_gre():
     row = one(Ether() / OUTER4 / GRE(proto=0x0806) / ARP(op=1, psrc="10.0.0.1", pdst="10.0.0.2"))
     assert row["layers"] == ETH | L_TUNNEL | L_ARP and row["arp_op"] == 1
@@ -445,6 +508,7 @@ EVERYTHING = [f for _, f, *_ in TUNNELS] + [
     Ether() / IP() / ICMP(type=3, code=4) / raw(IP() / TCP())[:24],
     Ether() / IPv6() / ICMPv6PacketTooBig() / raw(IPv6() / UDP()),
     Ether() / ARP(), Ether() / MPLS(s=1) / IP() / UDP(), Ether() / PPPoE() / PPP(proto=0x21) / IP() / SCTP(),
+    AH_TRANSPORT,
 ]
 
 

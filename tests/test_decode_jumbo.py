@@ -45,21 +45,9 @@ def ethernet(packet: bytes, version: int) -> bytes:
     return b"\x02\x00\x00\x00\x00\x0b\x02\x00\x00\x00\x00\x0a" + ETH_TYPE[version] + packet
 
 
-def with_checksum(header: bytearray) -> bytes:
-    """An IPv4 header with its checksum summed over what it holds: Linux sets the total length to 0 before
-    ip_send_check() sums the header (iph_set_totlen, __ip_local_out), so a BIG TCP header verifies."""
-    header[10:12] = b"\x00\x00"
-    total = sum(struct.unpack("!10H", bytes(header[:20])))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    header[10:12] = struct.pack("!H", ~total & 0xFFFF)
-    return bytes(header)
-
-
 def ipv4_big() -> bytes:
-    header = bytearray(raw(IP(src="10.0.0.1", dst="10.0.0.2", proto=6))[:20])
-    header[2:4] = b"\x00\x00"                          # total length left to the NIC
-    return with_checksum(header) + SEGMENT + PAYLOAD
+    # total length 0, left to the NIC, and the header checksum computed over it so, as the stack sends it
+    return raw(IP(src="10.0.0.1", dst="10.0.0.2", proto=6, len=0))[:20] + SEGMENT + PAYLOAD
 
 
 def ipv6_header(next_header: int) -> bytes:
@@ -81,9 +69,9 @@ def ipv6_no_option() -> bytes:
 
 
 def udp_carrier(port: int, payload: bytes) -> bytes:
-    header = bytearray(raw(IP(src="198.51.100.1", dst="198.51.100.2") / UDP(sport=50000, dport=port))[:28])
-    header[2:4] = header[24:26] = b"\x00\x00"          # IPv4 total length and UDP length 0
-    return ethernet(with_checksum(header[:20]) + bytes(header[20:]) + payload, 4)
+    # IPv4 total length and UDP length 0, the header checksum computed with them
+    header = raw(IP(src="198.51.100.1", dst="198.51.100.2", len=0) / UDP(sport=50000, dport=port, len=0))[:28]
+    return ethernet(header + payload, 4)
 
 
 def vxlan(inner: bytes) -> bytes:

@@ -1,9 +1,11 @@
-"""802.11 (link types 105 and 127, and Aruba's GRE tunnels), A-MSDU subframes, Cisco FabricPath and GRE in
-UDP, built byte for byte from the specifications and dissected by tshark the same way.
+"""802.11 (link types 105 and 127, and Aruba's GRE tunnels), A-MSDU subframes, Cisco FabricPath, GRE in
+UDP, Network Service Headers and Cisco MetaData, built byte for byte from the specifications and dissected
+by tshark the same way.
 
 802.11: IEEE 802.11-2020 clause 9 (frame control, the DS bits and Table 9-30's address roles, QoS control,
 +HTC, A-MSDU subframes of 9.3.2.2.2); radiotap: https://www.radiotap.org (length, present words, TSFT
-alignment, the FCS flag); FabricPath: Wireshark's packet-cisco-fp-mim.c; GRE-in-UDP: RFC 8086.
+alignment, the FCS flag); FabricPath: Wireshark's packet-cisco-fp-mim.c; GRE-in-UDP: RFC 8086; NSH: RFC
+8300; Cisco MetaData: Wireshark's packet-cisco-metadata.c.
 """
 from __future__ import annotations
 
@@ -96,6 +98,23 @@ def radiotap(frame: bytes, fcs: bool = False, tsft: bool = False, extended: bool
     return header + frame + (FCS if fcs else b"")
 
 
+def nsh(next_protocol: int, md_type: int = 1, context: bytes = bytes(16), version: int = 0,
+        words: int | None = None) -> bytes:
+    """A Network Service Header (RFC 8300 section 2): the base header (version, TTL 63, length in 4-byte words,
+    MD type, next protocol), the service path header (SPI 1, service index 255), then the context headers."""
+    words = 2 + len(context) // 4 if words is None else words
+    return (struct.pack(">HBB", version << 14 | 63 << 6 | words, md_type, next_protocol)
+            + struct.pack(">I", 1 << 8 | 255) + context)
+
+
+def eth_type(ethertype: int) -> bytes:
+    return mac(A2) + mac(A1) + struct.pack(">H", ethertype)
+
+
+# an MD type 2 context header (RFC 8300 section 2.5.1): class 0x0200 (BBF), type 1 (MAC), 6 bytes, padded to 8
+NSH_TLV = struct.pack(">HBB", 0x0200, 1, 6) + mac(A4) + bytes(2)
+# Cisco MetaData: version 1, length 1, option type 1 (SGT), SGT 16, then the ethertype
+CMD_SGT_16 = bytes.fromhex("0101000100100800")
 FP_DST, FP_SRC = "02:00:0c:00:00:01", "02:00:0d:00:00:02"
 ARUBA_OUTER = IP(src="10.226.22.9", dst="10.102.16.187")
 # name -> (link type, frame, layers, src MAC, dst MAC, inner source, inner source port, msdu_count)
@@ -144,6 +163,19 @@ CASES = {
     "gre-in-udp-ethernet": (1, raw(Ether(src=A1, dst=A2) / ARUBA_OUTER / UDP(sport=1234, dport=4754)
                                    / GRE(proto=0x6558) / Ether() / INNER4), UDP4 | L_TUNNEL, A1, A2, "10.1.0.1",
                             1000, 0),
+    # Network Service Headers (RFC 8300): the packet or frame after them is the row's; the MAC columns keep
+    # the frame's own addresses (those of the service function forwarders)
+    "nsh-ipv4": (1, eth_type(0x894F) + nsh(1) + raw(INNER4), UDP4, A1, A2, "10.1.0.1", 1000, 0),
+    "nsh-md-type-2-ethernet": (1, eth_type(0x894F) + nsh(3, 2, NSH_TLV) + raw(Ether(src=A3, dst=A4) / INNER6),
+                               TCP6, A1, A2, "2001:db8::a", 3000, 0),
+    "nsh-in-nsh-mpls": (1, eth_type(0x894F) + nsh(4, 2, b"") + nsh(5) + bytes.fromhex("00064140") + raw(INNER4),
+                        UDP4, A1, A2, "10.1.0.1", 1000, 0),
+    "nsh-version-1": (1, eth_type(0x894F) + nsh(1, version=1) + raw(INNER4), ETH, A1, A2, None, None, 0),
+    "nsh-md-type-1-of-5-words": (1, eth_type(0x894F) + nsh(1, words=5) + raw(INNER4), ETH, A1, A2, None, None, 0),
+    # Cisco MetaData (TrustSec's SGT in the frame), alone and after an 802.1Q tag
+    "cisco-metadata": (1, eth_type(0x8909) + CMD_SGT_16 + raw(INNER4), UDP4, A1, A2, "10.1.0.1", 1000, 0),
+    "cisco-metadata-after-a-vlan-tag": (1, eth_type(0x8100) + b"\x00\x07\x89\x09" + CMD_SGT_16 + raw(INNER4),
+                                        UDP4 | L_VLAN, A1, A2, "10.1.0.1", 1000, 0),
 }
 
 
@@ -208,6 +240,10 @@ def test_every_subframe_counts_in_the_flow_table():
 TSHARK_DIFFERS = {
     "second-fragment": "tshark reads a later fragment's body, with no first fragment to reassemble it with, "
                        "as if it began with an LLC header; only a first fragment's does (IEEE 802.11-2020 10.5)",
+    "nsh-version-1": "Wireshark reads any NSH version; RFC 8300 section 2.2 defines version 0 alone, and "
+                     "Suricata's decoder stops at another",
+    "nsh-md-type-1-of-5-words": "Wireshark takes MD type 1's 6 words whatever the length says; RFC 8300 section "
+                                "2.2 requires 6, and Suricata's decoder stops at another length",
 }
 
 
@@ -273,7 +309,9 @@ def test_the_shortest_radiotap_header_is_whole():
 
 
 @pytest.mark.parametrize("name,fcs", [("radiotap", 0), ("radiotap-tsft-fcs", len(FCS)),
-                                      ("radiotap-two-present-words-tsft-fcs", len(FCS)), ("qos", 0)])
+                                      ("radiotap-two-present-words-tsft-fcs", len(FCS)), ("qos", 0),
+                                      ("nsh-ipv4", 0), ("nsh-md-type-2-ethernet", 0), ("nsh-in-nsh-mpls", 0),
+                                      ("cisco-metadata-after-a-vlan-tag", 0)])
 def test_a_cut_before_the_payload_is_truncated_and_one_after_it_is_not(name, fcs):
     linktype, frame = CASES[name][0], CASES[name][1]
     whole = decode(make_batch([(linktype, frame)], tail=b"\x00" * 64))
@@ -335,10 +373,18 @@ def test_the_ip_header_may_start_at_the_last_offset_the_columns_hold(payload, wh
 
 
 @pytest.mark.parametrize("tag", [b"\x89\x26" + bytes(4), b"\x88\xe7" + bytes(4) + bytes(12),
-                                 b"\x89\x03" + bytes(2) + bytes(12)], ids=["vntag", "pbb", "fabricpath"])
+                                 b"\x89\x03" + bytes(2) + bytes(12), b"\x89\x09" + bytes(6)],
+                         ids=["vntag", "pbb", "fabricpath", "cisco-metadata"])
 def test_a_tag_whose_inner_ethertype_ends_the_frame_is_whole(tag):
     # an inner type nothing decodes (IEEE local experimental 0x88B5): nothing is cut, nothing follows
     frame = ETHERNET_MACS + tag + b"\x88\xb5"
+    assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
+    assert int(decode(make_batch([(1, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) == ETH | L_TRUNCATED
+
+
+def test_a_network_service_header_is_skipped_by_its_length_and_one_cut_short_is_truncated():
+    # MD type 2 with one context header, then a next protocol the decoder does not follow (0xFE, experiment 1)
+    frame = eth_type(0x894F) + nsh(0xFE, 2, NSH_TLV)
     assert int(decode(make_batch([(1, frame)], tail=b"\x00" * 64))["layers"][0]) == ETH
     assert int(decode(make_batch([(1, frame[:-1])], tail=b"\x00" * 64))["layers"][0]) == ETH | L_TRUNCATED
 

@@ -2,7 +2,7 @@
 the UDP datagram it is (its own flow), and tshark dissects the same way wherever it has an opinion.
 
 Frames are built byte for byte from the specifications: RFC 7348 VXLAN (and its group-policy extension),
-draft-ietf-nvo3-vxlan-gpe, RFC 8926 Geneve, 3GPP TS 29.281 GTP-U, RFC 4380 Teredo, AYIYA
+draft-ietf-nvo3-vxlan-gpe (with RFC 8300 NSH), RFC 8926 Geneve, 3GPP TS 29.281 GTP-U, RFC 4380 Teredo, AYIYA
 (draft-massar-v6ops-ayiya) and RFC 8086 GRE-in-UDP. Where the decoder's rule is Zeek's or the RFC's and
 tshark decodes regardless, the case says so (TSHARK_DECODES_ANYWAY), and the test holds tshark to it too.
 """
@@ -83,6 +83,9 @@ def bubble(trailing: bytes = b"") -> bytes:
 
 
 ETH_INNER4 = raw(Ether() / INNER4)
+# a Network Service Header (RFC 8300): version 0, TTL 63, 6 words, MD type 1, next protocol IPv4; SPI 1,
+# service index 255; four zero context headers
+NSH_IPV4 = bytes.fromhex("0fc60101000001ff") + bytes(16)
 # name -> (frame, tunnel kind or 0 for "stays UDP", inner source address)
 CASES = {
     "vxlan": (udp(4789, vxlan(0x08) + ETH_INNER4), TUNNEL_VXLAN, "172.16.0.1"),
@@ -97,6 +100,11 @@ CASES = {
     "vxlan-gpe-ethernet": (udp(4790, gpe(0x0C, 3) + ETH_INNER4), TUNNEL_VXLAN, "172.16.0.1"),
     "vxlan-gpe-nsh": (udp(4790, gpe(0x0C, 4) + raw(INNER4)), 0, None),
     "vxlan-gpe-version-1": (udp(4790, gpe(0x1C, 1) + raw(INNER4)), 0, None),
+    # the P flag clear: on GPE's port the next protocol field is read all the same (arkime_synthetic.pcap
+    # frames 618-619); on VXLAN's port the header is VXLAN's with a stray reserved byte
+    "vxlan-gpe-p-flag-clear": (udp(4790, gpe(0x08, 1) + raw(INNER4)), TUNNEL_VXLAN, "172.16.0.1"),
+    "vxlan-gpe-p-flag-clear-on-4789": (udp(4789, gpe(0x08, 1) + raw(INNER4)), 0, None),
+    "vxlan-gpe-nsh-ipv4": (udp(4790, gpe(0x0C, 4) + NSH_IPV4 + raw(INNER4)), TUNNEL_VXLAN, "172.16.0.1"),
     "geneve": (udp(6081, raw(GENEVE(proto=0x6558) / Ether() / INNER4)), TUNNEL_GENEVE, "172.16.0.1"),
     "geneve-option": (udp(6081, geneve(0x02, 0x6558, b"\x01\x02\x03\x01" + b"\x00" * 4) + ETH_INNER4),
                       TUNNEL_GENEVE, "172.16.0.1"),
@@ -104,6 +112,7 @@ CASES = {
     "geneve-option-overruns": (udp(6081, geneve(0x02, 0x6558, b"\x01\x02\x03\x02" + b"\x00" * 4) + ETH_INNER4),
                                0, None),
     "geneve-nsh": (udp(6081, geneve(0x00, 0x894F) + raw(INNER4)), 0, None),
+    "geneve-nsh-ipv4": (udp(6081, geneve(0x00, 0x894F) + NSH_IPV4 + raw(INNER4)), TUNNEL_GENEVE, "172.16.0.1"),
     "gtp": (udp(2152, raw(GTP_U_Header(teid=1, gtp_type=255) / INNER4), 2152), TUNNEL_GTP, "172.16.0.1"),
     # a sequence number and no extension header: the optional fields are there, no extension follows
     "gtp-sequence-number": (udp(2152, raw(GTP_U_Header(teid=1, gtp_type=255, S=1, seq=7) / INNER4), 2152),

@@ -111,7 +111,10 @@ ORACLES: dict[str, Oracle] = {
         formats=dict.fromkeys(("router_id", "area_id", "network_mask", "dr", "bdr"), _ipv4_text),
         children={"ospf_nbr": (lambda e: _ipv4_text(e["router_id"]), ("ospf.hello.active_neighbor",)),
                   "ospf_lsa#adv_router": (lambda e: _ipv4_text(e["adv_router"]), ("ospf.advrouter",)),
-                  "ospf_lsa#type": (_lsa_header("type"), ("ospf.lsa", "ospf.v3.lsa")),
+                  # an LSA is named by its type, link state id and advertising router, in a header or in an LS
+                  # Request alike: tshark lists a requested type in the same field (packet-ospf.c's
+                  # hf_ospf_ls_type, hf_ospf_v3_ls_type), as the table lists it in the same column
+                  "ospf_lsa#type": (lambda e: str(e["type"]), ("ospf.lsa", "ospf.v3.lsa")),
                   "ospf_lsa#age": (_lsa_header("age"), ("ospf.lsa.age",)),
                   "ospf_lsa#seq": (_lsa_header("seq"), ("ospf.lsa.seqnum",)),
                   "ospf_lsa#checksum": (_lsa_header("checksum"), ("ospf.lsa.chksum",)),

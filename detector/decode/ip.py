@@ -1,4 +1,4 @@
-"""The network layer of the compiled decoder: IPv4, IPv6 with its extension-header chain, and ARP.
+"""The network layer of the compiled decoder: IPv4, IPv6 with its extension-header chain, IPsec AH, and ARP.
 
 `ip4` and `ip6` fill the network columns and say where the transport header
 starts and where the packet ends; the decoder's frame loop hands that to
@@ -86,7 +86,12 @@ EXT_NEXT_HEADER = 0
 EXT_LENGTH = 1
 EXT_OPTIONS = 2               # the options of a hop-by-hop or destination options header (section 4.2)
 EXT_UNIT = 8
-AH_UNIT = 4                   # RFC 4302 section 2.2: AH's length is in 4-octet units minus 2
+# IPsec Authentication Header (RFC 4302 section 2): next header, payload length, reserved, SPI, sequence
+# number, ICV; the same header after an IPv4 header (section 3.1) as in the IPv6 chain
+AH_NEXT_HEADER = 0
+AH_PAYLOAD_LENGTH = 1
+AH_UNIT = 4                   # section 2.2: AH's length is in 4-octet units minus 2
+AH_LENGTH_BIAS = 2
 # fragment header (section 4.5)
 IP6_FRAGMENT_OFFSET = 2       # offset in 8-octet units (high 13 bits), more-fragments (low bit)
 IP6_FRAGMENT_IDENTIFICATION = 4
@@ -152,7 +157,7 @@ def ext_chain(b, q, lim, nh):
         elif nh == PROTO_AH:
             if q + 2 > lim:
                 return nh, q, frag_off, more, frag_id, False
-            length = (u8(b, q + EXT_LENGTH) + 2) * AH_UNIT
+            length = (u8(b, q + AH_PAYLOAD_LENGTH) + AH_LENGTH_BIAS) * AH_UNIT
         elif nh == PROTO_FRAGMENT:
             if q + IP6_FRAGMENT_HEADER > lim:
                 return nh, q, frag_off, more, frag_id, False
@@ -185,9 +190,9 @@ def header_checksum_fails(b, p, ihl):
 
 @njit(_nrt=False)
 def ip4(b, s, p, end, wire, layers, i, c8, c16, c32, c64):
-    """An IPv4 header at `p` (captured bytes to `end`, the frame to `wire` on the wire): (layers,
-    protocol or NO_TRANSPORT, transport offset, end of its captured bytes, end of the packet on the
-    wire, whether the packet is whole: no fragment but the first and last)."""
+    """An IPv4 header at `p` and an Authentication Header after it (captured bytes to `end`, the frame to
+    `wire` on the wire): (layers, protocol or NO_TRANSPORT, transport offset, end of its captured bytes,
+    end of the packet on the wire, whether the packet is whole: no fragment but the first and last)."""
     if (p + IP4_HEADER > end or p - s > MAX_IP_OFFSET
             or u8(b, p + IP4_VERSION_IHL) >> IP_VERSION_SHIFT != 4):
         return layers | L_TRUNCATED, NO_TRANSPORT, 0, 0, 0, False
@@ -222,7 +227,19 @@ def ip4(b, s, p, end, wire, layers, i, c8, c16, c32, c64):
         layers |= L_BAD_CHECKSUM
     if frag_off:
         return layers, NO_TRANSPORT, 0, 0, 0, False
-    return layers, proto, p + ihl, min(end, p + total), p + total, not (frag & IP4_MORE_FRAGMENTS)
+    q = p + ihl
+    if proto == PROTO_AH:
+        # what the Authentication Header protects follows it (RFC 4302 section 3.1: a transport header, or in
+        # tunnel mode an IP packet), as the IPv6 chain steps over it; the protocol column names what follows
+        if q + AH_PAYLOAD_LENGTH + 1 > min(end, p + total):
+            return layers | L_TRUNCATED, NO_TRANSPORT, 0, 0, 0, False
+        proto = u8(b, q + AH_NEXT_HEADER)
+        q += (u8(b, q + AH_PAYLOAD_LENGTH) + AH_LENGTH_BIAS) * AH_UNIT
+        if q > p + total:
+            return layers | L_TRUNCATED, NO_TRANSPORT, 0, 0, 0, False
+        c8[PROTO, i] = proto
+        c16[L4_OFF, i] = q - s
+    return layers, proto, q, min(end, p + total), p + total, not (frag & IP4_MORE_FRAGMENTS)
 
 
 @njit(_nrt=False)

@@ -42,6 +42,7 @@ from .link import (
     ETHERTYPE_IP4,
     ETHERTYPE_IP6,
     ETHERTYPE_MPLS,
+    ETHERTYPE_NSH,
     ETHERTYPE_RARP,
     ETHERTYPE_TEB,
     INNER,
@@ -102,12 +103,17 @@ def _frame(b, s, end, wire, lt, msdu, i, c8, c16, c32, c64):
             end = min(end, ip_end)
             if net == ETHERTYPE_TEB:
                 net, p, layers = ethernet(b, p, end, INNER, layers, i, c16, c64)
-            elif net == ETHERTYPE_MPLS:
+            elif net == ETHERTYPE_MPLS or net == ETHERTYPE_NSH:
                 net, p, layers = l2_walk(b, p, end, net, INNER, layers, i, c16)
             elif net == INNER_IEEE80211:
                 net, p, layers, end, wire = ieee80211(b, p, end, wire, msdu, INNER, layers, i, c16, c64)
         elif net == ETHERTYPE_ARP or net == ETHERTYPE_RARP:
             return arp(b, p, end, layers, i, c16, c32, c64)
+        elif net == ETHERTYPE_TEB and depth < MAX_TUNNEL_DEPTH:
+            # an Ethernet frame behind a Network Service Header (detector.decode.link.l2_walk): no outer IP
+            # packet to keep, so no tunnel; its nesting counts against the same bound
+            depth += 1
+            net, p, layers = ethernet(b, p, end, INNER, layers, i, c16, c64)
         else:
             return layers
 

@@ -1,12 +1,13 @@
 """The link layer of the compiled decoder: from a record's first byte to its network header.
 
-Ethernet with its tags (802.1Q, 802.1ad, VN-Tag, 802.1ah), Cisco FabricPath,
-LLC/SNAP, PPPoE and MPLS stacks; 802.11 data frames with radiotap and
-A-MSDUs; Linux cooked captures (SLL, SLL2), BSD loopback, PPP, Cisco HDLC and
-raw IP. Each function returns the ethertype of what follows (0 when nothing
-the decoder knows does) and where it starts, and fills the link columns.
-Header fields are named by their offset from the header's start, as the
-standard that defines the header draws it.
+Ethernet with its tags (802.1Q, 802.1ad, VN-Tag, 802.1ah, Cisco MetaData),
+Cisco FabricPath, LLC/SNAP, PPPoE, MPLS stacks and Network Service Headers;
+802.11 data frames with radiotap and A-MSDUs; Linux cooked captures (SLL,
+SLL2), BSD loopback, PPP, Cisco HDLC and raw IP. Each function returns the
+ethertype of what follows (0 when nothing the decoder knows does) and where
+it starts, and fills the link columns. Header fields are named by their
+offset from the header's start, as the standard that defines the header
+draws it.
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ ETHERTYPE_VNTAG = 0x8926      # Cisco VN-Tag: 4-byte tag, then a type field as a
 # Cisco FabricPath (Wireshark's packet-cisco-fp-mim.c): switch-ID addresses, this type, a 2-byte
 # FTAG/TTL, then the classical Ethernet frame; an 802.1ad or 802.1Q tag may come before the type
 ETHERTYPE_FABRICPATH = 0x8903
+ETHERTYPE_CMD = 0x8909        # Cisco MetaData (TrustSec's SGT tag): 6-byte header, then a type field
+ETHERTYPE_NSH = 0x894F        # Network Service Header, RFC 8300 section 11.1
 ETHERTYPE_BYTES = 2           # a type field, wherever it stands
 # not an ethertype: an 802.11 frame follows the tunnel header
 INNER_IEEE80211 = 0x10000
@@ -77,6 +80,9 @@ VLAN_VID_MASK = 0x0FFF
 FABRICPATH_FTAG_TTL = 2
 PBB_HEADER = 4 + 2 * MAC_BYTES  # I-TAG, then the customer's destination and source
 VNTAG_HEADER = 4
+# Cisco MetaData (Wireshark's packet-cisco-metadata.c, as it reads it whatever the version and length
+# fields say): version, length, option type (2 bytes), SGT (2 bytes), then the type of what follows
+CMD_HEADER = 6
 MAX_L2_HEADERS = 8            # tags, PPPoE and MPLS stacks walked before giving up
 # ---- LLC/SNAP (IEEE 802.2, RFC 1042 and IEEE 802.1H) ------------------------------
 SNAP_LLC = 0                  # DSAP, SSAP, control: the top three bytes of this word
@@ -90,6 +96,23 @@ OUI_BRIDGE_TUNNEL = 0x0000F8  # IEEE 802.1H: the other OUI whose SNAP type is an
 MPLS_TC_S = 2                 # the byte holding the traffic class and the bottom-of-stack bit
 MPLS_BOTTOM_OF_STACK = 0x01   # S bit
 MPLS_LABEL = 4
+# ---- Network Service Header (RFC 8300 section 2): base header, service path header, context headers --
+NSH_VERSION_LENGTH = 0        # 16 bits: version (top 2), O, U, TTL (6 bits), length in 4-byte words (low 6)
+NSH_MD_TYPE = 2               # its low 4 bits, after 4 unassigned ones
+NSH_NEXT_PROTOCOL = 3
+NSH_FIXED = 8                 # the base and the service path header (SPI, service index)
+NSH_VERSION_SHIFT = 14        # version 0, the only one (section 2.2)
+NSH_LENGTH_MASK = 0x003F
+NSH_WORD = 4
+NSH_MD_TYPE_MASK = 0x0F
+NSH_MD_TYPE_1 = 1             # section 2.4: four fixed context headers; the length must be 6 words
+NSH_MD_TYPE_2 = 2             # section 2.5: variable context headers; the length at least 2 words
+NSH_MD_TYPE_1_LENGTH = 6 * NSH_WORD
+NSH_IP4 = 1                   # next protocol (section 11.2.5)
+NSH_IP6 = 2
+NSH_ETHERNET = 3
+NSH_NSH = 4
+NSH_MPLS = 5
 # ---- PPP (RFC 1661, RFC 1662) and PPPoE (RFC 2516) --------------------------------
 PPPOE_HEADER = 6              # RFC 2516 section 4: version/type, code, session id, length
 PPP_IP4 = 0x0021              # RFC 1332
@@ -221,9 +244,44 @@ def ip_by_version(b, p, end):
 
 
 @njit(_nrt=False)
+def nsh(b, p, end):
+    """A Network Service Header (RFC 8300) at `p`: (ethertype of what follows, or 0 when the header is not one
+    a service function forwarder takes or says nothing the decoder follows; -1 when it is cut; its end).
+
+    Version 0 and MD type 1 with its fixed length of 6 words or MD type 2
+    with at least the 2 words of the fixed headers (section 2.2), as
+    Suricata's decoder checks; the header is skipped by its length field. An
+    Ethernet frame after it is announced as transparent Ethernet bridging.
+    """
+    if p + NSH_FIXED > end:
+        return -1, p
+    word = u16(b, p + NSH_VERSION_LENGTH)
+    length = (word & NSH_LENGTH_MASK) * NSH_WORD
+    md_type = u8(b, p + NSH_MD_TYPE) & NSH_MD_TYPE_MASK
+    if word >> NSH_VERSION_SHIFT or not ((md_type == NSH_MD_TYPE_1 and length == NSH_MD_TYPE_1_LENGTH)
+                                         or (md_type == NSH_MD_TYPE_2 and length >= NSH_FIXED)):
+        return 0, p
+    if p + length > end:
+        return -1, p
+    proto = u8(b, p + NSH_NEXT_PROTOCOL)
+    q = p + length
+    if proto == NSH_IP4:
+        return ETHERTYPE_IP4, q
+    if proto == NSH_IP6:
+        return ETHERTYPE_IP6, q
+    if proto == NSH_ETHERNET:
+        return ETHERTYPE_TEB, q
+    if proto == NSH_NSH:
+        return ETHERTYPE_NSH, q
+    if proto == NSH_MPLS:
+        return ETHERTYPE_MPLS, q
+    return 0, q
+
+
+@njit(_nrt=False)
 def l2_walk(b, p, end, etype, outer, layers, i, c16):
-    """Walk VLAN tags, PPPoE, MPLS and FabricPath from `etype` at `p`: (network ethertype or 0, offset,
-    layers).
+    """Walk VLAN tags, PPPoE, MPLS, FabricPath, Cisco MetaData and NSH from `etype` at `p`: (network
+    ethertype or 0, offset, layers).
 
     Tags are recorded only on the outer link; the ethertype column always
     ends up holding the innermost link-layer type field read. A Cisco
@@ -231,13 +289,17 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
     heuristic finds it) is stepped over to the classical Ethernet frame it
     carries. The MAC columns keep the addresses the frame was captured with,
     FabricPath's switch IDs: rewriting them here would hand this function
-    another array, which costs the Ethernet path about 20 ns a packet.
+    another array, which costs the Ethernet path about 20 ns a packet. A
+    Network Service Header that carries an Ethernet frame returns
+    ETHERTYPE_TEB: the frame's own walk (detector.decode.kernel) takes it on.
     """
     tags = 0
     for _ in range(MAX_L2_HEADERS):
         if etype > ETH_MAX_LENGTH:
             c16[ETHERTYPE, i] = etype
             layers |= L_ETHERTYPE
+            if etype == ETHERTYPE_IP4 or etype == ETHERTYPE_IP6:
+                return etype, p, layers      # the common case first: no tag or shim header to walk
         if etype == ETHERTYPE_VLAN or etype == ETHERTYPE_QINQ or etype == ETHERTYPE_QINQ_OLD:
             if p + VLAN_TAG > end:
                 return 0, p, layers | L_TRUNCATED
@@ -255,8 +317,8 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
                 return 0, p, layers | L_TRUNCATED
             etype = u16(b, p + FABRICPATH_FTAG_TTL + ETH_TYPE)
             p += FABRICPATH_FTAG_TTL + ETH_HEADER
-        elif etype == ETHERTYPE_VNTAG or etype == ETHERTYPE_PBB:
-            skip = VNTAG_HEADER if etype == ETHERTYPE_VNTAG else PBB_HEADER
+        elif etype == ETHERTYPE_VNTAG or etype == ETHERTYPE_PBB or etype == ETHERTYPE_CMD:
+            skip = VNTAG_HEADER if etype == ETHERTYPE_VNTAG else PBB_HEADER if etype == ETHERTYPE_PBB else CMD_HEADER
             if p + skip + ETHERTYPE_BYTES > end:
                 return 0, p, layers | L_TRUNCATED
             etype = u16(b, p + skip)
@@ -295,6 +357,13 @@ def l2_walk(b, p, end, etype, outer, layers, i, c16):
             if version == 6:
                 return ETHERTYPE_IP6, p, layers
             return 0, p, layers
+        elif etype == ETHERTYPE_NSH:
+            net, p = nsh(b, p, end)
+            if net < 0:
+                return 0, p, layers | L_TRUNCATED
+            if net != ETHERTYPE_MPLS and net != ETHERTYPE_NSH:
+                return net, p, layers
+            etype = net
         else:
             return etype, p, layers
     return 0, p, layers | L_TRUNCATED

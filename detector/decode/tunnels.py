@@ -2,16 +2,18 @@
 
 VXLAN (and VXLAN-GPE, VXLAN-GBP), Geneve, GTP-U, Teredo and AYIYA in UDP, GRE
 (with PPTP's enhanced GRE, ERSPAN and Aruba's 802.11 tunnels) in IP or in
-UDP. A tunnel found by a UDP port is validated as its own analyzer (Zeek's,
-Wireshark's, the RFC's receiver) would before it is removed; a payload that
-fails stays a UDP datagram. Each function returns the ethertype of the inner
-packet and where it starts; `begin_tunnel` keeps the outer header's identity
-in the outer_* columns and clears the network columns for the inner packet.
-Header fields are named by their offset from the header's start, as the
-document that defines the header draws it.
+UDP; the link layer's walk goes on through a Network Service Header (RFC
+8300) they carry. A tunnel found by a UDP port is validated as its own
+analyzer (Zeek's, Wireshark's, the RFC's receiver) would before it is
+removed; a payload that fails stays a UDP datagram. Each function returns
+the ethertype of the inner packet and where it starts; `begin_tunnel` keeps
+the outer header's identity in the outer_* columns and clears the network
+columns for the inner packet. Header fields are named by their offset from
+the header's start, as the document that defines the header draws it.
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from ..schema import (
@@ -73,6 +75,7 @@ from .link import (
     ETHERTYPE_IP4,
     ETHERTYPE_IP6,
     ETHERTYPE_MPLS,
+    ETHERTYPE_NSH,
     ETHERTYPE_PPP,
     ETHERTYPE_TEB,
     INNER_IEEE80211,
@@ -81,6 +84,7 @@ from .link import (
     MPLS_LABEL,
     WLAN_HEADER,
     ip_by_version,
+    nsh,
     ppp_protocol,
 )
 from .read import u8, u16, u32
@@ -97,6 +101,8 @@ PORT_TEREDO = 3544            # RFC 4380
 PORT_GTP_U = 2152             # 3GPP TS 29.281
 PORT_AYIYA = 5072             # draft-massar-v6ops-ayiya
 PORT_GRE_UDP = 4754           # RFC 8086 GRE-in-UDP (4755, its DTLS form, is encrypted)
+# which port a VXLAN-GPE header came on, as numpy scalars (see detector.decode.link: one compile, not two)
+GPE_PORT, VXLAN_PORT = np.bool_(True), np.bool_(False)
 # ---- VXLAN (RFC 7348 section 5): flags, 3 reserved bytes, VNI, a reserved byte ----------
 VXLAN_FLAGS = 0
 VXLAN_GBP_FLAGS = 1           # reserved in RFC 7348; VXLAN-GBP's D and A bits
@@ -111,10 +117,11 @@ VXLAN_GPE_RESERVED_BYTES = 1
 VXLAN_GPE_NEXT_PROTOCOL = 3
 VXLAN_GPE_VERSION = 0x30      # version 0
 VXLAN_GPE_RESERVED = 0xC0
-VXLAN_GPE_P = 0x04            # next protocol field present: must be set
+VXLAN_GPE_P = 0x04            # next protocol field present: must be set (see _vxlan_gpe)
 VXLAN_GPE_IP4 = 1
 VXLAN_GPE_IP6 = 2
 VXLAN_GPE_ETHERNET = 3
+VXLAN_GPE_NSH = 4
 VXLAN_GPE_MPLS = 5
 # ---- Geneve (RFC 8926 section 3.4): version and option length, flags, protocol type, VNI ----
 GENEVE_VERSION_OPTIONS = 0    # version (top 2 bits), option length in 4-byte words (low 6)
@@ -184,11 +191,19 @@ GRE_ARUBA_FIRST = 0x8200
 GRE_ARUBA_LAST = 0x8370
 GRE_ARUBA_STEP_MASK = 0x000F
 GRE_ARUBA_9000 = 0x9000
-# ERSPAN (draft-foschiano-erspan): type II's header, type III's and its optional subheader
+# ERSPAN (draft-foschiano-erspan-03): a header whose first 4 bits are its version, 1 for type II (8 bytes),
+# 2 for type III (12 bytes, an 8-byte platform-specific subheader after it when its O flag is set); type I
+# has no header at all
+ERSPAN_VERSION = 0            # the top 4 bits of this 16-bit word
+ERSPAN_VERSION_SHIFT = 12
+ERSPAN_TYPE_II = 1
+ERSPAN_TYPE_III = 2
 ERSPAN_2_HEADER = 8
 ERSPAN_3_HEADER = 12
+ERSPAN_3_FLAGS = 10           # type III: P, frame type (5 bits), hardware id, D, granularity, O
+ERSPAN_3_FRAME_TYPE = 0x7C00
+ERSPAN_3_O_FLAG = 0x0001
 ERSPAN_3_SUBHEADER = 8
-ERSPAN_3_O_FLAG = 0x01        # last bit of the header: platform-specific subheader follows
 
 
 @njit(_nrt=False)
@@ -227,18 +242,26 @@ def _vxlan(b, q, lim):
 
 
 @njit(_nrt=False)
-def _vxlan_gpe(b, q, lim):
-    """VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe) at `q`: (inner ethertype or 0, inner offset).
+def _vxlan_gpe(b, q, lim, own_port):
+    """VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe) at `q`, on its own port (4790) or not: (inner ethertype or 0,
+    inner offset).
 
-    Version 0, the I and P flags set (section 3.2: the next protocol field
-    is always present), the reserved bits zero; the next protocol field says
-    what follows, as Wireshark's vxlan-gpe dissector reads it. NSH and
+    Version 0, the I flag set, the reserved bits zero; the next protocol
+    field says what follows, as Wireshark's vxlan-gpe dissector reads it,
+    and what follows must be that (an IP header of its version, room for an
+    Ethernet header or a label). Section 3.2 has the P flag always set, as
+    the next protocol field is always there; on its own port a header
+    without it is read all the same, as Wireshark reads it there (Linux's
+    GPE receiver drops it), while on VXLAN's port only the flag tells a GPE
+    header from a VXLAN one with a stray reserved byte. A Network Service
+    Header must be one the decoder follows (detector.decode.link.nsh);
     unknown protocols stay undecoded.
     """
     if q + VXLAN_HEADER > lim:
         return 0, q
     flags = u8(b, q + VXLAN_FLAGS)
-    if (flags & (VXLAN_GPE_VERSION | VXLAN_GPE_RESERVED) or not flags & VXLAN_I or not flags & VXLAN_GPE_P
+    if (flags & (VXLAN_GPE_VERSION | VXLAN_GPE_RESERVED) or not flags & VXLAN_I
+            or not (own_port or (flags & VXLAN_GPE_P) != 0)
             or u16(b, q + VXLAN_GPE_RESERVED_BYTES) or u8(b, q + VXLAN_LAST_RESERVED)):
         return 0, q
     inner = q + VXLAN_HEADER
@@ -247,6 +270,8 @@ def _vxlan_gpe(b, q, lim):
         return (ETHERTYPE_TEB, inner) if inner + ETH_HEADER <= lim else (0, q)
     if proto == VXLAN_GPE_MPLS:
         return (ETHERTYPE_MPLS, inner) if inner + MPLS_LABEL <= lim else (0, q)
+    if proto == VXLAN_GPE_NSH:
+        return (ETHERTYPE_NSH, inner) if nsh(b, inner, lim)[0] > 0 else (0, q)
     net = ETHERTYPE_IP4 if proto == VXLAN_GPE_IP4 else ETHERTYPE_IP6 if proto == VXLAN_GPE_IP6 else 0
     return (net, inner) if ip_matches(b, inner, lim, net) else (0, q)
 
@@ -258,7 +283,8 @@ def _geneve(b, q, lim):
     Version 0 (section 3.4: any other is not understood), options that tile
     the option length exactly (section 3.5; Zeek checks only that the option
     length fits, Wireshark flags a misfit), and a protocol type the decoder
-    continues with: Ethernet, IPv4, IPv6 (of the matching version), ARP, MPLS.
+    continues with: Ethernet, IPv4, IPv6 (of the matching version), ARP, MPLS,
+    a Network Service Header it follows.
     """
     if q + GENEVE_HEADER > lim or u8(b, q + GENEVE_VERSION_OPTIONS) >> GENEVE_VERSION_SHIFT != 0:
         return 0, q
@@ -275,6 +301,8 @@ def _geneve(b, q, lim):
         return (ETHERTYPE_TEB, inner) if inner + ETH_HEADER <= lim else (0, q)
     if proto == ETHERTYPE_ARP or proto == ETHERTYPE_MPLS:
         return (proto, inner) if inner + 1 <= lim else (0, q)
+    if proto == ETHERTYPE_NSH:
+        return (proto, inner) if nsh(b, inner, lim)[0] > 0 else (0, q)
     return (proto, inner) if ip_matches(b, inner, lim, proto) else (0, q)
 
 
@@ -406,7 +434,7 @@ def udp_tunnel(b, q, lim, datagram, sport, dport):
             return ETHERTYPE_TEB, inner, TUNNEL_VXLAN
         # a VXLAN-GPE header on VXLAN's port, as scapy writes one before an Ethernet layer (Zeek's
         # vxlan-triple-v2.pcap): Wireshark and Zeek decode it, and its next protocol says what follows
-        net, inner = _vxlan_gpe(b, q, lim)
+        net, inner = _vxlan_gpe(b, q, lim, VXLAN_PORT)
         return net, inner, TUNNEL_VXLAN if net else 0
     if dport == PORT_GENEVE or sport == PORT_GENEVE:
         net, inner = _geneve(b, q, lim)
@@ -415,7 +443,7 @@ def udp_tunnel(b, q, lim, datagram, sport, dport):
         net, inner = _gtp_u(b, q, lim, datagram)
         return net, inner, TUNNEL_GTP if net else 0
     if dport == PORT_VXLAN_GPE or sport == PORT_VXLAN_GPE:
-        net, inner = _vxlan_gpe(b, q, lim)
+        net, inner = _vxlan_gpe(b, q, lim, GPE_PORT)
         return net, inner, TUNNEL_VXLAN if net else 0
     if dport == PORT_GRE_UDP or sport == PORT_GRE_UDP:
         # RFC 8086 section 3: a GRE header (RFC 2784, RFC 2890) of version 0, its reserved bits zero
@@ -478,24 +506,47 @@ def gre(b, p, lim):
         if q + ETH_HEADER <= lim:
             return ETHERTYPE_TEB, q, TUNNEL_GRE
         return 0, p, 0
+    if ptype == ETHERTYPE_NSH:
+        if nsh(b, q, lim)[0] > 0:
+            return ETHERTYPE_NSH, q, TUNNEL_GRE
+        return 0, p, 0
     if ((GRE_ARUBA_FIRST <= ptype <= GRE_ARUBA_LAST and not ptype & GRE_ARUBA_STEP_MASK)
             or ptype == GRE_ARUBA_9000):
         if q + WLAN_HEADER <= lim:
             return INNER_IEEE80211, q, TUNNEL_GRE
         return 0, p, 0
-    if ptype == ETHERTYPE_ERSPAN_2:
-        if flags & GRE_SEQUENCE:     # type II has a header; type I (no sequence number) has none
-            q += ERSPAN_2_HEADER
-    elif ptype == ETHERTYPE_ERSPAN_3:
-        if q + ERSPAN_3_HEADER > lim:
-            return 0, p, 0
-        extra = ERSPAN_3_SUBHEADER if u8(b, q + ERSPAN_3_HEADER - 1) & ERSPAN_3_O_FLAG else 0
-        q += ERSPAN_3_HEADER + extra
-    else:
+    if ptype != ETHERTYPE_ERSPAN_2 and ptype != ETHERTYPE_ERSPAN_3:
         return 0, p, 0
-    if q + ETH_HEADER <= lim:
+    q = _erspan(b, q, lim, ptype == ETHERTYPE_ERSPAN_3 or (flags & GRE_SEQUENCE) != 0)
+    if q >= 0 and q + ETH_HEADER <= lim:
         return ETHERTYPE_TEB, q, TUNNEL_ERSPAN
     return 0, p, 0
+
+
+@njit(_nrt=False)
+def _erspan(b, q, lim, has_header):
+    """Where the mirrored Ethernet frame starts after the ERSPAN header at `q` (-1: none follows).
+
+    As Wireshark's packet-erspan.c: protocol type 0x88BE without a GRE
+    sequence number is type I, no header; otherwise (and always under
+    0x22EB) the header's version field says its type, whatever the protocol
+    type announced, and a version it does not know, or a type III header
+    whose frame type is not Ethernet, leaves no frame to decode. Zeek takes
+    the type from the protocol type alone.
+    """
+    if not has_header:
+        return q
+    if q + ERSPAN_VERSION + 2 > lim:
+        return -1
+    version = u16(b, q + ERSPAN_VERSION) >> ERSPAN_VERSION_SHIFT
+    if version == ERSPAN_TYPE_II:
+        return q + ERSPAN_2_HEADER
+    if version != ERSPAN_TYPE_III or q + ERSPAN_3_HEADER > lim:
+        return -1
+    flags = u16(b, q + ERSPAN_3_FLAGS)
+    if flags & ERSPAN_3_FRAME_TYPE:
+        return -1
+    return q + ERSPAN_3_HEADER + (ERSPAN_3_SUBHEADER if flags & ERSPAN_3_O_FLAG else 0)
 
 
 @njit(_nrt=False)
