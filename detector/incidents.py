@@ -249,9 +249,11 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
         rule = findings[i].rule
         start = spans[i][0]
         everything, flows = entities(findings[i])
-        for entity in everything:
+        # in a fixed order: an info finding joins the first group it meets (_Groups.link), and set order
+        # changes with the interpreter's string hashing from one run to the next
+        for entity in sorted(everything):
             partners = relations.partners.get((rule, entity in flows), ())
-            for other in partners:
+            for other in sorted(partners):
                 waiting = active.get((entity, other))
                 if not waiting:
                     continue

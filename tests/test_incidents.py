@@ -162,6 +162,26 @@ def test_an_info_finding_joins_one_incident_but_never_links_two(rules):
         assert incident.severity == "info" and incident.summary.splitlines()[2].startswith("First: nothing")
 
 
+def test_an_info_finding_between_two_groups_joins_the_same_one_in_every_run(rules, monkeypatch):
+    # a VRRP group's info finding names both virtual addresses, each with a GARP burst of its own: which burst it
+    # joins must not follow the order a set of strings happens to iterate in (it changes with the hash seed)
+    from detector import incidents as module
+    findings = analyze([CAPTURES / "vrrp-garp-without-transition.pcapng"], rules).findings
+    real = module.entities
+    joined = []
+    for turn in range(4):     # every entity of the info finding first once (it names four)
+        def rotated(values, turn=turn):
+            ordered = sorted(values)
+            turn %= max(1, len(ordered))
+            return tuple(ordered[turn:] + ordered[:turn])
+        monkeypatch.setattr(module, "entities", lambda f, order=rotated: tuple(map(order, real(f))))
+        copies = [dataclasses.replace(f, incident_id=None) for f in findings]
+        groups = correlate(copies, rules)
+        joined.append(sorted((inc.root_cause.identifier, sorted(f.rule for f in inc.findings)) for inc in groups))
+    assert all(result == joined[0] for result in joined)
+    assert any("vrrp-dual-master" in rules_in for _, rules_in in joined[0])
+
+
 def test_the_root_cause_is_the_earliest_cause_with_no_cause_of_its_own(rules):
     # the probe is the first copy of the loop it causes; the registry breach, not the info DHCP report, is the
     # root of its incident (an info finding describes: it causes nothing)
