@@ -74,7 +74,7 @@ lint: venv
 
 # one worker per core; a test file stays on one worker (its module fixtures and files are built once)
 test: venv lint
-	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=40 tests
 
 # the benchmark reads peak memory and CPU time from GNU time (Debian package `time`)
 $(PEERS_STAMP): setup.cfg pyproject.toml
