@@ -28,6 +28,7 @@ import ast
 import functools
 import operator
 import re
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
@@ -241,11 +242,25 @@ def _declared_value(node: ast.AST, source) -> Any:
 
 @functools.cache
 def declarations(rule_id: str) -> Declarations:
+    """The PARAMS and ALERTS of the detector serving `rule_id`: the class's own where its module is imported
+    already (an analysis), else read from its source without importing it (source_declarations)."""
+    module = sys.modules.get(f"{__package__}.detectors.{rule_id.replace('-', '_')}")
+    for cls in vars(module).values() if module is not None else ():
+        if isinstance(cls, type) and cls.__module__ == module.__name__ and getattr(cls, "rule_id", None) == rule_id:
+            return Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS, frozenset(cls.QUALITY_NEEDS),
+                                bool(cls.CONTEXT_ONLY))
+    return source_declarations(rule_id)
+
+
+@functools.cache
+def source_declarations(rule_id: str) -> Declarations:
     """The PARAMS and ALERTS of the detector serving `rule_id`, read from its source without importing it.
 
     Importing a detector module loads numba and its kernels; its declarations
     are data (see DECLARATION_NAMES), read here as setuptools reads a version
-    attribute. tests/test_rules.py holds them equal to the imported class's.
+    attribute (parsing the 23 sources costs half a second: an analysis, which
+    has imported them, reads the classes). tests/test_rules.py holds them
+    equal to the imported class's.
     """
     source = detector_source(rule_id)
     tree = ast.parse(source.read_text(encoding="utf-8"), str(source))

@@ -23,6 +23,7 @@ from detector.rules import (
     declarations,
     explain_text,
     load_rules,
+    source_declarations,
 )
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -57,8 +58,8 @@ def test_every_detector_has_a_rule_file_holding_its_text_only():
 @pytest.mark.parametrize("rule_id", sorted(REGISTRY))
 def test_declarations_read_from_the_source_are_the_detectors_own(rule_id):
     cls = REGISTRY[rule_id]
-    assert declarations(rule_id) == Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS, cls.QUALITY_NEEDS,
-                                                 cls.CONTEXT_ONLY)
+    assert source_declarations(rule_id) == Declarations(cls.PARAMS, ALERT_PARAMS | cls.ALERTS, cls.QUALITY_NEEDS,
+                                                        cls.CONTEXT_ONLY) == declarations(rule_id)
     # every detector states its own alert intervals, and every tunable its meaning and trade-off
     assert set(cls.ALERTS) == set(ALERT_PARAMS)
     for name, param in {**cls.PARAMS, **cls.ALERTS}.items():
@@ -74,15 +75,15 @@ def test_a_declaration_that_is_not_data_is_refused_with_file_and_line(tmp_path, 
         "        'size': Param(int, 2**10, 'bytes', Range(1, 10**6), 'more costs memory'),\n"
         "        'path': Param(str, os.getcwd(), 'where', Range(1, 99), 'anywhere'),\n    }\n")
     monkeypatch.setattr(rules_module, "DETECTORS_DIR", tmp_path)
-    declarations.cache_clear()
+    source_declarations.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"made_up.py, line 8: .* not `os.getcwd\(\)`"):
-            declarations("made-up")
+            source_declarations("made-up")
         with pytest.raises(LookupError, match="no detector with rule_id 'other-rule'"):
             (tmp_path / "other_rule.py").write_text("class Other:\n    rule_id = 'something-else'\n")
-            declarations("other-rule")
+            source_declarations("other-rule")
     finally:
-        declarations.cache_clear()
+        source_declarations.cache_clear()
 
 
 def test_rules_and_explain_load_no_detector():
