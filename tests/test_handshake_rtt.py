@@ -153,19 +153,27 @@ def test_state_merges_as_nothing():
         a.merge(next(d for d in active_detectors(rules) if d.rule_id == "syn-flood"))
 
 
-def test_figure_draws_p50_and_p90():
+def test_figure_draws_p50_and_p90_the_finding_judged():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from detector.detectors.base import TimeBins
     analysis = analyze([str(JUMP)], {RULE: load_rules()[RULE]})
-    d = next(d for d in active_detectors(load_rules()) if d.rule_id == RULE)
+    [f] = analysis.findings
+    [d] = [d for d in analysis.detectors if d.rule_id == RULE]
     [figure] = d.figures(analysis.findings, TimeBins(T0 * 10**9, 10**9, 120))
-    fig, ax = plt.subplots()
-    figure.draw(ax, analysis.context.flows)
-    p50 = ax.get_lines()[0]
+    fig, (mine, again) = plt.subplots(2)
+    figure.draw(mine, None)             # the rule's own tables: the report reads no flow table again
+    p50 = mine.get_lines()[0]
     assert p50.get_label() == "external p50" and np.max(p50.get_ydata()) > 300
+    # one number, one source: the peak the finding states is the peak plotted, and each bin it lists a point
+    assert round(float(np.max(p50.get_ydata())), 1) == f.evidence["peak_p50_ms"]
+    assert {b["p50_ms"] for b in f.evidence["per_bin"]} <= {round(float(y), 1) for y in p50.get_ydata()}
+    # drawn from a flow table (the notebook's way), the same lines
+    hr.RttFigure(figure.bins, figure.site).draw(again, analysis.context.flows)
+    for a, b in zip(mine.get_lines(), again.get_lines(), strict=True):
+        assert a.get_label() == b.get_label() and np.array_equal(a.get_ydata(), b.get_ydata())
     plt.close(fig)
 
 

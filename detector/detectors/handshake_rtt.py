@@ -114,6 +114,8 @@ class HandshakeRtt(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
+        # the per-bin tables of the last findings() (RttFigure draws them: the numbers its findings were judged on)
+        self.tables: dict[str, dict] | None = None
 
     # the rule reads the flow table in findings(): it keeps no packet state
     def update(self, batch) -> None:
@@ -126,6 +128,7 @@ class HandshakeRtt(Detector):
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
         columns = ctx.flow_columns()
         hs = handshakes(columns if columns is not None else ctx.flows, self.site)
+        self.tables = figure_tables(hs)
         if hs is None:
             return []
         out = []
@@ -297,7 +300,7 @@ class HandshakeRtt(Detector):
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
 
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
-        return [RttFigure(bins, self.site)] if findings else []
+        return [RttFigure(bins, self.site, self.tables)] if findings else []
 
 
 def _grown(p50: float, base: float) -> bool:
@@ -428,14 +431,31 @@ def _baseline(hs: dict, rows: np.ndarray, min_flows: int) -> float | None:
     return None if table is None else float(np.median(table["p50"]))
 
 
+def figure_tables(hs: dict | None) -> dict[str, dict]:
+    """Each class's per-bin table of every handshake (_bin_table), as the figure draws it: "external",
+    "internal"."""
+    tables = {}
+    for internal, name in ((False, "external"), (True, "internal")):
+        table = None if hs is None else _bin_table(hs, hs["internal"] == internal, 1)
+        if table is not None:
+            tables[name] = table
+    return tables
+
+
 class RttFigure(ReportFigure):
-    """Handshake RTT (from the last SYN) per 10 s: p50 and p90 of each class, from the flow table."""
+    """Handshake RTT (from the last SYN) per 10 s: p50 and p90 of each class, from the flow table.
+
+    `tables`: the rule's own (HandshakeRtt.tables, from the flow table its
+    findings were judged on: one source for both, and the report reads no
+    flow table again); None draws from the `flows` given to draw().
+    """
 
     title = "TCP handshake RTT p50 / p90 per 10 s"
 
-    def __init__(self, bins: TimeBins, site):
+    def __init__(self, bins: TimeBins, site, tables: dict[str, dict] | None = None):
         self.bins = bins
         self.site = site
+        self.tables = tables
 
     def add(self, batch) -> None:
         return None
@@ -445,16 +465,12 @@ class RttFigure(ReportFigure):
         return self
 
     def draw(self, ax, flows) -> None:
-        hs = handshakes(flows, self.site)
-        if hs is not None:
-            for internal, name in ((False, "external"), (True, "internal")):
-                table = _bin_table(hs, hs["internal"] == internal, 1)
-                if table is None:
-                    continue
-                x = table["bin"] * BIN_S - self.bins.start_ns / NS
-                line, = ax.plot(x, table["p50"], drawstyle="steps-post", lw=1.2, label=f"{name} p50")
-                ax.plot(x, table["p90"], drawstyle="steps-post", lw=0.8, ls="--", color=line.get_color(),
-                        label=f"{name} p90")
+        tables = self.tables if self.tables is not None else figure_tables(handshakes(flows, self.site))
+        for name, table in tables.items():
+            x = table["bin"] * BIN_S - self.bins.start_ns / NS
+            line, = ax.plot(x, table["p50"], drawstyle="steps-post", lw=1.2, label=f"{name} p50")
+            ax.plot(x, table["p90"], drawstyle="steps-post", lw=0.8, ls="--", color=line.get_color(),
+                    label=f"{name} p90")
         ax.axhline(HIGH_MS, color="#d33", lw=0.8, ls=":", label=f"{HIGH_MS:.0f} ms")
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("handshake RTT (ms)")
