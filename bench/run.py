@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_capture
+import real_mix
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -58,6 +59,10 @@ MEMORY_CHECK_PACKETS = 10_000_000
 # Targets, printed beside the figures (not asserted: timing belongs here, not in tests).
 # Issues 11 and 12: `analyze --no-report` with every rule within this many times `cat FILE` in the same run.
 TARGET_ANALYZE_CAT_RATIO = 8.0
+# Issue 28: the rules together add at most this many times `cat FILE` to analyze --no-report; on the real-traffic
+# mix (real_mix.py) `analyze` with its report takes at most this many times `analyze --no-report`.
+TARGET_RULES_CAT_RATIO = 3.0
+TARGET_REPORT_RATIO = 1.5
 TARGET_FLOWS_PPS = 2_000_000
 TARGET_ANALYZE_PPS = 1_000_000
 TARGET_PEAK_RSS_MIB = 1536
@@ -71,7 +76,8 @@ TSHARK_FIELDS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp
 TSHARK_KEEP = {"frame", "eth", "ethertype", "vlan", "ip", "ipv6", "tcp", "udp", "icmp", "icmpv6",
                "data"}
 
-ALL_TOOLS = ("cat", "flows", "analyze", "analyze-core", "startup", "tshark", "tshark-fair", "scapy", "dpkt", "nfstream")
+ALL_TOOLS = ("cat", "flows", "analyze", "analyze-core", "startup", "tshark", "tshark-fair", "scapy", "dpkt", "nfstream",
+             "mix-cat", "mix-analyze", "mix-report", "mix-tshark-expert")
 SLOW_TOOLS = ("scapy", "nfstream")
 LABELS = {
     "cat": "cat FILE > /dev/null (page-cache floor)",
@@ -84,7 +90,13 @@ LABELS = {
     "scapy": "scapy PcapReader (IP, ports)",
     "dpkt": "dpkt Reader + Ethernet + 5-tuple dict",
     "nfstream": "nfstream NFStreamer().to_pandas()",
+    "mix-cat": "real mix: cat FILE > /dev/null",
+    "mix-analyze": "real mix: detector analyze --no-report -o DIR",
+    "mix-report": "real mix: detector analyze -o DIR (report.md, report.html, evidence, tshark's view)",
+    "mix-tshark-expert": "real mix: tshark -q -z expert",
 }
+# the tools timed on the real-traffic mix (real_mix.py) rather than the generated capture
+MIX_TOOLS = ("mix-cat", "mix-analyze", "mix-report", "mix-tshark-expert")
 
 
 class BenchError(Exception):
@@ -359,10 +371,46 @@ def bench_nfstream(capture: Path, packets: int, runs: int) -> Result:
     return result
 
 
+def _mix_analyze(tool: str, capture: Path, packets: int, runs: int, report: bool) -> Result:
+    result = Result(tool, packets)
+    out = OUT_DIR / tool
+    shutil.rmtree(out, ignore_errors=True)
+    run, how = repeat([str(DETECTOR), "analyze", *([] if report else ["--no-report"]), str(capture), "-o", str(out)],
+                      runs)
+    if run.code:
+        return _failure(result, run)
+    document = json.loads((out / "findings.json").read_text())
+    result.flows = document["stats"].get("flows")
+    result.note = f"{len(document['findings'])} findings, {len(document.get('incidents') or [])} incidents"
+    shutil.rmtree(out, ignore_errors=True)
+    return _fill(result, run, how)
+
+
+def bench_mix_cat(capture: Path, packets: int, runs: int) -> Result:
+    result = bench_cat(capture, packets, runs)
+    result.tool = "mix-cat"
+    return result
+
+
+def bench_mix_analyze(capture: Path, packets: int, runs: int) -> Result:
+    return _mix_analyze("mix-analyze", capture, packets, runs, report=False)
+
+
+def bench_mix_report(capture: Path, packets: int, runs: int) -> Result:
+    return _mix_analyze("mix-report", capture, packets, runs, report=True)
+
+
+def bench_mix_tshark_expert(capture: Path, packets: int, runs: int) -> Result:
+    result = Result("mix-tshark-expert", packets)
+    run, how = repeat(["tshark", "-n", "-q", "-r", str(capture), "-z", "expert"], runs)
+    return _failure(result, run) if run.code else _fill(result, run, how)
+
+
 BENCHES = {"cat": bench_cat, "flows": bench_flows, "analyze": bench_analyze, "analyze-core": bench_analyze_core,
            "startup": bench_startup, "tshark": bench_tshark,
            "tshark-fair": bench_tshark_fair, "scapy": bench_scapy, "dpkt": bench_dpkt,
-           "nfstream": bench_nfstream}
+           "nfstream": bench_nfstream, "mix-cat": bench_mix_cat, "mix-analyze": bench_mix_analyze,
+           "mix-report": bench_mix_report, "mix-tshark-expert": bench_mix_tshark_expert}
 
 
 def _peer_module(name: str) -> bool:
@@ -377,9 +425,10 @@ def check_requirements(tools: list[str]) -> None:
         raise BenchError(f"required tool missing: {GNU_TIME} (apt-get install time)")
     if shutil.which("cat") is None:                 # also pulls the capture into the page cache
         raise BenchError("required tool missing: cat (coreutils)")
-    if {"flows", "analyze", "analyze-core", "startup"} & set(tools) and not os.access(DETECTOR, os.X_OK):
+    if {"flows", "analyze", "analyze-core", "startup", "mix-analyze", "mix-report"} & set(tools) \
+            and not os.access(DETECTOR, os.X_OK):
         raise BenchError(f"required tool missing: {DETECTOR} (run `make venv`)")
-    if {"tshark", "tshark-fair"} & set(tools) and shutil.which("tshark") is None:
+    if {"tshark", "tshark-fair", "mix-tshark-expert", "mix-report"} & set(tools) and shutil.which("tshark") is None:
         raise BenchError("required tool missing: tshark (apt-get install tshark, or `make venv` as root)")
     if any(t in tools for t in ("scapy", "dpkt", "nfstream")) and not os.access(PEERS_PYTHON, os.X_OK):
         raise BenchError(f"required tool missing: {PEERS_PYTHON} (run `make bench`, which builds it)")
@@ -392,7 +441,7 @@ def check_requirements(tools: list[str]) -> None:
 # ---- reporting -----------------------------------------------------------------------
 
 # the floor and our own commands: no "flows vs tool" ratio, never a peer
-OURS = ("cat", "flows", "analyze", "analyze-core", "startup")
+OURS = ("cat", "flows", "analyze", "analyze-core", "startup", *MIX_TOOLS)
 
 
 def _fmt(value, spec: str, missing: str = "—") -> str:
@@ -460,6 +509,7 @@ def verdicts(results: list[Result], memory: list[Result]) -> list[str]:
         lines.append(f"detector analyze: {analyze.pps / 1e6:.2f} M packets/s "
                      f"(target >= {TARGET_ANALYZE_PPS / 1e6:.0f} M: {met})")
     lines += _analyze_shares(cat, analyze, by_tool.get("analyze-core"), by_tool.get("startup"))
+    lines += _report_share(by_tool)
     for r in memory:
         if r.rss_mib is not None:
             met = "met" if r.rss_mib < TARGET_PEAK_RSS_MIB else "NOT met"
@@ -493,10 +543,31 @@ def _analyze_shares(cat, analyze, core, startup) -> list[str]:
         parts.append(f"every rule disabled {core.seconds:.2f} s ({core.seconds / cat.seconds:,.1f}× cat)")
         if analyze and analyze.seconds:
             rules = analyze.seconds - core.seconds
-            parts.append(f"the rules {rules:+.2f} s ({rules / cat.seconds:+,.1f}× cat)")
+            met = "met" if rules / cat.seconds <= TARGET_RULES_CAT_RATIO else "NOT met"
+            parts.append(f"the rules {rules:+.2f} s ({rules / cat.seconds:+,.1f}× cat; budget "
+                         f"+{TARGET_RULES_CAT_RATIO:g}×: {met})")
     if parts:
         lines.append("where analyze's time goes: " + "; ".join(parts))
     return lines
+
+
+def _report_share(by_tool: dict) -> list[str]:
+    """On the real-traffic mix: the report pass as a multiple of analyze --no-report, against its budget, and
+    beside tshark's expert summary of the same file."""
+    bare, full = by_tool.get("mix-analyze"), by_tool.get("mix-report")
+    if not (bare and bare.seconds and full and full.seconds):
+        return []
+    ratio = full.seconds / bare.seconds
+    met = "met" if ratio <= TARGET_REPORT_RATIO else "NOT met"
+    line = (f"real mix ({full.packets:,} packets): analyze with its report {full.seconds:.2f} s = {ratio:,.2f}× "
+            f"analyze --no-report {bare.seconds:.2f} s (budget {TARGET_REPORT_RATIO:g}×: {met}); the report pass "
+            f"{full.seconds - bare.seconds:.2f} s")
+    cat, expert = by_tool.get("mix-cat"), by_tool.get("mix-tshark-expert")
+    if cat and cat.seconds:
+        line += f"; analyze --no-report {bare.seconds / cat.seconds:,.1f}× cat of the mix"
+    if expert and expert.seconds:
+        line += f"; tshark -z expert {expert.seconds:.2f} s"
+    return [line]
 
 
 def environment(capture: Path, manifest: dict) -> list[str]:
@@ -604,8 +675,22 @@ def main(argv=None) -> int:
         if locked:
             env.append("the capture was locked in memory (mlock) for the timed runs: no run reads it from disk")
         for tool in tools:
+            if tool in MIX_TOOLS:
+                continue
             log(f"timing {tool} ...")
             results.append(BENCHES[tool](capture, manifest["packets"], args.runs))
+    mixed = [tool for tool in tools if tool in MIX_TOOLS]
+    if mixed:
+        try:
+            mix, mix_packets = real_mix.build(log=log)
+        except real_mix.MixError as exc:
+            raise BenchError(f"the real-traffic mix: {exc}") from None
+        with resident(mix, log):
+            env.append(f"real mix: {mix.name}: {mix_packets:,} packets, {mix.stat().st_size / 2**20:,.0f} MiB: "
+                       f"other projects' captures ({real_mix.CORPUS.name}) merged and repeated (bench/real_mix.py)")
+            for tool in mixed:
+                log(f"timing {tool} ...")
+                results.append(BENCHES[tool](mix, mix_packets, args.runs))
     memory = memory_check(log) if args.memory_check else []
 
     rows = table_rows(results)
