@@ -123,3 +123,25 @@ def test_the_graph_sees_deferred_imports_and_skips_type_checking_ones(tmp_path):
     assert graph["detector.sub.leaf"] == {"detector.top": 1}
     assert graph["detector.typed"] == {}
     assert find_cycle(graph) == ["detector.sub", "detector.sub.leaf", "detector.top", "detector.sub"]
+
+
+def rule_modules(root: Path = ROOT) -> set[str]:
+    """The modules of detector/detectors/ that register a rule (`@register` above a class)."""
+    found = set()
+    for path in sorted((root / PACKAGE / "detectors").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and any(getattr(d, "id", None) == "register" for d in node.decorator_list):
+                found.add(_module_name(path, root))
+    return found
+
+
+def test_no_rule_imports_another_rule_and_the_framework_imports_no_rule():
+    # rules meet through ids (AFTER, the rule files' relations) and the shared models of detector.detect, never
+    # through each other's modules; the framework room stands under the rules, not beside them
+    graph, rules = import_graph(), rule_modules()
+    assert len(rules) >= 23
+    crossing = [(module, target) for module in sorted(rules) for target in graph[module] if target in rules]
+    assert not crossing, crossing
+    upward = [(module, target) for module, edges in graph.items() if module.startswith(f"{PACKAGE}.detect.")
+              for target in edges if target.startswith(f"{PACKAGE}.detectors")]
+    assert not upward, upward

@@ -19,7 +19,6 @@ replays a finding's frame (`REPRODUCES`), and what a watch counts for it
 from __future__ import annotations
 
 import importlib
-import ipaddress
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +27,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..cpu import kernel
+from ..detect.columns import endpoint, flow_time_ns, ip_halves, ip_text  # noqa: F401 - re-exported for the rules
 from ..detect.confidence import Basis  # noqa: F401 - re-exported: what a rule states its evidence with
-from ..detect.hashing import half_full_size, home_slot
+from ..detect.hashing import half_full_size, home_slot, mix64  # noqa: F401 - mix64 re-exported for the rules
 from ..findings import Finding, iso_time
 
 # the shared ranges, Param and Range: what the detectors' declarations are built of, imported from here
@@ -282,27 +282,6 @@ def check_merge(mine: Detector, other: Detector) -> None:
 
 # ---- formatting helpers for findings -------------------------------------
 
-def ip_text(hi, lo) -> str:
-    """An address from the two uint64 halves of the schema; IPv4-mapped ones in dotted form."""
-    value = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
-    return str(value.ipv4_mapped) if value.ipv4_mapped is not None else str(value)
-
-
-def ip_halves(text) -> tuple[int, int] | None:
-    """The schema's (hi, lo) halves of an address text (IPv4 as IPv4-mapped IPv6); None if it is no address."""
-    try:
-        value = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    number = int(value) | (0xFFFF << 32) if value.version == 4 else int(value)
-    return number >> 64, number & 0xFFFFFFFFFFFFFFFF
-
-
-def endpoint(address: str, port: int) -> str:
-    """address:port, with an IPv6 address in brackets so the port stays readable."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
 def evidence_frames(frames: np.ndarray, limit: int = EVIDENCE_FRAMES_MAX) -> list[int]:
     """Frame numbers for the evidence pcap: all of them, or the first and last halves of `limit`."""
     frames = np.asarray(frames, dtype=np.int64)
@@ -374,15 +353,6 @@ def match_flow(table, src: str, sport: int, dst: str, dport: int, proto: int) ->
         name = PROTO_NAMES.get(proto, "")
         hit = hit[hit["proto"].isin([proto, name, name.upper()])]
     return hit.iloc[0].to_dict() if len(hit) else None
-
-
-def flow_time_ns(column) -> np.ndarray:
-    """Flow-table times (datetimes, aware or naive UTC, or integer nanoseconds) as ns since the epoch."""
-    import pandas as pd
-    if pd.api.types.is_numeric_dtype(column):
-        return column.to_numpy(np.int64)
-    stamps = pd.to_datetime(column, utc=True)
-    return ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "ns")).to_numpy(np.int64)
 
 
 # ---- grouping helpers for batch columns -----------------------------------
@@ -559,15 +529,3 @@ CARRY_OVER_S = 0.010
 def batch_tail(ts: np.ndarray) -> np.ndarray:
     """Boolean mask of the rows within CARRY_OVER_S of the batch's last time."""
     return ts >= ts.max() - int(CARRY_OVER_S * 1e9)
-
-
-def mix64(*columns: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of several integer columns, row by row (splitmix64 finaliser over a running xor)."""
-    acc = np.zeros(len(columns[0]), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in columns:
-            acc = (acc ^ col.astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
-            acc ^= acc >> np.uint64(31)
-            acc *= np.uint64(0xBF58476D1CE4E5B9)
-            acc ^= acc >> np.uint64(29)
-    return acc

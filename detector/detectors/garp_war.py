@@ -85,8 +85,9 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import ADVERTISEMENT, AUTH_DATA_BYTES, CENTISECONDS, HEADER_BYTES
+from ..detect.links import link_text, links_of
 from ..findings import SEVERITY_RANK, Finding, iso_time
-from ..schema import L_ARP, L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
+from ..schema import L_ARP, L_SRC_MAC, PacketBatch
 from ..units import NS
 from . import neighbors as nb
 from .base import (
@@ -160,25 +161,6 @@ def _cap(rows: dict) -> tuple[dict, int]:
     if extra <= 0:
         return rows, 0
     return _take(rows, np.sort(np.argsort(-rows["last_ns"], kind="stable")[:MAX_ROWS])), extra
-
-
-def link_text(link: int) -> str:
-    """A link as an engineer names it: "VLAN 10", "VLAN 10.20 on interface 1", "" for untagged interface 0."""
-    iface, outer, inner = link >> 32, (link >> 16) & 0xFFFF, link & 0xFFFF
-    parts = []
-    if outer:
-        parts.append(f"VLAN {outer}" + (f".{inner}" if inner else ""))
-    if iface:
-        parts.append(f"interface {iface}")
-    return " on ".join(parts)
-
-
-def links_of(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
-    """Each row's link: interface << 32 | outer VLAN << 16 | inner VLAN (0 where untagged)."""
-    layers = batch["layers"][rows]
-    outer = np.where((layers & np.uint32(L_VLAN)) != 0, batch["vlan_outer"][rows], 0).astype(np.uint64)
-    inner = np.where((layers & np.uint32(L_QINQ)) != 0, batch["vlan_inner"][rows], 0).astype(np.uint64)
-    return (batch["iface"][rows].astype(np.uint64) << np.uint64(32)) | (outer << np.uint64(16)) | inner
 
 
 def _v4(value) -> str:

@@ -52,8 +52,9 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4, dhcp6, nd, ospf, rip, vrrp
+from ..detect.links import link_text, links_of
 from ..findings import Finding, iso_time
-from ..schema import L_DST_MAC, L_FRAG, L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
+from ..schema import L_DST_MAC, L_FRAG, L_SRC_MAC, PacketBatch
 from ..units import NS
 from .base import (
     ALERT_SECONDS,
@@ -152,25 +153,6 @@ def _frame_ends(keys: np.ndarray, frames: np.ndarray) -> dict:
     rank = np.arange(len(keys)) - starts[group]
     keep = (rank < FRAMES_AT_EACH_END) | (rank >= counts[group] - FRAMES_AT_EACH_END)
     return {"key": keys[keep], "frame": frames[keep]}
-
-
-def links_of(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
-    """Each row's link: interface << 32 | outer VLAN << 16 | inner VLAN (0 where untagged)."""
-    layers = batch["layers"][rows]
-    outer = np.where((layers & np.uint32(L_VLAN)) != 0, batch["vlan_outer"][rows], 0).astype(np.uint64)
-    inner = np.where((layers & np.uint32(L_QINQ)) != 0, batch["vlan_inner"][rows], 0).astype(np.uint64)
-    return (batch["iface"][rows].astype(np.uint64) << np.uint64(32)) | (outer << np.uint64(16)) | inner
-
-
-def link_text(link: int) -> str:
-    """A link as an engineer names it: "VLAN 10", "VLAN 10.20 on interface 1", "" for untagged interface 0."""
-    iface, outer, inner = link >> 32, (link >> 16) & 0xFFFF, link & 0xFFFF
-    parts = []
-    if outer:
-        parts.append(f"VLAN {outer}" + (f".{inner}" if inner else ""))
-    if iface:
-        parts.append(f"interface {iface}")
-    return " on ".join(parts)
 
 
 def _from_port(batch: PacketBatch, rows: np.ndarray, ports) -> np.ndarray:

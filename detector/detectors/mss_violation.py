@@ -59,7 +59,9 @@ from .base import (
     mix64,
     register,
 )
-from .pmtud_blackhole import PmtudBlackhole
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+PMTUD_BLACKHOLE = "pmtud-blackhole"
 
 # Announcements kept: a SYN flood with MSS options must not grow the state
 # without bound; past this, new announcements are counted and not kept.
@@ -136,7 +138,7 @@ def _fold_pending(a: dict, b: dict) -> dict:
 @register
 class MssViolation(Detector):
     rule_id = "mss-violation"
-    AFTER = (PmtudBlackhole.rule_id,)
+    AFTER = (PMTUD_BLACKHOLE,)
     PARAMS = {
         "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "
                                       "severity (fewer: low)", COUNT,
@@ -358,7 +360,7 @@ class MssViolation(Detector):
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:
-        blackholed = {(f.src_ip, f.dest_ip) for f in ctx.findings.get(PmtudBlackhole.rule_id, [])}
+        blackholed = {(f.src_ip, f.dest_ip) for f in ctx.findings.get(PMTUD_BLACKHOLE, [])}
         out = []
         for flow in sorted(self.flows.values(), key=lambda f: (f["first_ns"], f["sport"], f["dport"])):
             out.append(self._finding(flow, ctx, blackholed))
@@ -383,7 +385,7 @@ class MssViolation(Detector):
             if super_segments:
                 msg += f" (and {super_segments} host-side super-segments)"
             if (src, dst) in blackholed:
-                msg += f"; routers report a smaller path MTU for this host (see {PmtudBlackhole.rule_id})"
+                msg += f"; routers report a smaller path MTU for this host (see {PMTUD_BLACKHOLE})"
         evidence = {
             "peer_mss": mss, "violating_segments": flow["count"], "on_wire_segments": flow["on_wire"],
             "super_segments": super_segments, "largest_payload_bytes": flow["largest"],

@@ -63,7 +63,9 @@ from .base import (
     mix64,
     register,
 )
-from .echo_loop import EchoLoop
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+ECHO_LOOP = "echo-loop"
 
 # the RIP multicast groups as the schema's 128-bit (hi, lo) values
 RIP2_GROUP = (0, 0x0000FFFF_E0000009)            # 224.0.0.9, RFC 2453 sec. 4.4
@@ -137,7 +139,7 @@ class RipTrigger(Detector):
     rule_id = "rip-trigger"
     # what its findings rest on beyond what it saw (detect.confidence): the RIP message the probe holds
     QUALITY_NEEDS = frozenset({"payload"})
-    AFTER = (EchoLoop.rule_id,)
+    AFTER = (ECHO_LOOP,)
     APP_TABLES = ("rip",)
     REPRODUCES = "the probe"
     PARAMS = {
@@ -230,7 +232,7 @@ class RipTrigger(Detector):
         rows = self.rows
         if len(rows["key"]) == 0:
             return []
-        loops = {f.evidence.get("fingerprint"): f for f in ctx.findings.get(EchoLoop.rule_id, [])}
+        loops = {f.evidence.get("fingerprint"): f for f in ctx.findings.get(ECHO_LOOP, [])}
         order, starts, counts = group_by(mix64(rows["src_ip_hi"], rows["src_ip_lo"]))
         out = []
         for start, count in zip(starts.tolist(), counts.tolist()):
@@ -309,9 +311,9 @@ class RipTrigger(Detector):
                    f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
             if looping:
                 copies = sum(loops[fps[i]].n for i in looping)
-                msg += f"; the probe's frame is the one looping ({copies:,} copies, {EchoLoop.rule_id})"
+                msg += f"; the probe's frame is the one looping ({copies:,} copies, {ECHO_LOOP})"
             elif linked:
-                msg += f"; the probe's frame is repeated as an identical-frame flood, not a loop ({EchoLoop.rule_id})"
+                msg += f"; the probe's frame is repeated as an identical-frame flood, not a loop ({ECHO_LOOP})"
         fields = {"src_ip": src, "proto": "UDP"}
         if target_count == 1 and target_list:
             fields.update(dest_ip=target_list[0], dest_port=ports[0] if len(ports) == 1 else None,

@@ -62,7 +62,9 @@ from .base import (
     rank_by_key,
     register,
 )
-from .echo_loop import EchoLoop
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+ECHO_LOOP = "echo-loop"
 
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}
 # Cells (bins spanned by one batch times queues) beyond which a batch's
@@ -244,7 +246,7 @@ class RssSaturation(Detector):
     rule_id = "rss-saturation"
     # what its findings rest on beyond what it saw (detect.confidence): each window's queue shares
     QUALITY_NEEDS = frozenset({"timing"})
-    AFTER = (EchoLoop.rule_id,)
+    AFTER = (ECHO_LOOP,)
     PARAMS = {
         # a name, or a key of 40 to 52 bytes in hex with separators (ethtool -x prints 52 for i40e/ice)
         "key": Param(str, "microsoft", "Toeplitz key: 'microsoft' (the verification-suite key most drivers use), "
@@ -481,7 +483,7 @@ class RssSaturation(Detector):
         breaks = (np.diff(bins[hot]) > 2) | (np.diff(top[hot]) != 0)
         starts = np.flatnonzero(np.concatenate(([True], breaks)))
         ends = np.append(starts[1:], len(hot))
-        loops = ctx.findings.get(EchoLoop.rule_id, [])
+        loops = ctx.findings.get(ECHO_LOOP, [])
         all_cells = self._all_cells()
         return [self._finding(hot[s:e], bins, total, top, top_count, loops, all_cells) for s, e in zip(starts, ends)]
 

@@ -25,7 +25,7 @@ its minute-by-minute check),
 or far above it, a peak of `medium_ratio` times the rate; high at
 `high_flows_per_s`, or when the source holds at least `table_share` of a
 `table_size`-entry conntrack table: the entries the connection-table model
-(conntrack_pressure.occupancy, with `profile`'s timeouts after each flow's
+(detect.conntrack.occupancy, with `profile`'s timeouts after each flow's
 last packet) gives it at the table's peak, and never fewer than the most of
 its flows open at one instant as captured (first to last packet).
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.conntrack import PROFILES, occupancy
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..units import NS
@@ -66,7 +67,6 @@ from .base import (
     evidence_frames,
     register,
 )
-from .conntrack_pressure import PROFILES, occupancy
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256

@@ -67,7 +67,9 @@ from .base import (
     mix64,
     register,
 )
-from .capture_loss import CaptureLoss
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+CAPTURE_LOSS = "capture-loss"
 
 # ntopng's former syn_flood default (ntop/ntopng scripts/lua/modules/check_definitions/host/syn_flood.lua, removed
 # in 1117e71d); high and critical are ten and a hundred times it
@@ -144,7 +146,7 @@ class SynFlood(Detector):
     # what its findings rest on beyond what it saw (detect.confidence): unanswered SYNs a second
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     # a flood the capture could not keep up with is critical (seed 002): CaptureLoss's findings are read
-    AFTER = (CaptureLoss.rule_id,)
+    AFTER = (CAPTURE_LOSS,)
     PARAMS = {
         "min_syn_pps": Param(int, 256, "new SYNs per second to one address and port from which a bin counts",
                              RATE_PPS,
@@ -432,7 +434,7 @@ def _loss_during(ctx: AnalysisContext, finding: Finding) -> float | None:
     """The worst loss ratio of CaptureLoss's findings (medium or above) that overlap the flood in time: ACK
     gaps over its lossy bins, or the capture point's drop counters; None when the capture kept up."""
     ratios = [f.evidence.get("loss_ratio", f.evidence.get("drop_ratio"))
-              for f in ctx.findings.get(CaptureLoss.rule_id, [])
+              for f in ctx.findings.get(CAPTURE_LOSS, [])
               if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["medium"]
               and f.first_seen <= finding.last_seen and finding.first_seen <= f.last_seen]
     ratios = [float(r) for r in ratios if r is not None]

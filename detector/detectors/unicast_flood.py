@@ -95,8 +95,10 @@ from .base import (
     ip_text,
     register,
 )
-from .garp_war import GarpWar
-from .vrrp_dual_master import VrrpDualMaster
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+GARP_WAR = "garp-war"
+VRRP_DUAL_MASTER = "vrrp-dual-master"
 
 BIN_NS = NS                      # the spec's 1 s bins
 AGEING_BINS = 300                # Linux net/bridge/br_private.h BR_DEFAULT_AGEING_TIME (300 * HZ), in bins
@@ -317,7 +319,7 @@ class UnicastFlood(Detector):
     # what its findings rest on beyond what it saw (detect.confidence): the MAC table's ageing, over time
     QUALITY_NEEDS = frozenset({"timing"})
     # the rules whose findings about a MAC among the flooded destinations make the flood critical
-    AFTER = (GarpWar.rule_id, VrrpDualMaster.rule_id)
+    AFTER = (GARP_WAR, VRRP_DUAL_MASTER)
     PARAMS = {
         "min_share_ratio": Param(float, 0.2, "share of a second's frames that are foreign for it to count", RATIO,
                                  "Lower catches floods diluted by a busy link, and also the ordinary trickle of "

@@ -65,6 +65,7 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import CENTISECONDS, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC
+from ..detect.links import link_text, links_of
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -83,7 +84,9 @@ from .base import (
     mix64,
     register,
 )
-from .garp_war import GarpWar, link_text, links_of
+
+# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+GARP_WAR = "garp-war"
 
 VRRP_TTL = 255                       # RFC 3768 section 7.1, RFC 5798 section 7.1; OpenBSD CARP_DFLTTL
 # how a speaker's checksums verified (bits of `sums`: 1 << checksum_form), as the timeline says it
@@ -185,7 +188,7 @@ class VrrpDualMaster(Detector):
     QUALITY_NEEDS = frozenset({"payload", "timing"})
     APP_TABLES = ("vrrp",)
     # the rules whose findings about the same virtual addresses or MAC make two masters critical
-    AFTER = (GarpWar.rule_id,)
+    AFTER = (GARP_WAR,)
     ALERTS = {
         "suppress_s": Param(float, 60.0, "least seconds between two events about one virtual router",
                             ALERT_SECONDS,
