@@ -33,7 +33,7 @@ KERNEL_MODULES = (
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",
      "detector.detectors.routing_loop", "detector.detectors.ospf_instability", "detector.decode.app.dhcp6",
-     "detector.detectors.neighbors", "detector.decode.app.nd", "detector.detectors.unicast_flood"),
+     "detector.detect.neighbors", "detector.decode.app.nd", "detector.detectors.unicast_flood"),
 )
 
 SECOND_PROCESS = "import sys; from detector.cpu import compile_kernels; compile_kernels(tuple(sys.argv[1:]))"

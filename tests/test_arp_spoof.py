@@ -22,7 +22,7 @@ from scapy.all import (
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors import neighbors as nb
+from detector.detect import neighbors as nb
 from detector.detectors.base import AnalysisContext
 from detector.ingest import read_captures
 from detector.rules import load_rules

@@ -130,7 +130,8 @@ def rule_modules(root: Path = ROOT) -> set[str]:
     found = set()
     for path in sorted((root / PACKAGE / "detectors").glob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.ClassDef) and any(getattr(d, "id", None) == "register" for d in node.decorator_list):
+            registered = any(getattr(d, "id", None) == "register" for d in getattr(node, "decorator_list", ()))
+            if isinstance(node, ast.ClassDef) and registered:
                 found.add(_module_name(path, root))
     return found
 

@@ -325,7 +325,7 @@ def _detector(site):
 def test_ip_pairs_are_grouped_with_their_packets_and_bounded_per_mac():
     from scapy.all import raw
 
-    from detector.detectors import neighbors as nb
+    from detector.detect import neighbors as nb
     from tests.test_decode import make_batch
     router = "02:00:00:00:00:fe"
     frames = [raw(datagram((router, f"10.9.1.{k}"), C[1])) for k in range(40)]

@@ -161,7 +161,7 @@ def test_the_report_figure_draws_new_flows_per_second():
 
 
 def test_a_one_packet_flow_is_open_at_its_instant():
-    from detector.detectors.attempts import most_open as _most_open
+    from detector.detect.attempts import most_open as _most_open
     assert _most_open(np.array([0, 0, 5]), np.array([0, 0, 9])) == 2
     assert _most_open(np.array([0, 1, 2]), np.array([3, 4, 5])) == 3
 

@@ -10,9 +10,9 @@ import pytest
 
 from detector.analysis import analyze
 from detector.decode import decode
+from detector.detect.sketch import hll_cells, hll_estimate, hll_merge, top_counts, top_merge
 from detector.detectors import active_detectors
 from detector.detectors import syn_flood as sf
-from detector.detectors.sketch import hll_cells, hll_estimate, hll_merge, top_counts, top_merge
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

@@ -1,7 +1,14 @@
-"""The detection framework's shared pieces: capture-quality facts and the confidence model every finding gets.
+"""The detection framework's room: what the rules (detector/detectors/, rule modules only) stand on.
 
-`quality.CaptureQuality` folds decoded batches into facts about the capture itself (time going backwards,
-exact duplicate frames, corrupted-looking frames, snap-length truncation; one-direction capture from the flow
-table); `confidence.assess` turns them, each rule's stated evidence and the other findings into a confidence
-for every finding. Nothing here imports a detector.
+- `quality.CaptureQuality` folds decoded batches into facts about the capture itself (time going backwards,
+  exact duplicate frames, corrupted-looking frames, snap-length truncation; one-direction capture from the
+  flow table); `confidence.assess` turns them, each rule's stated evidence and the other findings into a
+  confidence for every finding.
+- The shared models several rules read: `conntrack` (a stateful box's connection table), `attempts`
+  (connection attempts and their outcome from the flow table), `neighbors` (IP-MAC observations of ARP, ND,
+  DHCP and IP traffic), `sketch` (HyperLogLog and space-saving counters).
+- The pieces of state: `hashing` (open-addressing tables, mix64), `state` (columnar state tables),
+  `columns` (flow-table times, address texts), `links` (interface and VLAN of a frame).
+
+Nothing here imports a rule, and no rule imports another (tests/test_import_graph.py).
 """

@@ -7,7 +7,7 @@ at its own MAC sits in the middle of their conversation and repeats the lie
 every few seconds, before the caches expire. No registry is needed to see
 it: the real owners keep telling the truth in their own ARP packets.
 
-This rule reads the IP-MAC observations of detectors/neighbors.py (ARP
+This rule reads the IP-MAC observations of detect/neighbors.py (ARP
 sender pairs always, reply target pairs, as Wireshark's
 `check_for_duplicate_addresses` compares them) and finds each IP claimed
 by two MACs within `conflict_window_s` of each other (each claim that
@@ -76,9 +76,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..decode.addr import mac_to_str
+from ..detect import neighbors as nb
 from ..findings import Finding, iso_time
 from ..units import NS
-from . import neighbors as nb
 from .base import (
     ALERT_SECONDS,
     COUNT,

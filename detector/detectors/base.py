@@ -30,6 +30,7 @@ from ..cpu import kernel
 from ..detect.columns import endpoint, flow_time_ns, ip_halves, ip_text  # noqa: F401 - re-exported for the rules
 from ..detect.confidence import Basis  # noqa: F401 - re-exported: what a rule states its evidence with
 from ..detect.hashing import half_full_size, home_slot, mix64  # noqa: F401 - mix64 re-exported for the rules
+from ..detect.state import fold_rows  # noqa: F401 - re-exported for the rules
 from ..findings import Finding, iso_time
 
 # the shared ranges, Param and Range: what the detectors' declarations are built of, imported from here
@@ -356,28 +357,6 @@ def match_flow(table, src: str, sport: int, dst: str, dport: int, proto: int) ->
 
 
 # ---- grouping helpers for batch columns -----------------------------------
-
-def fold_rows(a: dict, b: dict, key, reductions: dict) -> dict:
-    """Two state tables (dicts of equal-length columns) as one, one row per key.
-
-    `key` names a column, or is a function of the joined table returning one
-    value per row. The earliest row of a key (by `first_ns`) describes it; each
-    column in `reductions` is combined over the key's rows with its ufunc
-    (np.add, np.maximum, np.minimum). This is how partial states merge.
-    """
-    both = {name: np.concatenate([a[name], b[name]]) for name in a}
-    keys = both[key] if isinstance(key, str) else key(both)
-    if len(keys) == 0:
-        return both
-    order = np.lexsort((both["first_ns"], keys))
-    keys = keys[order]
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    both = {name: col[order] for name, col in both.items()}
-    out = {name: col[starts] for name, col in both.items()}
-    for name, ufunc in reductions.items():
-        out[name] = ufunc.reduceat(both[name], starts)
-    return out
-
 
 def group_by(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows grouped by equal key: (order, starts, counts).

@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.attempts import busiest_window, duration_text, flow_numbers, in_networks, most_open, parse_networks
 from ..findings import Finding
 from ..schema import PROTO_TCP, TH_ACK, TH_FIN, TH_RST, TH_SYN
 from ..units import NS
-from .attempts import busiest_window, duration_text, flow_numbers, in_networks, most_open, parse_networks
 from .base import (
     ALERT_SECONDS,
     COUNT,

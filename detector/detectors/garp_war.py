@@ -85,11 +85,11 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import ADVERTISEMENT, AUTH_DATA_BYTES, CENTISECONDS, HEADER_BYTES
+from ..detect import neighbors as nb
 from ..detect.links import link_text, links_of
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_ARP, L_SRC_MAC, PacketBatch
 from ..units import NS
-from . import neighbors as nb
 from .base import (
     ALERT_SECONDS,
     COUNT,

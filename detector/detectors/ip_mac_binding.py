@@ -5,7 +5,7 @@ Seed 004's campus let hosts in by their IP-MAC pair: the pairs lived in
 (IP-MAC-port binding with DHCP snooping), and unknown hosts got an address
 from a pool (10.160.0.1-100). This rule holds what a capture shows against that
 registry (the site file's `bindings`, `dynamic_pools`, `routers`): the
-observations of detectors/neighbors.py, as ntopng learns pairs
+observations of detect/neighbors.py, as ntopng learns pairs
 (src/NetworkInterface.cpp `checkMacIPAssociation`): ARP sender pairs and
 reply target pairs, the (source IP, source MAC) of IPv4 packets from
 local sources and MACs that are no router's, the pairs of IPv6 Neighbor
@@ -67,10 +67,10 @@ from pathlib import Path
 import numpy as np
 
 from ..decode.addr import mac_to_str
+from ..detect import neighbors as nb
 from ..findings import Finding, iso_time
 from ..site import NO_VLAN
 from ..units import NS
-from . import neighbors as nb
 from .base import (
     ALERT_SECONDS,
     AnalysisContext,

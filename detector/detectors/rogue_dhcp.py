@@ -37,7 +37,7 @@ for the site list, include/ntop_defines.h DHCP_STORM_PPS_THSHOLD for the storm):
 - more than `storm_pps` DHCP messages (all of both tables, any type) in one
   second: a storm, medium. It counts the clients' and the servers'
   messages and names the busiest sender (a space-saving count per role,
-  detector/detectors/sketch.py) when it surely sent a tenth of them, else
+  detector/detect/sketch.py) when it surely sent a tenth of them, else
   counts the MACs that sent them (a HyperLogLog): a starvation tool forges
   one per DISCOVER. Its advice follows from what it names.
 
@@ -58,11 +58,11 @@ from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4 as v4
 from ..decode.app import dhcp6 as v6
+from ..detect import sketch
 from ..findings import Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
 from ..units import NS
-from . import sketch
 from .base import (
     ALERT_SECONDS,
     COUNT,
@@ -137,7 +137,7 @@ SECOND_COLUMNS = {"key": np.int64, "count": np.int64, "server": np.int64, "first
                   "first_frame": np.int64, "last_frame": np.int64}
 SECOND_REDUCE = {"count": np.add, "server": np.add, "first_frame": np.minimum, "last_frame": np.maximum}
 # Who sends DHCP messages, per role (0: clients' messages, 1: servers' and relays' replies): a space-saving count of
-# the busiest senders (by MAC, else by address) and a HyperLogLog of the distinct ones (detector.detectors.sketch),
+# the busiest senders (by MAC, else by address) and a HyperLogLog of the distinct ones (detector.detect.sketch),
 # so that a storm's finding can name its sender or count the MACs a starvation tool forged
 SENDER_PAYLOAD = {"mac": np.uint64, "has_mac": np.bool_, "ip_hi": np.uint64, "ip_lo": np.uint64}
 CLIENT_ROLE, SERVER_ROLE = 0, 1

@@ -3,7 +3,7 @@
 Infected subscribers "iterate over IP addresses" (seed 003): each probe is
 a connection attempt nobody answers, or answers with a reset. A failed
 attempt is a flow of the flow table judged on its final state
-(detector.detectors.attempts): SYNs unanswered or reset (Zeek history S,
+(detector.detect.attempts): SYNs unanswered or reset (Zeek history S,
 SW, Sr, SWr), bare ACK/FIN/NULL probes answered at most by a reset (ACK
 sweeps), UDP, ICMP requests and other protocols to a unicast address
 without a reply (ntopng's "incomplete" flows).
@@ -76,21 +76,7 @@ import ipaddress
 import numpy as np
 
 from ..decode.addr import mac_to_str
-from ..findings import SEVERITY_RANK, Finding, iso_time
-from ..flows.view import FLOW_PROTO_NAMES
-from ..schema import (
-    ICMP_ANY,
-    IP,
-    L_ARP,
-    L_QUOTE,
-    PROTO_ICMP,
-    PROTO_ICMP6,
-    PROTO_TCP,
-    PROTO_UDP,
-    PacketBatch,
-)
-from ..units import NS
-from .attempts import (
+from ..detect.attempts import (
     ICMP6_REQUESTS,
     ICMP_REQUESTS,
     PROBE_ACK,
@@ -108,6 +94,20 @@ from .attempts import (
     parse_networks,
     service_text,
 )
+from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..flows.view import FLOW_PROTO_NAMES
+from ..schema import (
+    ICMP_ANY,
+    IP,
+    L_ARP,
+    L_QUOTE,
+    PROTO_ICMP,
+    PROTO_ICMP6,
+    PROTO_TCP,
+    PROTO_UDP,
+    PacketBatch,
+)
+from ..units import NS
 from .base import (
     ALERT_SECONDS,
     COUNT,

@@ -8,7 +8,7 @@ rule, per source and per one-second bin of the flows' first packets.
 
 A new flow is one the capture saw begin, to a unicast address: TCP from
 the originator's SYN (a connection picked up mid-stream is not new) or a
-bare ACK/FIN/NULL probe (detector.detectors.attempts), every UDP flow and other IP
+bare ACK/FIN/NULL probe (detector.detect.attempts), every UDP flow and other IP
 protocol, ICMP requests (errors belong to the flows they answer). The
 carrier flows of a UDP tunnel (VXLAN, Geneve, GTP-U) are not counted: one
 per inner flow, they mirror the inner flows, which are. The rate
@@ -39,11 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.conntrack import PROFILES, occupancy
-from ..errors import RuleError
-from ..findings import Finding, iso_time
-from ..units import NS
-from .attempts import (
+from ..detect.attempts import (
     attempts,
     attempts_of,
     by_source,
@@ -53,6 +49,10 @@ from .attempts import (
     parse_networks,
     service_text,
 )
+from ..detect.conntrack import PROFILES, occupancy
+from ..errors import RuleError
+from ..findings import Finding, iso_time
+from ..units import NS
 from .base import (
     ALERT_SECONDS,
     RATE_PPS,

@@ -6,7 +6,7 @@ handshakes that never complete, from spoofed or many real sources, until
 genuine clients are refused. Per (victim address, port, 1 s bin) this rule
 counts the SYNs it receives, the SYN-ACKs and RSTs it sends back, and keeps
 a HyperLogLog of the distinct sources and the SYNs of up to 1,024 of them
-(space-saving, detector/detectors/sketch.py), naming the top 32. A bin fires at `min_syn_pps` new SYNs whose
+(space-saving, detector/detect/sketch.py), naming the top 32. A bin fires at `min_syn_pps` new SYNs whose
 handshakes complete less than half the time; consecutive bins are one
 episode. The new SYNs and the completed handshakes of each bin come from
 the flow table, which keeps each attempt as one flow (a SYN retransmitted
@@ -41,10 +41,10 @@ import dataclasses
 
 import numpy as np
 
+from ..detect import sketch
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_TCP, TH_ACK, TH_RST, TH_SYN, PacketBatch
 from ..units import NS
-from . import sketch
 from .base import (
     ALERT_SECONDS,
     RATE_PPS,

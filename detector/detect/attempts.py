@@ -28,6 +28,7 @@ sent nothing.
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,7 +36,10 @@ from ..decode.tunnels import PORT_GENEVE, PORT_GRE_UDP, PORT_GTP_U, PORT_VXLAN, 
 from ..errors import RuleError
 from ..flows.view import FLOW_PROTO_NAMES
 from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, TH_ACK, TH_RST, TH_SYN
-from .base import AnalysisContext, flow_time_ns, ip_halves, ip_text
+from .columns import flow_time_ns, ip_halves, ip_text
+
+if TYPE_CHECKING:
+    from ..detectors.base import AnalysisContext
 
 # A bare ACK, FIN or NULL probe is one or two packets (nmap sends one and retries once); a flow of more
 # such packets is an idle connection picked up mid-stream (keepalives), not a probe.

@@ -95,7 +95,8 @@ from ..schema import (
     PacketBatch,
 )
 from ..units import NS
-from .base import fold_rows, mix64
+from .hashing import mix64
+from .state import fold_rows
 
 ARP_REQUEST, ARP_REPLY = 1, 2                  # RFC 826 opcodes (RARP's 3 and 4 are another protocol)
 ETHERTYPE_ARP = 0x0806
