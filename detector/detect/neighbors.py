@@ -96,7 +96,7 @@ from ..schema import (
 )
 from ..units import NS
 from .hashing import mix64
-from .state import fold_rows
+from .state import empty_table, fold_rows, take_rows
 
 ARP_REQUEST, ARP_REPLY = 1, 2                  # RFC 826 opcodes (RARP's 3 and 4 are another protocol)
 ETHERTYPE_ARP = 0x0806
@@ -159,14 +159,6 @@ REQUEST_COLUMNS = {"key": np.uint64, "ts": np.int64}
 DOUBT_COLUMNS = {"key": np.uint64, "ts": np.int64, "row": np.uint64}
 # an IP's latest (and earliest) claim: the IP's key, the claiming MAC, when, and the observation row it is in
 CLAIM_COLUMNS = {"key": np.uint64, "mac": np.uint64, "ts": np.int64, "row": np.uint64}
-
-
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
 
 
 def virtual_router_mac(mac: np.ndarray) -> np.ndarray:
@@ -367,7 +359,6 @@ def copies_text(copies: list[Copy], listed: int = 4) -> str:
             f"{mac_to_str(original)}, not other hosts")
 
 
-
 class Neighbors:
     """The observation table of one rule, its inputs chosen: ARP always, IPv4 sources and destinations,
     Neighbor Discovery and DHCPv4 ACKs on request (`ip_sources`, `ip_destinations`, `nd`, `dhcp`), and the
@@ -380,18 +371,18 @@ class Neighbors:
         self.dhcp = dhcp
         self.conflict_window_ns = conflict_window_ns
         self.ip_destinations = ip_destinations
-        self._rows = _empty(COLUMNS)
+        self._rows = empty_table(COLUMNS)
         self._pending: list[dict] = []      # batches' rows not yet folded into _rows (see FOLD_EVERY_ROWS)
         self._pending_rows = 0
-        self.requests = _empty(REQUEST_COLUMNS)
-        self.latest = _empty(CLAIM_COLUMNS)
-        self.earliest = _empty(CLAIM_COLUMNS)
+        self.requests = empty_table(REQUEST_COLUMNS)
+        self.latest = empty_table(CLAIM_COLUMNS)
+        self.earliest = empty_table(CLAIM_COLUMNS)
         self.dropped = 0
         # a partition after the first: the end of its first window, and the replies in it no request of its own
         # answered (None: nothing read yet, or the state begins the capture)
         self.begins_capture: bool | None = None
         self.head_end_ns: int | None = None
-        self.doubts = _empty(DOUBT_COLUMNS)
+        self.doubts = empty_table(DOUBT_COLUMNS)
 
     # ---- one batch
     def update(self, batch: PacketBatch) -> None:
@@ -494,7 +485,7 @@ class Neighbors:
         overrides = ~advert[k] | override[k]
         out["changes"] = np.zeros(len(k), dtype=np.int64)
         if overrides.any():
-            out["changes"][overrides] = self._changes(_take(out, np.flatnonzero(overrides)))
+            out["changes"][overrides] = self._changes(take_rows(out, np.flatnonzero(overrides)))
         return _aggregate(out)
 
     def _dhcp(self, batch: PacketBatch) -> dict | None:
@@ -542,7 +533,7 @@ class Neighbors:
         carried = {"key": keys[is_request], "ts": times[is_request]}
         recent = np.flatnonzero(carried["ts"] >= times.max() - int(UNSOLICITED_WINDOW_S * NS))
         recent = recent[np.argsort(carried["ts"][recent], kind="stable")][-MAX_CARRIED_REQUESTS:]
-        self.requests = _take(carried, recent)
+        self.requests = take_rows(carried, recent)
         return answered[len(keys) - len(ts):]
 
     def _doubt(self, link, spa, tpa, sha, ts, rows: np.ndarray) -> None:
@@ -669,12 +660,12 @@ class Neighbors:
             over[order] = rank >= IP_ROWS_PER_MAC
             over &= ip_rows
             if over.any():
-                rows = _take(rows, np.flatnonzero(~over))
+                rows = take_rows(rows, np.flatnonzero(~over))
         extra = len(rows["key"]) - MAX_ROWS
         if extra > 0:
             self.dropped += extra
             keep = np.sort(np.argsort(rows["first_ns"], kind="stable")[:MAX_ROWS])
-            rows = _take(rows, keep)
+            rows = take_rows(rows, keep)
         return rows
 
     def merge(self, other: Neighbors) -> None:
@@ -706,7 +697,7 @@ class Neighbors:
         if len(both["ts"]):
             recent = np.flatnonzero(both["ts"] >= both["ts"].max() - int(UNSOLICITED_WINDOW_S * NS))
             recent = recent[np.argsort(both["ts"][recent], kind="stable")][-MAX_CARRIED_REQUESTS:]
-            self.requests = _take(both, recent)
+            self.requests = take_rows(both, recent)
         self.latest = _kept(self.latest, other.latest)
         self.earliest = _kept(self.earliest, other.earliest, latest=False)
 
@@ -782,9 +773,9 @@ def _kept(known: dict, new: dict, latest: bool = True) -> dict:
     if len(both["key"]) == 0:
         return both
     order = np.lexsort((both["ts"] if latest else -both["ts"], both["key"]))
-    both = _take(both, order)
+    both = take_rows(both, order)
     last = np.concatenate((both["key"][1:] != both["key"][:-1], [True]))
-    return _take(both, np.flatnonzero(last))
+    return take_rows(both, np.flatnonzero(last))
 
 
 def _aggregate(rows: dict) -> dict:

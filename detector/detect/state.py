@@ -28,3 +28,24 @@ def fold_rows(a: dict, b: dict, key, reductions: dict) -> dict:
     for name, ufunc in reductions.items():
         out[name] = ufunc.reduceat(both[name], starts)
     return out
+
+
+def empty_table(columns: dict) -> dict[str, np.ndarray]:
+    """A state table of no rows: each column of `columns` (name -> dtype) empty, of its dtype."""
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+def take_rows(table: dict, rows) -> dict[str, np.ndarray]:
+    """The rows `rows` (indexes, a mask or a slice) of every column of `table`."""
+    return {name: col[rows] for name, col in table.items()}
+
+
+def concat_tables(*tables: dict, columns: dict | None = None) -> dict[str, np.ndarray]:
+    """The tables' rows one after the other, in their order. With `columns` (name -> dtype): those columns, each
+    of its dtype, and an empty table of them when there is no table; without, the first table's columns."""
+    if columns is None:
+        return {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
+    if not tables:
+        return empty_table(columns)
+    return {name: np.concatenate([t[name] for t in tables]).astype(dtype, copy=False)
+            for name, dtype in columns.items()}

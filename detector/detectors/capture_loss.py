@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import Finding, iso_time
 from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, SLOT_OVER, SLOT_SEGMENT
 from ..flows.merge import UNDECIDED, CutJoins
@@ -159,27 +160,13 @@ FRAME_COLUMNS = {"flow": np.int64, "slot": np.int8, "frame": np.int64, "sec": np
                  "kind": np.int8}
 
 
-def _empty(columns: dict) -> dict[str, np.ndarray]:
-    return {name: np.zeros(0, dtype) for name, dtype in columns.items()}
-
-
-def _concat(parts: list[dict], columns: dict) -> dict[str, np.ndarray]:
-    if not parts:
-        return _empty(columns)
-    return {name: np.concatenate([p[name] for p in parts]).astype(dtype, copy=False) for name, dtype in columns.items()}
-
-
-def _take(table: dict, rows) -> dict[str, np.ndarray]:
-    return {name: col[rows] for name, col in table.items()}
-
-
 def _fold_aside(parts: list[dict]) -> dict[str, np.ndarray]:
     """Rows of events set aside as one table, summed per ASIDE_KEYS, ordered by them."""
-    rows = _concat(parts, ASIDE_COLUMNS)
+    rows = concat_tables(*parts, columns=ASIDE_COLUMNS)
     if not len(rows["flow"]):
         return rows
     order = np.lexsort([rows[key] for key in reversed(ASIDE_KEYS)])
-    rows = _take(rows, order)
+    rows = take_rows(rows, order)
     new = np.zeros(len(order), dtype=bool)
     new[0] = True
     for key in ASIDE_KEYS:
@@ -193,15 +180,15 @@ def _fold_aside(parts: list[dict]) -> dict[str, np.ndarray]:
 def _fold_frames(parts: list[dict]) -> dict[str, np.ndarray]:
     """Frames of events set aside that may settle as gaps: the first GAP_FRAMES_MAX of each connection's slot
     (whose events settle alike), enough for the first GAP_FRAMES_MAX gap frames of the run."""
-    rows = _concat(parts, FRAME_COLUMNS)
+    rows = concat_tables(*parts, columns=FRAME_COLUMNS)
     order = np.lexsort((rows["frame"], rows["slot"], rows["flow"]))
-    rows = _take(rows, order)
+    rows = take_rows(rows, order)
     if not len(order):
         return rows
     group = np.concatenate(([True], (rows["flow"][1:] != rows["flow"][:-1]) | (rows["slot"][1:] != rows["slot"][:-1])))
     starts = np.flatnonzero(group)
     rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
-    return _take(rows, rank < GAP_FRAMES_MAX)
+    return take_rows(rows, rank < GAP_FRAMES_MAX)
 
 
 def _settled(slot: np.ndarray, own: np.ndarray, kind: np.ndarray, verdict: np.ndarray) -> np.ndarray:
@@ -451,9 +438,9 @@ class CaptureLoss(Detector):
             self.unsettled += len(gone)
             self.released = np.union1d(self.released, gone)
             over_frames = np.isin(frames["flow"], gone)
-            self._count_settled(_take(rows, over), rows["own"][over], _take(frames, over_frames),
+            self._count_settled(take_rows(rows, over), rows["own"][over], take_rows(frames, over_frames),
                                 frames["own"][over_frames], own_view=True)
-            rows, frames = _take(rows, ~over), _take(frames, ~over_frames)
+            rows, frames = take_rows(rows, ~over), take_rows(frames, ~over_frames)
         self.aside, self.aside_frames = [rows], [frames]
 
     def _count_settled(self, rows: dict, codes: np.ndarray, frames: dict, frame_codes: np.ndarray,
@@ -510,7 +497,7 @@ class CaptureLoss(Detector):
         if self.aside:
             self._fold_aside()
         rows, frames = (self.aside[0], self.aside_frames[0]) if self.aside else \
-            (_empty(ASIDE_COLUMNS), _empty(FRAME_COLUMNS))
+            (empty_table(ASIDE_COLUMNS), empty_table(FRAME_COLUMNS))
         # joined connections whose later part opened with a SYN (one retransmitted across the cut), counted at once
         self.unsettled += int(np.count_nonzero(~np.isin(joins.frames, np.union1d(rows["flow"], self.released))))
         if len(joins.frames) and len(rows["flow"]):
@@ -527,8 +514,8 @@ class CaptureLoss(Detector):
             undecided = ((slot == SLOT_OVER) & (verdicts < 0)) | \
                 ((slot >= SLOT_SEGMENT) & (slot < SLOT_OVER) & (verdicts == UNDECIDED))
             self.unsettled += len(np.unique(rows["flow"][hit][undecided]))
-            self._count_settled(_take(rows, hit), codes, _take(frames, frame_hit), frame_codes)
-            rows, frames = _take(rows, ~hit), _take(frames, ~frame_hit)
+            self._count_settled(take_rows(rows, hit), codes, take_rows(frames, frame_hit), frame_codes)
+            rows, frames = take_rows(rows, ~hit), take_rows(frames, ~frame_hit)
             del rows["join"], frames["join"]
         self.aside, self.aside_frames = ([rows], [frames]) if len(rows["flow"]) or len(frames["flow"]) else ([], [])
         if self.begins_capture:

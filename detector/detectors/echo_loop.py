@@ -60,6 +60,7 @@ import ipaddress
 import numpy as np
 
 from ..decode.addr import mac_to_str
+from ..detect.state import empty_table
 from ..findings import Finding
 from ..flows.community_id import community_id
 from ..schema import IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
@@ -123,10 +124,6 @@ DESCRIPTOR_COLUMNS = {
 }
 STATE_COLUMNS = {"fp": np.uint64, "count": np.int64, "first_ns": np.int64, "last_ns": np.int64,
                  "first_frame": np.int64, "last_frame": np.int64, **DESCRIPTOR_COLUMNS}
-
-
-def _empty_state() -> dict[str, np.ndarray]:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in STATE_COLUMNS.items()}
 
 
 def _combine(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -223,14 +220,14 @@ class EchoLoop(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.state = _empty_state()
+        self.state = empty_table(STATE_COLUMNS)
         self.copies = _no_copies()      # every candidate's first and last copies: its evidence frames
         self.frame_bytes: dict[int, tuple[bytes, int]] = {}   # fingerprint -> (first bytes, linktype)
         # a partition after the first: copies in its first horizon picked by no rule of its own, and the end of
         # that head (None: nothing read yet, or the state begins the capture and has no head)
         self.begins_capture: bool | None = None
         self.head_end_ns: int | None = None
-        self.head = _empty_state()
+        self.head = empty_table(STATE_COLUMNS)
         self.head_copies = _no_copies()
         self.last_ns = 0
 

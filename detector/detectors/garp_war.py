@@ -87,6 +87,7 @@ from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import ADVERTISEMENT, AUTH_DATA_BYTES, CENTISECONDS, HEADER_BYTES
 from ..detect import neighbors as nb
 from ..detect.links import link_text, links_of
+from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_ARP, L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -147,20 +148,12 @@ STORM_COLUMNS = {"key": np.uint64, "link": np.uint64, "bin": np.int64, "count": 
                  "first_ns": np.int64, "last_ns": np.int64, "first_frame": np.int64, "last_frame": np.int64}
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
-
-
 def _cap(rows: dict) -> tuple[dict, int]:
     """At most MAX_ROWS rows, the most recent kept; and how many were dropped."""
     extra = len(rows["key"]) - MAX_ROWS
     if extra <= 0:
         return rows, 0
-    return _take(rows, np.sort(np.argsort(-rows["last_ns"], kind="stable")[:MAX_ROWS])), extra
+    return take_rows(rows, np.sort(np.argsort(-rows["last_ns"], kind="stable")[:MAX_ROWS])), extra
 
 
 def _v4(value) -> str:
@@ -171,10 +164,10 @@ def join_claims(rows: dict) -> dict:
     """Claims of one address in time order, consecutive ones of the same MAC joined into one run."""
     if len(rows["key"]) == 0:
         return rows
-    rows = _take(rows, np.lexsort((rows["first_ns"], rows["key"])))
+    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
     starts = np.flatnonzero(np.concatenate(([True], (rows["key"][1:] != rows["key"][:-1])
                                             | (rows["mac"][1:] != rows["mac"][:-1]))))
-    out = _take(rows, starts)
+    out = take_rows(rows, starts)
     for name, ufunc in CLAIM_REDUCE.items():
         out[name] = ufunc.reduceat(rows[name], starts)
     return out
@@ -185,11 +178,11 @@ def join_masters(rows: dict) -> dict:
     when it starts at most one Master_Down_Interval (the larger of the two) after that run's end."""
     if len(rows["key"]) == 0:
         return rows
-    rows = _take(rows, np.lexsort((rows["first_ns"], rows["key"])))
+    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
     reach = rows["last_ns"][:-1] + np.maximum(rows["gap_ns"][:-1], rows["gap_ns"][1:])
     breaks = (rows["key"][1:] != rows["key"][:-1]) | (rows["first_ns"][1:] > reach)
     starts = np.flatnonzero(np.concatenate(([True], breaks)))
-    out = _take(rows, starts)
+    out = take_rows(rows, starts)
     for name, ufunc in MASTER_REDUCE.items():
         out[name] = ufunc.reduceat(rows[name], starts)
     return out
@@ -258,12 +251,12 @@ class GarpWar(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.claims = _empty(CLAIM_COLUMNS)
-        self.garps = _empty(GARP_COLUMNS)
-        self.masters = _empty(MASTER_COLUMNS)
-        self.vips = _empty(VIP_COLUMNS)
-        self.places = _empty(PLACE_COLUMNS)
-        self.storms = _empty(STORM_COLUMNS)
+        self.claims = empty_table(CLAIM_COLUMNS)
+        self.garps = empty_table(GARP_COLUMNS)
+        self.masters = empty_table(MASTER_COLUMNS)
+        self.vips = empty_table(VIP_COLUMNS)
+        self.places = empty_table(PLACE_COLUMNS)
+        self.storms = empty_table(STORM_COLUMNS)
         self.dropped = 0
 
     # ---- update -----------------------------------------------------------
@@ -295,7 +288,7 @@ class GarpWar(Detector):
         claims = {"key": key, "link": link, "spa": spa, "mac": sha, "count": ones, "garps": garp.astype(np.int64),
                   "damaged": (damage != 0).astype(np.int64), "damage": damage, "first_ns": ts, "last_ns": ts,
                   "first_frame": frame, "last_frame": frame}
-        merged, dropped = _cap(join_claims(_concat(self.claims, _typed(claims, CLAIM_COLUMNS))))
+        merged, dropped = _cap(join_claims(concat_tables(self.claims, _typed(claims, CLAIM_COLUMNS))))
         self.claims = merged
         self.dropped += dropped
         if garp.any():
@@ -349,7 +342,7 @@ class GarpWar(Detector):
         new = {"key": mix64(group, ip, mac), "group": group, "link": link, "carp": is_carp, "vrid": vrid, "ip": ip,
                "mac": mac, "count": np.ones(len(ok), dtype=np.int64), "gap_ns": gap, "first_ns": ts, "last_ns": ts,
                "first_frame": frame, "last_frame": frame}
-        self.masters, dropped = _cap(join_masters(_concat(self.masters, _typed(new, MASTER_COLUMNS))))
+        self.masters, dropped = _cap(join_masters(concat_tables(self.masters, _typed(new, MASTER_COLUMNS))))
         self.dropped += dropped
         child = tab.children["vrrp_addr"]
         if len(child) == 0:
@@ -372,7 +365,7 @@ class GarpWar(Detector):
             return rows
         complete = (rows["bin"] > rows["bin"].min()) & (rows["bin"] < rows["bin"].max())
         keep = ~complete | (rows["count"] > self.params["storm_requests"])
-        rows, dropped = _cap(_take(rows, keep))
+        rows, dropped = _cap(take_rows(rows, keep))
         self.dropped += dropped
         return rows
 
@@ -386,19 +379,19 @@ class GarpWar(Detector):
         values, links = np.unique(pairs_by_link, return_counts=True)
         lone = ~np.isin(pair, values[links >= 2])
         settled = (rows["second"] > rows["second"].min() + 2) & (rows["second"] < rows["second"].max() - 2)
-        rows, dropped = _cap(_take(rows, ~(lone & settled)))
+        rows, dropped = _cap(take_rows(rows, ~(lone & settled)))
         self.dropped += dropped
         return rows
 
     def merge(self, other: GarpWar) -> GarpWar:
         check_merge(self, other)
-        self.claims, dropped = _cap(join_claims(_concat(self.claims, other.claims)))
+        self.claims, dropped = _cap(join_claims(concat_tables(self.claims, other.claims)))
         self.dropped += dropped + other.dropped
         self.garps, dropped = _cap(fold_rows(self.garps, other.garps, "key", SPAN_REDUCE))
         self.dropped += dropped
         self.places = self._settle_places(fold_rows(self.places, other.places, "key", SPAN_REDUCE))
         self.storms = self._settle_storms(fold_rows(self.storms, other.storms, "key", SPAN_REDUCE))
-        self.masters, dropped = _cap(join_masters(_concat(self.masters, other.masters)))
+        self.masters, dropped = _cap(join_masters(concat_tables(self.masters, other.masters)))
         self.dropped += dropped
         self.vips, dropped = _cap(fold_rows(self.vips, other.vips, "key", VIP_REDUCE))
         self.dropped += dropped
@@ -732,10 +725,6 @@ def _sequence(claims: dict, runs: np.ndarray) -> dict:
     return {"mac": macs[starts], "first_ns": claims["first_ns"][runs][starts],
             "last_ns": np.maximum.reduceat(claims["last_ns"][runs], starts),
             "first_frame": claims["first_frame"][runs][starts]}
-
-
-def _concat(a: dict, b: dict) -> dict:
-    return {name: np.concatenate([a[name], b[name]]) for name in a}
 
 
 def _typed(rows: dict, columns: dict) -> dict:

@@ -53,6 +53,7 @@ from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4, dhcp6, nd, ospf, rip, vrrp
 from ..detect.links import link_text, links_of
+from ..detect.state import empty_table, take_rows
 from ..findings import Finding, iso_time
 from ..schema import L_DST_MAC, L_FRAG, L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -122,16 +123,8 @@ REASON_COLUMNS = {"key": np.uint64, "sender": np.uint64, "bit": np.uint8, "count
 REASON_REDUCE = {"count": np.add, "first_frame": np.minimum}
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
 def _typed(rows: dict, columns: dict) -> dict:
     return {name: np.asarray(rows[name]).astype(dtype) for name, dtype in columns.items()}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
 
 
 def _bounded(rows: dict, limit: int, keep_first: np.ndarray | None = None) -> tuple[dict, int]:
@@ -141,7 +134,7 @@ def _bounded(rows: dict, limit: int, keep_first: np.ndarray | None = None) -> tu
         return rows, 0
     first = np.zeros(len(rows["key"]), dtype=bool) if keep_first is None else keep_first
     keep = np.sort(np.lexsort((rows["first_ns"], ~first))[:limit])
-    return _take(rows, keep), extra
+    return take_rows(rows, keep), extra
 
 
 def _frame_ends(keys: np.ndarray, frames: np.ndarray) -> dict:
@@ -180,9 +173,9 @@ class MalformedMessage(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.totals = _empty(TOTAL_COLUMNS)
-        self.bad = _empty(BAD_COLUMNS)
-        self.reasons = _empty(REASON_COLUMNS)
+        self.totals = empty_table(TOTAL_COLUMNS)
+        self.bad = empty_table(BAD_COLUMNS)
+        self.reasons = empty_table(REASON_COLUMNS)
         self.frames = {"key": np.zeros(0, dtype=np.uint64), "frame": np.zeros(0, dtype=np.int64)}
         self.dropped = {"senders": 0, "malformed_senders": 0}
 
@@ -263,8 +256,8 @@ class MalformedMessage(Detector):
         self.bad, dropped = _bounded(self.bad, MAX_BAD_SENDERS)
         self.dropped["malformed_senders"] += dropped
         if dropped:
-            self.reasons = _take(self.reasons, np.isin(self.reasons["sender"], self.bad["key"]))
-            self.frames = _take(self.frames, np.isin(self.frames["key"], self.bad["key"]))
+            self.reasons = take_rows(self.reasons, np.isin(self.reasons["sender"], self.bad["key"]))
+            self.frames = take_rows(self.frames, np.isin(self.frames["key"], self.bad["key"]))
         if len(self.totals["key"]) > MAX_SENDERS:
             self.totals, dropped = _bounded(self.totals, MAX_SENDERS, np.isin(self.totals["key"], self.bad["key"]))
             self.dropped["senders"] += dropped

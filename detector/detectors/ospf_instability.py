@@ -67,6 +67,7 @@ from ..cpu import kernel
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.ospf import DB_DESCRIPTION, HELLO, LS_ACK, LS_REQUEST, LS_UPDATE
+from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import Finding, iso_time
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -146,25 +147,13 @@ def join_runs(key, first, last, gap):
     return out
 
 
-def _empty(columns: dict) -> dict[str, np.ndarray]:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
-def _concat(a: dict, b: dict) -> dict:
-    return {name: np.concatenate([a[name], b[name]]) for name in a}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
-
-
 def _cap(rows: dict, priority: np.ndarray) -> dict:
     """At most MAX_ROWS rows: those of the highest priority (a count, or True for a telling row) first, then
     the most recent."""
     if len(rows["last_ns"]) <= MAX_ROWS:
         return rows
     order = np.lexsort((-rows["last_ns"], -priority.astype(np.int64)))[:MAX_ROWS]
-    return _take(rows, np.sort(order))
+    return take_rows(rows, np.sort(order))
 
 
 def _runs(rows: dict, reductions: dict) -> dict:
@@ -172,10 +161,10 @@ def _runs(rows: dict, reductions: dict) -> dict:
     if len(rows["key"]) == 0:
         return rows
     order = np.lexsort((rows["first_ns"], rows["key"]))
-    rows = _take(rows, order)
+    rows = take_rows(rows, order)
     run = join_runs(rows["key"], rows["first_ns"], rows["last_ns"], rows["gap_ns"])
     starts = np.flatnonzero(np.concatenate(([True], run[1:] != run[:-1])))
-    out = _take(rows, starts)
+    out = take_rows(rows, starts)
     for name, ufunc in reductions.items():
         out[name] = ufunc.reduceat(rows[name], starts)
     return out
@@ -295,16 +284,16 @@ class OspfInstability(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.rates = _empty(RATE_COLUMNS)
-        self.routers = _empty(ROUTER_COLUMNS)
-        self.addresses = _empty(ADDRESS_COLUMNS)
-        self.speakers = _empty(SPEAKER_COLUMNS)
-        self.stream = _empty(RUN_COLUMNS)     # a router's Hellos from one address, none missing (neighbor 0)
-        self.listed = _empty(RUN_COLUMNS)     # a router listing one neighbour in its Hellos from one address
-        self.dbds = _empty(DBD_COLUMNS)
-        self.exchanges = _empty(EXCHANGE_COLUMNS)   # Database Descriptions past ExStart, joined per exchange
-        self.origins = _empty(ORIGIN_COLUMNS)
-        self.floods = _empty(FLOOD_COLUMNS)
+        self.rates = empty_table(RATE_COLUMNS)
+        self.routers = empty_table(ROUTER_COLUMNS)
+        self.addresses = empty_table(ADDRESS_COLUMNS)
+        self.speakers = empty_table(SPEAKER_COLUMNS)
+        self.stream = empty_table(RUN_COLUMNS)     # a router's Hellos from one address, none missing (neighbor 0)
+        self.listed = empty_table(RUN_COLUMNS)     # a router listing one neighbour in its Hellos from one address
+        self.dbds = empty_table(DBD_COLUMNS)
+        self.exchanges = empty_table(EXCHANGE_COLUMNS)   # Database Descriptions past ExStart, joined per exchange
+        self.origins = empty_table(ORIGIN_COLUMNS)
+        self.floods = empty_table(FLOOD_COLUMNS)
         self.fast_frames: dict[int, np.ndarray] = {}    # LSA key -> frames of its fast originations
         self.start_ns: int | None = None
         self.end_ns: int | None = None
@@ -363,7 +352,7 @@ class OspfInstability(Detector):
         """Drop the complete seconds that stayed at or below the storm rate: they can make no storm."""
         first, last = self.start_ns // NS + SETTLE_S, self.end_ns // NS - SETTLE_S
         keep = (rates["count"] > self.params["storm_pps"]) | (rates["second"] <= first) | (rates["second"] >= last)
-        return _cap(_take(rates, keep), rates["count"][keep] > self.params["storm_pps"])
+        return _cap(take_rows(rates, keep), rates["count"][keep] > self.params["storm_pps"])
 
     def _hellos(self, tab, p: dict) -> None:
         sel = np.flatnonzero((p["type"] == HELLO) & tab.valid("dead_interval")[p["index"]])
@@ -394,7 +383,7 @@ class OspfInstability(Detector):
         stream = {"key": mix64(rid, src_hi, src_lo), "router_id": rid, "src_ip_hi": src_hi, "src_ip_lo": src_lo,
                   "neighbor": np.zeros(len(sel), dtype=np.uint32), "first_ns": ts, "last_ns": ts, "gap_ns": gap,
                   "dead_ns": dead_ns, "count": ones, "first_frame": frame, "last_frame": frame}
-        self.stream = self._join(self.stream, _take(stream, whole))
+        self.stream = self._join(self.stream, take_rows(stream, whole))
         nbr = tab.children["ospf_nbr"]
         position = np.full(len(tab), -1, dtype=np.int64)
         position[index] = np.arange(len(sel))
@@ -410,7 +399,7 @@ class OspfInstability(Detector):
 
     @staticmethod
     def _join(runs: dict, new: dict) -> dict:
-        joined = _runs(_concat(runs, new), {"last_ns": np.maximum, "count": np.add, "first_frame": np.minimum,
+        joined = _runs(concat_tables(runs, new), {"last_ns": np.maximum, "count": np.add, "first_frame": np.minimum,
                                             "last_frame": np.maximum})
         # a key with one run of one Hello (a forged router's) tells least: those go first when the table is full
         _, inverse, counts = np.unique(joined["key"], return_inverse=True, return_counts=True)
@@ -446,7 +435,7 @@ class OspfInstability(Detector):
 
     @staticmethod
     def _join_exchanges(runs: dict, new: dict) -> dict:
-        joined = _runs(_concat(runs, {name: np.asarray(new[name]).astype(dtype)
+        joined = _runs(concat_tables(runs, {name: np.asarray(new[name]).astype(dtype)
                                       for name, dtype in EXCHANGE_COLUMNS.items()}), EXCHANGE_REDUCE)
         return _cap(joined, joined["count"])
 
@@ -483,7 +472,7 @@ class OspfInstability(Detector):
         rows = {"lsa": key, **key_cols, "first_seq": seq, "first_ns": ts, "last_seq": seq, "last_ns": ts,
                 "originations": np.ones(n, dtype=np.int64), "fast": np.zeros(n, dtype=np.int64),
                 "min_interval_ns": np.full(n, NO_INTERVAL, dtype=np.int64), "first_frame": frame, "last_frame": frame}
-        self.origins = self._chain_origins(_concat(self.origins, rows))
+        self.origins = self._chain_origins(concat_tables(self.origins, rows))
 
     def _chain_origins(self, rows: dict) -> dict:
         """Summaries of one LSA (a sighting is one too) joined in time order. A later one's first sequence
@@ -492,7 +481,7 @@ class OspfInstability(Detector):
         (RFC 2328 section 13 step 8) is neither."""
         if len(rows["lsa"]) == 0:
             return rows
-        rows = _take(rows, np.lexsort((rows["first_ns"], rows["lsa"])))
+        rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["lsa"])))
         n = len(rows["lsa"])
         start = np.concatenate(([True], rows["lsa"][1:] != rows["lsa"][:-1]))
         joint = ~start[1:]
@@ -512,7 +501,7 @@ class OspfInstability(Detector):
             pair = np.array([rows["last_frame"][holder[i]], rows["first_frame"][i + 1]])
             self.fast_frames[lsa] = keep_ends(kept, pair, limit=16)
         starts = np.flatnonzero(start)
-        out = _take(rows, starts)
+        out = take_rows(rows, starts)
         out["originations"] = np.add.reduceat(rows["originations"], starts) - np.bincount(
             group[1:][joint & ~newer], minlength=len(starts))
         out["fast"] = np.add.reduceat(rows["fast"], starts) + np.bincount(group[1:][fast], minlength=len(starts))
@@ -528,19 +517,19 @@ class OspfInstability(Detector):
         return _cap(out, out["fast"] > 0)
 
     def _floods(self, new: dict) -> None:
-        self.floods = self._chain_floods(_concat(self.floods, new))
+        self.floods = self._chain_floods(concat_tables(self.floods, new))
 
     def _chain_floods(self, rows: dict) -> dict:
         """Copies of one instance from one sender and link in time order: each within MinLSArrival of the one
         before is quick. Complete rows without a quick copy are dropped: they can add none."""
         if len(rows["key"]) == 0:
             return rows
-        rows = _take(rows, np.lexsort((rows["first_ns"], rows["key"])))
+        rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
         start = np.concatenate(([True], rows["key"][1:] != rows["key"][:-1]))
         quick = ~start[1:] & (rows["first_ns"][1:] - rows["last_ns"][:-1] < int(self.params["min_ls_arrival_s"] * NS))
         starts = np.flatnonzero(start)
         group = np.cumsum(start) - 1
-        out = _take(rows, starts)
+        out = take_rows(rows, starts)
         out["quick"] = np.add.reduceat(rows["quick"], starts) + np.bincount(group[1:][quick], minlength=len(starts))
         out["count"] = np.add.reduceat(rows["count"], starts)
         for name in ("last_ns", "last_frame"):
@@ -548,7 +537,7 @@ class OspfInstability(Detector):
         settle = SETTLE_S * NS
         settled = (out["last_ns"] < self.end_ns - settle) & (out["first_ns"] > self.start_ns + settle)
         keep = (out["quick"] > 0) | ~settled
-        out = _take(out, keep)
+        out = take_rows(out, keep)
         return _cap(out, out["quick"] > 0)
 
     # ---- merge ------------------------------------------------------------
@@ -574,8 +563,8 @@ class OspfInstability(Detector):
         for lsa, frames in other.fast_frames.items():
             self.fast_frames[lsa] = keep_ends(self.fast_frames.get(lsa, np.zeros(0, dtype=np.int64)), frames,
                                               limit=16)
-        self.origins = self._chain_origins(_concat(self.origins, other.origins))
-        self.floods = self._chain_floods(_concat(self.floods, other.floods))
+        self.origins = self._chain_origins(concat_tables(self.origins, other.origins))
+        self.floods = self._chain_floods(concat_tables(self.floods, other.floods))
         return self
 
     # ---- findings ---------------------------------------------------------
@@ -699,7 +688,7 @@ class OspfInstability(Detector):
             return any(first <= start and last >= end for first, last in spans.get(key, ()))
 
         flaps = []
-        runs = _take(listed, np.lexsort((listed["first_ns"], listed["key"])))
+        runs = take_rows(listed, np.lexsort((listed["first_ns"], listed["key"])))
         for i in np.flatnonzero(runs["key"][1:] == runs["key"][:-1]).tolist():
             gone, back = int(runs["last_ns"][i]), int(runs["first_ns"][i + 1])
             if covered(runs["router_id"][i], runs["src_ip_hi"][i], runs["src_ip_lo"][i], gone, back):
@@ -739,7 +728,7 @@ class OspfInstability(Detector):
 
     def _adjacencies(self) -> list[Finding]:
         """One finding per pair of routers whose adjacency restarted: ExStart starts and Hello drops."""
-        dbds = _take(self.dbds, self.dbds["exstart"])
+        dbds = take_rows(self.dbds, self.dbds["exstart"])
         pairs: dict[tuple, dict] = {}
         if len(dbds["key"]):
             receiver = self._receivers(dbds)

@@ -68,6 +68,7 @@ from ..decode.app.rip import (
     RIPNG_PORT,
     WHOLE_MESSAGE_FAULTS,
 )
+from ..detect.state import empty_table
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..units import NS
@@ -150,10 +151,6 @@ ROUTE_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minimu
                 "last_reachable_frame": np.maximum}
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
 def _bounded(rows: dict, limit: int) -> tuple[dict, int]:
     """The `limit` rows first seen, and how many were dropped."""
     extra = len(rows["key"]) - limit
@@ -194,8 +191,8 @@ class RipAnnounce(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.speakers = _empty(SPEAKER_COLUMNS)
-        self.routes = _empty(ROUTE_COLUMNS)
+        self.speakers = empty_table(SPEAKER_COLUMNS)
+        self.routes = empty_table(ROUTE_COLUMNS)
         self.dropped_speakers = 0
         self.dropped_routes = 0
 

@@ -59,6 +59,7 @@ from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4 as v4
 from ..decode.app import dhcp6 as v6
 from ..detect import sketch
+from ..detect.state import empty_table
 from ..findings import Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
@@ -146,10 +147,6 @@ V4_SERVER_TYPES = (v4.OFFER, v4.ACK, v4.NAK)
 V6_SERVER_TYPES = (v6.ADVERTISE, v6.REPLY, v6.RECONFIGURE)
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
 def _bounded(rows: dict, limit: int, by: str = "first_ns") -> tuple[dict, int]:
     """The `limit` rows first seen (or, for `by`="count", the busiest), and how many were dropped."""
     extra = len(rows["key"]) - limit
@@ -217,10 +214,10 @@ class RogueDhcp(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.servers = _empty(SERVER_COLUMNS)
-        self.offers = _empty(OFFER_COLUMNS)
-        self.clients = _empty(CLIENT_COLUMNS)
-        self.seconds = _empty(SECOND_COLUMNS)
+        self.servers = empty_table(SERVER_COLUMNS)
+        self.offers = empty_table(OFFER_COLUMNS)
+        self.clients = empty_table(CLIENT_COLUMNS)
+        self.seconds = empty_table(SECOND_COLUMNS)
         self.senders = {**sketch.empty(sketch.TOP_COLUMNS), **sketch.empty(SENDER_PAYLOAD)}
         self.sender_cells = sketch.empty(sketch.CELL_COLUMNS)
         self.dropped = {"servers": 0, "offers": 0, "clients": 0, "seconds": 0}

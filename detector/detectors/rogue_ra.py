@@ -70,6 +70,7 @@ from ..decode.app.nd import (
     RA_PREFERENCE_SHIFT,
     ROUTER_ADVERTISEMENT,
 )
+from ..detect.state import empty_table
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
@@ -154,10 +155,6 @@ PREFIX_REDUCE = {"count": np.add, "last_ns": np.maximum, "first_frame": np.minim
 F_ON_LINK, F_AUTONOMOUS = 1, 2       # a prefix row's flags: what its options said, OR-ed
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
 def _typed(rows: dict, columns: dict) -> dict:
     return {name: np.asarray(col).astype(columns[name]) for name, col in rows.items()}
 
@@ -213,9 +210,9 @@ class RogueRa(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.routers = _empty(ROUTER_COLUMNS)
-        self.parameters = _empty(PARAMETER_COLUMNS)
-        self.prefixes = _empty(PREFIX_COLUMNS)
+        self.routers = empty_table(ROUTER_COLUMNS)
+        self.parameters = empty_table(PARAMETER_COLUMNS)
+        self.prefixes = empty_table(PREFIX_COLUMNS)
         self.dropped = {"routers": 0, "parameter_sets": 0, "prefixes": 0}
         self.frames = {"key": np.zeros(0, dtype=np.uint64), "frame": np.zeros(0, dtype=np.int64)}
 

@@ -36,6 +36,7 @@ from numba import njit
 
 from ..cpu import kernel
 from ..decode.addr import mac_to_str
+from ..detect.state import empty_table
 from ..findings import Finding
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from ..units import NS
@@ -89,10 +90,6 @@ DEST_COLUMNS = {
     "ttl_first": np.int64, "ttl_last": np.int64, "src_ip_hi": np.uint64, "src_ip_lo": np.uint64,
     "proto": np.uint8, "layers": np.uint32,
 }
-
-
-def _empty(columns) -> dict[str, np.ndarray]:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
 
 
 def _l4_sample(batch: PacketBatch, rows: np.ndarray) -> np.ndarray:
@@ -207,8 +204,8 @@ class RoutingLoop(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.cand = _empty(CANDIDATE_COLUMNS)
-        self.dest = _empty(DEST_COLUMNS)
+        self.cand = empty_table(CANDIDATE_COLUMNS)
+        self.dest = empty_table(DEST_COLUMNS)
         self.start_ns: int | None = None      # the earliest time this state has seen
         # destination -> (first time, first frame, last frame) of its EVIDENCE_PACKETS earliest looping packets:
         # chosen by time, not by when each was seen to finish, so a partitioned run keeps the same ones
@@ -217,7 +214,7 @@ class RoutingLoop(Detector):
         # of that head (None: nothing read yet, or the state begins the capture and has no head)
         self.begins_capture: bool | None = None
         self.head_end_ns: int | None = None
-        self.head = _empty(CANDIDATE_COLUMNS)
+        self.head = empty_table(CANDIDATE_COLUMNS)
 
     def update(self, batch: PacketBatch) -> None:
         if len(batch) == 0:

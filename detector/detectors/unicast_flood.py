@@ -65,6 +65,7 @@ from numba import njit
 
 from ..cpu import kernel
 from ..decode.addr import mac_to_str
+from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import (
     EPB_RX_MASK,
@@ -264,25 +265,13 @@ def _last_seen(table, queries):
     return out
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
-
-
-def _concat(parts: list[dict]) -> dict:
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-
-
 def _fold_bins(parts: list[dict]) -> dict:
     """Per-second counts of several parts as one table, one row per second, in order."""
-    rows = _concat(parts)
+    rows = concat_tables(*parts)
     if len(rows["bin"]) == 0:
         return rows
     order = np.argsort(rows["bin"], kind="stable")
-    rows = _take(rows, order)
+    rows = take_rows(rows, order)
     starts = np.flatnonzero(np.concatenate(([True], rows["bin"][1:] != rows["bin"][:-1])))
     out = {"bin": rows["bin"][starts]}
     for name in BIN_COLUMNS:
@@ -293,13 +282,13 @@ def _fold_bins(parts: list[dict]) -> dict:
 
 def _fold_cells(parts: list[dict]) -> dict:
     """Cells of several parts as one table, one row per (second, destination); the earliest frame describes it."""
-    rows = _concat(parts)
+    rows = concat_tables(*parts)
     if len(rows["bin"]) == 0:
         return rows
-    rows = _take(rows, np.lexsort((rows["first_frame"], rows["key"], rows["bin"])))
+    rows = take_rows(rows, np.lexsort((rows["first_frame"], rows["key"], rows["bin"])))
     starts = np.flatnonzero(np.concatenate(([True], (rows["bin"][1:] != rows["bin"][:-1])
                                             | (rows["key"][1:] != rows["key"][:-1]))))
-    out = _take(rows, starts)
+    out = take_rows(rows, starts)
     for name in CELL_SUMS:
         out[name] = np.add.reduceat(rows[name], starts)
     return out
@@ -454,7 +443,7 @@ class UnicastFlood(Detector):
             extra = len(bins["bin"]) - MAX_BINS
             if extra > 0:
                 self.bins_dropped += int(bins["frames"][MAX_BINS:].sum())
-                bins = _take(bins, slice(0, MAX_BINS))
+                bins = take_rows(bins, slice(0, MAX_BINS))
             self.bin_parts = [bins]
         if self.cell_parts:
             cells = _fold_cells(self.cell_parts)
@@ -465,16 +454,16 @@ class UnicastFlood(Detector):
                 dropped = np.ones(len(weight), dtype=bool)
                 dropped[keep] = False
                 self.cells_dropped += int(weight[dropped].sum())
-                cells = _take(cells, keep)
+                cells = take_rows(cells, keep)
             self.cell_parts = [cells]
 
     def _bins(self) -> dict:
         self._fold()
-        return self.bin_parts[0] if self.bin_parts else _empty(BIN_COLUMNS)
+        return self.bin_parts[0] if self.bin_parts else empty_table(BIN_COLUMNS)
 
     def _cells_table(self) -> dict:
         self._fold()
-        return self.cell_parts[0] if self.cell_parts else _empty(CELL_COLUMNS)
+        return self.cell_parts[0] if self.cell_parts else empty_table(CELL_COLUMNS)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray]:
         rows = self.table[self.table[:, KEY] != 0]
@@ -548,7 +537,7 @@ class UnicastFlood(Detector):
         # frames to a known destination leave the cells: a cell of those only goes
         gone = np.zeros(len(cells["bin"]), dtype=bool)
         gone[pending] = (cells["foreign"][pending] == 0) & (cells["pending"][pending] == 0)
-        return _take(cells, ~gone)
+        return take_rows(cells, ~gone)
 
     # ---- findings ---------------------------------------------------------
     def findings(self, ctx: AnalysisContext) -> list[Finding]:

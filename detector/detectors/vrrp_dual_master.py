@@ -66,6 +66,7 @@ from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import CENTISECONDS, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC
 from ..detect.links import link_text, links_of
+from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -133,14 +134,6 @@ RUN_REDUCE = {"last_ns": np.maximum, "count": np.add, "gap_ns": np.maximum, "pri
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 
 
-def _empty(columns: dict) -> dict:
-    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
-
-
-def _take(rows: dict, index) -> dict:
-    return {name: col[index] for name, col in rows.items()}
-
-
 def _typed(rows: dict, columns: dict) -> dict:
     return {name: np.asarray(rows[name]).astype(dtype) for name, dtype in columns.items()}
 
@@ -150,7 +143,7 @@ def _cap(rows: dict) -> tuple[dict, int]:
     extra = len(rows["key"]) - MAX_ROWS
     if extra <= 0:
         return rows, 0
-    return _take(rows, np.sort(np.argsort(-rows["last_ns"], kind="stable")[:MAX_ROWS])), extra
+    return take_rows(rows, np.sort(np.argsort(-rows["last_ns"], kind="stable")[:MAX_ROWS])), extra
 
 
 def join_runs(rows: dict) -> dict:
@@ -158,11 +151,11 @@ def join_runs(rows: dict) -> dict:
     before it when it starts at most its gap (one MDI) after that run's end."""
     if len(rows["key"]) == 0:
         return rows
-    rows = _take(rows, np.lexsort((rows["first_ns"], rows["key"])))
+    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
     reach = rows["last_ns"][:-1] + np.maximum(rows["gap_ns"][:-1], rows["gap_ns"][1:])
     breaks = (rows["key"][1:] != rows["key"][:-1]) | (rows["first_ns"][1:] > reach)
     starts = np.flatnonzero(np.concatenate(([True], breaks)))
-    out = _take(rows, starts)
+    out = take_rows(rows, starts)
     for name, ufunc in RUN_REDUCE.items():
         out[name] = ufunc.reduceat(rows[name], starts)
     return out
@@ -201,8 +194,8 @@ class VrrpDualMaster(Detector):
 
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
-        self.speakers = _empty(SPEAKER_COLUMNS)
-        self.runs = _empty(RUN_COLUMNS)
+        self.speakers = empty_table(SPEAKER_COLUMNS)
+        self.runs = empty_table(RUN_COLUMNS)
         self.vipsets: dict[int, tuple[str, ...]] = {}
         self.dropped = 0
         self.runs_of: dict[int, np.ndarray] = {}     # findings(): each speaker's activity runs
@@ -288,14 +281,14 @@ class VrrpDualMaster(Detector):
             spans = {"key": speaker[claim], "group": group[claim], "first_ns": ts[claim], "last_ns": ts[claim],
                      "count": ones[claim], "gap_ns": gap[claim], "prio": priority[claim],
                      "first_frame": frame[claim], "last_frame": frame[claim]}
-            self.runs, dropped = _cap(join_runs(_concat(self.runs, _typed(spans, RUN_COLUMNS))))
+            self.runs, dropped = _cap(join_runs(concat_tables(self.runs, _typed(spans, RUN_COLUMNS))))
             self.dropped += dropped
 
     def merge(self, other: VrrpDualMaster) -> VrrpDualMaster:
         check_merge(self, other)
         self.speakers, dropped = _cap(fold_rows(self.speakers, other.speakers, "key", SPEAKER_REDUCE))
         self.dropped += dropped
-        self.runs, dropped = _cap(join_runs(_concat(self.runs, other.runs)))
+        self.runs, dropped = _cap(join_runs(concat_tables(self.runs, other.runs)))
         self.dropped += dropped
         self.dropped += other.dropped
         for value, addresses in other.vipsets.items():
@@ -589,5 +582,3 @@ def _seconds(text: str, bins: TimeBins) -> float:
     return (int(stamp.timestamp() * 1_000_000) * 1000 - bins.start_ns) / NS
 
 
-def _concat(a: dict, b: dict) -> dict:
-    return {name: np.concatenate([a[name], b[name]]) for name in a}
