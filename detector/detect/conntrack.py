@@ -7,8 +7,8 @@ rows of one 5-tuple (either orientation) joined when the gap between them is
 shorter than that timeout, as the kernel's entry would have lived on.
 Counting the entries alive at each insert gives the concurrency (`occupancy`).
 Flows to listeners the box does not track (`untracked`: NOTRACK rules) are
-left out. Shared by conntrack-pressure, which reports it, and session-storm,
-which judges a burst of new flows by the entries it would take.
+left out. Shared by the rules that report the table's load and that judge a
+burst of new flows by the entries it would take.
 """
 from __future__ import annotations
 

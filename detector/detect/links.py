@@ -2,8 +2,8 @@
 
 One link is one L2 broadcast domain as far as the capture can tell: two
 frames on different interfaces, or with different outer or inner VLAN ids,
-are on different links even where their addresses agree (garp-war,
-vrrp-dual-master and malformed-message key their state by it).
+are on different links even where their addresses agree (the ARP and VRRP
+rules, and the one of malformed messages, key their state by it).
 """
 from __future__ import annotations
 

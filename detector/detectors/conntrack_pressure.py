@@ -9,7 +9,7 @@ drops new connections ("nf_conntrack: table full, dropping packet"). Seed
 003: an infected subscriber sweeping addresses made the CGNAT's conntrack
 "rise sharply", and one such subscriber could take the server down.
 
-The model (`occupancy`, detector.detect.conntrack, which session-storm shares): each flow
+The model (`occupancy`, detector.detect.conntrack, which other rules share): each flow
 of the flow table occupies [first_seen, last_seen + the timeout of its end
 state] (end states from Zeek's conn_state, `END_STATE_OF`), rows of one
 5-tuple (either orientation) joined when the gap between them is shorter
