@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detector.detect.state import concat_tables, empty_table, fold_rows, take_rows
+from detector.detect.state import concat_tables, empty_table, fold_rows, join_adjacent, take_rows
 
 COLUMNS = {"key": np.uint64, "first_ns": np.int64, "count": np.int64}
 
@@ -48,3 +48,16 @@ def test_folding_rows_is_one_pass_over_both_in_any_order():
     assert one["key"].tolist() == [5, 7, 9] and one["first_ns"].tolist() == [5, 30, 40]
     assert one["count"].tolist() == [5, 1, 1]
     assert all(np.array_equal(one[name], other[name]) for name in one)
+
+
+def test_spans_within_the_larger_gap_join_into_one_run_per_key():
+    # key 1: spans at 0-10 and 25-30 with gaps 10 and 20 join (25 <= 10 + 20); 60 is past 30 + 20: a new run.
+    # key 2 stays apart from key 1 whatever its times.
+    rows = {"key": np.array([1, 1, 1, 2], np.uint64), "first_ns": np.array([60, 0, 25, 5], np.int64),
+            "last_ns": np.array([61, 10, 30, 6], np.int64), "gap_ns": np.array([5, 10, 20, 100], np.int64),
+            "count": np.array([1, 1, 1, 1], np.int64)}
+    runs = join_adjacent(rows, {"last_ns": np.maximum, "count": np.add})
+    assert runs["key"].tolist() == [1, 1, 2]
+    assert runs["first_ns"].tolist() == [0, 60, 5] and runs["last_ns"].tolist() == [30, 61, 6]
+    assert runs["count"].tolist() == [2, 1, 1]
+    assert join_adjacent(take_rows(rows, slice(0, 0)), {})["key"].tolist() == []

@@ -49,3 +49,19 @@ def concat_tables(*tables: dict, columns: dict | None = None) -> dict[str, np.nd
         return empty_table(columns)
     return {name: np.concatenate([t[name] for t in tables]).astype(dtype, copy=False)
             for name, dtype in columns.items()}
+
+
+def join_adjacent(rows: dict, reductions: dict) -> dict:
+    """Spans of one key (columns key, first_ns, last_ns, gap_ns) in time order joined into runs: a span joins the
+    run before it when it starts at most the larger of their two gaps after that run's end. The first span
+    describes a run; each column of `reductions` is combined over the run with its ufunc."""
+    if len(rows["key"]) == 0:
+        return rows
+    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
+    reach = rows["last_ns"][:-1] + np.maximum(rows["gap_ns"][:-1], rows["gap_ns"][1:])
+    breaks = (rows["key"][1:] != rows["key"][:-1]) | (rows["first_ns"][1:] > reach)
+    starts = np.flatnonzero(np.concatenate(([True], breaks)))
+    out = take_rows(rows, starts)
+    for name, ufunc in reductions.items():
+        out[name] = ufunc.reduceat(rows[name], starts)
+    return out

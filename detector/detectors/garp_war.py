@@ -87,7 +87,7 @@ from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import ADVERTISEMENT, AUTH_DATA_BYTES, CENTISECONDS, HEADER_BYTES
 from ..detect import neighbors as nb
 from ..detect.links import link_text, links_of
-from ..detect.state import concat_tables, empty_table, take_rows
+from ..detect.state import concat_tables, empty_table, join_adjacent, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_ARP, L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -176,16 +176,7 @@ def join_claims(rows: dict) -> dict:
 def join_masters(rows: dict) -> dict:
     """Advertisements of one speaker in time order joined into runs of mastership: one joins the run before it
     when it starts at most one Master_Down_Interval (the larger of the two) after that run's end."""
-    if len(rows["key"]) == 0:
-        return rows
-    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
-    reach = rows["last_ns"][:-1] + np.maximum(rows["gap_ns"][:-1], rows["gap_ns"][1:])
-    breaks = (rows["key"][1:] != rows["key"][:-1]) | (rows["first_ns"][1:] > reach)
-    starts = np.flatnonzero(np.concatenate(([True], breaks)))
-    out = take_rows(rows, starts)
-    for name, ufunc in MASTER_REDUCE.items():
-        out[name] = ufunc.reduceat(rows[name], starts)
-    return out
+    return join_adjacent(rows, MASTER_REDUCE)
 
 
 def _master_down_ns(version, adver_cs, priority, carp) -> np.ndarray:

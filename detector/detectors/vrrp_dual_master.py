@@ -66,7 +66,7 @@ from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import CENTISECONDS, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC
 from ..detect.links import link_text, links_of
-from ..detect.state import concat_tables, empty_table, take_rows
+from ..detect.state import concat_tables, empty_table, join_adjacent, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
@@ -149,16 +149,7 @@ def _cap(rows: dict) -> tuple[dict, int]:
 def join_runs(rows: dict) -> dict:
     """Advertisement spans of one speaker in time order joined into activity runs: a span joins the run
     before it when it starts at most its gap (one MDI) after that run's end."""
-    if len(rows["key"]) == 0:
-        return rows
-    rows = take_rows(rows, np.lexsort((rows["first_ns"], rows["key"])))
-    reach = rows["last_ns"][:-1] + np.maximum(rows["gap_ns"][:-1], rows["gap_ns"][1:])
-    breaks = (rows["key"][1:] != rows["key"][:-1]) | (rows["first_ns"][1:] > reach)
-    starts = np.flatnonzero(np.concatenate(([True], breaks)))
-    out = take_rows(rows, starts)
-    for name, ufunc in RUN_REDUCE.items():
-        out[name] = ufunc.reduceat(rows[name], starts)
-    return out
+    return join_adjacent(rows, RUN_REDUCE)
 
 
 def master_down_ns(version, adver_cs, priority, carp) -> np.ndarray:
