@@ -76,20 +76,22 @@ def _markdown_trees(out: Path) -> list[str]:
 
 
 def _tshark_frames(tshark, pcap: Path, count: int) -> dict[int, list[str]]:
-    """`tshark -V` of the first `count` frames of `pcap`: frame number -> its lines."""
+    """`tshark -2 -V` of the first `count` frames of `pcap` (both passes, as Wireshark shows the file): frame
+    number -> its lines."""
     frames: dict[int, list[str]] = {}
-    for block in re.split(r"\n(?=Frame \d+: )", tshark.run(pcap, "-V", "-c", str(count)).strip("\n")):
+    shown = tshark.run(pcap, "-2", "-V", "-Y", f"frame.number <= {count}")
+    for block in re.split(r"\n(?=Frame \d+: )", shown.strip("\n")):
         lines = [line for line in block.split("\n") if line.strip()]
         frames[int(re.match(r"Frame (\d+): ", lines[0]).group(1))] = lines
     return frames
 
 
-def _as_shown(line: str) -> tuple[int, str]:
-    """A `tshark -V` line as the report shows it: its depth and its text, a generated field's [brackets] off
-    (PDML does not mark generated fields)."""
+def _as_shown(line: str, brackets: bool = True) -> tuple[int, str]:
+    """A `tshark -V` line as the report shows it: its depth and its text; without `brackets` (tshark's PDML,
+    which does not mark generated fields), a generated field's [brackets] off."""
     text = line.lstrip(" ")
     depth = (len(line) - len(text)) // 4
-    if text.startswith("[") and text.endswith("]"):
+    if not brackets and text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     return depth, text
 
@@ -119,9 +121,26 @@ def hostile(tmp_path_factory):
     return out, findings
 
 
-@pytest.mark.parametrize("case", ["pmtud", "hostile"])
+@pytest.fixture(scope="module")
+def pmtud_by_tshark(tmp_path_factory):
+    """The pmtud report where sharkd is missing: one tshark run per evidence pcap."""
+    out = tmp_path_factory.mktemp("pmtud-tshark")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dissect, "sharkd_path", lambda tshark=None: None)
+        findings, _result, _path = analyze([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], out)
+    return out, findings
+
+
+def test_sharkd_is_the_tsharks_sibling(tshark):
+    """Debian's tshark depends on wireshark-common, which ships sharkd: CI dissects with it."""
+    assert dissect.sharkd_path(tshark.path) is not None
+
+
+@pytest.mark.parametrize("case", ["pmtud", "hostile", "pmtud_by_tshark"])
 def test_shown_details_are_tsharks_for_that_frame_of_the_evidence_pcap(case, request, tshark):
     out, findings = request.getfixturevalue(case)
+    by = "sharkd" if case != "pmtud_by_tshark" else "tshark"
+    assert f"dissected by {by} (wireshark/" in (out / "report.md").read_text()
     views = _html_views(out)
     trees = _markdown_trees(out)
     with_pcap = [f for f in findings if f.evidence_pcap]
@@ -138,7 +157,7 @@ def test_shown_details_are_tsharks_for_that_frame_of_the_evidence_pcap(case, req
         assert view["tree"] == md_tree                                     # both reports show the same text
         assert len(shown) == min(len(expected), dissect.LINES_PER_FRAME_MAX)
         for (depth, text), line in zip(shown, expected):
-            want_depth, want = _as_shown(line)
+            want_depth, want = _as_shown(line, brackets=by == "sharkd")
             assert depth == want_depth, (text, line)
             assert text == want or (text.endswith("...") and want.startswith(text[:-3])), (text, line)
         assert protocols == tshark.fields(out / pcap, "frame.protocols",
@@ -154,7 +173,7 @@ def _tshark_expert(tshark, pcap: Path, number: int) -> list[tuple[str, str, str]
     return [m.groups() for m in found if m]
 
 
-@pytest.mark.parametrize("case", ["pmtud", "hostile"])
+@pytest.mark.parametrize("case", ["pmtud", "hostile", "pmtud_by_tshark"])
 def test_expert_info_is_tsharks(case, request, tshark):
     out, _findings = request.getfixturevalue(case)
     raised = 0
@@ -230,7 +249,7 @@ def test_bounds_cut_long_trees_and_lines(tmp_path, tshark):
     full = _tshark_frames(tshark, tmp_path / "big.pcap", 2)
     assert len(big.tree) == dissect.LINES_PER_FRAME_MAX
     assert big.lines_cut == len(full[1]) - dissect.LINES_PER_FRAME_MAX > 0
-    assert "more lines: tshark -n -V -r x.pcap -c 1" in dissect._shown_tree(big, "x.pcap")
+    assert "more lines: tshark -n -2 -V -r x.pcap -Y frame.number==1" in dissect._shown_tree(big, "x.pcap")
     # tshark cuts the name at 240 characters ("Name [truncated]: xxx..."), the report at LINE_CHARS_MAX
     (name,) = [text for _depth, text in query.tree if text.startswith("Name [truncated]: ")]
     assert len(name) == dissect.LINE_CHARS_MAX and name.endswith("...")
@@ -263,11 +282,34 @@ def test_without_tshark_the_report_says_so(tmp_path, monkeypatch):
         assert "Packet details" not in text and "```text" not in text
 
 
-def _fake_tshark(folder: Path, body: str) -> None:
-    folder.mkdir()
-    script = folder / "tshark"
+def _fake_tshark(folder: Path, body: str, name: str = "tshark") -> None:
+    folder.mkdir(exist_ok=True)
+    script = folder / name
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def _with_sharkd(folder: Path, tshark, body: str) -> None:
+    """A tshark that is the real one and a sharkd beside it that does `body` (the real one is $SHARKD)."""
+    real = Path(tshark.path).resolve()
+    _fake_tshark(folder, f'exec "{real}" "$@"')
+    _fake_tshark(folder, f'SHARKD="{real.parent / "sharkd"}"\n{body}', name="sharkd")
+
+
+@pytest.mark.parametrize("body, by", [
+    ("exit 1", "tshark"),                                              # sharkd fails at once: tshark does it all
+    ('echo "not json"; exit 0', "tshark"),                             # sharkd answers nonsense
+    ('exec "$SHARKD" - 2>/dev/null | head -n 13', "sharkd and tshark"),  # it ends after one file
+])
+def test_a_failing_sharkd_leaves_it_to_tshark(tmp_path, monkeypatch, tshark, body, by):
+    _with_sharkd(tmp_path / "bin", tshark, body)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    findings, _result, _path = analyze([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert f"dissected by {by} (wireshark/" in text and "Not shown" not in text
+    assert len(_markdown_trees(tmp_path / "out")) == sum(min(dissect.FRAMES_PER_FINDING,
+                                                             f.evidence["evidence_packets"])
+                                                         for f in findings if f.evidence_pcap)
 
 
 @pytest.mark.parametrize("body, says", [
@@ -295,7 +337,10 @@ def test_a_failing_tshark_costs_only_the_view(tmp_path, monkeypatch, body, says)
     assert alive == [], "tshark's children outlived its timeout"
 
 
-def test_the_reports_deadline_for_tshark_bounds_them_all(tmp_path, monkeypatch):
+def test_the_reports_deadline_for_tshark_bounds_them_all(tmp_path, monkeypatch, tshark):
+    # a sharkd that hangs takes the whole deadline; no tshark run starts after it
+    _with_sharkd(tmp_path / "bin", tshark, "sleep 30")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(dissect, "REPORT_DEADLINE_S", 0.5)
     findings, _result, _path = analyze([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], tmp_path)
     notes = re.findall(r"<p>Not shown: (.*?)</p>", (tmp_path / "report.html").read_text())

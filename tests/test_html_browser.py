@@ -197,4 +197,4 @@ def test_bundled_incidents_render_timeline_and_dissections(browser, name, rules)
     # every finding's section names its frames: "Frame N of the capture (frame k of evidence/<rule>-<n>.pcap)"
     cited = {heading.split(" of evidence/")[1].rsplit("-", 1)[0] for heading in state["dissected"]}
     assert cited == rules
-    assert "Wireshark's view:" in state["text"] and "dissected by tshark" in state["text"]
+    assert "Wireshark's view:" in state["text"] and "dissected by sharkd" in state["text"]

@@ -6,12 +6,19 @@ shows, for the first frames of each finding's evidence pcap (the root cause of e
 FRAMES_MAX in all), what tshark makes of them: the protocol tree as `tshark -V` prints it and the Expert
 Info it raises (a retransmission, a malformed field, a DNS query retransmission, ...).
 
-How: one tshark run per evidence pcap, `-n -T pdml -c K` (the first K frames, no name resolution, so no
-lookup leaves the machine), with a timeout; pyshark's own PDML parser makes each frame a pyshark Packet (its
-layers give the protocols and the Expert Info), and the protocol tree is read from the same PDML element
-(pyshark flattens a layer's fields and drops the layer's title). Not pyshark's FileCapture: it drives tshark
-through asyncio's run_until_complete on the thread's loop, which fails inside a notebook's running loop
-(KimiNewt/pyshark#542), and it has no bound on a tshark that hangs.
+How, for the report: one sharkd process (Wireshark's own dissection daemon, shipped beside tshark in Debian's
+wireshark-common) loads each evidence pcap in turn and answers for its frames, so Wireshark's start-up (most of
+a tshark run's cost, ~0.3 s of CPU) is paid once, not once per finding, and each frame is dissected in its own
+evidence pcap exactly as Wireshark shows that file (both passes: a conversation's state comes from the whole
+file). Name resolution is off as with `tshark -n`, so no lookup leaves the machine. Without sharkd, or where it
+fails, one tshark run per evidence pcap (`-n -2 -T pdml`) gives the same view.
+
+For a frame in the notebook (`Capture.dissect`) and that fallback: tshark `-n -T pdml`, with a timeout;
+pyshark's own PDML parser makes each frame a pyshark Packet (its layers give the protocols and the Expert
+Info), and the protocol tree is read from the same PDML element (pyshark flattens a layer's fields and drops
+the layer's title). Not pyshark's FileCapture: it drives tshark through asyncio's run_until_complete on the
+thread's loop, which fails inside a notebook's running loop (KimiNewt/pyshark#542), and it has no bound on a
+tshark that hangs.
 
 Everything here is packet text: the report escapes it (render.markdown_text, html.escape), and a fenced code
 block in report.md is fenced longer than any backtick run inside it. tshark missing, failing or timing out
@@ -92,11 +99,27 @@ def tshark_path() -> str | None:
     return shutil.which("tshark")
 
 
+def sharkd_path(tshark: str | None = None) -> str | None:
+    """The sharkd installed beside `tshark` (tshark_path()), the same Wireshark: None without one."""
+    tshark = tshark or tshark_path()
+    if tshark is None:
+        return None
+    beside = os.path.join(os.path.dirname(os.path.realpath(tshark)), "sharkd")
+    return beside if os.access(beside, os.X_OK) else None
+
+
 # ---- tshark and its PDML -------------------------------------------------------------------------------------
-def _run(path: str, capture, count: int, display_filter: str | None, timeout: float) -> bytes:
+def _run(path: str, capture, count: int, display_filter: str | None, timeout: float,
+         two_pass: bool = False) -> bytes:
     """tshark's PDML of the first `count` frames of `capture` (those `display_filter` keeps), read as it comes
-    and refused past PDML_BYTES_MAX (a frame of tiny records, say 4,000 DNS answers, dissects to megabytes)."""
-    args = [path, "-n", "-r", str(capture), "-T", "pdml", "-c", str(count)]
+    and refused past PDML_BYTES_MAX (a frame of tiny records, say 4,000 DNS answers, dissects to megabytes).
+    `two_pass`: the whole file is read first (as Wireshark and sharkd do), then frames 1..count shown."""
+    args = [path, "-n", "-r", str(capture), "-T", "pdml"]
+    if two_pass:
+        display_filter = f"frame.number <= {int(count)}" + (f" && ({display_filter})" if display_filter else "")
+        args.append("-2")
+    else:
+        args += ["-c", str(count)]
     if display_filter:
         args += ["-Y", display_filter]
     try:
@@ -209,13 +232,13 @@ def _bounded(line: str) -> str:
 
 
 def dissect_file(path: str, capture, count: int, display_filter: str | None = None,
-                 timeout: float = TSHARK_TIMEOUT_S) -> list[Dissection]:
+                 timeout: float = TSHARK_TIMEOUT_S, two_pass: bool = False) -> list[Dissection]:
     """The first `count` frames of `capture` (those `display_filter` keeps) as tshark dissects them, each with
     its pyshark Packet; trees bounded by LINES_PER_FRAME_MAX and LINE_CHARS_MAX. Raises DissectError."""
     from pyshark.tshark.output_parser.tshark_xml import packet_from_xml_packet
 
     out = []
-    creator, elements = _packets(_run(path, capture, count, display_filter, timeout))
+    creator, elements = _packets(_run(path, capture, count, display_filter, timeout, two_pass))
     for element in elements:
         packet = packet_from_xml_packet(element)
         tree = _tree(element)
@@ -229,6 +252,172 @@ def dissect_file(path: str, capture, count: int, display_filter: str | None = No
 def tree_text(dissection: Dissection) -> str:
     """The packet details as `tshark -V` indents them (four spaces a level); not escaped."""
     return "\n".join("    " * depth + line for depth, line in dissection.tree)
+
+
+# ---- sharkd: every evidence pcap in one Wireshark process -----------------------------------------------------
+# What `tshark -n` turns off (epan/addr_resolv.c disable_name_resolution), as sharkd preferences.
+SHARKD_NO_NAMES = ("nameres.mac_name", "nameres.transport_name", "nameres.network_name",
+                   "nameres.dns_pkt_addr_resolution", "nameres.use_external_name_resolver", "nameres.vlan_name",
+                   "nameres.ss7_pc_name")
+_EXPERT_LABEL = re.compile(r"Expert Info \((\w+)/([^)]*)\): (.*)", re.S)
+
+
+def _sharkd_requests(files: dict[int, object], counts: dict[int, int]) -> tuple[bytes, list[tuple]]:
+    """sharkd's JSON-RPC requests (one per line) and what each answers: ("conf",), ("info",), ("load", index),
+    ("frame", index, number)."""
+    import json
+
+    lines, meaning = [], []
+
+    def ask(method: str, params: dict | None, what: tuple) -> None:
+        request = {"jsonrpc": "2.0", "id": len(meaning) + 1, "method": method}
+        if params is not None:
+            request["params"] = params
+        lines.append(json.dumps(request))
+        meaning.append(what)
+
+    for name in SHARKD_NO_NAMES:
+        ask("setconf", {"name": name, "value": "FALSE"}, ("conf",))
+    ask("info", None, ("info",))
+    for index in sorted(files):
+        ask("load", {"file": os.fspath(files[index])}, ("load", index))
+        for number in range(1, counts[index] + 1):
+            ask("frame", {"frame": number, "proto": True}, ("frame", index, number))
+    return ("\n".join(lines) + "\n").encode(), meaning
+
+
+def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) -> tuple[list[bytes | None], bytes]:
+    """Run sharkd on `request` (stdin), reading its answers (one JSON line each, in order) until `expected` came,
+    it ended, or `timeout` passed; (answers, a line past PDML_BYTES_MAX is None; the tail of its stderr)."""
+    try:
+        proc = subprocess.Popen([path, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        raise DissectError(f"sharkd could not be started: {exc.strerror or exc}") from None
+    deadline = time.monotonic() + timeout
+    answers: list[bytes | None] = []
+    line, over, err, sent = bytearray(), False, b"", 0
+    with proc, selectors.DefaultSelector() as waiting:
+        try:
+            os.set_blocking(proc.stdin.fileno(), False)
+            waiting.register(proc.stdin, selectors.EVENT_WRITE)
+            for pipe in (proc.stdout, proc.stderr):
+                waiting.register(pipe, selectors.EVENT_READ)
+            while len(answers) < expected and any(k.fileobj is not proc.stdin for k in waiting.get_map().values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _events in waiting.select(left):
+                    if key.fileobj is proc.stdin:
+                        try:
+                            sent += os.write(key.fd, request[sent:sent + (1 << 16)])
+                        except BrokenPipeError:
+                            sent = len(request)
+                        if sent >= len(request):
+                            waiting.unregister(proc.stdin)   # stdin stays open: sharkd ends when it closes
+                        continue
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        waiting.unregister(key.fileobj)
+                    elif key.fileobj is proc.stderr:
+                        err = (err + data)[-4096:]
+                    else:
+                        while data:
+                            end = data.find(b"\n")
+                            part, data = (data, b"") if end < 0 else (data[:end], data[end + 1:])
+                            if not over:
+                                line += part
+                                if len(line) > PDML_BYTES_MAX:
+                                    over, line = True, bytearray()
+                            if end >= 0:
+                                answers.append(None if over else bytes(line))
+                                line, over = bytearray(), False
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return answers, err
+
+
+def _from_tree(nodes: list, number: int, creator: str) -> Dissection:
+    """A Dissection of sharkd's frame tree: each node's label ("l") at its depth, a generated one ("g") in
+    [brackets] as `tshark -V` prints it; the Expert Info items (filter _ws.expert) with their severity, group and
+    message; frame.protocols from its own item. A walk with a stack, not recursion: it nests as deep as the
+    packet makes it."""
+    tree: list[tuple[int, str]] = []
+    expert: list[ExpertInfo] = []
+    protocols, total = "", 0
+    stack = [(node, 0, "") for node in reversed(nodes if isinstance(nodes, list) else [])]
+    while stack:
+        node, depth, layer = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        label, name = str(node.get("l", "")), str(node.get("f", ""))
+        if depth == 0:
+            layer = name
+        total += 1
+        if len(tree) < LINES_PER_FRAME_MAX:
+            tree.append((depth, _bounded(f"[{label}]" if node.get("g") else label)))
+        if name.startswith("frame.protocols == ") and label.startswith("Protocols in frame: "):
+            protocols = label[len("Protocols in frame: "):]
+        children = node.get("n") if isinstance(node.get("n"), list) else []
+        if name == "_ws.expert":
+            found = _EXPERT_LABEL.fullmatch(label)
+            if found:
+                severity, group, message = found.groups()
+                expert.append(ExpertInfo(severity=severity, group=group, message=message, protocol=layer))
+        stack.extend((child, depth + 1, layer) for child in reversed(children))
+    return Dissection(number=number, protocols=protocols, tree=tree, expert=expert,
+                      lines_cut=max(0, total - LINES_PER_FRAME_MAX), creator=creator)
+
+
+def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, int],
+                        timeout: float = TSHARK_TIMEOUT_S) -> dict[int, list[Dissection] | str]:
+    """Frames 1..counts[i] of each file `files[i]`, dissected by one sharkd (`path`): per index its Dissections,
+    or why it has none (a file sharkd refused, a frame past its bound). An index missing from the answer is one
+    sharkd never answered for (it ended or ran out of `timeout`): the caller dissects it another way."""
+    import json
+
+    request, meaning = _sharkd_requests(files, counts)
+    answers, _err = _sharkd_answers(path, request, len(meaning), timeout)
+    result: dict[int, list[Dissection] | str] = {}
+    creator = "wireshark"
+    for what, answer in zip(meaning, answers):
+        kind, index = what[0], (what[1] if len(what) > 1 else None)
+        try:
+            reply = json.loads(answer) if answer is not None else None
+        except ValueError:
+            reply = {"error": {"message": "not JSON"}}
+        if reply is None:
+            result[index] = f"sharkd's dissection of frame {what[2]} is over {PDML_BYTES_MAX >> 20} MiB: left out" \
+                if kind == "frame" else "sharkd's answer is too long"
+            continue
+        body = reply.get("result") if isinstance(reply, dict) else None
+        problem = reply.get("error") if isinstance(reply, dict) else "not an answer"
+        if kind == "info" and isinstance(body, dict):
+            version = re.search(r"\d+\.\d+\.\d+", str(body.get("version", "")))
+            creator = f"wireshark/{version.group(0)}" if version else "wireshark"
+        elif kind == "load":
+            if isinstance(body, dict) and body.get("status") == "OK":
+                result[index] = []
+            else:
+                result[index] = f"sharkd could not read it: {_problem(problem)}"
+        elif kind == "frame" and isinstance(result.get(index), list):
+            if isinstance(body, dict) and "tree" in body:
+                result[index].append(_from_tree(body["tree"], what[2], creator))
+            else:
+                result[index] = f"sharkd failed on frame {what[2]}: {_problem(problem)}"
+    # an index whose frames were not all answered is sharkd's to finish, not a partial view
+    answered = len(answers)
+    for position in range(answered, len(meaning)):
+        if meaning[position][0] in ("load", "frame"):
+            result.pop(meaning[position][1], None)
+    return result
+
+
+def _problem(error) -> str:
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message or "no message")[:300]
 
 
 # ---- the report's frames -------------------------------------------------------------------------------------
@@ -298,7 +487,7 @@ def _expert_line(e: ExpertInfo) -> str:
 def _shown_tree(d: Dissection, pcap: str) -> str:
     text = tree_text(d)
     if d.lines_cut:
-        text += f"\n... {d.lines_cut:,} more lines: tshark -n -V -r {pcap} -c {d.number}"
+        text += f"\n... {d.lines_cut:,} more lines: tshark -n -2 -V -r {pcap} -Y frame.number=={d.number}"
     return text
 
 
@@ -362,31 +551,58 @@ def dissect_evidence(out, findings, evidence, incidents=None) -> Dissections:
     deadline = time.monotonic() + REPORT_DEADLINE_S
     files = {index: out.written_path(findings[index].evidence_pcap) for index in wanted}
 
-    def one(index: int) -> tuple[int, FindingView]:
-        pcap = findings[index].evidence_pcap
-        view = FindingView(pcap)
-        left = deadline - time.monotonic()
-        if left <= 1:
-            view.error = f"the report's {REPORT_DEADLINE_S:g} s for tshark ran out"
-            return index, view
-        try:
-            view.dissections = dissect_file(path, files[index], wanted[index], timeout=min(TSHARK_TIMEOUT_S, left))
-        except DissectError as exc:
-            view.error = str(exc).replace(str(files[index]), pcap)
-        except Exception as exc:  # a bug of ours on odd PDML must not cost the analysis its report
-            log.warning("dissecting %s failed", pcap, exc_info=True)
-            view.error = f"dissecting it failed: {type(exc).__name__}: {exc}"
+    def numbered(index: int, view: FindingView) -> tuple[int, FindingView]:
         for d in view.dissections:
             frames = evidence.frames[index]
             d.capture_frame = frames[d.number - 1] if 0 < d.number <= len(frames) else None
         return index, view
 
-    with ThreadPoolExecutor(max_workers=min(WORKERS, len(wanted))) as pool:
-        result.views = dict(pool.map(one, sorted(wanted)))
+    shark: dict[int, list[Dissection] | str] = {}
+    sharkd = sharkd_path(path)
+    if sharkd is not None:
+        try:
+            shark = dissect_with_sharkd(sharkd, files, wanted, timeout=min(TSHARK_TIMEOUT_S, REPORT_DEADLINE_S))
+        except DissectError as exc:          # not started: tshark does it all
+            log.warning("%s", exc)
+        except Exception:                    # a bug of ours on odd JSON must not cost the analysis its report
+            log.warning("dissecting with sharkd failed", exc_info=True)
+
+    def one(index: int) -> tuple[int, FindingView]:
+        pcap = findings[index].evidence_pcap
+        view = FindingView(pcap)
+        if index in shark:
+            answer = shark[index]
+            if isinstance(answer, str):
+                view.error = answer
+            else:
+                view.dissections = answer
+            return numbered(index, view)
+        left = deadline - time.monotonic()
+        if left <= 1:
+            view.error = f"the report's {REPORT_DEADLINE_S:g} s for tshark ran out"
+            return index, view
+        try:
+            view.dissections = dissect_file(path, files[index], wanted[index], timeout=min(TSHARK_TIMEOUT_S, left),
+                                            two_pass=True)
+        except DissectError as exc:
+            view.error = str(exc).replace(str(files[index]), pcap)
+        except Exception as exc:  # a bug of ours on odd PDML must not cost the analysis its report
+            log.warning("dissecting %s failed", pcap, exc_info=True)
+            view.error = f"dissecting it failed: {type(exc).__name__}: {exc}"
+        return numbered(index, view)
+
+    rest = [index for index in sorted(wanted) if index not in shark]
+    result.views = dict(one(index) for index in sorted(wanted) if index in shark)
+    if rest:
+        with ThreadPoolExecutor(max_workers=min(WORKERS, len(rest))) as pool:
+            result.views.update(pool.map(one, rest))
+    result.views = dict(sorted(result.views.items()))
     shown = sum(len(v.dissections) for v in result.views.values())
     creators = sorted({d.creator for v in result.views.values() for d in v.dissections}) or ["tshark"]
     failed = sum(1 for v in result.views.values() if v.error)
-    result.status = (f"Wireshark's view: {shown} cited frame{'s' * (shown != 1)} dissected by tshark "
-                     f"({', '.join(creators)}): packet details and Expert Info under each finding"
+    by = "sharkd" if shark and not rest else "tshark" if not shark else "sharkd and tshark"
+    result.status = (f"Wireshark's view: {shown} cited frame{'s' * (shown != 1)} dissected by {by} "
+                     f"({', '.join(creators)}), each in its evidence pcap as Wireshark shows that file: "
+                     "packet details and Expert Info under each finding"
                      + (f"; tshark failed on {failed} evidence file{'s' * (failed != 1)}." if failed else "."))
     return result
