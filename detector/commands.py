@@ -200,6 +200,9 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
 
     rules = load_rules(rules_dir)
     site = load_site(site_file)
+    if report:
+        from .report.prepare import warm_up
+        warm_up()
     with OutputDir(out_dir, rule_ids=rules) as out:
         collector = None
         if client is not None:
