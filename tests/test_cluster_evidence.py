@@ -65,8 +65,19 @@ def state(figure) -> dict:
         elif isinstance(value, np.ndarray):
             kept[name] = (value.dtype.str, value.shape, value.tolist())
         elif isinstance(value, (int, float, str, tuple, list, np.generic)):
-            kept[name] = value
+            kept[name] = _plain(value)
     return kept
+
+
+def _plain(value):
+    """`value` with its arrays (inside lists, tuples and dicts too) as lists: comparable with ==."""
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tolist())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
 
 
 def one_capture(name: str):

@@ -77,6 +77,23 @@ def test_flash_crowd_completing_its_handshakes_is_quiet():
     assert d.bins["syn"].max() >= 2 * d.params["min_syn_pps"]
 
 
+@pytest.mark.parametrize("name", ["syn-flood-spoofed.pcap", "syn-flood-spoofed-ingress.pcap",
+                                  "syn-flood-ingress-only.pcap"])
+def test_the_sources_estimate_never_exceeds_the_syns_it_counts(name, tshark):
+    """About 9,338 sources for 9,043 new SYNs read as a contradiction: the estimate (a HyperLogLog, ~2 %) is at
+    most the SYNs sent to the victim, tshark's count, and the message says so where it is above the flood's."""
+    [f] = run(CAPTURES / name)
+    ev = f.evidence
+    syns = tshark.count(CAPTURES / name, f"tcp.flags.syn == 1 && tcp.flags.ack == 0 && ip.dst == {f.dest_ip} "
+                                         f"&& tcp.dstport == {f.dest_port}")
+    assert ev["sources_estimate"] <= syns
+    if ev["sources_estimate"] > ev["new_syn"]:
+        assert f"about {ev['sources_estimate']:,} sources (distributed) over its {syns:,} SYNs in the capture" \
+            in f.msg
+    else:
+        assert "SYNs in the capture" not in f.msg
+
+
 def test_ingress_only_mirror_is_low_completion_unknown(tshark):
     path = CAPTURES / "syn-flood-ingress-only.pcap"
     [f] = run(path)
@@ -342,7 +359,10 @@ def test_live_counter_counts_syns_and_synacks(tshark):
     assert synack == tshark.count(SPOOFED, "tcp.flags.syn == 1 && tcp.flags.ack == 1")
 
 
-def test_figure_draws_syn_rate_and_completions():
+def test_figure_draws_the_numbers_of_the_message():
+    """One number, one source: the figure's new-SYN line is the per-second count the finding's message and
+    evidence give (its highest point in the flood is the peak, its sum over the flood the new SYNs), the
+    completed line sums to the completed handshakes, and the SYN-ACK line to the SYN-ACKs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -350,17 +370,23 @@ def test_figure_draws_syn_rate_and_completions():
     from detector.detectors.base import TimeBins
     analysis = analyze([str(SPOOFED)], {RULE: load_rules()[RULE]})
     [f] = analysis.findings
-    bins = TimeBins(T0 * 10**9, 10**9, 6)
-    [figure] = _detector().figures([f], bins)
-    for batch in _batches(SPOOFED):
-        figure.add(batch)
-    assert figure.syn[0].sum() == 9_000 + 75 and figure.syn[0][1:4].min() > 2_500
+    [detector] = [d for d in analysis.detectors if d.rule_id == RULE]
+    # a report axis of 10 ms bins: the figure stays per second, as the message counts
+    bins = TimeBins(T0 * 10**9, 10**7, 600)
+    [figure] = detector.figures([f], bins)
     fig, ax = plt.subplots()
     figure.draw(ax, analysis.context.flows)
-    labels = [line.get_label() for line in ax.get_lines()]
-    assert labels == ["SYN to 10.30.0.80:443", "its SYN-ACKs", "completed handshakes"]
-    completed = ax.get_lines()[2].get_ydata()
-    assert completed.sum() == 75
+    new, synack, completed = ax.get_lines()
+    assert [line.get_label() for line in (new, synack, completed)] == \
+        ["new SYNs to 10.30.0.80:443", "its SYN-ACKs", "completed handshakes"]
+    x, y = new.get_xdata(), new.get_ydata()
+    first, last = (f.first_seen - bins.start_ns) / 1e9, (f.last_seen - bins.start_ns) / 1e9
+    inside = (x >= np.floor(first)) & (x <= last)
+    assert y[inside].max() == f.evidence["peak_syn_per_s"] and f"peak {y[inside].max():,}/s" in f.msg
+    assert y[inside].sum() == f.evidence["new_syn"] and f"received {y[inside].sum():,} new SYNs" in f.msg
+    assert completed.get_ydata()[inside].sum() == f.evidence["completed_handshakes"]
+    assert completed.get_ydata().sum() == 75          # the capture's legitimate handshakes, in the flood and out of it
+    assert synack.get_ydata()[inside].sum() == f.evidence["synack"]
     plt.close(fig)
 
 

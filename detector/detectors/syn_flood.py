@@ -62,7 +62,6 @@ from .base import (
     find_sorted,
     flow_time_ns,
     fold_rows,
-    ip_halves,
     ip_text,
     mix64,
     register,
@@ -177,6 +176,8 @@ class SynFlood(Detector):
                     "src_lo": np.zeros(0, np.uint64)}
         self.dropped_rows = 0
         self.dropped_cells = 0
+        # per finding (victim endpoint) the per-second values its message is computed from, which its figure draws
+        self.series: dict[str, dict[str, np.ndarray]] = {}
 
     # ---- state ----------------------------------------------------------------
     def update(self, batch: PacketBatch) -> None:
@@ -302,10 +303,16 @@ class SynFlood(Detector):
         for first, last in episodes:
             flooded[first:last + 1] = True
         peak = int(new[flooded].max())
+        self.series[endpoint(victim, port)] = {
+            "second": rows["bin"].astype(np.int64), "new_syn": np.asarray(new, np.int64),
+            "synack": rows["synack"].astype(np.int64), "completed": np.asarray(completions, np.int64),
+            "flooded": flooded, "completion": np.array("completed" if sent else "client_acked")}
         syn_total, new_total = int(syn[flooded].sum()), int(new[flooded].sum())
         synacks, completed = int(rows["synack"][flooded].sum()), int(completions[flooded].sum())
         synack_ratio = synacks / max(syn_total, 1)
-        sources = round(float(sketch.hll_estimate(self.cells, np.array([group], np.uint64))[0]))
+        # an estimate never above the exact count it estimates from: no more sources than SYNs sent to the victim
+        syn_all = int(syn.sum())
+        sources = min(round(float(sketch.hll_estimate(self.cells, np.array([group], np.uint64))[0])), syn_all)
         distributed = sources >= DISTRIBUTED_SOURCES
         signature = seen.signature(rows["bin"][flooded], ctx)
         spoofed = bool(signature and signature["spoofed"])
@@ -331,6 +338,8 @@ class SynFlood(Detector):
         where = endpoint(victim, port)
         spread = (f"from about {sources:,} sources (distributed)" if distributed
                   else f"from {sources:,} source(s)")
+        if sources > new_total:         # the sources are counted over all the SYNs to it, the flood's are fewer
+            spread += f" over its {syn_all:,} SYNs in the capture"
         msg = (f"{where} received {new_total:,} new SYNs in {seconds:,} flooding second(s) "
                f"({len(episodes)} episode(s), peak {peak:,}/s, threshold {self.params['min_syn_pps']:,}/s) {spread}")
         if sent:
@@ -422,8 +431,9 @@ class SynFlood(Detector):
 
     # ---- report and watch -------------------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
-        victims = [(f.dest_ip, f.dest_port) for f in findings if f.dest_ip is not None][:FIGURE_VICTIMS]
-        return [SynRateFigure(victims, bins)] if victims else []
+        victims = [(f.dest_ip, f.dest_port) for f in findings
+                   if f.dest_ip is not None and f.identifier in self.series][:FIGURE_VICTIMS]
+        return [SynRateFigure(victims, bins, [self.series[endpoint(*v)] for v in victims])] if victims else []
 
     def live_counters(self) -> list[LiveCounter]:
         return [LiveCounter("tcp_handshake_packets", "TCP SYNs (kind 0) and SYN-ACKs (kind 1) seen", "kind", 2,
@@ -544,51 +554,50 @@ FIGURE_VICTIMS = 4
 
 
 class SynRateFigure(ReportFigure):
-    """SYNs to each flooded victim, its SYN-ACKs and its completed handshakes per second."""
+    """Per second, for each flooded victim, what its finding counts: new SYNs (the message's peak is this line's
+    highest point in the flood), the victim's SYN-ACKs, and the handshakes that completed (or, the victim never
+    seen sending, its clients' ACKs); the flooding seconds shaded. Drawn from the rule's own values
+    (SynFlood.series), so the figure and the message are one number from one source; the evidence pass adds
+    nothing."""
 
-    title = "SYN rate and completed handshakes per second"
+    title = "New SYNs, SYN-ACKs and completed handshakes per second"
 
-    def __init__(self, victims: list[tuple[str, int]], bins: TimeBins):
+    def __init__(self, victims: list[tuple[str, int]], bins: TimeBins, series: list[dict[str, np.ndarray]]):
         self.victims = victims
         self.bins = bins
-        self.halves = [ip_halves(ip) for ip, _ in victims]
-        self.syn = np.zeros((len(victims), bins.count), dtype=np.int64)
-        self.synack = np.zeros((len(victims), bins.count), dtype=np.int64)
+        self.series = series
 
     def add(self, batch: PacketBatch) -> None:
-        rows = np.flatnonzero(batch["tcp_flags"] & np.uint16(TH_SYN))
-        rows = rows[(batch["layers"][rows] & np.uint32(L_TCP)) != 0]
-        if len(rows) == 0:
-            return
-        flags, ts = batch["tcp_flags"][rows], batch["ts_ns"][rows]
-        ack = (flags & TH_ACK) != 0
-        for k, ((hi, lo), (_, port)) in enumerate(zip(self.halves, self.victims)):
-            to = ~ack & (batch["dest_ip_hi"][rows] == hi) & (batch["dest_ip_lo"][rows] == lo) & \
-                (batch["dest_port"][rows] == port)
-            back = ack & (batch["src_ip_hi"][rows] == hi) & (batch["src_ip_lo"][rows] == lo) & \
-                (batch["src_port"][rows] == port)
-            self.syn[k] += self.bins.counts(ts[to])
-            self.synack[k] += self.bins.counts(ts[back])
+        return None
 
     def merge(self, other: SynRateFigure) -> SynRateFigure:
-        """Counts per bin add up: the same bins in every copy."""
-        self.syn += other.syn
-        self.synack += other.synack
+        """Nothing to merge: the values are the rule's, already merged over the partitions."""
         return self
 
     def draw(self, ax, flows) -> None:
-        rate = 1 / self.bins.width_s
-        for k, (ip, port) in enumerate(self.victims):
-            line, = ax.plot(self.bins.starts_s, self.syn[k] * rate, drawstyle="steps-post", lw=1.2,
-                            label=f"SYN to {endpoint(ip, port)}")
-            ax.plot(self.bins.starts_s, self.synack[k] * rate, drawstyle="steps-post", lw=0.8, ls=":",
-                    color=line.get_color(), label="its SYN-ACKs")
-            if flows is not None and len(flows) and "dest_ip" in flows:
-                done = flows[(flows["dest_ip"] == ip) & (flows["dest_port"] == port) &
-                             flows["handshake_synack_ack_ms"].notna()]
-                completed = self.bins.counts(flow_time_ns(done["first_seen"]))
-                ax.plot(self.bins.starts_s, completed * rate, drawstyle="steps-post", lw=0.8, ls="--",
-                        color=line.get_color(), label="completed handshakes")
+        zero = self.bins.start_ns / NS
+        for (ip, port), values in zip(self.victims, self.series):
+            x, new = _steps(values["second"], values["new_syn"], zero)
+            line, = ax.plot(x, new, drawstyle="steps-post", lw=1.2, label=f"new SYNs to {endpoint(ip, port)}")
+            colour = line.get_color()
+            ax.plot(*_steps(values["second"], values["synack"], zero), drawstyle="steps-post", lw=0.8, ls=":",
+                    color=colour, label="its SYN-ACKs")
+            done = "completed handshakes" if str(values["completion"]) == "completed" else "its clients' ACKs"
+            ax.plot(*_steps(values["second"], values["completed"], zero), drawstyle="steps-post", lw=0.8, ls="--",
+                    color=colour, label=done)
+            for first, last in _episodes(values["second"], values["flooded"]):
+                ax.axvspan(values["second"][first] - zero, values["second"][last] + 1 - zero, color=colour,
+                           alpha=0.12, lw=0)
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("per second")
         ax.legend(loc="upper right", fontsize="small")
+
+
+def _steps(seconds: np.ndarray, values: np.ndarray, zero: float) -> tuple[np.ndarray, np.ndarray]:
+    """A step line of per-second `values` at epoch `seconds` (ascending, only the seconds with a row), on an
+    axis starting at epoch `zero`: a second without a row is 0 (a point at the end of each run drops to it)."""
+    ends = np.flatnonzero(np.diff(seconds, append=seconds[-1] + 2 if len(seconds) else 0) != 1)
+    x = np.concatenate([seconds, seconds[ends] + 1]).astype(np.float64) - zero
+    y = np.concatenate([values, np.zeros(len(ends), np.int64)])
+    order = np.argsort(x, kind="stable")
+    return x[order], y[order]
