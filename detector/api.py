@@ -585,41 +585,70 @@ class _Plots:
             _fig, ax = plt.subplots(figsize=(9, 3))
         return ax
 
-    def timeline(self, bins: int = 200, ax=None):
-        """Packets per second over the capture, with each finding's first-to-last interval shaded."""
+    def _report_bins(self, times: pd.Series):
+        """The report's time axis over `times` (report.evidence.time_bins: whole milliseconds, at most 600 bins):
+        what timeline() and rate() draw on by default, so a second shows one rate in both and in the report."""
+        from .report.evidence import time_bins
+
+        ns = times.astype("int64").to_numpy()
+        return time_bins(int(ns.min()), int(ns.max()))
+
+    @staticmethod
+    def _rate_label(width_s: float) -> str:
+        width = f"{width_s * 1e3:,.6g} ms" if width_s < 1 else f"{width_s:,.6g} s"
+        return f"packets/s ({width} bins)"
+
+    def timeline(self, bins: int | None = None, ax=None):
+        """Packets per second over the capture, with each finding's first-to-last interval shaded: on the report's
+        time axis (its traffic panel, the same bins; `bins`: that many equal bins instead). The y label says the
+        bin width: a rate over 10 ms bins peaks higher than one over 1 s bins."""
         ax = self._axes(ax)
         packets = self._capture.packets
         if len(packets) == 0:
             return ax
-        seconds = (packets["time"] - packets["time"].min()).dt.total_seconds().to_numpy()
-        counts, edges = np.histogram(seconds, bins=bins)
-        width = max(edges[1] - edges[0], 1e-9)
-        ax.step(edges[:-1], counts / width, where="post", lw=1)
         start = packets["time"].min()
+        seconds = (packets["time"] - start).dt.total_seconds().to_numpy()
+        if bins is None:
+            axis = self._report_bins(packets["time"])
+            width = axis.width_s
+            counts = axis.counts(packets["time"].astype("int64").to_numpy())
+            lefts = axis.starts_s
+        else:
+            counts, edges = np.histogram(seconds, bins=bins)
+            width = max(edges[1] - edges[0], 1e-9)
+            lefts = edges[:-1]
+        ax.step(lefts, counts / width, where="post", lw=1)
         for _, f in self._capture.findings.iterrows():
             if pd.notna(f["first_seen"]):
                 ax.axvspan((f["first_seen"] - start).total_seconds(), (f["last_seen"] - start).total_seconds()
                            + width, alpha=0.25, color="#d33", label=f["rule"])
         ax.set_xlabel(f"seconds after {start}")
-        ax.set_ylabel("packets/s")
+        ax.set_ylabel(self._rate_label(width))
         return ax
 
-    def rate(self, by: str | None = None, bin_s: float = 1.0, top: int = 8, ax=None):
+    def rate(self, by: str | None = None, bin_s: float | None = None, top: int = 8, ax=None):
         """Packets per second over time, one line per value of the packet column `by` ("src_mac", "dest_ip",
         "proto", "vlan", ...; None: all packets): the `top` busiest values, the rest summed as "other", packets
-        without the field left out. Reads only the time and `by` columns (Capture.packets_frame)."""
+        without the field left out. Reads only the time and `by` columns (Capture.packets_frame). `bin_s`: the
+        bin width in seconds; None: the report's and timeline()'s, so the same second shows the same rate."""
         ax = self._axes(ax)
-        if bin_s <= 0 or top < 1:
+        if (bin_s is not None and bin_s <= 0) or top < 1:
             raise UsageError("rate: bin_s must be > 0 and top >= 1")
         columns = ["time"] if by is None else ["time", by]
         frame = self._capture.packets_frame(columns) if self._capture._packets is None \
             else self._capture._packets[packet_view.check_names(columns)]
+        if len(frame) == 0:
+            return ax
+        # the axis starts at the capture's first packet, as timeline()'s and the report's
+        start = frame["time"].min()
+        if bin_s is None:
+            bin_s = self._report_bins(frame["time"]).width_s
         if by is not None:
             frame = frame[frame[by].notna()]
         if len(frame) == 0:
             return ax
-        start = frame["time"].min()
-        bins = ((frame["time"] - start).dt.total_seconds().to_numpy() // bin_s).astype(np.int64)
+        bin_ns = max(round(float(bin_s) * 1e9), 1)        # whole nanoseconds, as the report's bins count
+        bins = (frame["time"].astype("int64").to_numpy() - start.value) // bin_ns
         x = np.arange(bins.max() + 1) * bin_s
         if by is None:
             series = {"all packets": np.bincount(bins, minlength=len(x))}
@@ -637,7 +666,7 @@ class _Plots:
         if by is not None:
             ax.legend(title=by, fontsize="small", loc="upper right")
         ax.set_xlabel(f"seconds after {start}")
-        ax.set_ylabel("packets/s")
+        ax.set_ylabel(self._rate_label(bin_s))
         return ax
 
     def rss_queues(self, bin_ms: float = 100.0, ax=None):

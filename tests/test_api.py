@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -85,6 +86,30 @@ def test_plots_draw():
     with pytest.raises(UsageError):
         capture.plot.segments("1:no-such-flow")
     assert isinstance(flows, pd.DataFrame)
+
+
+def test_timeline_and_rate_show_one_rate_for_a_second_as_the_report_does(tshark):
+    """plot.timeline() and plot.rate() drew 3,500 and 10,000 packets/s for one second (200 equal bins against
+    1 s bins): both now draw on the report's time axis (report.evidence.time_bins) unless told otherwise, say
+    the bin width, and count every packet."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from detector.report.evidence import time_bins
+
+    path = CAPTURES / "syn-flood-spoofed.pcap"
+    capture = detector.open(path)
+    line, = capture.plot.timeline().lines
+    rate, = capture.plot.rate().lines
+    ns = capture.packets["time"].astype("int64")
+    axis = time_bins(int(ns.min()), int(ns.max()))
+    assert axis.width_s < 1                          # a short capture: the report's bins are milliseconds
+    assert np.array_equal(line.get_ydata(), rate.get_ydata())
+    assert np.array_equal(line.get_xdata(), rate.get_xdata()) and np.array_equal(line.get_xdata(), axis.starts_s)
+    assert float(np.sum(line.get_ydata())) * axis.width_s == pytest.approx(tshark.count(path, "frame"))
+    assert line.axes.get_ylabel() == rate.axes.get_ylabel() == f"packets/s ({axis.width_s * 1e3:g} ms bins)"
+    # asked for 1 s bins, rate says so, and its peak second is lower than a millisecond bin's
+    wide, = capture.plot.rate(bin_s=1.0).lines
+    assert wide.axes.get_ylabel() == "packets/s (1 s bins)" and wide.get_ydata().max() < line.get_ydata().max()
 
 
 def test_application_tables_as_dataframes(tmp_path):
