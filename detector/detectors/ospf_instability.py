@@ -1052,7 +1052,16 @@ class OspfInstability(Detector):
             for rid in [f.evidence.get("router_id"), f.evidence.get("adv_router"), *f.evidence.get("routers", [])]:
                 if rid and rid not in named and _is_router_id(rid):
                     named.append(rid)
-        return [RateFigure(named[:FIGURE_ROUTERS], bins, self.params["storm_pps"])]
+        routers = named[:FIGURE_ROUTERS]
+        rates = self.rates
+        stormy = rates["count"] > self.params["storm_pps"]
+        storms = {}
+        for rid in routers:
+            mine = np.flatnonzero(stormy & (rates["router_id"] == int(ipaddress.IPv4Address(rid))))
+            mine = mine[np.argsort(rates["second"][mine], kind="stable")]
+            if len(mine):
+                storms[rid] = (rates["second"][mine].copy(), rates["count"][mine].copy())
+        return [RateFigure(routers, bins, self.params["storm_pps"], storms)]
 
 
 def _is_router_id(text: str) -> bool:
@@ -1064,13 +1073,17 @@ def _is_router_id(text: str) -> bool:
 
 
 class RateFigure(ReportFigure):
-    """OSPF packets per second of each router the findings name (the others summed) over the capture."""
+    """OSPF packets per second of each router the findings name (the others summed) over the capture, per bin of
+    the report's axis; and, as points, the rule's own count of each second a router stormed in (the storm
+    finding's peak is the highest of them, its packets their sum): one number, one source, whatever the bins."""
 
     title = "OSPF packets per second per router"
 
-    def __init__(self, routers: list[str], bins: TimeBins, storm_pps: int):
+    def __init__(self, routers: list[str], bins: TimeBins, storm_pps: int,
+                 storms: dict[str, tuple[np.ndarray, np.ndarray]] | None = None):
         self.routers = routers
         self.storm_pps = storm_pps
+        self.storms = storms or {}
         self.ids = np.array([int(ipaddress.IPv4Address(r)) for r in routers], dtype=np.uint32)
         self.bins = bins
         self.packets = np.zeros((len(routers) + 1, bins.count), dtype=np.int64)
@@ -1094,8 +1107,14 @@ class RateFigure(ReportFigure):
 
     def draw(self, ax, flows) -> None:
         rates = self.packets / self.bins.width_s
+        zero = self.bins.start_ns / NS
         for k, router in enumerate(self.routers):
-            ax.plot(self.bins.starts_s, rates[k], drawstyle="steps-post", lw=1, label=router)
+            line, = ax.plot(self.bins.starts_s, rates[k], drawstyle="steps-post", lw=1,
+                            label=f"{router} ({self.bins.width_s:g} s bins)")
+            if router in self.storms:
+                seconds, counts = self.storms[router]
+                ax.plot(seconds + 0.5 - zero, counts, ls="none", marker=".", color=line.get_color(),
+                        label=f"{router}: packets in each storm second")
         if rates[-1].any():
             ax.plot(self.bins.starts_s, rates[-1], drawstyle="steps-post", lw=1, color="#999", label="other routers")
         ax.axhline(self.storm_pps, color="#d33", lw=0.8, ls="--", label=f"storm above {self.storm_pps:,}/s")
