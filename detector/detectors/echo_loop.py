@@ -530,9 +530,10 @@ class CopiesFigure(ReportFigure):
         return self
 
     def draw(self, ax, flows) -> None:
-        ax.plot(self.bins.starts_s, self.copies / self.bins.width_s, drawstyle="steps-post", lw=1, color="#d33")
+        ax.plot(self.bins.starts_s, self.copies / self.bins.width_s, drawstyle="steps-post", lw=1, color="#d33",
+                label=f"copies/s ({self.bins.width_s:g} s bins)")
         ax.set_xlabel(self.bins.axis_label)
-        ax.set_ylabel("copies/s")
+        ax.set_ylabel(f"copies/s ({self.bins.width_s:g} s bins)")
 
 
 # What each piece of loop evidence says when it holds, and when it fails.
