@@ -418,3 +418,37 @@ def test_a_watch_counts_ack_and_gap_events_live():
     for batch in _batches(EVERY_NTH):
         totals += counter.count(batch)
     assert totals.tolist() == [244, 240]
+
+
+def test_the_loss_figure_draws_the_messages_rates_and_ratio():
+    """One number, one source: the worst bin's loss ratio and packet rate in the message are the figure's bar and
+    line for that bin, and the message's peak rate its highest line. The rule's 60 s bin is longer than this
+    2-second capture: the rate is over the part of the bin the capture covers, in the message (233/s) and now
+    in the figure too (it drew packets over the whole 60 s, 8/s)."""
+    import re
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from detector.report.evidence import time_bins
+    from detector.rules import load_rules
+
+    path = CAPTURES / "loss-every-nth-segment.pcap"
+    result = analyze([str(path)], load_rules())
+    [loss] = [f for f in result.findings if f.rule == "capture-loss"]
+    [detector] = [d for d in result.detectors if d.rule_id == "capture-loss"]
+    [figure] = detector.figures([loss], time_bins(result.stats.first_ns, result.stats.last_ns))
+    fig, ax = plt.subplots()
+    figure.draw(ax, result.flows)
+    said = re.search(r"worst bin \S+: ([\d.]+)% at ([\d,]+) packets/s \(all bins: median [\d,]+, peak ([\d,]+) "
+                     r"packets/s\)", loss.msg)
+    assert said, loss.msg
+    ratio, rate, peak = float(said[1]), int(said[2].replace(",", "")), int(said[3].replace(",", ""))
+    bars = [patch.get_height() for patch in ax.patches]
+    assert f"{max(bars):.1%}" == f"{ratio / 100:.1%}"
+    [rate_ax] = [other for other in fig.axes if other is not ax]
+    drawn = [float(segment[0][1]) for collection in rate_ax.collections for segment in collection.get_segments()]
+    assert round(max(drawn)) == peak and rate in {round(r) for r in drawn}
+    assert [row["packet_rate_pps"] for row in loss.evidence["per_bin"]] == [round(r, 1) for r in drawn]
+    plt.close(fig)

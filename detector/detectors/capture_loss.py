@@ -306,6 +306,8 @@ class CaptureLoss(Detector):
         # and the drop ratio of counters that fired
         self._lossy = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._drop_ratio = 0.0
+        # set by findings() for figures(): the capture's first and last packet, which bound its bins' rates
+        self._covered_by: tuple[int | None, int | None] = (None, None)
         # a partition that does not begin the capture (its first frame is not 1): the events of connections it
         # picked up without their SYN, set aside until the merge settles them (module docstring)
         self.begins_capture: bool | None = None
@@ -589,10 +591,8 @@ class CaptureLoss(Detector):
         overall = total_gaps / total_acks
         overall_judged = total_acks >= p["min_acks"]
         first_ns, last_ns = ctx.stats.first_ns, ctx.stats.last_ns
-        starts = np.maximum(bins * self.bin_ns, first_ns if first_ns is not None else 0)
-        ends = (bins + 1) * self.bin_ns - 1
-        if last_ns is not None:
-            ends = np.minimum(ends, last_ns)
+        starts, ends = _covered(bins, self.bin_ns, first_ns, last_ns)
+        self._covered_by = (first_ns, last_ns)
         if lossy.any():
             picked = np.flatnonzero(lossy)
         elif overall_judged and overall >= p["loss_ratio"]:
@@ -629,8 +629,7 @@ class CaptureLoss(Detector):
         mid_acks, mid_gaps = int(counts[span, C_MID_ACKS].sum()), int(counts[span, C_MID_GAPS].sum())
         ratio = gaps / np.maximum(acks, 1)
         bin_s = p["bin_s"]
-        # the packet rate over the part of each bin the capture covers (a capture shorter than a bin)
-        rates = packets / np.maximum((ends - starts + 1) / NS, MIN_RATE_WINDOW_S)
+        rates = _rates(packets, starts, ends)
         snapped, mid = int(counts[:, C_SNAPPED].sum()), int(counts[:, C_MID_STREAM].sum())
         lossy = severity not in ("info", "low")
         if severity == "low":
@@ -748,7 +747,8 @@ class CaptureLoss(Detector):
         if not any(f.severity != "info" and f.evidence.get("lossy_bins") for f in findings):
             return []
         own_bins, counts = self.table()
-        return [LossFigure(own_bins, counts, self.bin_ns, bins)]
+        first_ns, last_ns = self._covered_by
+        return [LossFigure(own_bins, counts, self.bin_ns, bins, *_covered(own_bins, self.bin_ns, first_ns, last_ns))]
 
     def live_counters(self) -> list[LiveCounter]:
         return [LiveCounter("tcp_ack_events", "TCP ack events (0) and those over bytes never captured (1)",
@@ -824,16 +824,39 @@ def _worst_flows(ctx: AnalysisContext) -> list[dict]:
     return out
 
 
+def _covered(bins: np.ndarray, bin_ns: int, first_ns: int | None, last_ns: int | None) -> tuple[np.ndarray,
+                                                                                                np.ndarray]:
+    """(start, end) ns of the part of each of the rule's bins the capture covers (its first and last bin may be
+    partial: a capture shorter than a bin)."""
+    starts = np.maximum(bins * bin_ns, first_ns if first_ns is not None else 0)
+    ends = (bins + 1) * bin_ns - 1
+    if last_ns is not None:
+        ends = np.minimum(ends, last_ns)
+    return starts, ends
+
+
+def _rates(packets: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The packet rate of each bin over the part of it the capture covers (_covered): the message's and the
+    figure's."""
+    return packets / np.maximum((ends - starts + 1) / NS, MIN_RATE_WINDOW_S)
+
+
 class LossFigure(ReportFigure):
-    """Per bin of the rule: the share of ack events over lost bytes, beside the packet rate."""
+    """Per bin of the rule: the share of ack events over lost bytes, beside the packet rate over the part of the
+    bin the capture covers, the rate the message gives (one number, one source: the rule's bins)."""
 
     title = "Capture loss (TCP ack gaps) and packet rate per bin"
 
-    def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins):
+    def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins,
+                 starts: np.ndarray | None = None, ends: np.ndarray | None = None):
+        if starts is None or ends is None:
+            starts, ends = _covered(own_bins, bin_ns, None, None)
         self.x = (own_bins * bin_ns - axis.start_ns) / NS
         acks, gaps = _acks_and_gaps(counts)
         self.ratio = gaps / np.maximum(acks, 1)
-        self.rate = counts[:, C_PACKETS] / (bin_ns / NS)
+        self.rate = _rates(counts[:, C_PACKETS], starts, ends)
+        self.rate_from = (starts - axis.start_ns) / NS
+        self.rate_to = (ends + 1 - axis.start_ns) / NS
         self.width_s = bin_ns / NS
         self.label = axis.axis_label
 
@@ -851,7 +874,8 @@ class LossFigure(ReportFigure):
         ax.set_ylabel("loss ratio (red)")
         ax.set_xlabel(self.label)
         rate_ax = ax.twinx()
-        for x, rate in zip(self.x, self.rate):      # each bin's rate over its width (bins may be sparse)
-            rate_ax.hlines(rate, x, x + self.width_s, color="tab:blue")
+        # each bin's rate over the part of it the capture covers (bins may be sparse, the first and last partial)
+        for x0, x1, rate in zip(self.rate_from, self.rate_to, self.rate):
+            rate_ax.hlines(rate, x0, x1, color="tab:blue")
         rate_ax.set_ylim(0, max(float(self.rate.max(initial=0.0)) * 1.1, 1.0))
         rate_ax.set_ylabel("packets/s (blue)")
