@@ -153,11 +153,17 @@ def test_the_report_figure_draws_new_flows_per_second():
 
     result = analyze([CAPTURES / "session-storm-subscriber.pcap"], rules(), label="fig")
     (detector,) = active_detectors(rules())
-    (figure,) = detector.figures(result.findings, TimeBins(start_ns=T0 * 10**9, bin_ns=10**9, count=5))
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    assert ax.get_lines()[0].get_ydata().tolist() == [0, 800, 800, 0, 0]
-    plt.close(fig)
+    [storm] = result.findings
+    # per whole second (the rule's unit), whatever the report's bins: 1 s or 10 ms
+    for bin_ns in (10**9, 10**7):
+        (figure,) = detector.figures(result.findings, TimeBins(start_ns=T0 * 10**9, bin_ns=bin_ns, count=500))
+        fig, ax = plt.subplots()
+        figure.draw(ax, result.flows)
+        line = ax.get_lines()[0]
+        assert line.get_xdata().tolist() == [1, 2, 3] and line.get_ydata().tolist() == [800, 800, 0]
+        assert max(line.get_ydata()) == storm.evidence["peak_flows_per_s"] \
+            and f"opened {storm.evidence['peak_flows_per_s']:,} new flows in one second" in storm.msg
+        plt.close(fig)
 
 
 def test_a_one_packet_flow_is_open_at_its_instant():

@@ -687,8 +687,8 @@ class AttemptsFigure(ReportFigure):
         mine = a["failed"] & (a["src"] == a["src_names"].code_of(self.scanner))
         keys = target_keys(a)[mine]
         ts = a["first_ns"][mine]
-        ax.plot(self.bins.starts_s, self.bins.counts(ts) / self.bins.width_s, drawstyle="steps-post", lw=1,
-                color="#d33", label="failed attempts/s")
+        # per whole second, as the rule counts (the report's bins may be milliseconds)
+        ax.plot(*self.bins.per_second(ts), drawstyle="steps-post", lw=1, color="#d33", label="failed attempts/s")
         order = np.argsort(ts, kind="stable")
         _, first = np.unique(keys[order], return_index=True)
         new = np.zeros(len(ts), dtype=bool)

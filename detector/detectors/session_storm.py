@@ -257,8 +257,9 @@ class NewFlowsFigure(ReportFigure):
     def draw(self, ax, flows) -> None:
         a = attempts(flow_numbers(flows))
         mine = a["opened"] & (a["src"] == a["src_names"].code_of(self.source))
-        ax.plot(self.bins.starts_s, self.bins.counts(a["first_ns"][mine]) / self.bins.width_s, drawstyle="steps-post",
-                lw=1, color="#d33", label="new flows/s")
+        # per whole second, as the rule counts its peak (the report's bins may be milliseconds)
+        ax.plot(*self.bins.per_second(a["first_ns"][mine]), drawstyle="steps-post", lw=1, color="#d33",
+                label="new flows/s")
         ax.axhline(self.threshold, color="#999", lw=0.8, ls="--", label=f"storm above {self.threshold:,}/s")
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("new flows/s")

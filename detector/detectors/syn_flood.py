@@ -575,15 +575,16 @@ class SynRateFigure(ReportFigure):
         return self
 
     def draw(self, ax, flows) -> None:
+        steps = self.bins.second_steps
         zero = self.bins.start_ns / NS
         for (ip, port), values in zip(self.victims, self.series):
-            x, new = _steps(values["second"], values["new_syn"], zero)
+            x, new = steps(values["second"], values["new_syn"])
             line, = ax.plot(x, new, drawstyle="steps-post", lw=1.2, label=f"new SYNs to {endpoint(ip, port)}")
             colour = line.get_color()
-            ax.plot(*_steps(values["second"], values["synack"], zero), drawstyle="steps-post", lw=0.8, ls=":",
+            ax.plot(*steps(values["second"], values["synack"]), drawstyle="steps-post", lw=0.8, ls=":",
                     color=colour, label="its SYN-ACKs")
             done = "completed handshakes" if str(values["completion"]) == "completed" else "its clients' ACKs"
-            ax.plot(*_steps(values["second"], values["completed"], zero), drawstyle="steps-post", lw=0.8, ls="--",
+            ax.plot(*steps(values["second"], values["completed"]), drawstyle="steps-post", lw=0.8, ls="--",
                     color=colour, label=done)
             for first, last in _episodes(values["second"], values["flooded"]):
                 ax.axvspan(values["second"][first] - zero, values["second"][last] + 1 - zero, color=colour,
@@ -591,13 +592,3 @@ class SynRateFigure(ReportFigure):
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("per second")
         ax.legend(loc="upper right", fontsize="small")
-
-
-def _steps(seconds: np.ndarray, values: np.ndarray, zero: float) -> tuple[np.ndarray, np.ndarray]:
-    """A step line of per-second `values` at epoch `seconds` (ascending, only the seconds with a row), on an
-    axis starting at epoch `zero`: a second without a row is 0 (a point at the end of each run drops to it)."""
-    ends = np.flatnonzero(np.diff(seconds, append=seconds[-1] + 2 if len(seconds) else 0) != 1)
-    x = np.concatenate([seconds, seconds[ends] + 1]).astype(np.float64) - zero
-    y = np.concatenate([values, np.zeros(len(ends), np.int64)])
-    order = np.argsort(x, kind="stable")
-    return x[order], y[order]
