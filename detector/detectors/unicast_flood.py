@@ -609,10 +609,11 @@ class UnicastFlood(Detector):
         chained = self._chained(ctx, cells, in_run, onset_bin, int(seconds[end])) if severity != "info" else []
         if chained:
             severity = "critical"
+        counted = flood
         if why == "silent":
-            count = int(raw.sum())
+            count, counted = int(raw.sum()), raw
         return self._write(severity, why, bins, foreign, start, end, count, share, peak, longest,
-                           (base_frames, base_foreign, covered), tops, chained, cells, in_run, before)
+                           (base_frames, base_foreign, covered), tops, chained, cells, in_run, before, counted)
 
     def _silent(self, cells, onset_bin: int) -> np.ndarray:
         """Destinations that received foreign frames before `onset_bin` and send at most RARELY_SENDS_RATIO of
@@ -685,7 +686,7 @@ class UnicastFlood(Detector):
         return out
 
     def _write(self, severity, why, bins, foreign, start, end, count, share, peak, longest, base, tops, chained,
-               cells, in_run, before) -> Finding:
+               cells, in_run, before, counted) -> Finding:
         p = self.params
         seconds, frames = bins["bin"], bins["frames"]
         base_frames, base_foreign, covered = base
@@ -742,6 +743,11 @@ class UnicastFlood(Detector):
         lo = int(np.searchsorted(seconds, int(seconds[start]) - p["baseline_s"]))
         hi = int(np.searchsorted(seconds, int(seconds[end]) + SERIES_AFTER_S, side="right"))
         hi = min(hi, lo + SERIES_MAX)
+        # the frames per second the message's count and peak are of (`counted`: silent receivers' left out
+        # unless they are what it is about)
+        flooded = np.zeros(hi - lo, dtype=np.int64)
+        inside = np.arange(max(start, lo), min(end + 1, hi))
+        flooded[inside - lo] = counted[inside - start]
         evidence = {
             "onset": iso_time(t0), "duration_s": duration, "longest_run_s": longest, "foreign_frames": count,
             "foreign_share_ratio": round(share, 4), "peak_foreign_fps": peak,
@@ -749,7 +755,7 @@ class UnicastFlood(Detector):
             "baseline_frames": base_frames, "proven_foreign_frames": proven,
             "destinations": tops, "macs": [t["mac"] for t in tops if t.get("mac")],
             "series": {"second": (seconds[lo:hi] - seconds[start]).tolist(), "frames": frames[lo:hi].tolist(),
-                       "foreign": foreign[lo:hi].tolist()},
+                       "foreign": foreign[lo:hi].tolist(), "flooded": flooded.tolist()},
             "evidence_frames": evidence_frames(in_frames),
         }
         if chained:
@@ -807,6 +813,7 @@ class FloodFigure(ReportFigure):
         self.seconds = np.asarray(series["second"], dtype=np.int64)
         self.frames = np.asarray(series["frames"], dtype=np.int64)
         self.foreign = np.asarray(series["foreign"], dtype=np.int64)
+        self.flooded = np.asarray(series.get("flooded", ()), dtype=np.int64)
         self.label = f"seconds after the onset, {finding.evidence['onset']}"
 
     def add(self, batch: PacketBatch) -> None:
@@ -824,6 +831,8 @@ class FloodFigure(ReportFigure):
         ax.set_xlabel(self.label)
         rate = ax.twinx()
         rate.step(self.seconds, self.frames, where="post", color="C0", alpha=0.6, label="frames/s")
+        if len(self.flooded) == len(self.seconds):
+            rate.step(self.seconds, self.flooded, where="post", color="C1", label="flooded frames/s")
         rate.set_ylabel("frames per second")
         ax.legend(loc="upper left", fontsize="small")
         rate.legend(loc="upper right", fontsize="small")
