@@ -366,3 +366,60 @@ def test_a_cut_bin_with_more_flows_than_are_kept_names_lower_bounds(tmp_path, mo
     assert all(f["packets_in_window"] <= counts.get(f["src_port"], 47) for f in many["evidence"]["flows"])
     assert many["evidence"]["flows"] != whole["evidence"]["flows"]
     assert many["evidence"]["queue_packets"] == whole["evidence"]["queue_packets"]
+
+
+def test_the_queue_share_figure_is_the_rules_bins(tshark):
+    """One number, one source: the heat map's cells are the rule's own bins (100 ms), so the saturated bin's
+    cell is the message's share ('took 62% of 11,295 packets') and its queue's packets the message's peak rate
+    times the bin; tshark counts the bin's IP packets. The report's axis here has 1 ms bins: the figure drew
+    shares per millisecond before, a different number."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from detector.analysis import analyze as analyse
+    from detector.findings import iso_time
+    from detector.report.evidence import time_bins
+
+    path = CAPTURES / "rss-elephant-flow.pcap"
+    result = analyse([str(path)], load_rules())
+    [sat] = [f for f in result.findings if f.rule == "rss-saturation"]
+    [detector] = [d for d in result.detectors if d.rule_id == "rss-saturation"]
+    axis = time_bins(result.stats.first_ns, result.stats.last_ns)
+    assert axis.width_s < sat.evidence["bin_ms"] / 1e3
+    [figure] = detector.figures([sat], axis)
+    fig, ax = plt.subplots()
+    figure.draw(ax, result.flows)
+    [image] = ax.images
+    share = np.asarray(image.get_array()).T                       # [column, queue]
+    x0, x1, _, _ = image.get_extent()
+    width = (x1 - x0) / len(share)
+    assert width == pytest.approx(sat.evidence["bin_ms"] / 1e3)
+    start = np.datetime64(sat.evidence["bin_starts"][0].rstrip("Z"), "ns").astype(np.int64)
+    column = round(((start - axis.start_ns) / 1e9 - x0) / width)
+    queue = sat.evidence["queue"]
+    assert round(share[column, queue], 4) == sat.evidence["share_ratio"] and "took 62% of 11,295 packets" in sat.msg
+    assert figure.packets[column, queue] == sat.evidence["queue_packets"]
+    assert figure.packets[column, queue] / width == pytest.approx(sat.evidence["peak_queue_rate_pps"])
+    window = f"frame.time_epoch >= {start / 1e9} && frame.time_epoch < {start / 1e9 + width} && (ip || ipv6)"
+    assert figure.packets[column].sum() == sat.evidence["window_packets"] == tshark.count(path, window)
+    assert iso_time(int(start)) == sat.evidence["bin_starts"][0]
+    plt.close(fig)
+
+
+def test_a_long_capture_sums_neighbouring_bins_and_says_so():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from detector.detectors.base import TimeBins
+
+    own = np.array([10, 11, 5_000], dtype=np.int64)                  # 100 ms bins over ~8 minutes
+    counts = np.array([[3, 1], [0, 4], [2, 2]], dtype=np.int64)
+    figure = rss_saturation.QueueShareFigure(own, counts, 100_000_000, TimeBins(10**9, 10**9, 600))
+    assert figure.merged == 5 and len(figure.packets) == 999 and figure.packets.sum() == counts.sum()
+    assert figure.packets[0].tolist() == [3, 5] and figure.packets[-1].tolist() == [2, 2]
+    fig, ax = plt.subplots()
+    figure.draw(ax, None)
+    assert ax.get_xlabel().endswith("(columns of 500 ms: 5 of the rule's bins summed)")
+    plt.close(fig)

@@ -38,7 +38,7 @@ from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
-from ..schema import IP, L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
+from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
 from ..units import NS
 from .base import (
     ALERT_SECONDS,
@@ -547,7 +547,10 @@ class RssSaturation(Detector):
     # ---- report and watch -----------------------------------------------------
     def figures(self, findings: list[Finding], bins: TimeBins) -> list[ReportFigure]:
         """One heat map of every queue's share over the capture, when a queue saturated."""
-        return [QueueShareFigure(self.model, bins)] if findings else []
+        if not findings:
+            return []
+        own_bins, counts = self.histogram()
+        return [QueueShareFigure(own_bins, counts, self.bin_ns, bins)]
 
     def live_counters(self) -> list[LiveCounter]:
         return [LiveCounter("rss_queue_packets", "Packets per receive queue of the modelled NIC", "queue",
@@ -558,36 +561,49 @@ class RssSaturation(Detector):
         return np.bincount(self.model.queue(batch).astype(np.int64), minlength=queues)[:queues]
 
 
+# Columns of the queue-share heat map: past this many of the rule's bins, neighbouring bins are summed.
+FIGURE_COLUMNS_MAX = 1_200
+
+
 class QueueShareFigure(ReportFigure):
-    """Each receive queue's share of the IP packets per time bin, as the rule's RSS model spreads them."""
+    """Each receive queue's share of the IP packets per bin of the rule (bin_ms), from the rule's own counts: the
+    share its message gives for a saturated bin is that bin's cell (one number, one source). A capture of more
+    than FIGURE_COLUMNS_MAX bins is drawn with neighbouring bins summed, and the axis says so."""
 
     title = "Share of packets per receive queue (RSS model of the rule)"
 
-    def __init__(self, model: RssModel, bins: TimeBins):
-        self.model = model
-        self.bins = bins
-        self.packets = np.zeros((bins.count, model.queues), dtype=np.int64)     # per [bin, queue]
+    def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins):
+        self.axis = axis
+        first = int(own_bins[0]) if len(own_bins) else 0
+        span = int(own_bins[-1]) - first + 1 if len(own_bins) else 0
+        self.merged = max(1, -(-span // FIGURE_COLUMNS_MAX))            # rule bins per column
+        columns = -(-span // self.merged) if span else 0
+        self.packets = np.zeros((columns, counts.shape[1] if counts.ndim == 2 else 0), dtype=np.int64)
+        if len(own_bins):
+            np.add.at(self.packets, (own_bins - first) // self.merged, counts)
+        self.width_ns = bin_ns * self.merged
+        self.x0 = (first * bin_ns - axis.start_ns) / NS
 
     def add(self, batch: PacketBatch) -> None:
-        ip = (batch["layers"] & np.uint32(IP)) != 0
-        idx = self.bins.index(batch["ts_ns"][ip])
-        queue = self.model.queue(batch)[ip].astype(np.int64)
-        inside = (idx >= 0) & (idx < self.bins.count)
-        queues = self.model.queues
-        self.packets += np.bincount(idx[inside] * queues + queue[inside],
-                                    minlength=self.bins.count * queues).reshape(self.bins.count, queues)
+        """Nothing: drawn from the rule's own counts."""
 
     def merge(self, other: QueueShareFigure) -> QueueShareFigure:
-        """Counts per bin add up: the same bins in every copy."""
-        self.packets += other.packets
+        """Nothing to take: the rule's counts are merged already."""
         return self
 
+    def shares(self) -> np.ndarray:
+        """[column, queue] share of the column's packets."""
+        return self.packets / np.maximum(self.packets.sum(axis=1, keepdims=True), 1)
+
     def draw(self, ax, flows) -> None:
-        share = self.packets / np.maximum(self.packets.sum(axis=1, keepdims=True), 1)
+        share = self.shares()
+        width_s = self.width_ns / NS
         image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
-                          cmap="magma", extent=(0, len(share) * self.bins.width_s, -0.5, share.shape[1] - 0.5))
+                          cmap="magma", extent=(self.x0, self.x0 + len(share) * width_s, -0.5, share.shape[1] - 0.5))
         ax.figure.colorbar(image, ax=ax, label="share of packets")
-        ax.set_xlabel(self.bins.axis_label)
+        each = f"{width_s * 1e3:g} ms" if width_s < 1 else f"{width_s:g} s"
+        ax.set_xlabel(f"{self.axis.axis_label} (columns of {each}"
+                      + (f": {self.merged} of the rule's bins summed)" if self.merged > 1 else ", the rule's bins)"))
         ax.set_ylabel("receive queue")
 
 
