@@ -135,20 +135,22 @@ class TimeBins:
         idx = idx[(idx >= 0) & (idx < self.count)]
         return np.bincount(idx, minlength=self.count).astype(np.int64)
 
-    def per_second(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A step line (x, y) on this axis of how many of the times (ns) fall in each whole second since the
-        epoch: the unit the rules count their rates in, whatever this axis' bins, so a figure's peak is the
-        message's."""
-        seconds, counts = np.unique(np.asarray(ts, dtype=np.int64) // 1_000_000_000, return_counts=True)
-        return self.second_steps(seconds, counts)
+    def per_second(self, ts: np.ndarray, origin_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """A step line (x, y) on this axis of how many of the times (ns) fall in each whole second counted from
+        `origin_ns` (the epoch; or where a rule starts its seconds): the unit the rules count their rates in,
+        whatever this axis' bins, so a figure's peak is the message's."""
+        seconds, counts = np.unique((np.asarray(ts, dtype=np.int64) - origin_ns) // 1_000_000_000,
+                                    return_counts=True)
+        return self.second_steps(seconds, counts, origin_ns)
 
-    def second_steps(self, seconds: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def second_steps(self, seconds: np.ndarray, values: np.ndarray,
+                     origin_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """A step line (x, y; drawn with drawstyle="steps-post") on this axis of per-second `values` at whole
-        epoch `seconds` (ascending, only the seconds that have one): a second without one is 0 (each run of
-        seconds ends with a point at 0)."""
+        `seconds` from `origin_ns` (the epoch by default; ascending, only the seconds that have one): a second
+        without one is 0 (each run of seconds ends with a point at 0)."""
         seconds = np.asarray(seconds, dtype=np.int64)
         ends = np.flatnonzero(np.diff(seconds, append=seconds[-1] + 2 if len(seconds) else 0) != 1)
-        x = np.concatenate([seconds, seconds[ends] + 1]) - self.start_ns / 1e9
+        x = np.concatenate([seconds, seconds[ends] + 1]) + (origin_ns - self.start_ns) / 1e9
         y = np.concatenate([np.asarray(values), np.zeros(len(ends), dtype=np.asarray(values).dtype)])
         order = np.argsort(x, kind="stable")
         return x[order], y[order]

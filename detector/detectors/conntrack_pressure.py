@@ -240,7 +240,7 @@ class ConcurrencyFigure(ReportFigure):
 
     def draw(self, ax, flows) -> None:
         occ = self.detector.model(flows)
-        peaks, inserts = occ.series(self.bins.start_ns, self.bins.bin_ns, self.bins.count)
+        peaks, _inserts = occ.series(self.bins.start_ns, self.bins.bin_ns, self.bins.count)
         x = self.bins.starts_s
         size = self.detector.params["table_size"]
         ax.step(x, peaks, where="post", color="tab:blue", label="entries (model)")
@@ -251,8 +251,12 @@ class ConcurrencyFigure(ReportFigure):
         ax.set_xlabel(self.bins.axis_label)
         ax.set_ylabel("entries")
         rate = ax.twinx()
-        per_second = inserts / self.bins.width_s
-        rate.step(x, per_second, where="post", color="tab:gray", linewidth=0.6, alpha=0.6)
+        # per whole second from the first entry, as the model counts the message's "up to N new entries in one
+        # second" (the report's bins may be milliseconds)
+        origin = int(occ.starts[0]) if len(occ.starts) else 0
+        seconds_x, per_second = self.bins.per_second(occ.starts, origin)
+        rate.step(seconds_x, per_second, where="post", color="tab:gray", linewidth=0.6, alpha=0.6,
+                  label="new entries per second")
         rate.set_ylim(0, max(float(per_second.max(initial=0)), 1.0) * 1.1)
         rate.set_ylabel("new entries per second (grey)")
         ax.legend(loc="upper left", fontsize="small")
