@@ -300,6 +300,8 @@ def _with_sharkd(folder: Path, tshark, body: str) -> None:
     ("exit 1", "tshark"),                                              # sharkd fails at once: tshark does it all
     ('echo "not json"; exit 0', "tshark"),                             # sharkd answers nonsense
     ('exec "$SHARKD" - 2>/dev/null | head -n 13', "sharkd and tshark"),  # it ends after one file
+    # a line that answers nothing (a banner, a warning on stdout) shifts no answer: they are known by id
+    ('echo "a stray line"; echo \'{"jsonrpc":"2.0","id":999}\'; exec "$SHARKD" - 2>/dev/null', "sharkd"),
 ])
 def test_a_failing_sharkd_leaves_it_to_tshark(tmp_path, monkeypatch, tshark, body, by):
     _with_sharkd(tmp_path / "bin", tshark, body)

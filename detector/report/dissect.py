@@ -286,17 +286,23 @@ def _sharkd_requests(files: dict[int, object], counts: dict[int, int]) -> tuple[
     return ("\n".join(lines) + "\n").encode(), meaning
 
 
-def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) -> tuple[list[bytes | None], bytes]:
-    """Run sharkd on `request` (stdin), reading its answers (one JSON line each, in order) until `expected` came,
-    it ended, or `timeout` passed; (answers, a line past PDML_BYTES_MAX is None; the tail of its stderr)."""
+_ANSWER_ID = re.compile(rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(\d{1,9})\s*[,}]')
+
+
+def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) -> tuple[dict[int, bytes | None],
+                                                                                     bytes]:
+    """Run sharkd on `request` (stdin), reading its answers (one JSON line each) until those to the `expected`
+    requests (ids 1..expected) came, it ended, or `timeout` passed; (answer by request id, None for one past
+    PDML_BYTES_MAX; the tail of its stderr). A line that is not an answer to one of them is ignored: an answer is
+    known by its id, never by its place."""
     try:
         proc = subprocess.Popen([path, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:
         raise DissectError(f"sharkd could not be started: {exc.strerror or exc}") from None
     deadline = time.monotonic() + timeout
-    answers: list[bytes | None] = []
-    line, over, err, sent = bytearray(), False, b"", 0
+    answers: dict[int, bytes | None] = {}
+    line, head, over, err, sent = bytearray(), b"", False, b"", 0
     with proc, selectors.DefaultSelector() as waiting:
         try:
             os.set_blocking(proc.stdin.fileno(), False)
@@ -325,13 +331,17 @@ def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) ->
                         while data:
                             end = data.find(b"\n")
                             part, data = (data, b"") if end < 0 else (data[:end], data[end + 1:])
+                            if len(head) < 64:
+                                head += part[:64 - len(head)]
                             if not over:
                                 line += part
                                 if len(line) > PDML_BYTES_MAX:
                                     over, line = True, bytearray()
                             if end >= 0:
-                                answers.append(None if over else bytes(line))
-                                line, over = bytearray(), False
+                                found = _ANSWER_ID.match(head)
+                                if found and 0 < int(found.group(1)) <= expected:
+                                    answers[int(found.group(1))] = None if over else bytes(line)
+                                line, head, over = bytearray(), b"", False
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -382,7 +392,10 @@ def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, i
     answers, _err = _sharkd_answers(path, request, len(meaning), timeout)
     result: dict[int, list[Dissection] | str] = {}
     creator = "wireshark"
-    for what, answer in zip(meaning, answers):
+    for ident, what in enumerate(meaning, start=1):
+        if ident not in answers:
+            continue
+        answer = answers[ident]
         kind, index = what[0], (what[1] if len(what) > 1 else None)
         try:
             reply = json.loads(answer) if answer is not None else None
@@ -407,11 +420,10 @@ def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, i
                 result[index].append(_from_tree(body["tree"], what[2], creator))
             else:
                 result[index] = f"sharkd failed on frame {what[2]}: {_problem(problem)}"
-    # an index whose frames were not all answered is sharkd's to finish, not a partial view
-    answered = len(answers)
-    for position in range(answered, len(meaning)):
-        if meaning[position][0] in ("load", "frame"):
-            result.pop(meaning[position][1], None)
+    # an index whose load or frames were not all answered is tshark's to finish, not a partial view
+    for ident, what in enumerate(meaning, start=1):
+        if ident not in answers and what[0] in ("load", "frame"):
+            result.pop(what[1], None)
     return result
 
 
