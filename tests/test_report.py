@@ -7,6 +7,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from detector.commands import analyze
@@ -304,16 +305,20 @@ def test_pmtud_figure_plots_every_packet_of_the_flow(tmp_path):
 
 
 def test_rss_heat_map_shows_the_saturated_queue(tmp_path):
-    result, _records, series, figures, page = _evidence_pass("rss-single-flow-flood.pcap", tmp_path)
+    result, _records, _series, figures, page = _evidence_pass("rss-single-flow-flood.pcap", tmp_path)
     (finding,) = [f for f in result.findings if f.rule == "rss-saturation"]
     (heat,) = [f for f in figures if isinstance(f, QueueShareFigure)]
     stats = result.stats
     assert heat.packets.sum() == stats.layers["ipv4"] + stats.layers.get("ipv6", 0)
-    window = slice(int((finding.first_seen - series.start_ns) // series.bin_ns),
-                   int((finding.last_seen - series.start_ns) // series.bin_ns) + 1)
-    per_queue = heat.packets[window].sum(axis=0)
+    # the heat map's columns are the rule's own bins (bin_ms), not the report's
+    assert heat.width_ns == finding.evidence["bin_ms"] * 1_000_000
+    # the saturated bin's column: the queue's share there is the message's
+    (start,) = finding.evidence["bin_starts"]
+    column = int((np.datetime64(start.rstrip("Z"), "ns").astype(np.int64) - heat.first_ns) // heat.width_ns)
+    per_queue = heat.packets[column]
     assert per_queue.argmax() == finding.evidence["queue"]
-    assert per_queue.max() / per_queue.sum() > 0.8
+    assert round(per_queue.max() / per_queue.sum(), 4) == finding.evidence["share_ratio"] > 0.5
+    assert f"took {finding.evidence['share_ratio']:.0%} of {per_queue.sum():,} packets" in finding.msg
     assert 'alt="Share of packets per receive queue' in page
 
 

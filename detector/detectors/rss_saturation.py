@@ -570,6 +570,8 @@ class QueueShareFigure(ReportFigure):
     share its message gives for a saturated bin is that bin's cell (one number, one source). A capture of more
     than FIGURE_COLUMNS_MAX bins is drawn with neighbouring bins summed, and the axis says so."""
 
+    needs_batches = False
+
     title = "Share of packets per receive queue (RSS model of the rule)"
 
     def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins):
@@ -582,7 +584,8 @@ class QueueShareFigure(ReportFigure):
         if len(own_bins):
             np.add.at(self.packets, (own_bins - first) // self.merged, counts)
         self.width_ns = bin_ns * self.merged
-        self.x0 = (first * bin_ns - axis.start_ns) / NS
+        self.first_ns = first * bin_ns                  # where the first column starts, ns since the epoch
+        self.x0 = (self.first_ns - axis.start_ns) / NS
 
     def add(self, batch: PacketBatch) -> None:
         """Nothing: drawn from the rule's own counts."""
