@@ -120,6 +120,21 @@ def test_a_figure_merged_over_partitions_is_its_one_pass(cls, parts, monkeypatch
         assert segments.kept == 12 == len(segments.points()[0])
 
 
+@pytest.mark.parametrize("cls", sorted(DRAWN_BY))
+def test_a_figure_that_needs_no_batches_keeps_nothing_of_them(cls):
+    """A figure the report draws during the evidence pass (needs_batches False: report.EarlyFigures) must keep
+    nothing of that pass's batches, or drawing it early would lose it; one that needs them must keep something
+    of its capture's."""
+    from detector.engine import decoded_batches
+
+    path, _result, _bins, built = one_capture(DRAWN_BY[cls])
+    [figure] = [f for f in pickle.loads(built) if type(f).__name__ == cls][:1]
+    before = state(figure)
+    for _reader, batch in decoded_batches([path], fingerprint=figure.needs_fingerprint):
+        figure.add(batch)
+    assert (state(figure) == before) == (not figure.needs_batches)
+
+
 def test_a_figure_without_a_merge_keeps_the_pass_in_the_client(tmp_path):
     class Unmergeable(ReportFigure):
         title = "no merge"

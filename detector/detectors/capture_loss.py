@@ -845,6 +845,8 @@ class LossFigure(ReportFigure):
     """Per bin of the rule: the share of ack events over lost bytes, beside the packet rate over the part of the
     bin the capture covers, the rate the message gives (one number, one source: the rule's bins)."""
 
+    needs_batches = False
+
     title = "Capture loss (TCP ack gaps) and packet rate per bin"
 
     def __init__(self, own_bins: np.ndarray, counts: np.ndarray, bin_ns: int, axis: TimeBins,

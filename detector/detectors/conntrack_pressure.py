@@ -225,6 +225,8 @@ def _target(occ: Occupancy) -> dict | None:
 class ConcurrencyFigure(ReportFigure):
     """The modelled table's entries over the capture against its size, with the rate of new entries."""
 
+    needs_batches = False
+
     title = "Modelled conntrack entries vs table size, with new entries per second"
 
     def __init__(self, detector: ConntrackPressure, bins: TimeBins):

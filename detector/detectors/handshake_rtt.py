@@ -450,6 +450,8 @@ class RttFigure(ReportFigure):
     flow table again); None draws from the `flows` given to draw().
     """
 
+    needs_batches = False
+
     title = "TCP handshake RTT p50 / p90 per 10 s"
 
     def __init__(self, bins: TimeBins, site, tables: dict[str, dict] | None = None):

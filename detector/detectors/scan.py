@@ -670,6 +670,8 @@ def _joined(scan: Finding, sweep: Finding) -> Finding:
 class AttemptsFigure(ReportFigure):
     """A scanner's failed attempts per second and the distinct targets it has tried so far."""
 
+    needs_batches = False
+
     def __init__(self, scanner: str, bins: TimeBins):
         self.title = f"Scanner {scanner}: failed attempts per second and distinct targets"
         self.scanner = scanner

@@ -241,6 +241,8 @@ def _most_within(seconds: np.ndarray, window: int) -> int:
 class NewFlowsFigure(ReportFigure):
     """New flows per second one source opened, against the storm threshold."""
 
+    needs_batches = False
+
     def __init__(self, source: str, bins: TimeBins, threshold: int):
         self.title = f"Source {source}: new flows per second"
         self.source = source

@@ -560,6 +560,8 @@ class SynRateFigure(ReportFigure):
     (SynFlood.series), so the figure and the message are one number from one source; the evidence pass adds
     nothing."""
 
+    needs_batches = False
+
     title = "New SYNs, SYN-ACKs and completed handshakes per second"
 
     def __init__(self, victims: list[tuple[str, int]], bins: TimeBins, series: list[dict[str, np.ndarray]]):

@@ -806,6 +806,8 @@ def _longest(mask: np.ndarray, seconds: np.ndarray) -> int:
 class FloodFigure(ReportFigure):
     """Foreign share and frame rate per second around the flooding episode."""
 
+    needs_batches = False
+
     title = "Unicast flooding: foreign share and frames per second"
 
     def __init__(self, finding: Finding):

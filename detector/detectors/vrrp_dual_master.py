@@ -534,6 +534,8 @@ class VrrpDualMaster(Detector):
 class TimelineFigure(ReportFigure):
     """Who was master of each virtual router when: one row per speaker, a bar per activity run."""
 
+    needs_batches = False
+
     title = "VRRP/CARP master timeline"
 
     def __init__(self, findings: list[Finding], bins: TimeBins):

@@ -95,6 +95,7 @@ def gather(paths, wanted: np.ndarray, bins: TimeBins, figures=(), first_frame: i
     unite, counts add up, each figure merges the next one's (ReportFigure.merge)."""
     counts = np.zeros(bins.count, dtype=np.int64)
     records: dict[int, tuple[int, int, int, bytes, str]] = {}
+    figures = [figure for figure in figures if figure.needs_batches]
     fingerprint = any(figure.needs_fingerprint for figure in figures)
     options = {} if decode_threads is None else {"decode_threads": decode_threads}
     for _reader, batch in decoded_batches(paths, fingerprint=fingerprint, first_frame=first_frame, **options):
@@ -133,7 +134,8 @@ def join(parts, bins: TimeBins, figures: list[ReportFigure]):
 
 
 def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None, last_ns=None,
-                   detectors: list[Detector] = (), collector=None) -> EvidenceResult:
+                   detectors: list[Detector] = (), collector=None,
+                   figures: list[ReportFigure] | None = None) -> EvidenceResult:
     """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count;
     gather the figures of `detectors` (those that found them) and write the replay scripts they ask for.
 
@@ -144,9 +146,12 @@ def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None
     `collector(wanted, bins, figures)`: what gathers the records and the series elsewhere, returning
     (records, series) as collect does and having merged into `figures` what its partitions' copies saw
     (cluster.evidence_collector: on the workers); None, or a figure that cannot merge: one pass here.
+    `figures`: the detectors' figures already built (rule_figures over time_bins(first_ns, last_ns)), those the
+    report draws meanwhile among them (report.EarlyFigures); None: built here.
     """
     bins = time_bins(first_ns, last_ns)
-    figures = rule_figures(detectors, findings, bins)
+    if figures is None:
+        figures = rule_figures(detectors, findings, bins)
     if collector is not None and mergeable(figures):
         records, series = collector(_wanted(findings), bins, figures)
     else:
