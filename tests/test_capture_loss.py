@@ -427,28 +427,17 @@ def test_the_loss_figure_draws_the_messages_rates_and_ratio():
     in the figure too (it drew packets over the whole 60 s, 8/s)."""
     import re
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tests._figures import drawn
 
-    from detector.report.evidence import time_bins
-    from detector.rules import load_rules
-
-    path = CAPTURES / "loss-every-nth-segment.pcap"
-    result = analyze([str(path)], load_rules())
-    [loss] = [f for f in result.findings if f.rule == "capture-loss"]
-    [detector] = [d for d in result.detectors if d.rule_id == "capture-loss"]
-    [figure] = detector.figures([loss], time_bins(result.stats.first_ns, result.stats.last_ns))
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
+    d = drawn("loss-every-nth-segment.pcap", "capture-loss")
+    loss, ax = d.finding, d.ax
     said = re.search(r"worst bin \S+: ([\d.]+)% at ([\d,]+) packets/s \(all bins: median [\d,]+, peak ([\d,]+) "
                      r"packets/s\)", loss.msg)
     assert said, loss.msg
     ratio, rate, peak = float(said[1]), int(said[2].replace(",", "")), int(said[3].replace(",", ""))
     bars = [patch.get_height() for patch in ax.patches]
     assert f"{max(bars):.1%}" == f"{ratio / 100:.1%}"
-    [rate_ax] = [other for other in fig.axes if other is not ax]
-    drawn = [float(segment[0][1]) for collection in rate_ax.collections for segment in collection.get_segments()]
-    assert round(max(drawn)) == peak and rate in {round(r) for r in drawn}
-    assert [row["packet_rate_pps"] for row in loss.evidence["per_bin"]] == [round(r, 1) for r in drawn]
-    plt.close(fig)
+    lines = [float(segment[0][1]) for collection in d.twin().collections for segment in collection.get_segments()]
+    assert round(max(lines)) == peak and rate in {round(r) for r in lines}
+    assert [row["packet_rate_pps"] for row in loss.evidence["per_bin"]] == [round(r, 1) for r in lines]
+    d.close()

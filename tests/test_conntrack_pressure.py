@@ -399,26 +399,15 @@ def test_the_concurrency_figure_draws_the_messages_peaks():
     """One number, one source: the message's 'at most N entries at once' is the entries line's highest point and
     its 'up to M new entries in one second' the grey per-second line's, at the report's 2 ms bins too (the grey
     line was inserts per 2 ms bin scaled to a rate)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tests._figures import drawn
 
-    from detector.report.evidence import time_bins
-    from detector.rules import load_rules
-
-    result = analysis.analyze([str(CAPTURES / "session-storm-flood.pcap")], load_rules())
-    [pressure] = [f for f in result.findings if f.rule == "conntrack-pressure"]
-    [detector] = [d for d in result.detectors if d.rule_id == "conntrack-pressure"]
-    bins = time_bins(result.stats.first_ns, result.stats.last_ns)
-    assert bins.width_s < 1
-    [figure] = detector.figures([pressure], bins)
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    entries = next(line for line in ax.get_lines() if line.get_label() == "entries (model)")
+    d = drawn("session-storm-flood.pcap", "conntrack-pressure")
+    pressure = d.finding
+    assert d.bins.width_s < 1
+    entries = next(line for line in d.ax.get_lines() if line.get_label() == "entries (model)")
     peak, rate = pressure.evidence["peak_entries"], pressure.evidence["peak_insert_rate_per_s"]
     assert entries.get_ydata().max() == peak and f"at most {peak:,} entries at once" in pressure.msg
-    [twin] = [other for other in fig.axes if other is not ax]
-    [inserts] = twin.get_lines()
+    [inserts] = d.twin().get_lines()
     assert inserts.get_ydata().max() == rate and f"up to {rate:,} new entries in one second" in pressure.msg
     assert inserts.get_ydata().sum() == pressure.evidence["entries"]
-    plt.close(fig)
+    d.close()

@@ -446,26 +446,13 @@ def test_a_tree_merge_names_the_evidence_frames_of_one_pass(tmp_path):
 def test_the_copies_figure_counts_the_messages_copies(tshark):
     """One number, one source: the figure's copies per bin, times the bin, are the copies the message counts
     ("seen 6,000 times"), tshark's count of that frame; the line names its bin width."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tests._figures import drawn
 
-    from detector.analysis import analyze as analyse
-    from detector.report.evidence import collect, time_bins
-    from detector.rules import load_rules
-
-    path = CAPTURES / "echo-loop-rip-ipv4.pcapng"
-    result = analyse([str(path)], load_rules())
-    [loop] = [f for f in result.findings if f.rule == "echo-loop"]
-    bins = time_bins(result.stats.first_ns, result.stats.last_ns)
-    [detector] = [d for d in result.detectors if d.rule_id == "echo-loop"]
-    [figure] = detector.figures([loop], bins)
-    collect([str(path)], result.findings, bins, [figure])
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    [line] = ax.lines
+    d = drawn("echo-loop-rip-ipv4.pcapng", "echo-loop")
+    loop, bins = d.finding, d.bins
+    [line] = d.ax.lines
     copies = round(float(np.sum(line.get_ydata())) * bins.width_s)
     assert copies == loop.n and f"seen {copies:,} times" in loop.msg
-    assert copies == tshark.count(path, "udp.port == 520 && ip.src == 198.18.44.201")
-    assert line.get_label() == ax.get_ylabel() == f"copies/s ({bins.width_s:g} s bins)"
-    plt.close(fig)
+    assert copies == tshark.count(CAPTURES / "echo-loop-rip-ipv4.pcapng", "udp.port == 520 && ip.src == 198.18.44.201")
+    assert line.get_label() == d.ax.get_ylabel() == f"copies/s ({bins.width_s:g} s bins)"
+    d.close()

@@ -492,22 +492,12 @@ def test_the_storm_figure_shows_the_messages_numbers(tshark):
     """One number, one source: the storm finding's peak is the highest of the figure's storm-second points (the
     rule's own count per second), its packets their sum, and tshark counts as many OSPF packets of that router in
     those seconds; the rate line is per bin of the report's axis and says its width."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from detector.report.evidence import collect, time_bins
+    from tests._figures import drawn
 
     path = CAPTURES / "ospf-storm-flapping.pcap"
-    result = analyze([str(path)], load_rules())
-    [storm] = [f for f in result.findings if f.rule == "ospf-instability" and f.evidence.get("kind") == "storm"]
-    bins = time_bins(result.stats.first_ns, result.stats.last_ns)
+    d = drawn(path.name, "ospf-instability", pick=lambda f: f.evidence.get("kind") == "storm")
+    storm, bins, ax = d.finding, d.bins, d.ax
     assert bins.width_s != 1                         # the report's bins are not the rule's seconds
-    [detector] = [d for d in result.detectors if d.rule_id == "ospf-instability"]
-    [figure] = detector.figures([storm], bins)
-    collect([str(path)], result.findings, bins, [figure])
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
     router = storm.evidence["router_id"]
     [points] = [line for line in ax.lines if line.get_label() == f"{router}: packets in each storm second"]
     y = points.get_ydata()
@@ -519,4 +509,4 @@ def test_the_storm_figure_shows_the_messages_numbers(tshark):
     counted = dict(zip(second.tolist(), count.tolist()))
     assert [counted[s] for s in seconds.tolist()] == y.tolist()
     assert any(line.get_label() == f"{router} ({bins.width_s:g} s bins)" for line in ax.lines)
-    plt.close(fig)
+    d.close()

@@ -373,24 +373,14 @@ def test_the_queue_share_figure_is_the_rules_bins(tshark):
     cell is the message's share ('took 62% of 11,295 packets') and its queue's packets the message's peak rate
     times the bin; tshark counts the bin's IP packets. The report's axis here has 1 ms bins: the figure drew
     shares per millisecond before, a different number."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from detector.analysis import analyze as analyse
     from detector.findings import iso_time
-    from detector.report.evidence import time_bins
+    from tests._figures import drawn
 
     path = CAPTURES / "rss-elephant-flow.pcap"
-    result = analyse([str(path)], load_rules())
-    [sat] = [f for f in result.findings if f.rule == "rss-saturation"]
-    [detector] = [d for d in result.detectors if d.rule_id == "rss-saturation"]
-    axis = time_bins(result.stats.first_ns, result.stats.last_ns)
+    d = drawn(path.name, "rss-saturation")
+    sat, figure, axis = d.finding, d.figure, d.bins
     assert axis.width_s < sat.evidence["bin_ms"] / 1e3
-    [figure] = detector.figures([sat], axis)
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    [image] = ax.images
+    [image] = d.ax.images
     share = np.asarray(image.get_array()).T                       # [column, queue]
     x0, x1, _, _ = image.get_extent()
     width = (x1 - x0) / len(share)
@@ -404,7 +394,7 @@ def test_the_queue_share_figure_is_the_rules_bins(tshark):
     window = f"frame.time_epoch >= {start / 1e9} && frame.time_epoch < {start / 1e9 + width} && (ip || ipv6)"
     assert figure.packets[column].sum() == sat.evidence["window_packets"] == tshark.count(path, window)
     assert iso_time(int(start)) == sat.evidence["bin_starts"][0]
-    plt.close(fig)
+    d.close()
 
 
 def test_a_long_capture_sums_neighbouring_bins_and_says_so():

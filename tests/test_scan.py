@@ -406,25 +406,14 @@ def test_the_attempts_figure_counts_the_scanners_attempts_per_second():
     """One number, one source: the figure's failed attempts are counted per whole second as the rule counts
     (the report's bins here are 2 ms), they sum to the attempts the finding gives, and the distinct-targets line
     ends at its unique targets."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tests._figures import drawn
 
-    from detector.report.evidence import time_bins
-
-    path = CAPTURES / "session-storm-flood.pcap"
-    result = analyze([str(path)], load_rules())
-    [scan] = [f for f in result.findings if f.rule == "scan"]
-    [detector] = [d for d in result.detectors if d.rule_id == "scan"]
-    bins = time_bins(result.stats.first_ns, result.stats.last_ns)
-    assert bins.width_s < 1
-    [figure] = detector.figures([scan], bins)
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    [attempts] = ax.get_lines()
+    d = drawn("session-storm-flood.pcap", "scan")
+    scan = d.finding
+    assert d.bins.width_s < 1
+    [attempts] = d.ax.get_lines()
     assert attempts.get_ydata().sum() == scan.evidence["attempts"] == 3_000
     assert attempts.get_ydata().max() == 3_000          # all of them in one second, not 2 ms scaled to a rate
-    [twin] = [other for other in fig.axes if other is not ax]
-    assert twin.get_lines()[0].get_ydata()[-1] == scan.evidence["unique_targets"]
+    assert d.twin().get_lines()[0].get_ydata()[-1] == scan.evidence["unique_targets"]
     assert f"at least {scan.evidence['unique_targets']:,} unique hosts" in scan.msg
-    plt.close(fig)
+    d.close()

@@ -344,21 +344,12 @@ def test_the_flood_figure_draws_the_messages_flooded_frames(tshark):
     """One number, one source: the message's 'up to N/s' and its frame count are the figure's flooded-frames
     line (its peak and sum over the flood), drawn from the same per-second values; the frames line is tshark's
     count of each second's frames."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from detector.rules import load_rules
+    from tests._figures import drawn
 
     path = CAPTURES / "unicast-flood-mirror.pcap"
-    result = analyze([str(path)], load_rules())
-    [flood] = [f for f in result.findings if f.rule == "unicast-flood" and f.severity != "info"]
-    [detector] = [d for d in result.detectors if d.rule_id == "unicast-flood"]
-    [figure] = detector.figures([flood], TimeBins(result.stats.first_ns, 10**8, 1000))
-    fig, ax = plt.subplots()
-    figure.draw(ax, result.flows)
-    [rate] = [other for other in fig.axes if other is not ax]
-    lines = {line.get_label(): line.get_ydata() for line in rate.get_lines()}
+    d = drawn(path.name, "unicast-flood", pick=lambda f: f.severity != "info")
+    flood, figure = d.finding, d.figure
+    lines = {line.get_label(): line.get_ydata() for line in d.twin().get_lines()}
     flooded = lines["flooded frames/s"]
     peak = flood.evidence["peak_foreign_fps"]
     assert flooded.max() == peak and f"up to {peak:,}/s" in flood.msg
@@ -368,4 +359,4 @@ def test_the_flood_figure_draws_the_messages_flooded_frames(tshark):
     seconds = np.asarray(figure.seconds) + onset
     per_second = dict(zip(*np.unique(np.floor(times).astype(np.int64), return_counts=True), strict=True))
     assert lines["frames/s"].tolist() == [per_second.get(int(s), 0) for s in seconds]
-    plt.close(fig)
+    d.close()
