@@ -217,27 +217,15 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
         # the evidence pass fills in each finding's evidence_pcap, so it runs before findings.json is written
         from .report import findings_document, write_evidence, write_findings, write_reports
 
-        evidence = early = None
+        evidence = None
         if report:
-            from .report import EarlyFigures
-            from .report.evidence import rule_figures, time_bins
-
-            # what the report draws needing nothing of the evidence pass, drawn while that pass reads again
-            bins = time_bins(stats.first_ns, stats.last_ns)
-            built = rule_figures(result.detectors, findings, bins)
-            early = EarlyFigures(findings, result.incidents, bins.start_ns, built, result.flows)
-        try:
-            if report:
-                evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors,
-                                          collector=collector, figures=built)
-            document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count},
-                                         findings, result.failures, result.incidents, result.quality)
-            path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)
-            if report:
-                write_reports(out, document, findings, rules, evidence, result.flows, result.incidents, early)
-        finally:
-            if early is not None:
-                early.close()
+            evidence = write_evidence(paths, findings, out, stats.first_ns, stats.last_ns, result.detectors,
+                                      collector=collector)
+        document = findings_document(result.captures, {**stats.to_json(), "flows": result.flow_count}, findings,
+                                     result.failures, result.incidents, result.quality)
+        path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)
+        if report:
+            write_reports(out, document, findings, rules, evidence, result.flows, result.incidents)
     return findings, result, path
 
 

@@ -122,9 +122,8 @@ def test_a_figure_merged_over_partitions_is_its_one_pass(cls, parts, monkeypatch
 
 @pytest.mark.parametrize("cls", sorted(DRAWN_BY))
 def test_a_figure_that_needs_no_batches_keeps_nothing_of_them(cls):
-    """A figure the report draws during the evidence pass (needs_batches False: report.EarlyFigures) must keep
-    nothing of that pass's batches, or drawing it early would lose it; one that needs them must keep something
-    of its capture's."""
+    """A figure the evidence pass does not feed (needs_batches False) must keep nothing of that pass's batches,
+    or it would lose it; one that needs them must keep something of its capture's."""
     from detector.engine import decoded_batches
 
     path, _result, _bins, built = one_capture(DRAWN_BY[cls])

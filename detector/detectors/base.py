@@ -169,7 +169,7 @@ class ReportFigure(ABC):
     size: tuple[float, float] = (8.0, 3.0)      # inches
     needs_fingerprint: bool = False             # whether add() reads batch["fingerprint"]
     # whether add() keeps anything: False for a figure drawn from its rule's own state (or the flow table), which
-    # the report draws while the evidence pass reads the captures again, and which that pass does not feed
+    # the evidence pass does not feed
     needs_batches: bool = True
 
     @abstractmethod

@@ -134,8 +134,7 @@ def join(parts, bins: TimeBins, figures: list[ReportFigure]):
 
 
 def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None, last_ns=None,
-                   detectors: list[Detector] = (), collector=None,
-                   figures: list[ReportFigure] | None = None) -> EvidenceResult:
+                   detectors: list[Detector] = (), collector=None) -> EvidenceResult:
     """Write evidence/<rule>-<n>.pcap per finding that lists frames, and fill in evidence_pcap and the count;
     gather the figures of `detectors` (those that found them) and write the replay scripts they ask for.
 
@@ -146,12 +145,9 @@ def write_evidence(paths, findings: list[Finding], out: OutputDir, first_ns=None
     `collector(wanted, bins, figures)`: what gathers the records and the series elsewhere, returning
     (records, series) as collect does and having merged into `figures` what its partitions' copies saw
     (cluster.evidence_collector: on the workers); None, or a figure that cannot merge: one pass here.
-    `figures`: the detectors' figures already built (rule_figures over time_bins(first_ns, last_ns)), those the
-    report draws meanwhile among them (report.EarlyFigures); None: built here.
     """
     bins = time_bins(first_ns, last_ns)
-    if figures is None:
-        figures = rule_figures(detectors, findings, bins)
+    figures = rule_figures(detectors, findings, bins)
     if collector is not None and mergeable(figures):
         records, series = collector(_wanted(findings), bins, figures)
     else:

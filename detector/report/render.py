@@ -113,22 +113,15 @@ def _timeline(series, findings: list[Finding]):
     return draw
 
 
-def rule_figure(figure, flows: pd.DataFrame) -> Figure:
-    """One of a rule's figures (detectors.base.ReportFigure) as a PNG."""
-    return _figure(partial(figure.draw, flows=flows), figure.title, figure.size)
-
-
-def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame,
-            drawn: dict[int, Figure] | None = None) -> list[Figure]:
-    """The report's figures: the traffic of the evidence pass, the rules' own figures (those in `drawn`, by
-    id(), drawn already: report.EarlyFigures), the flow table's top talkers."""
+def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
+    """The report's figures: the traffic of the evidence pass, the rules' own figures, the flow table's
+    top talkers."""
     out = []
-    drawn = drawn or {}
     series = evidence.series
     if series is not None and len(series.packets):
         out.append(_figure(_timeline(series, findings), TIMELINE_TITLE))
         for figure in evidence.figures:
-            out.append(drawn[id(figure)] if id(figure) in drawn else rule_figure(figure, flows))
+            out.append(_figure(partial(figure.draw, flows=flows), figure.title, figure.size))
     if len(flows):
         talkers = _top_talkers(flows)
 
