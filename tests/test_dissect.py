@@ -339,6 +339,18 @@ def test_a_failing_tshark_costs_only_the_view(tmp_path, monkeypatch, body, says)
     assert alive == [], "tshark's children outlived its timeout"
 
 
+def test_a_sharkd_answer_past_its_bound_is_left_out_not_held(tmp_path, monkeypatch, tshark):
+    """Each answer is bounded as tshark's PDML is, and made a bounded Dissection as it comes: one past the bound
+    is a note in its finding's view, and sharkd's others still show."""
+    monkeypatch.setattr(dissect, "PDML_BYTES_MAX", 12_000)      # a TCP segment's answer is 12-17 KB here
+    findings, _result, _path = analyze([str(CAPTURES / "pmtud-blackhole-ipv4.pcapng")], tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "dissected by sharkd (wireshark" in text
+    notes = re.findall(r"Not shown: sharkd.s dissection of frame (\d+) is over 0 MiB: left out", text)
+    assert 0 < len(notes) < len([f for f in findings if f.evidence_pcap])
+    assert _markdown_trees(tmp_path), "the frames under the bound are still shown"
+
+
 def test_the_reports_deadline_for_tshark_bounds_them_all(tmp_path, monkeypatch, tshark):
     # a sharkd that hangs takes the whole deadline; no tshark run starts after it
     _with_sharkd(tmp_path / "bin", tshark, "sleep 30")

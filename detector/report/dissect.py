@@ -289,19 +289,19 @@ def _sharkd_requests(files: dict[int, object], counts: dict[int, int]) -> tuple[
 _ANSWER_ID = re.compile(rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(\d{1,9})\s*[,}]')
 
 
-def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) -> tuple[dict[int, bytes | None],
-                                                                                     bytes]:
+def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float, take) -> tuple[set[int], bytes]:
     """Run sharkd on `request` (stdin), reading its answers (one JSON line each) until those to the `expected`
-    requests (ids 1..expected) came, it ended, or `timeout` passed; (answer by request id, None for one past
-    PDML_BYTES_MAX; the tail of its stderr). A line that is not an answer to one of them is ignored: an answer is
-    known by its id, never by its place."""
+    requests (ids 1..expected) came, it ended, or `timeout` passed: each goes to `take(id, line)` as it comes
+    (None for a line past PDML_BYTES_MAX), so one answer at a time is held; returns (the ids answered, the tail of
+    its stderr). A line that is not an answer to one of them is ignored: an answer is known by its id, never by
+    its place."""
     try:
         proc = subprocess.Popen([path, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:
         raise DissectError(f"sharkd could not be started: {exc.strerror or exc}") from None
     deadline = time.monotonic() + timeout
-    answers: dict[int, bytes | None] = {}
+    answers: set[int] = set()
     line, head, over, err, sent = bytearray(), b"", False, b"", 0
     with proc, selectors.DefaultSelector() as waiting:
         try:
@@ -340,7 +340,8 @@ def _sharkd_answers(path: str, request: bytes, expected: int, timeout: float) ->
                             if end >= 0:
                                 found = _ANSWER_ID.match(head)
                                 if found and 0 < int(found.group(1)) <= expected:
-                                    answers[int(found.group(1))] = None if over else bytes(line)
+                                    answers.add(int(found.group(1)))
+                                    take(int(found.group(1)), None if over else bytes(line))
                                 line, head, over = bytearray(), b"", False
         finally:
             if proc.poll() is None:
@@ -389,13 +390,12 @@ def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, i
     import json
 
     request, meaning = _sharkd_requests(files, counts)
-    answers, _err = _sharkd_answers(path, request, len(meaning), timeout)
     result: dict[int, list[Dissection] | str] = {}
-    creator = "wireshark"
-    for ident, what in enumerate(meaning, start=1):
-        if ident not in answers:
-            continue
-        answer = answers[ident]
+    creator = ["wireshark"]
+
+    def take(ident: int, answer: bytes | None) -> None:
+        """One answer, made a bounded Dissection (or a note) at once: the raw JSON is not kept."""
+        what = meaning[ident - 1]
         kind, index = what[0], (what[1] if len(what) > 1 else None)
         try:
             reply = json.loads(answer) if answer is not None else None
@@ -404,12 +404,12 @@ def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, i
         if reply is None:
             result[index] = f"sharkd's dissection of frame {what[2]} is over {PDML_BYTES_MAX >> 20} MiB: left out" \
                 if kind == "frame" else "sharkd's answer is too long"
-            continue
+            return
         body = reply.get("result") if isinstance(reply, dict) else None
         problem = reply.get("error") if isinstance(reply, dict) else "not an answer"
         if kind == "info" and isinstance(body, dict):
             version = re.search(r"\d+\.\d+\.\d+", str(body.get("version", "")))
-            creator = f"wireshark/{version.group(0)}" if version else "wireshark"
+            creator[0] = f"wireshark/{version.group(0)}" if version else "wireshark"
         elif kind == "load":
             if isinstance(body, dict) and body.get("status") == "OK":
                 result[index] = []
@@ -417,9 +417,11 @@ def dissect_with_sharkd(path: str, files: dict[int, object], counts: dict[int, i
                 result[index] = f"sharkd could not read it: {_problem(problem)}"
         elif kind == "frame" and isinstance(result.get(index), list):
             if isinstance(body, dict) and "tree" in body:
-                result[index].append(_from_tree(body["tree"], what[2], creator))
+                result[index].append(_from_tree(body["tree"], what[2], creator[0]))
             else:
                 result[index] = f"sharkd failed on frame {what[2]}: {_problem(problem)}"
+
+    answers, _err = _sharkd_answers(path, request, len(meaning), timeout, take)
     # an index whose load or frames were not all answered is tshark's to finish, not a partial view
     for ident, what in enumerate(meaning, start=1):
         if ident not in answers and what[0] in ("load", "frame"):
