@@ -596,32 +596,30 @@ class Neighbors:
 
     def _ip(self, batch: PacketBatch, how: int, side: str) -> dict | None:
         """The (address, MAC) pairs of one side of the batch's IPv4 packets, each once with its packets counted:
-        grouped in one compiled pass (most packets of a batch repeat a pair seen a moment before)."""
+        picked and grouped in one compiled pass over the batch's columns (most packets of a batch repeat a pair
+        seen a moment before)."""
         bit = L_SRC_MAC if side == "src" else L_DST_MAC
-        layers = batch["layers"]
-        rows = np.flatnonzero((layers & np.uint32(L_IP4 | bit | L_TUNNEL)) == np.uint32(L_IP4 | bit))
-        mac = batch[f"{side}_mac"][rows]
-        address = (batch[f"{side}_ip_lo"][rows] & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
-        rows = rows[unicast_mac(mac) & unicast_ipv4(address) & (address != np.uint32(0xFFFF_FFFF))]
-        if len(rows) == 0:
-            return None
-        link = links(batch, rows)
-        hi, lo, mac = batch[f"{side}_ip_hi"][rows], batch[f"{side}_ip_lo"][rows], batch[f"{side}_mac"][rows]
-        ts = batch["ts_ns"][rows]
-        n = len(rows)
+        n = len(batch)
         size = 1 << max(1, int(2 * n - 1).bit_length())
         first, last, count = (np.empty(n, dtype=np.int64) for _ in range(3))
         low, high = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        groups = group_pairs(link, hi, lo, mac, ts, np.full(size, -1, dtype=np.int64),
-                             np.full(size, -1, dtype=np.int64), IP_ROWS_PER_MAC, first, last, count, low, high)
+        link = np.empty(n, dtype=np.uint32)
+        columns = [np.ascontiguousarray(batch[name]) for name in
+                   ("layers", "vlan_outer", "vlan_inner", f"{side}_mac", f"{side}_ip_hi", f"{side}_ip_lo", "ts_ns")]
+        groups = ipv4_pairs(*columns, np.uint32(bit), np.full(size, -1, dtype=np.int64),
+                            np.full(size, -1, dtype=np.int64), IP_ROWS_PER_MAC, link, first, last, count, low, high)
+        if groups == 0:
+            return None
         g = first[:groups]
+        link = link[:groups]
+        hi, lo, mac = columns[4][g], columns[5][g], columns[3][g]
         zero = np.zeros(groups, dtype=np.int64)
-        return {"key": mix64(link[g], hi[g], lo[g], mac[g], np.full(groups, how, dtype=np.uint8)),
-                "link": link[g], "ip_hi": hi[g], "ip_lo": lo[g], "mac": mac[g],
+        return {"key": mix64(link, hi, lo, mac, np.full(groups, how, dtype=np.uint8)),
+                "link": link, "ip_hi": hi, "ip_lo": lo, "mac": mac,
                 "how": np.full(groups, how, dtype=np.uint8), "count": count[:groups].copy(), "unsolicited": zero,
                 "mismatched": zero, "changes": zero, "damaged": zero, "damage": np.zeros(groups, dtype=np.uint8),
                 "first_ns": low[:groups].copy(), "last_ns": high[:groups].copy(),
-                "first_frame": batch["frame"][rows][g], "last_frame": batch["frame"][rows][last[:groups]]}
+                "first_frame": batch["frame"][g], "last_frame": batch["frame"][last[:groups]]}
 
     # ---- the table
     @property
@@ -713,18 +711,38 @@ class Neighbors:
         target = np.isin(rows["key"], after["row"][k][change])
         rows["changes"] = rows["changes"] + target
 
-@kernel("(u4[::1], u8[::1], u8[::1], u8[::1], i8[::1], i8[::1], i8[::1], i8, i8[::1], i8[::1], i8[::1], i8[::1], "
-        "i8[::1])")
-def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last, count, low, high):
-    """Group rows by (link, hi, lo, mac) in one pass: group g, numbered in order of first appearance, has its
-    first and last row, its row count and its lowest and highest time in first[g], last[g], count[g], low[g],
-    high[g]. A station (link, mac) keeps its first `per_station` addresses; rows of its others are left out.
-    `table` and `stations` are open-addressing tables of a power of two at least twice the rows, all -1.
-    Returns the number of groups."""
+@kernel("(u4[::1], u2[::1], u2[::1], u8[::1], u8[::1], u8[::1], i8[::1], u4, i8[::1], i8[::1], i8, u4[::1], "
+        "i8[::1], i8[::1], i8[::1], i8[::1], i8[::1])")
+def ipv4_pairs(layers, vlan_outer, vlan_inner, mac, hi, lo, ts, mac_bit, table, stations, per_station, link, first,
+               last, count, low, high):
+    """Group by (link, hi, lo, mac), in one pass, the rows of a batch that pair an IPv4 address with a MAC on
+    one side (`mac_bit`: the side's MAC layer bit; the columns are that side's): not tunnelled, a unicast MAC
+    (not zero, group bit clear) and an address a host may hold (unicast_ipv4, not 255.255.255.255). Group g,
+    numbered in order of first appearance, has its link (links()), its first and last row of the batch, its row
+    count and its lowest and highest time in link[g], first[g], last[g], count[g], low[g], high[g]. A station
+    (link, mac) keeps its first `per_station` addresses; rows of its others are left out. `table` and
+    `stations` are open-addressing tables of a power of two at least twice the rows, all -1. Returns the
+    number of groups. Picking and grouping in one pass reads each column once, where numpy steps would read
+    them a dozen times."""
     mask = np.uint64(len(table) - 1)
+    want = np.uint32(L_IP4) | mac_bit
     groups = 0
-    for i in range(len(link)):
-        station = (mac[i] * np.uint64(0xBF58476D1CE4E5B9)) ^ (np.uint64(link[i]) * np.uint64(0x94D049BB133111EB))
+    for i in range(len(layers)):
+        lay = layers[i]
+        if (lay & (want | np.uint32(L_TUNNEL))) != want:
+            continue
+        m = mac[i]
+        if m == 0 or ((m >> np.uint64(40)) & np.uint64(1)) != 0:
+            continue
+        address = lo[i] & np.uint64(0xFFFF_FFFF)
+        if address == 0 or address >= np.uint64(0xE000_0000):
+            continue
+        ln = np.uint32(0)
+        if (lay & np.uint32(L_VLAN)) != 0:
+            ln = np.uint32(vlan_outer[i]) << np.uint32(16)
+        if (lay & np.uint32(L_QINQ)) != 0:
+            ln |= np.uint32(vlan_inner[i])
+        station = (m * np.uint64(0xBF58476D1CE4E5B9)) ^ (np.uint64(ln) * np.uint64(0x94D049BB133111EB))
         h = hi[i] ^ (lo[i] * np.uint64(0x9E3779B97F4A7C15)) ^ station
         h ^= h >> np.uint64(31)
         h *= np.uint64(0xD6E8FEB86659FD93)
@@ -735,7 +753,7 @@ def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last
             if g < 0:
                 break
             j = first[g]
-            if link[j] == link[i] and lo[j] == lo[i] and mac[j] == mac[i] and hi[j] == hi[i]:
+            if link[g] == ln and lo[j] == lo[i] and mac[j] == m and hi[j] == hi[i]:
                 break
             slot = (slot + np.uint64(1)) & mask
         if g >= 0:
@@ -744,20 +762,21 @@ def group_pairs(link, hi, lo, mac, ts, table, stations, per_station, first, last
             low[g] = min(low[g], ts[i])
             high[g] = max(high[g], ts[i])
             continue
-        # a new address of this station: counted in `stations` (slot holds first row << 16 | addresses)
+        # a new address of this station: counted in `stations` (slot holds its first group << 16 | addresses)
         station ^= station >> np.uint64(29)
         s = station & mask
         while stations[s] >= 0:
-            j = stations[s] >> 16
-            if link[j] == link[i] and mac[j] == mac[i]:
+            k = stations[s] >> 16
+            if link[k] == ln and mac[first[k]] == m:
                 break
             s = (s + np.uint64(1)) & mask
-        if stations[s] < 0:
-            stations[s] = np.int64(i) << 16
-        if (stations[s] & 0xFFFF) >= per_station:
+        if (stations[s] & 0xFFFF) >= per_station and stations[s] >= 0:
             continue
+        if stations[s] < 0:
+            stations[s] = np.int64(groups) << 16
         stations[s] += 1
         table[slot] = groups
+        link[groups] = ln
         first[groups] = i
         last[groups] = i
         count[groups] = 1
