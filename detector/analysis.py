@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from . import engine
 from .detect.confidence import assess
+from .detect.detector import CaptureDrops
 from .detect.quality import CaptureQuality, one_direction
 from .detectors import AnalysisContext, Detector, DetectorFailure, DetectorSet, active_detectors
-from .detectors.base import CaptureDrops
 from .findings import Finding, bound_evidence, canonical_order
 from .flows import FlowTable
 from .incidents import Incident, correlate

@@ -61,7 +61,7 @@ class Frame:
         from scapy.config import conf
         from scapy.utils import EDecimal
 
-        from .detectors.base import load_dissectors
+        from .detect.display import load_dissectors
 
         cls = load_dissectors().l2types.get(self.linktype)
         try:
@@ -74,7 +74,7 @@ class Frame:
 
     def decoded(self) -> str:
         """scapy's one-line summary of the bytes (bounded: the text is from packets)."""
-        from .detectors.base import frame_summary
+        from .detect.display import frame_summary
 
         return frame_summary(self.data, self.linktype)
 

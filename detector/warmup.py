@@ -28,7 +28,7 @@ FIRST_COMPILE_S = 40
 # hashes, detectors): numba compiles one function at a time per process.
 KERNEL_MODULES = (
     ("detector.ingest.walk", "detector.decode.kernel", "detector.decode.addr", "detector.flows.export",
-     "detector.capfile", "detector.detectors.base", "detector.decode.app.vrrp",
+     "detector.capfile", "detector.detect.grouping", "detector.decode.app.vrrp",
      "detector.decode.app.ospf", "detector.decode.app.dhcp4", "detector.detect.quality"),
     ("detector.flows.kernel", "detector.flows.merge", "detector.flows.keys", "detector.flows.community_id",
      "detector.rss", "detector.detectors.mss_violation", "detector.decode.app.rip",

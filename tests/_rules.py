@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from detector.decode import decode
+from detector.detect.detector import AnalysisContext
 from detector.detectors import active_detectors
-from detector.detectors.base import AnalysisContext
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

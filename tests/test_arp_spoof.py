@@ -23,7 +23,7 @@ from scapy.all import (
 from detector.analysis import analyze
 from detector.decode import decode
 from detector.detect import neighbors as nb
-from detector.detectors.base import AnalysisContext
+from detector.detect.detector import AnalysisContext
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

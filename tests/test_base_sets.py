@@ -5,7 +5,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detector.detectors.base import append_ends, keep_ends, member, rank_by_key, repeated_rows
+from detector.detect.evidence import append_ends, keep_ends
+from detector.detect.grouping import member, rank_by_key, repeated_rows
 
 # small alphabets make repeats and hash collisions (keys equal modulo the table) likely; the extremes of uint64
 # and 0 are keys like any other

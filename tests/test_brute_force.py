@@ -65,8 +65,8 @@ def test_more_sessions_than_the_run_or_an_allowed_client_are_quiet(tmp_path, par
 
 
 def test_the_flow_tables_numbers_and_its_dataframe_view_give_the_same_finding():
+    from detector.detect.detector import AnalysisContext
     from detector.detectors import active_detectors
-    from detector.detectors.base import AnalysisContext
 
     result = analyze([CAPTURES / "brute-force-ftp.pcap"], rules(), label="view")
     from_view = AnalysisContext(flows=result.flows, stats=result.stats)

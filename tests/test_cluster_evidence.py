@@ -19,8 +19,8 @@ import detector.detectors  # noqa: F401  (registers every detector, so every fig
 from detector import cluster, commands
 from detector import report as report_package
 from detector.analysis import analyze
+from detector.detect.figure import ReportFigure
 from detector.detectors import pmtud_blackhole
-from detector.detectors.base import ReportFigure
 from detector.errors import UsageError
 from detector.report import evidence
 from detector.rules import load_rules

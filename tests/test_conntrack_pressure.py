@@ -10,8 +10,8 @@ import pytest
 
 from detector import analysis
 from detector.detect.conntrack import PROFILES, occupancy, parse_untracked
+from detector.detect.figure import TimeBins
 from detector.detectors import REGISTRY, AnalysisContext
-from detector.detectors.base import TimeBins
 from detector.errors import RuleError
 from detector.rules import explain_text, load_rules
 from detector.stats import CaptureStats

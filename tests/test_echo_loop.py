@@ -13,8 +13,9 @@ from detector import engine
 from detector.analysis import AnalysisState, conclude
 from detector.commands import analyze
 from detector.decode import decode
+from detector.detect.display import frame_summary
+from detector.detect.evidence import EVIDENCE_FRAMES_MAX
 from detector.detectors import AnalysisContext, active_detectors
-from detector.detectors.base import EVIDENCE_FRAMES_MAX, frame_summary
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

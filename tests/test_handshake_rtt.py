@@ -158,7 +158,7 @@ def test_figure_draws_p50_and_p90_the_finding_judged():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from detector.detectors.base import TimeBins
+    from detector.detect.figure import TimeBins
     analysis = analyze([str(JUMP)], {RULE: load_rules()[RULE]})
     [f] = analysis.findings
     [d] = [d for d in analysis.detectors if d.rule_id == RULE]

@@ -146,3 +146,15 @@ def test_no_rule_imports_another_rule_and_the_framework_imports_no_rule():
     upward = [(module, target) for module, edges in graph.items() if module.startswith(f"{PACKAGE}.detect.")
               for target in edges if target.startswith(f"{PACKAGE}.detectors")]
     assert not upward, upward
+
+
+def test_the_rules_room_holds_rule_modules_only():
+    # detector/detectors/ is one module per rule; the interface, the runner, grouping, figures and display
+    # helpers are the framework's (detector.detect), and the package's __init__ only loads the rules
+    rules = rule_modules()
+    others = sorted(_module_name(path, ROOT) for path in (ROOT / PACKAGE / "detectors").glob("*.py")
+                    if path.name != "__init__.py" and _module_name(path, ROOT) not in rules)
+    assert not others, others
+    init = ast.parse((ROOT / PACKAGE / "detectors" / "__init__.py").read_text(encoding="utf-8"))
+    defined = [node.name for node in init.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    assert not defined, defined

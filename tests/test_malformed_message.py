@@ -9,7 +9,8 @@ from scapy.layers.inet6 import ICMPv6ND_RA, ICMPv6NDOptSrcLLAddr
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors.base import EVIDENCE_FRAMES_MAX, AnalysisContext
+from detector.detect.detector import AnalysisContext
+from detector.detect.evidence import EVIDENCE_FRAMES_MAX
 from detector.findings import SEVERITY_RANK
 from detector.rules import load_rules
 from detector.stats import CaptureStats

@@ -25,8 +25,8 @@ from scapy.utils import PcapWriter
 
 from detector.analysis import analyze
 from detector.decode import decode
+from detector.detect.figure import TimeBins
 from detector.detectors import AnalysisContext, active_detectors, ospf_instability
-from detector.detectors.base import TimeBins
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

@@ -13,7 +13,7 @@ from scapy.layers.rip import RIP, RIPEntry
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors.base import AnalysisContext
+from detector.detect.detector import AnalysisContext
 from detector.rules import load_rules
 from detector.site import Site
 from detector.stats import CaptureStats

@@ -25,7 +25,7 @@ from scapy.layers.inet6 import IPv6
 from detector.analysis import analyze
 from detector.commands import analyze as analyze_to
 from detector.decode import decode
-from detector.detectors.base import AnalysisContext
+from detector.detect.detector import AnalysisContext
 from detector.detectors.rogue_dhcp import FORGED_SERVERS as FORGED
 from detector.detectors.rogue_dhcp import SAMPLE_SERVERS as SAMPLE
 from detector.site import Site

@@ -402,7 +402,7 @@ def test_a_long_capture_sums_neighbouring_bins_and_says_so():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from detector.detectors.base import TimeBins
+    from detector.detect.figure import TimeBins
 
     own = np.array([10, 11, 5_000], dtype=np.int64)                  # 100 ms bins over ~8 minutes
     counts = np.array([[3, 1], [0, 4], [2, 2]], dtype=np.int64)

@@ -2,7 +2,7 @@
 
 What a rule needs beyond its findings (the entity its alerts de-duplicate on,
 the report's figures, a reproducer script, live metrics) are hooks on its
-detector class (detectors/base.py), so adding a rule means adding its module,
+detector class (detect/detector.py), so adding a rule means adding its module,
 its rule file, its capture builder and its test. A module elsewhere that
 spells a rule id out ("rip-trigger" in an `if`, a table keyed by rule ids, a
 comment that explains one rule's case) is knowledge in the wrong place.

@@ -230,8 +230,8 @@ def test_the_report_figure_draws_attempts_and_targets():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from detector.detect.figure import TimeBins
     from detector.detectors import active_detectors
-    from detector.detectors.base import TimeBins
 
     result = analyze([CAPTURES / "scan-port-scan.pcap"], rules(), label="fig")
     (detector,) = active_detectors(rules())
@@ -255,8 +255,8 @@ def test_icmp_errors_are_answers_never_attempts(tmp_path):
 
 @pytest.mark.parametrize("name", ["scan-local-sweep.pcap", "session-storm-flood.pcap", "scan-near-misses.pcap"])
 def test_the_flow_tables_numbers_and_its_dataframe_view_give_the_same_findings(name):
+    from detector.detect.detector import AnalysisContext
     from detector.detectors import active_detectors
-    from detector.detectors.base import AnalysisContext
 
     both = {k: v for k, v in load_rules().items() if k in (RULE, "session-storm")}
     result = analyze([CAPTURES / name], both, label="view")

@@ -148,8 +148,8 @@ def test_the_report_figure_draws_new_flows_per_second():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from detector.detect.figure import TimeBins
     from detector.detectors import active_detectors
-    from detector.detectors.base import TimeBins
 
     result = analyze([CAPTURES / "session-storm-subscriber.pcap"], rules(), label="fig")
     (detector,) = active_detectors(rules())

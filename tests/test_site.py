@@ -21,8 +21,8 @@ import detector.site as site_module
 from detector.cli import main
 from detector.commands import analyze
 from detector.decode import decode
+from detector.detect.columns import ip_halves
 from detector.detectors import REGISTRY, DetectorSet, active_detectors
-from detector.detectors.base import ip_halves
 from detector.errors import RuleError
 from detector.ingest import open_capture
 from detector.live.window import SlidingWindow

@@ -367,7 +367,7 @@ def test_figure_draws_the_numbers_of_the_message():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from detector.detectors.base import TimeBins
+    from detector.detect.figure import TimeBins
     analysis = analyze([str(SPOOFED)], {RULE: load_rules()[RULE]})
     [f] = analysis.findings
     [detector] = [d for d in analysis.detectors if d.rule_id == RULE]

@@ -9,9 +9,10 @@ import pytest
 
 from detector.analysis import analyze
 from detector.decode import decode
+from detector.detect.detector import AnalysisContext
+from detector.detect.figure import TimeBins
 from detector.detectors import active_detectors
 from detector.detectors import unicast_flood as rule
-from detector.detectors.base import AnalysisContext, TimeBins
 from detector.ingest import read_captures
 from detector.rules import load_rules
 from detector.schema import PacketBatch

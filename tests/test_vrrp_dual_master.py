@@ -15,7 +15,8 @@ from scapy.utils import checksum
 
 from detector.analysis import analyze
 from detector.decode import decode
-from detector.detectors.base import AnalysisContext, TimeBins
+from detector.detect.detector import AnalysisContext
+from detector.detect.figure import TimeBins
 from detector.findings import SEVERITY_RANK
 from detector.rules import load_rules
 from detector.stats import CaptureStats

@@ -39,7 +39,7 @@ from ..schema import PROTO_ICMP, PROTO_ICMP6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, 
 from .columns import flow_time_ns, ip_halves, ip_text
 
 if TYPE_CHECKING:
-    from ..detectors.base import AnalysisContext
+    from .detector import AnalysisContext
 
 # A bare ACK, FIN or NULL probe is one or two packets (nmap sends one and retries once); a flow of more
 # such packets is an idle connection picked up mid-stream (keepalives), not a probe.

@@ -1,7 +1,7 @@
 """Flow-table and address columns as findings name them: times in ns, addresses from the schema's halves.
 
 Pure functions the rules and the shared models (detect.conntrack, detect.attempts...) read the flow table and
-write their messages with; the rules import them through detectors.base as before.
+write their messages with; the rules import them from detect.columns.
 """
 from __future__ import annotations
 

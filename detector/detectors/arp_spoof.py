@@ -77,22 +77,14 @@ import numpy as np
 
 from ..decode.addr import mac_to_str
 from ..detect import neighbors as nb
+from ..detect.columns import ip_text
+from ..detect.confidence import Basis
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.hashing import mix64
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Basis,
-    Detector,
-    Param,
-    Range,
-    check_merge,
-    evidence_frames,
-    ip_text,
-    mix64,
-    register,
-)
 
 LISTED = 6                 # addresses or MACs named in a message
 IPS_IN_EVIDENCE = 64

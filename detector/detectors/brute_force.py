@@ -47,22 +47,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.attempts import busiest_window, duration_text, flow_numbers, in_networks, most_open, parse_networks
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.hashing import mix64
 from ..findings import Finding
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import PROTO_TCP, TH_ACK, TH_FIN, TH_RST, TH_SYN
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    check_merge,
-    evidence_frames,
-    ip_text,
-    mix64,
-    register,
-)
 
 # The most payload one side of a try carries: a login exchange is a few hundred bytes (FTP, telnet, POP3), a
 # few kilobytes with a key exchange (SSH with post-quantum keys, RDP's TLS and CredSSP). More admits page

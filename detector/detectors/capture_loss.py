@@ -81,33 +81,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.columns import endpoint, flow_time_ns
+from ..detect.confidence import Basis
+from ..detect.detector import (
+    MIN_RATE_WINDOW_S,
+    AnalysisContext,
+    CaptureDrops,
+    Detector,
+    LiveCounter,
+    check_merge,
+    register,
+)
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import member
 from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import Finding, iso_time
 from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, SLOT_OVER, SLOT_SEGMENT
 from ..flows.merge import UNDECIDED, CutJoins
+from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range
 from ..schema import PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    MIN_RATE_WINDOW_S,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Basis,
-    CaptureDrops,
-    Detector,
-    LiveCounter,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    endpoint,
-    flow_time_ns,
-    member,
-    register,
-)
 
 # per-bin counters, the columns of the state: packets; ack events, gap events and snapped gap events of connections
 # whose opening the capture holds, and those of connections picked up mid-stream (judged alike, said apart); ack

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.columns import endpoint
 from ..detect.conntrack import (
     PROFILES,
     SERIES_POINTS,
@@ -44,25 +45,14 @@ from ..detect.conntrack import (
     occupancy,
     parse_untracked,
 )
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
 from ..errors import RuleError
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, RATIO, Param, Range
 from ..schema import PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    endpoint,
-    evidence_frames,
-    register,
-)
 
 
 @register

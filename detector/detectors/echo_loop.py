@@ -60,36 +60,18 @@ import ipaddress
 import numpy as np
 
 from ..decode.addr import mac_to_str
-from ..detect.state import empty_table
+from ..detect.columns import endpoint, flow_time_ns, ip_text
+from ..detect.detector import MIN_RATE_WINDOW_S, AnalysisContext, Detector, check_merge, register
+from ..detect.display import frame_summary
+from ..detect.evidence import CARRY_OVER_S, EVIDENCE_FRAMES_MAX, batch_tail
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import group_by, member, repeated_rows
+from ..detect.state import empty_table, fold_rows
 from ..findings import Finding
 from ..flows.community_id import community_id
+from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range
 from ..schema import IP, L_DST_MAC, L_ETHERTYPE, L_PORTS, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    CARRY_OVER_S,
-    EVIDENCE_FRAMES_MAX,
-    MIN_RATE_WINDOW_S,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    batch_tail,
-    check_merge,
-    endpoint,
-    flow_time_ns,
-    fold_rows,
-    frame_summary,
-    group_by,
-    ip_text,
-    member,
-    register,
-    repeated_rows,
-)
 
 # Bytes of a looping frame kept to show it decoded in the finding: every
 # header the summary shows fits; the rest of a large payload adds nothing.

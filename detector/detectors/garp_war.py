@@ -86,26 +86,17 @@ from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import ADVERTISEMENT, AUTH_DATA_BYTES, CENTISECONDS, HEADER_BYTES
 from ..detect import neighbors as nb
+from ..detect.confidence import Basis
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
 from ..detect.links import link_text, links_of
-from ..detect.state import concat_tables, empty_table, join_adjacent, take_rows
+from ..detect.state import concat_tables, empty_table, fold_rows, join_adjacent, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_ARP, L_SRC_MAC, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Basis,
-    Detector,
-    Param,
-    Range,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    mix64,
-    register,
-)
 
 ARP_REQUEST, ARP_REPLY = 1, 2            # RFC 826 opcodes
 GARP_WINDOW_S = 60                       # the burst window of the specification

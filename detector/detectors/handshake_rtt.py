@@ -40,24 +40,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..decode.addr import ip_to_str
+from ..detect.columns import flow_time_ns, ip_halves
+from ..detect.confidence import Basis
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Basis,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    flow_time_ns,
-    ip_halves,
-    register,
-)
 
 BIN_S = 10
 # ours: what "far longer than usual" means; a queue adds its delay to every handshake through it

@@ -68,23 +68,16 @@ import numpy as np
 
 from ..decode.addr import mac_to_str
 from ..detect import neighbors as nb
+from ..detect.columns import ip_text
+from ..detect.confidence import Basis
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import member
+from ..detect.hashing import mix64
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, Param, Range
 from ..site import NO_VLAN
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    AnalysisContext,
-    Basis,
-    Detector,
-    Param,
-    Range,
-    check_merge,
-    evidence_frames,
-    ip_text,
-    member,
-    mix64,
-    register,
-)
 
 LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")     # RFC 3927: configured by the host itself
 LINK_LOCAL6 = int(ipaddress.ip_network("fe80::/10").network_address) >> 64     # RFC 4291 2.5.6: the same, IPv6

@@ -52,24 +52,17 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4, dhcp6, nd, ospf, rip, vrrp
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
 from ..detect.links import link_text, links_of
-from ..detect.state import empty_table, take_rows
+from ..detect.state import empty_table, fold_rows, take_rows
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, Param
 from ..schema import L_DST_MAC, L_FRAG, L_SRC_MAC, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    AnalysisContext,
-    Detector,
-    Param,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    mix64,
-    register,
-)
 
 # the protocols judged (`proto` of a row): name, the table's reasons, whether the protocol demands TTL 255
 P_VRRP, P_CARP, P_RIP, P_RIPNG, P_OSPF, P_OSPFV2, P_OSPFV3, P_DHCP4, P_DHCP6, P_ND = range(1, 11)

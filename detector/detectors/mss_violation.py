@@ -35,32 +35,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu import kernel
+from ..detect.columns import endpoint, ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.display import match_flow
+from ..detect.evidence import append_ends, evidence_frames, keep_ends
+from ..detect.grouping import find_sorted, group_by, member
+from ..detect.hashing import mix64
+from ..detect.state import fold_rows
 from ..findings import Finding
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    append_ends,
-    check_merge,
-    endpoint,
-    evidence_frames,
-    find_sorted,
-    fold_rows,
-    group_by,
-    ip_text,
-    keep_ends,
-    match_flow,
-    member,
-    mix64,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 PMTUD_BLACKHOLE = "pmtud-blackhole"
 
 # Announcements kept: a SYN flood with MSS options must not grow the state

@@ -67,29 +67,17 @@ from ..cpu import kernel
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.ospf import DB_DESCRIPTION, HELLO, LS_ACK, LS_REQUEST, LS_UPDATE
-from ..detect.state import concat_tables, empty_table, take_rows
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames, keep_ends
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
+from ..detect.state import concat_tables, empty_table, fold_rows, take_rows
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, Param, Range
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    RATE_PPS,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    keep_ends,
-    mix64,
-    register,
-)
 
 DD_INIT, DD_MASTER = 0x4, 0x1                  # Database Description flags I and MS, RFC 2328 section A.3.3
 MAX_AGE_S = 3600                               # RFC 2328 appendix B: an LSA of this age is being flushed

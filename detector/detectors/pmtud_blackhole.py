@@ -54,7 +54,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..detect.columns import ip_halves, ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.display import match_flow
+from ..detect.evidence import append_ends, evidence_frames, keep_ends
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import find_sorted, group_by, member, rank_by_key
+from ..detect.hashing import mix64
+from ..detect.state import fold_rows
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import (
     IP,
     L_ICMP,
@@ -70,30 +79,6 @@ from ..schema import (
     PacketBatch,
 )
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    append_ends,
-    check_merge,
-    evidence_frames,
-    find_sorted,
-    fold_rows,
-    group_by,
-    ip_halves,
-    ip_text,
-    keep_ends,
-    match_flow,
-    member,
-    mix64,
-    rank_by_key,
-    register,
-)
 
 if TYPE_CHECKING:   # pandas loads only where a frame is built: it takes a third of a second to import
     import pandas as pd

@@ -68,23 +68,16 @@ from ..decode.app.rip import (
     RIPNG_PORT,
     WHOLE_MESSAGE_FAULTS,
 )
-from ..detect.state import empty_table
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
+from ..detect.state import empty_table, fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    AnalysisContext,
-    Detector,
-    Param,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    mix64,
-    register,
-)
 
 # RFC 2453 section 3.8: a router sends its whole table every 30 s and drops a route not heard for 180 s
 UPDATE_INTERVAL_S = 30

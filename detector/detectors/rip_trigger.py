@@ -44,27 +44,19 @@ from ..decode.app.rip import (
     VALID,
     VERDICTS,
 )
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
+from ..detect.state import fold_rows
 from ..errors import RuleError
 from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_DST_MAC, L_SRC_MAC, PacketBatch
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    mix64,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 ECHO_LOOP = "echo-loop"
 
 # the RIP multicast groups as the schema's 128-bit (hi, lo) values

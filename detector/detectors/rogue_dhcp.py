@@ -59,25 +59,17 @@ from ..decode.addr import mac_to_str
 from ..decode.app import dhcp4 as v4
 from ..decode.app import dhcp6 as v6
 from ..detect import sketch
-from ..detect.state import empty_table
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import find_sorted
+from ..detect.hashing import mix64
+from ..detect.state import empty_table, fold_rows
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    check_merge,
-    evidence_frames,
-    find_sorted,
-    fold_rows,
-    ip_text,
-    mix64,
-    register,
-)
 
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 NO_LEASE_MIN, NO_LEASE_MAX = np.uint32(0xFFFF_FFFF), np.uint32(0)

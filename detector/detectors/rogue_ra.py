@@ -70,24 +70,17 @@ from ..decode.app.nd import (
     RA_PREFERENCE_SHIFT,
     ROUTER_ADVERTISEMENT,
 )
-from ..detect.state import empty_table
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
+from ..detect.state import empty_table, fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    AnalysisContext,
-    Detector,
-    Param,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    mix64,
-    register,
-)
 
 LINK_LOCAL = (np.uint64(0xFE80 << 48), np.uint64(0xFFC0 << 48))     # fe80::/10: (value, mask) of the high half
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1

@@ -36,29 +36,16 @@ from numba import njit
 
 from ..cpu import kernel
 from ..decode.addr import mac_to_str
-from ..detect.state import empty_table
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import CARRY_OVER_S, batch_tail, evidence_frames
+from ..detect.grouping import group_by, member, repeated_rows
+from ..detect.hashing import mix64
+from ..detect.state import empty_table, fold_rows
 from ..findings import Finding
+from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    CARRY_OVER_S,
-    COUNT,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    batch_tail,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    member,
-    mix64,
-    register,
-    repeated_rows,
-)
 
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.

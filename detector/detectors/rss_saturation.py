@@ -34,36 +34,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..detect.columns import endpoint, ip_text
+from ..detect.detector import MIN_RATE_WINDOW_S, AnalysisContext, Detector, LiveCounter, check_merge, register
+from ..detect.evidence import evidence_frames, keep_ends
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import group_by, rank_by_key
+from ..detect.hashing import mix64
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
+from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range
 from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    MIN_RATE_WINDOW_S,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    LiveCounter,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    endpoint,
-    evidence_frames,
-    group_by,
-    ip_text,
-    keep_ends,
-    mix64,
-    rank_by_key,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 ECHO_LOOP = "echo-loop"
 
 NAMED_KEYS = {"microsoft": MICROSOFT_KEY, "symmetric": SYMMETRIC_KEY}

@@ -94,8 +94,14 @@ from ..detect.attempts import (
     parse_networks,
     service_text,
 )
+from ..detect.detector import MIN_RATE_WINDOW_S, AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.hashing import mix64
+from ..detect.state import fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..flows.view import FLOW_PROTO_NAMES
+from ..rules import ALERT_SECONDS, COUNT, RATIO, Param, Range
 from ..schema import (
     ICMP_ANY,
     IP,
@@ -108,23 +114,6 @@ from ..schema import (
     PacketBatch,
 )
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    MIN_RATE_WINDOW_S,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    mix64,
-    register,
-)
 
 # Flows a scan is counted over: bro-simple-scan forgets a scanner after 15 minutes without attempts; the
 # busiest 15-minute stretch is what the thresholds are held against.

@@ -50,23 +50,13 @@ from ..detect.attempts import (
     service_text,
 )
 from ..detect.conntrack import PROFILES, occupancy
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
 from ..errors import RuleError
 from ..findings import Finding, iso_time
+from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    register,
-)
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256

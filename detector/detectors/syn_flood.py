@@ -42,32 +42,20 @@ import dataclasses
 import numpy as np
 
 from ..detect import sketch
+from ..detect.columns import endpoint, flow_time_ns, ip_text
+from ..detect.confidence import Basis
+from ..detect.detector import AnalysisContext, Detector, LiveCounter, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import find_sorted
+from ..detect.hashing import mix64
+from ..detect.state import fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param
 from ..schema import L_TCP, TH_ACK, TH_RST, TH_SYN, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Basis,
-    Detector,
-    LiveCounter,
-    Param,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    endpoint,
-    evidence_frames,
-    find_sorted,
-    flow_time_ns,
-    fold_rows,
-    ip_text,
-    mix64,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 CAPTURE_LOSS = "capture-loss"
 
 # ntopng's former syn_flood default (ntop/ntopng scripts/lua/modules/check_definitions/host/syn_flood.lua, removed

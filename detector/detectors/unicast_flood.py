@@ -65,8 +65,13 @@ from numba import njit
 
 from ..cpu import kernel
 from ..decode.addr import mac_to_str
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, LiveCounter, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
 from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range
 from ..schema import (
     EPB_RX_MASK,
     EPB_RX_PROMISCUOUS,
@@ -79,25 +84,8 @@ from ..schema import (
     PacketBatch,
 )
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    COUNT,
-    RATE_PPS,
-    RATIO,
-    AnalysisContext,
-    Detector,
-    LiveCounter,
-    Param,
-    Range,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    ip_text,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 GARP_WAR = "garp-war"
 VRRP_DUAL_MASTER = "vrrp-dual-master"
 

@@ -65,28 +65,20 @@ import numpy as np
 from ..decode import app
 from ..decode.addr import mac_to_str
 from ..decode.app.vrrp import CENTISECONDS, CHECKSUM_AS_V2, CHECKSUM_GROUP_PSEUDO, CHECKSUM_RFC
+from ..detect.columns import ip_text
+from ..detect.detector import AnalysisContext, Detector, check_merge, register
+from ..detect.evidence import evidence_frames
+from ..detect.figure import ReportFigure, TimeBins
+from ..detect.grouping import group_by
+from ..detect.hashing import mix64
 from ..detect.links import link_text, links_of
-from ..detect.state import concat_tables, empty_table, join_adjacent, take_rows
+from ..detect.state import concat_tables, empty_table, fold_rows, join_adjacent, take_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
+from ..rules import ALERT_SECONDS, Param
 from ..schema import L_SRC_MAC, PacketBatch
 from ..units import NS
-from .base import (
-    ALERT_SECONDS,
-    AnalysisContext,
-    Detector,
-    Param,
-    ReportFigure,
-    TimeBins,
-    check_merge,
-    evidence_frames,
-    fold_rows,
-    group_by,
-    ip_text,
-    mix64,
-    register,
-)
 
-# the rules whose findings this one reads, by id (detectors.base.Detector.AFTER): no rule imports another
+# the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 GARP_WAR = "garp-war"
 
 VRRP_TTL = 255                       # RFC 3768 section 7.1, RFC 5798 section 7.1; OpenBSD CARP_DFLTTL

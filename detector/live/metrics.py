@@ -10,7 +10,7 @@
     detector_capture_restarts_total           captures restarted after a failure
     detector_capture_lag_seconds              wall clock minus the newest packet's time at the last batch
     detector_<counter>_total                  what a rule counts in every batch, per label value
-                                              (detectors.base.LiveCounter; the RSS rule counts packets per
+                                              (detect.detector.LiveCounter; the RSS rule counts packets per
                                               receive queue of its NIC model: detector_rss_queue_packets)
     detector_<counter>_per_second             the same over the last second
     detector_open_findings                    entities with an open alert, per rule

@@ -122,7 +122,7 @@ def _warm_up(rules, site) -> None:
     frame summary) and the evidence writer would otherwise load or compile
     on the first real packets, delaying the first alert by seconds.
     """
-    from ..detectors.base import frame_summary
+    from ..detect.display import frame_summary
 
     # Ethernet, IPv4 10.0.0.1 -> 10.0.0.2, UDP 520 -> 520 with 16 zero bytes: a RIP probe, which wakes
     # the RIP and loop detectors' paths too

@@ -31,9 +31,9 @@ import copy
 from collections import deque
 
 from ..analysis import Analysis, AnalysisState, conclude
+from ..detect.detector import CaptureDrops
 from ..detect.quality import CaptureQuality
 from ..detectors import DetectorFailure, DetectorSet
-from ..detectors.base import CaptureDrops
 from ..flows import FlowTable
 from ..stats import CaptureStats
 

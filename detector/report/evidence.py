@@ -4,7 +4,7 @@ and gathers what the report draws.
 Frames are picked by number (np.isin on the batch's frame column), never by
 re-matching packets, so the evidence is exactly what the detector saw. The
 records are copied byte for byte with their original timestamps. What a
-rule needs beyond that, its detector says (detectors.base): its figures,
+rule needs beyond that, its detector says (detect.detector): its figures,
 fed every batch of this pass, and a replay script for a finding's frame.
 """
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..capfile import Segment, capture_format, write_records
-from ..detectors.base import Detector, ReportFigure, TimeBins, frame_summary
+from ..detect.detector import Detector
+from ..detect.display import frame_summary
+from ..detect.figure import ReportFigure, TimeBins
 from ..engine import decoded_batches
 from ..findings import Finding
 from ..output import EVIDENCE, OutputDir

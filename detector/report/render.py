@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..detectors.base import endpoint
+from ..detect.columns import endpoint
 from ..findings import Finding, iso_time
 from ..rules import Rule
 from .evidence import EvidenceResult

@@ -1,6 +1,6 @@
 """Writes a short scapy script that rebuilds a finding's frame (a probe) from its bytes, to test a fix in a lab.
 
-A rule asks for it through its detector's REPRODUCES (detectors.base).
+A rule asks for it through its detector's REPRODUCES (detect.detector).
 
 The script never sends unless --send is given: by default it prints what it
 would send. The frame travels as hex, so no packet byte lands in Python
@@ -12,7 +12,8 @@ import ipaddress
 import re
 from pathlib import Path
 
-from ..detectors.base import ip_text, load_dissectors
+from ..detect.columns import ip_text
+from ..detect.display import load_dissectors
 from ..output import OutputDir
 
 SCRIPT = '''#!/usr/bin/env python3
