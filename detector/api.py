@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import engine, packet_view
+from . import engine, packet_query, packet_view
 from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
 from .errors import UsageError
@@ -203,8 +204,8 @@ def _kept(first):
 
 class _PacketColumns:
     """Consumer that keeps the packet table's columns `names` of every batch, only the rows `where` keeps (a
-    pandas query string over the packet columns, or a callable from a batch's frame to a boolean mask): one
-    batch's columns at a time are built, so memory holds what is kept.
+    packet_query.Where, or a callable from a batch's frame to a boolean mask): one batch's columns at a time
+    are built, so memory holds what is kept.
 
     The engine reads for it in batches of FRAME_BATCH_PACKETS, so what is in flight (decoded batches, the
     capture's mapped pages) stays small beside what is kept. Fixed-width columns are kept in blocks of their
@@ -219,8 +220,8 @@ class _PacketColumns:
         self.names = list(names)
         self.where = where
         built = self.names
-        if isinstance(where, str):
-            built = list(dict.fromkeys([*self.names, *packet_view.referenced(where)]))
+        if isinstance(where, packet_query.Where):
+            built = list(dict.fromkeys([*self.names, *where.columns]))
         self.built = built
         self.needs_fingerprint = "fingerprint" in built
         self.kept: dict[str, object] = {}
@@ -231,9 +232,9 @@ class _PacketColumns:
         arrays = packet_view.arrays_of(packet_view.batch_columns(batch, self.built, extra), self.built)
         if self.where is not None:
             part = pd.DataFrame(arrays, copy=False)
-            keep = part.eval(self.where) if isinstance(self.where, str) else self.where(part)
             # a comparison with a field the packet lacks is <NA>: not kept
-            keep = pd.array(keep, dtype="boolean").fillna(False).to_numpy(dtype=bool)
+            keep = self.where.mask(part) if isinstance(self.where, packet_query.Where) else \
+                pd.array(self.where(part), dtype="boolean").fillna(False).to_numpy(dtype=bool)
             arrays = {name: arrays[name][keep] for name in self.names}
         for name in self.names:
             if name not in self.kept:
@@ -377,12 +378,23 @@ class Capture:
 
     def packets_frame(self, columns=None, where=None) -> pd.DataFrame:
         """The packet table's `columns` (default all) of the packets `where` keeps, read batch by batch so
-        that memory holds only what is asked for: `where` is a pandas query string over any packet columns
-        (`"proto == 'tcp' and dest_port == 443"`; the columns it names need not be among `columns`) or a
-        callable from a batch's frame of `columns` to a boolean mask."""
+        that memory holds only what is asked for.
+
+        `where` is a pandas query string over any packet columns (`"proto == 'tcp' and dest_port == 443"`;
+        the columns it names need not be among `columns`; `@name` is a variable of the caller), read before
+        the capture is (detector.packet_query: names of text columns compared in any case, a number as its
+        name, `proto == 6` as `proto == 'tcp'`), or a callable from a batch's frame of `columns` to a boolean
+        mask. A column the table does not have, here or in `where`, raises QueryError (a ValueError) naming it
+        and the column that holds what was meant (Wireshark's `tcp.port`, `ip.src`, ... included)."""
         names = packet_view.check_names(packet_view.COLUMNS if columns is None else
                                         ([columns] if isinstance(columns, str) else columns))
-        if where is not None and not isinstance(where, str) and not callable(where):
+        if isinstance(where, str):
+            scope = {}
+            if "@" in where:    # the caller's variables, as DataFrame.query sees them
+                caller = sys._getframe(1)
+                scope = {**caller.f_globals, **caller.f_locals}
+            where = packet_query.compile_where(where, scope)
+        elif where is not None and not callable(where):
             raise UsageError("where: a query string or a callable")
         consumer = _PacketColumns(RssModel(queues=DEFAULT_QUEUES), names, where)
         engine.run(self.paths, [consumer], label="packets", batch_packets=FRAME_BATCH_PACKETS)

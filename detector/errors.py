@@ -4,6 +4,8 @@
      ├── CaptureError           an unreadable capture (file, byte offset, reason)
      ├── RuleError              a broken rule file (file, key, reason)
      └── UsageError             a bad command line or option value
+          └── QueryError        a notebook query naming no column of its table, or not an
+                                expression (also a ValueError, as pandas' own query errors)
 
 Anything else that escapes is a bug in the project, not the user's mistake.
 The exit statuses are here too, for the commands and `watch` alike; cli.py's
@@ -11,8 +13,8 @@ docstring says when each is given.
 """
 from __future__ import annotations
 
-__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS",
-           "EXIT_RULE_FAILED"]
+__all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "QueryError", "EXIT_OK", "EXIT_BAD_INPUT",
+           "EXIT_FINDINGS", "EXIT_RULE_FAILED"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -54,3 +56,8 @@ class RuleError(DetectorError):
 
 class UsageError(DetectorError):
     """A command line or API call that asks for something impossible."""
+
+
+class QueryError(UsageError, ValueError):
+    """A notebook query (`columns=`, `where=`, `by=`) that names a column the table does not have, or is not an
+    expression: its message names what is wrong and what to write instead."""

@@ -6,7 +6,9 @@ small vocabularies (protocol, ARP operation, tunnel kind, SLL packet type) as
 categoricals, every other field a nullable integer or boolean that is <NA>
 where the packet does not carry it (its layer bit is clear), never a made-up
 0. `COLUMNS` documents each column (what it is, its unit); `LAYERS` names the
-bits of the raw `layers` column for `has()`.
+bits of the raw `layers` column for `has()`. `OTHER_NAMES` says which column
+holds what Wireshark (or Zeek, or scapy) calls a field, for the error that
+names a column the table does not have (`check_names`).
 
 `frame_of(batch, names)` builds the named columns of one decoded batch, so a
 reader can keep only what a question needs, batch by batch (api.Capture.
@@ -14,14 +16,15 @@ packets_frame): the decoder is the engine's, never a second parser.
 """
 from __future__ import annotations
 
+import difflib
 import functools
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .decode.addr import ip_text_codes, mac_to_str
+from .errors import QueryError
 from .schema import (
     IP,
     IP_DF,
@@ -206,20 +209,62 @@ def sources(names) -> set[str]:
     return out
 
 
+_BOTH_PORTS = "src_port or dest_port (src_port == 80 or dest_port == 80)"
+_BOTH_IPS = "src_ip or dest_ip (src_ip == '10.0.0.1' or dest_ip == '10.0.0.1')"
+_BOTH_MACS = "src_mac or dest_mac"
+_FLAG_BITS = ("tcp_flags (9 bits: NS CWR ECE URG ACK PSH RST SYN FIN); one flag with a callable: "
+              "where=lambda p: p.tcp_flags & 0x002 > 0 (SYN)")
+# What Wireshark's display filters (and Zeek's conn.log, scapy) call the fields of the packet table: the hint of
+# the error naming a column the table does not have. Wireshark's tcp.seq and tcp.ack are relative to the
+# connection's first; the table's are the raw numbers (tcp.seq_raw).
+OTHER_NAMES = {
+    "frame.number": "frame", "frame.time": "time", "frame.time_epoch": "time", "frame.len": "wirelen",
+    "frame.cap_len": "caplen", "frame.interface_id": "iface", "eth.src": "src_mac", "eth.dst": "dest_mac",
+    "eth.addr": _BOTH_MACS, "eth.type": "ethertype", "sll.pkttype": "pkt_type", "vlan.id": "vlan",
+    "ip.src": "src_ip", "ip.dst": "dest_ip", "ip.addr": _BOTH_IPS, "ipv6.src": "src_ip", "ipv6.dst": "dest_ip",
+    "ipv6.addr": _BOTH_IPS, "ip.version": "ip_version", "ip.proto": "proto", "ipv6.nxt": "proto", "ip.ttl": "ttl",
+    "ipv6.hlim": "ttl", "ip.id": "ip_id", "ip.len": "ip_len", "ip.flags.df": "ip_df", "ip.flags.mf": "ip_mf",
+    "ip.frag_offset": "frag_offset", "ipv6.flow": "flow_label", "tcp.port": _BOTH_PORTS, "udp.port": _BOTH_PORTS,
+    "sctp.port": _BOTH_PORTS, "tcp.srcport": "src_port", "udp.srcport": "src_port", "sctp.srcport": "src_port",
+    "tcp.dstport": "dest_port", "udp.dstport": "dest_port", "sctp.dstport": "dest_port", "tcp.flags": _FLAG_BITS,
+    "tcp.seq": "tcp_seq (the raw number, Wireshark's tcp.seq_raw)", "tcp.seq_raw": "tcp_seq",
+    "tcp.ack": "tcp_ack (the raw number, Wireshark's tcp.ack_raw)", "tcp.ack_raw": "tcp_ack",
+    "tcp.window_size_value": "tcp_window", "tcp.options.mss_val": "tcp_mss", "tcp.options.wscale.shift": "tcp_wscale",
+    "tcp.options.timestamp.tsval": "tcp_tsval", "tcp.options.timestamp.tsecr": "tcp_tsecr", "tcp.len": "payload_len",
+    "icmp.type": "icmp_type", "icmpv6.type": "icmp_type", "icmp.code": "icmp_code", "icmpv6.code": "icmp_code",
+    "icmp.mtu": "icmp_mtu", "icmpv6.mtu": "icmp_mtu", "arp.opcode": "arp_op", "arp.src.hw_mac": "arp_sha",
+    "arp.src.proto_ipv4": "arp_spa", "arp.dst.hw_mac": "arp_tha", "arp.dst.proto_ipv4": "arp_tpa",
+    "id.orig_h": "src_ip", "id.resp_h": "dest_ip", "id.orig_p": "src_port", "id.resp_p": "dest_port",
+    "sport": "src_port", "dport": "dest_port",
+}
+# Names close enough to a column's (difflib's ratio) to be offered as what was meant.
+NEAREST_CUTOFF = 0.6
+
+
+def unknown_column(name: str) -> str:
+    """What to write instead of `name`, a column the packet table does not have: the column holding Wireshark's
+    (or Zeek's, scapy's) field of that name, the layer test for a protocol's name, else the nearest columns."""
+    if name in OTHER_NAMES:
+        return f"no packet column '{name}': here that is {OTHER_NAMES[name]}"
+    if name.startswith("tcp.flags."):
+        return f"no packet column '{name}': here that is {_FLAG_BITS}"
+    layer = name.lower()
+    if layer in LAYERS and layer not in COLUMNS:
+        keep = f"proto == '{layer}' keeps its packets; " if layer in PROTO_NAMES.values() else ""
+        return f"no packet column '{name}': {layer} is a layer, not a column: {keep}Capture.has('{layer}') reads it"
+    nearest = difflib.get_close_matches(name.replace(".", "_"), COLUMNS, n=3, cutoff=NEAREST_CUTOFF)
+    hint = f" (nearest: {', '.join(nearest)})" if nearest else ""
+    return f"no packet column '{name}'{hint}; Capture.describe() lists the columns"
+
+
 def check_names(names) -> list[str]:
-    """`names` as a list, each a packet column; a ValueError names the unknown ones."""
+    """`names` as a list, each a packet column; a QueryError names the first unknown one and what to write
+    instead."""
     names = list(names)
     unknown = [n for n in names if n not in COLUMNS]
     if unknown:
-        raise ValueError(f"no packet column {', '.join(map(repr, unknown))} "
-                         f"(known: {', '.join(COLUMNS)})")
+        raise QueryError(unknown_column(str(unknown[0])))
     return names
-
-
-def referenced(expression: str) -> list[str]:
-    """The packet columns a query expression names (its identifiers that are columns), in table order."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression))
-    return [name for name in COLUMNS if name in words]
 
 
 def frame_of(cols: dict[str, np.ndarray], names) -> pd.DataFrame:

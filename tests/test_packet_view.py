@@ -1,7 +1,9 @@
 """The notebook's packet table: every decoded column, typed, <NA> where the packet lacks the field, against
-tshark on real and bundled captures; projection and filtering batch by batch; layers by name."""
+tshark on real and bundled captures; projection and filtering batch by batch; where= read before the capture,
+its mistakes named; layers by name."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,7 @@ from pandas.testing import assert_frame_equal
 
 import detector
 from detector import api, engine, packet_view
-from detector.errors import UsageError
+from detector.errors import QueryError, UsageError
 from detector.schema import PACKET_COLUMNS, RAW_COLUMNS
 from tests._rules import batch_of, rows
 
@@ -251,6 +253,98 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     assert called["frame"].tolist() == [f for f in whole["frame"] if f % 2 == 0]
     with pytest.raises(ValueError, match="no packet column 'dst_port'"):
         capture.packets_frame(["dst_port"])
+
+
+@pytest.mark.parametrize("columns, where, says", [
+    # the issue's three: a name pandas does not know, `=`, and (below) a protocol's name in capitals
+    (["time"], "dst_port == 80", ["no packet column 'dst_port'", "nearest: dest_port, src_port"]),
+    (["time"], "dest_port = 80", ["`=` assigns", "dest_port == 80"]),
+    (["time"], "tcp.port == 80", ["'tcp.port'", "src_port or dest_port"]),
+    (["time"], "ip.src == 10.0.0.1", ["'ip.src'", "that is src_ip"]),
+    (["time"], "eth.dst == 'ff:ff:ff:ff:ff:ff'", ["'eth.dst'", "that is dest_mac"]),
+    (["time"], "frame.len > 1000", ["'frame.len'", "that is wirelen"]),
+    (["time"], "udp.srcport == 53 and dest_port == 53", ["'udp.srcport'", "that is src_port"]),
+    (["time"], "tcp.flags.syn == 1", ["'tcp.flags.syn'", "tcp_flags", "lambda"]),
+    (["time"], "id.resp_h == '10.0.0.1'", ["'id.resp_h'", "dest_ip"]),
+    (["time"], "tcp", ["'tcp'", "a layer", "proto == 'tcp'", "Capture.has('tcp')"]),
+    (["time"], "proto == 'tpc'", ["proto has no value 'tpc'", "icmp, tcp, udp, icmpv6"]),
+    (["time"], "dest_port == 80 && proto == 'tcp'", ["write `and`"]),
+    (["time"], "src_ip == 10.0.0.1", ["quote the address: '10.0.0.1'"]),
+    (["time"], "dest_port is None", ["dest_port.isna()"]),
+    (["time"], "dest_port == 'http'", ["dest_port is a number"]),
+    (["time"], "src_ip == '10.0.0'", ["'10.0.0' is not an IP address for src_ip"]),
+    (["time"], "src_mac == '02:00:5e'", ["not a MAC address"]),
+    (["time"], "time > 'yesterday-ish'", ["'yesterday-ish' is not a time"]),
+    (["time"], "dest_port + 1", ["not a condition"]),
+    (["time"], "proto < 'tcp'", ["proto < 'tcp'", "Unordered Categoricals"]),
+    (["time"], "dest_port == @absent", ["@absent is no variable"]),
+    (["dst_port", "time"], None, ["no packet column 'dst_port' (nearest: dest_port"]),
+    (["ip.dst"], None, ["no packet column 'ip.dst': here that is dest_ip"]),
+])
+def test_a_mistake_in_where_or_columns_is_one_line_saying_what_to_write(monkeypatch, columns, where, says):
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the capture was read before the query was checked")
+
+    monkeypatch.setattr(engine, "run", no_reading)
+    with pytest.raises(QueryError) as caught:
+        detector.open(CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng").packets_frame(columns, where=where)
+    message = str(caught.value)
+    # one ValueError (pandas' own query errors are) of the project's user errors, one line
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, UsageError)
+    assert "\n" not in message and message.startswith("where: " if where else "no packet column")
+    for text in says:
+        assert text in message
+
+
+def test_where_reads_names_addresses_and_times_as_the_table_spells_them():
+    path = CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng"
+    capture = detector.open(path)
+    whole = capture.packets
+    mac, ip = "02:00:5e:10:00:80", "2001:db8:10::80"
+    middle = whole["time"].iloc[len(whole) // 2]
+    cases = {
+        # the findings spell a protocol TCP, the packets tcp: either reads the same packets, as a number does
+        "proto == 'TCP'": whole["proto"] == "tcp",
+        "proto == 6": whole["proto"] == "tcp",
+        "proto != 'Tcp'": whole["proto"] != "tcp",
+        "proto in ['TCP', 'ICMPv6'] and dest_port == 443": whole["proto"].isin(["tcp", "icmpv6"])
+        & (whole["dest_port"] == 443),
+        f"src_mac == '{mac.upper().replace(':', '-')}'": whole["src_mac"] == mac,
+        "src_ip == '2001:DB8:10:0:0:0:0:80'": whole["src_ip"] == ip,
+        f"dest_ip in ['{ip.upper()}'] or src_ip == '2001:db8:77::23'": whole["dest_ip"].isin([ip])
+        | (whole["src_ip"] == "2001:db8:77::23"),
+        f"time >= '{middle.tz_localize(None).isoformat()}'": whole["time"] >= middle,
+        f"time < '{middle.tz_convert('Europe/Paris').isoformat()}'": whole["time"] < middle,
+    }
+    for where, expected in cases.items():
+        expected = expected.fillna(False).astype(bool)
+        # the columns where= reads need not be among those asked for
+        got = capture.packets_frame(["frame"], where=where)
+        assert 0 < len(got) < len(whole), where
+        assert got["frame"].tolist() == whole.loc[expected.to_numpy(), "frame"].tolist(), where
+    port = 443
+    assert capture.packets_frame(["frame"], where="dest_port == @port")["frame"].tolist() == \
+        whole.loc[(whole["dest_port"] == port).fillna(False).to_numpy(), "frame"].tolist()
+
+
+def test_a_findings_protocol_selects_its_packets():
+    capture = detector.open(CAPTURES / "pmtud-blackhole-ipv4.pcapng")
+    proto = capture.findings["proto"].iloc[0]
+    assert proto == "TCP"       # findings.json's spelling (Suricata's EVE)
+    whole = capture.packets
+    got = capture.packets_frame(["frame"], where="proto == @proto")
+    assert 0 < len(got) == int((whole["proto"] == "tcp").sum())
+
+
+def test_the_wireshark_names_of_the_hints_are_wireshark_fields(tshark):
+    listed = subprocess.run([tshark.path, "-G", "fields"], capture_output=True, text=True, check=True).stdout
+    fields = {line.split("\t")[2] for line in listed.splitlines() if line.startswith("F\t")}
+    dotted = [name for name in packet_view.OTHER_NAMES if "." in name and not name.startswith("id.")]
+    assert len(dotted) > 40
+    assert [name for name in dotted if name not in fields] == []
+    # and every hint names columns of the table
+    for hint in packet_view.OTHER_NAMES.values():
+        assert hint.split(" ")[0] in packet_view.COLUMNS
 
 
 @pytest.mark.parametrize("count", [5, 200, 40_000])
