@@ -61,6 +61,9 @@ FRAME_BATCH_PACKETS = 1 << 12
 # A kept fixed-width column grows in blocks of this many bytes at most, each its own memory map: the table is
 # made a block at a time, so it holds one block twice, not a column.
 BLOCK_BYTES = 4 << 20
+# Time bins a notebook figure (plot.rate, plot.rss_queues) draws at most: a bin width asked of a capture of years
+# must not allocate billions of them; a million is more than a screen's pixels.
+PLOT_BINS_MAX = 1_000_000
 
 def _own_memory(nbytes: int) -> np.ndarray:
     """`nbytes` bytes in an anonymous private memory map of their own, whose pages go back to the system when
@@ -584,7 +587,9 @@ class CaptureFinding:
 
 
 class _Plots:
-    """Figures of a Capture (matplotlib; each returns the Axes it drew on)."""
+    """Figures of a Capture (matplotlib; each returns the Axes it drew on). Time runs on a date axis in UTC,
+    its ticks as concise as the span allows (a second's read 00:00:01, a multi-year capture's 2021, 2022: never
+    seconds counted in 1e8); legends stay inside the figure."""
 
     def __init__(self, capture: Capture):
         self._capture = capture
@@ -594,8 +599,24 @@ class _Plots:
         if ax is None:
             import matplotlib.pyplot as plt
 
-            _fig, ax = plt.subplots(figsize=(9, 3))
+            # constrained layout keeps the axis labels and tick labels inside the figure
+            _fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
         return ax
+
+    @staticmethod
+    def _date_axis(ax) -> None:
+        """Dates (UTC) on the x axis: matplotlib's concise formatter, its date written once beside the ticks."""
+        import matplotlib.dates as mdates
+
+        locator = mdates.AutoDateLocator(tz="UTC")
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz="UTC"))
+        ax.set_xlabel("time (UTC)")
+
+    @staticmethod
+    def _dates(start_ns: int, offsets_ns: np.ndarray) -> np.ndarray:
+        """Times `offsets_ns` after `start_ns` as datetime64 (UTC, as the table's times), for the date axis."""
+        return (np.int64(start_ns) + np.asarray(offsets_ns, dtype=np.int64)).astype("datetime64[ns]")
 
     def _report_bins(self, times: pd.Series):
         """The report's time axis over `times` (report.evidence.time_bins: whole milliseconds, at most 600 bins):
@@ -611,38 +632,49 @@ class _Plots:
         return f"packets/s ({width} bins)"
 
     def timeline(self, bins: int | None = None, ax=None):
-        """Packets per second over the capture, with each finding's first-to-last interval shaded: on the report's
-        time axis (its traffic panel, the same bins; `bins`: that many equal bins instead). The y label says the
-        bin width: a rate over 10 ms bins peaks higher than one over 1 s bins."""
+        """Packets per second over the capture, with each finding's first-to-last interval shaded (a colour and
+        a legend entry per rule): on the report's time axis (its traffic panel, the same bins; `bins`: that many
+        equal bins instead). The y label says the bin width: a rate over 10 ms bins peaks higher than one over
+        1 s bins."""
         ax = self._axes(ax)
         packets = self._capture.packets
         if len(packets) == 0:
             return ax
-        start = packets["time"].min()
-        seconds = (packets["time"] - start).dt.total_seconds().to_numpy()
+        ns = packets["time"].astype("int64").to_numpy()
+        start = int(ns.min())
         if bins is None:
             axis = self._report_bins(packets["time"])
-            width = axis.width_s
-            counts = axis.counts(packets["time"].astype("int64").to_numpy())
-            lefts = axis.starts_s
+            width_ns = axis.bin_ns
+            counts = axis.counts(ns)
+            lefts_ns = np.arange(axis.count, dtype=np.int64) * axis.bin_ns
         else:
-            counts, edges = np.histogram(seconds, bins=bins)
-            width = max(edges[1] - edges[0], 1e-9)
-            lefts = edges[:-1]
-        ax.step(lefts, counts / width, where="post", lw=1)
+            counts, edges = np.histogram(ns - start, bins=bins)
+            width_ns = max(int(edges[1] - edges[0]), 1)
+            lefts_ns = edges[:-1].astype(np.int64)
+        width_s = width_ns / 1e9
+        ax.step(self._dates(start, lefts_ns), counts / width_s, where="post", lw=1, color="#333", label="packets")
+        colors = {}
         for _, f in self._capture.findings.iterrows():
-            if pd.notna(f["first_seen"]):
-                ax.axvspan((f["first_seen"] - start).total_seconds(), (f["last_seen"] - start).total_seconds()
-                           + width, alpha=0.25, color="#d33", label=f["rule"])
-        ax.set_xlabel(f"seconds after {start}")
-        ax.set_ylabel(self._rate_label(width))
+            if pd.isna(f["first_seen"]):
+                continue
+            rule = str(f["rule"])
+            new = rule not in colors
+            colors.setdefault(rule, f"C{len(colors) % 10}")
+            first, last = f["first_seen"].value - start, f["last_seen"].value - start + width_ns
+            ax.axvspan(*self._dates(start, [first, last]), alpha=0.25, color=colors[rule],
+                       label=rule if new else None)
+        self._date_axis(ax)
+        ax.set_ylabel(self._rate_label(width_s))
+        if colors:
+            ax.legend(title="findings", fontsize="small", loc="upper right", ncols=min(len(colors) + 1, 4))
         return ax
 
     def rate(self, by: str | None = None, bin_s: float | None = None, top: int = 8, ax=None):
         """Packets per second over time, one line per value of the packet column `by` ("src_mac", "dest_ip",
         "proto", "vlan", ...; None: all packets): the `top` busiest values, the rest summed as "other", packets
         without the field left out. Reads only the time and `by` columns (Capture.packets_frame). `bin_s`: the
-        bin width in seconds; None: the report's and timeline()'s, so the same second shows the same rate."""
+        bin width in seconds (at most PLOT_BINS_MAX bins over the capture); None: the report's and
+        timeline()'s, so the same second shows the same rate."""
         ax = self._axes(ax)
         if (bin_s is not None and bin_s <= 0) or top < 1:
             raise UsageError("rate: bin_s must be > 0 and top >= 1")
@@ -653,15 +685,19 @@ class _Plots:
             return ax
         # the axis starts at the capture's first packet, as timeline()'s and the report's
         start = frame["time"].min()
+        span_ns = frame["time"].max().value - start.value
         if bin_s is None:
             bin_s = self._report_bins(frame["time"]).width_s
+        bin_ns = max(round(float(bin_s) * 1e9), 1)        # whole nanoseconds, as the report's bins count
+        if span_ns // bin_ns + 1 > PLOT_BINS_MAX:
+            raise UsageError(f"rate: bin_s={bin_s:g} makes {span_ns // bin_ns + 1:,} bins over this capture's "
+                             f"{span_ns / 1e9:,.0f} s; at most {PLOT_BINS_MAX:,}: a wider bin_s")
         if by is not None:
             frame = frame[frame[by].notna()]
         if len(frame) == 0:
             return ax
-        bin_ns = max(round(float(bin_s) * 1e9), 1)        # whole nanoseconds, as the report's bins count
         bins = (frame["time"].astype("int64").to_numpy() - start.value) // bin_ns
-        x = np.arange(bins.max() + 1) * bin_s
+        x = self._dates(start.value, np.arange(bins.max() + 1, dtype=np.int64) * bin_ns)
         if by is None:
             series = {"all packets": np.bincount(bins, minlength=len(x))}
         else:
@@ -676,28 +712,40 @@ class _Plots:
         for label, counts in series.items():
             ax.step(x, counts / bin_s, where="post", lw=1, label=label)
         if by is not None:
-            ax.legend(title=by, fontsize="small", loc="upper right")
-        ax.set_xlabel(f"seconds after {start}")
+            ax.legend(title=by, fontsize="small", loc="upper right", ncols=min(len(series), 4))
+        self._date_axis(ax)
         ax.set_ylabel(self._rate_label(bin_s))
         return ax
 
     def rss_queues(self, bin_ms: float = 100.0, ax=None):
-        """Heat map of each receive queue's share of the packets per time bin (RSS model, default key)."""
+        """Heat map of each receive queue's share of the packets per time bin of `bin_ms` (RSS model, default
+        key; at most PLOT_BINS_MAX bins over the capture)."""
+        import matplotlib.dates as mdates
+
         ax = self._axes(ax)
+        if bin_ms <= 0:
+            raise UsageError("rss_queues: bin_ms must be > 0")
         packets = self._capture.packets
         ip = packets[packets["rss_queue"].notna()]
         if len(ip) == 0:
             return ax
-        t = (ip["time"] - ip["time"].min()).dt.total_seconds().to_numpy()
-        bins = (t // (bin_ms / 1000)).astype(np.int64)
+        ns = ip["time"].astype("int64").to_numpy()
+        start = int(ns.min())
+        bin_ns = max(round(bin_ms * 1e6), 1)
+        count = (int(ns.max()) - start) // bin_ns + 1
+        if count > PLOT_BINS_MAX:
+            raise UsageError(f"rss_queues: bin_ms={bin_ms:g} makes {count:,} bins over this capture; at most "
+                             f"{PLOT_BINS_MAX:,}: a wider bin_ms")
+        bins = (ns - start) // bin_ns
         queue = ip["rss_queue"].to_numpy(dtype=np.int64)
-        counts = np.zeros((bins.max() + 1, DEFAULT_QUEUES))
+        counts = np.zeros((count, DEFAULT_QUEUES))
         np.add.at(counts, (bins, queue), 1)
         share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+        left, right = mdates.date2num(self._dates(start, [0, count * bin_ns]))
         image = ax.imshow(share.T, aspect="auto", origin="lower", vmin=0, vmax=1, interpolation="nearest",
-                          extent=(0, len(share) * bin_ms / 1000, -0.5, DEFAULT_QUEUES - 0.5))
+                          extent=(left, right, -0.5, DEFAULT_QUEUES - 0.5))
         ax.figure.colorbar(image, ax=ax, label="share of packets")
-        ax.set_xlabel("seconds")
+        self._date_axis(ax)
         ax.set_ylabel("receive queue")
         return ax
 

@@ -16,6 +16,15 @@ matplotlib.use("Agg")
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """pyplot keeps every figure a plot draws until closed: close them after each test."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def test_public_names_are_curated():
     assert detector.__all__ == ["open", "Capture", "DetectorError", "CaptureError", "RuleError", "UsageError"]
     for name in detector.__all__:
@@ -104,12 +113,76 @@ def test_timeline_and_rate_show_one_rate_for_a_second_as_the_report_does(tshark)
     axis = time_bins(int(ns.min()), int(ns.max()))
     assert axis.width_s < 1                          # a short capture: the report's bins are milliseconds
     assert np.array_equal(line.get_ydata(), rate.get_ydata())
-    assert np.array_equal(line.get_xdata(), rate.get_xdata()) and np.array_equal(line.get_xdata(), axis.starts_s)
+    # on a date axis: each bin's start as a time, the report's bins
+    starts = (axis.start_ns + np.arange(axis.count, dtype=np.int64) * axis.bin_ns).astype("datetime64[ns]")
+    assert np.array_equal(line.get_xdata(), rate.get_xdata()) and np.array_equal(line.get_xdata(), starts)
     assert float(np.sum(line.get_ydata())) * axis.width_s == pytest.approx(tshark.count(path, "frame"))
     assert line.axes.get_ylabel() == rate.axes.get_ylabel() == f"packets/s ({axis.width_s * 1e3:g} ms bins)"
     # asked for 1 s bins, rate says so, and its peak second is lower than a millisecond bin's
     wide, = capture.plot.rate(bin_s=1.0).lines
     assert wide.axes.get_ylabel() == "packets/s (1 s bins)" and wide.get_ydata().max() < line.get_ydata().max()
+
+
+def _capture_of_years(path: Path) -> None:
+    """Three packets a week (HTTP, DNS, HTTPS from three hosts) for five years, from 2019-03-01 (UTC)."""
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    start = pd.Timestamp("2019-03-01", tz="UTC")
+    packets = []
+    for day in range(0, 5 * 365, 7):
+        for k, layer in enumerate((TCP(dport=80), UDP(dport=53), TCP(dport=443))):
+            packet = Ether() / IP(src=f"10.0.0.{k + 1}", dst="10.0.1.1") / layer
+            packet.time = (start + pd.Timedelta(days=day, seconds=k)).timestamp()
+            packets.append(packet)
+    wrpcap(str(path), packets)
+
+
+def _inside(artist, figure) -> bool:
+    box, page = artist.get_window_extent(), figure.bbox
+    return page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+
+
+def test_a_capture_of_years_has_dates_on_its_axis_and_its_legend_inside_the_figure(tmp_path):
+    """A multi-year capture's axis read "1e8" (seconds after the first packet) and its legend was cut off."""
+    path = tmp_path / "years.pcap"
+    _capture_of_years(path)
+    capture = detector.open(path)
+    first, last = capture.packets["time"].min(), capture.packets["time"].max()
+    for ax in (capture.plot.timeline(), capture.plot.rate(by="dest_port"), capture.plot.rss_queues(bin_ms=86_400_000)):
+        figure = ax.figure
+        figure.canvas.draw()
+        ticks = [label.get_text() for label in ax.get_xticklabels()]
+        offset = ax.xaxis.get_offset_text().get_text()
+        assert not any("1e" in text or "e+" in text for text in [*ticks, offset]), (ticks, offset)
+        assert {"2020", "2021", "2022", "2023"} <= set(ticks), ticks
+        assert ax.get_xlabel() == "time (UTC)" and _inside(ax.xaxis.label, figure)
+        left, right = matplotlib.dates.num2date(ax.get_xlim())
+        assert left <= first < last <= right and (last - first).days > 4 * 365
+        if ax.lines:
+            # the first bin starts at the first packet, as a time
+            assert ax.lines[0].get_xdata()[0] == np.datetime64(first.tz_localize(None))
+    legend = capture.plot.rate(by="src_ip").get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    legend.figure.canvas.draw()
+    assert _inside(legend, legend.figure)
+    # a bin width that would make billions of bins over five years is refused, not allocated
+    with pytest.raises(UsageError, match="bins over this capture"):
+        capture.plot.rate(bin_s=0.001)
+    with pytest.raises(UsageError, match="bins over this capture"):
+        capture.plot.rss_queues(bin_ms=1)
+
+
+def test_the_timeline_names_each_rule_once_in_a_legend_inside_the_figure():
+    capture = detector.open(CAPTURES / "echo-loop-rip-ipv4.pcapng")
+    ax = capture.plot.timeline()
+    rules = list(dict.fromkeys(capture.findings["rule"]))
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["packets", *rules]
+    assert len({patch.get_facecolor() for patch in ax.patches}) == len(rules)
+    ax.figure.canvas.draw()
+    assert _inside(legend, ax.figure)
 
 
 def test_application_tables_as_dataframes(tmp_path):
