@@ -599,8 +599,9 @@ class _Plots:
         if ax is None:
             import matplotlib.pyplot as plt
 
-            # constrained layout keeps the axis labels and tick labels inside the figure
-            _fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
+            # the tight layout keeps the axis labels and tick labels inside the figure at each draw; a user's
+            # own fig.tight_layout() after it is the same engine (the constrained one refuses it with a colorbar)
+            _fig, ax = plt.subplots(figsize=(9, 3), layout="tight")
         return ax
 
     @staticmethod

@@ -100,7 +100,7 @@ def compile_where(source: str, scope: dict | None = None) -> Where:
 
 def _python_text(source: str) -> tuple[str, list[str]]:
     """`source` with each `@name` made a plain name (Python reads `@` as an operator), and the names; a
-    QueryError for `=` where `==` is meant, and for Wireshark's `&&`, `||`, `!`."""
+    QueryError for `=` where `==` is meant, and for Wireshark's `&&` and `||`."""
     tokens = _tokens(source)
     lines = source.splitlines(keepends=True) or [""]
     edits = []      # (row, column) of each `@` to replace by _LOCAL
@@ -233,7 +233,12 @@ class _Checker(ast.NodeTransformer):
         if isinstance(node.func, ast.Name):     # one of pandas' functions (abs, sqrt, ...): pandas checks it
             node.args = [self.visit(arg) for arg in node.args]
             return node
-        return self.generic_visit(node)
+        node = self.generic_visit(node)
+        func = node.func
+        column = _column_of(func.value) if isinstance(func, ast.Attribute) else None
+        if column is not None and func.attr == "isin" and node.args:    # proto.isin(['TCP']): proto in ['TCP']
+            node.args[0] = self._spelled(column, node.args[0], ast.In())
+        return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         node = self.generic_visit(node)

@@ -152,6 +152,7 @@ def test_a_capture_of_years_has_dates_on_its_axis_and_its_legend_inside_the_figu
     first, last = capture.packets["time"].min(), capture.packets["time"].max()
     for ax in (capture.plot.timeline(), capture.plot.rate(by="dest_port"), capture.plot.rss_queues(bin_ms=86_400_000)):
         figure = ax.figure
+        figure.tight_layout()       # what a notebook does next (postmortem.ipynb), colorbar or not
         figure.canvas.draw()
         ticks = [label.get_text() for label in ax.get_xticklabels()]
         offset = ax.xaxis.get_offset_text().get_text()

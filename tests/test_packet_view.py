@@ -307,6 +307,7 @@ def test_where_reads_names_addresses_and_times_as_the_table_spells_them():
         "proto == 'TCP'": whole["proto"] == "tcp",
         "proto == 6": whole["proto"] == "tcp",
         "proto != 'Tcp'": whole["proto"] != "tcp",
+        "proto.isin(['TCP'])": whole["proto"] == "tcp",
         "proto in ['TCP', 'ICMPv6'] and dest_port == 443": whole["proto"].isin(["tcp", "icmpv6"])
         & (whole["dest_port"] == 443),
         f"src_mac == '{mac.upper().replace(':', '-')}'": whole["src_mac"] == mac,
