@@ -157,7 +157,7 @@ def _syntax_message(source: str, exc: SyntaxError) -> str:
     """What is wrong with an expression Python cannot read: the common Wireshark habits first."""
     bare = _outside_strings(source, _tokens(source))
     for dotted in _DOTTED.findall(bare):
-        if dotted.split(".")[0] not in packet_view.COLUMNS and not re.fullmatch(r"[\d.]+", dotted):
+        if _foreign(dotted):
             return f"where: {packet_view.unknown_column(dotted)}"
     address = _BARE_ADDRESS.search(bare)
     if address:
@@ -186,6 +186,14 @@ def _check_on_no_rows(where: Where) -> None:
     result = where.evaluate(packet_view.frame_of(empty, where.columns))
     if not isinstance(result, pd.Series) or not pd.api.types.is_bool_dtype(result.dtype):
         raise QueryError(f"where: {where.source!r} is not a condition (true or false for each packet)")
+
+
+def _foreign(dotted: str) -> bool:
+    """Whether `a.b.c` is a field of another tool's (Wireshark's frame.len, tcp.port), not a column's attribute
+    (src_ip.str.startswith) or a variable's (@limits.max)."""
+    if dotted in packet_view.OTHER_NAMES or dotted.startswith("tcp.flags."):
+        return True
+    return dotted.split(".")[0] not in packet_view.COLUMNS and not dotted.startswith(_LOCAL)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -223,8 +231,7 @@ class _Checker(ast.NodeTransformer):
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         dotted = _dotted(node)
-        if dotted is not None and (dotted in packet_view.OTHER_NAMES or dotted.startswith("tcp.flags.") or (
-                dotted.split(".")[0] not in packet_view.COLUMNS and not dotted.startswith(_LOCAL))):
+        if dotted is not None and _foreign(dotted):
             self.unknown.append(dotted)     # tcp.port, frame.len: a Wireshark field, not a column's method
             return node
         return self.generic_visit(node)

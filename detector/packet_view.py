@@ -212,8 +212,9 @@ def sources(names) -> set[str]:
 _BOTH_PORTS = "src_port or dest_port (src_port == 80 or dest_port == 80)"
 _BOTH_IPS = "src_ip or dest_ip (src_ip == '10.0.0.1' or dest_ip == '10.0.0.1')"
 _BOTH_MACS = "src_mac or dest_mac"
-_FLAG_BITS = ("tcp_flags (9 bits: NS CWR ECE URG ACK PSH RST SYN FIN); one flag with a callable: "
-              "where=lambda p: p.tcp_flags & 0x002 > 0 (SYN)")
+# pandas' query reads `&` as `and`: a bit is tested with // and % (SYN, 0x002: tcp_flags // 2 % 2 == 1)
+_FLAG_BITS = ("tcp_flags (9 bits: NS CWR ECE URG ACK PSH RST SYN FIN); SYN set: tcp_flags // 2 % 2 == 1, "
+              "RST (0x004): tcp_flags // 4 % 2 == 1")
 # What Wireshark's display filters (and Zeek's conn.log, scapy) call the fields of the packet table: the hint of
 # the error naming a column the table does not have. Wireshark's tcp.seq and tcp.ack are relative to the
 # connection's first; the table's are the raw numbers (tcp.seq_raw).

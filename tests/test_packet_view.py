@@ -264,7 +264,7 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     (["time"], "eth.dst == 'ff:ff:ff:ff:ff:ff'", ["'eth.dst'", "that is dest_mac"]),
     (["time"], "frame.len > 1000", ["'frame.len'", "that is wirelen"]),
     (["time"], "udp.srcport == 53 and dest_port == 53", ["'udp.srcport'", "that is src_port"]),
-    (["time"], "tcp.flags.syn == 1", ["'tcp.flags.syn'", "tcp_flags", "lambda"]),
+    (["time"], "tcp.flags.syn == 1", ["'tcp.flags.syn'", "tcp_flags", "tcp_flags // 2 % 2 == 1"]),
     (["time"], "id.resp_h == '10.0.0.1'", ["'id.resp_h'", "dest_ip"]),
     (["time"], "tcp", ["'tcp'", "a layer", "proto == 'tcp'", "Capture.has('tcp')"]),
     (["time"], "proto == 'tpc'", ["proto has no value 'tpc'", "icmp, tcp, udp, icmpv6"]),
@@ -326,6 +326,11 @@ def test_where_reads_names_addresses_and_times_as_the_table_spells_them():
     port = 443
     assert capture.packets_frame(["frame"], where="dest_port == @port")["frame"].tolist() == \
         whole.loc[(whole["dest_port"] == port).fillna(False).to_numpy(), "frame"].tolist()
+    # the flag test the hint for Wireshark's tcp.flags.syn gives
+    syn = (whole["tcp_flags"].fillna(0).astype(int) & 0x002) > 0
+    assert 0 < syn.sum() < len(whole)
+    assert capture.packets_frame(["frame"], where="tcp_flags // 2 % 2 == 1")["frame"].tolist() == \
+        whole.loc[syn.to_numpy(), "frame"].tolist()
 
 
 def test_a_findings_protocol_selects_its_packets():
