@@ -751,7 +751,8 @@ class _Plots:
         return ax
 
     def segments(self, flow, mtu: int | None = None, ax=None):
-        """Payload size of each packet of one flow (a row index of .flows or a community_id) vs the MSS/MTU."""
+        """Payload size of each packet of one flow (a row index of .flows or a community_id) over time, vs the
+        MSS/MTU."""
         ax = self._axes(ax)
         flows = self._capture.flows
         if isinstance(flow, str):
@@ -765,20 +766,22 @@ class _Plots:
                    & (packets["src_port"] == row["src_port"]) & (packets["dest_port"] == row["dest_port"]))
         backward = ((packets["src_ip"] == row["dest_ip"]) & (packets["dest_ip"] == row["src_ip"])
                     & (packets["src_port"] == row["dest_port"]) & (packets["dest_port"] == row["src_port"]))
-        start = row["first_seen"]
+        import matplotlib.dates as mdates
+
         for mask, label in ((forward.fillna(False), "src -> dest"), (backward.fillna(False), "dest -> src")):
             part = packets[mask.to_numpy(dtype=bool)]
-            ax.plot((part["time"] - start).dt.total_seconds(), part["payload_len"].astype("float"), ".",
-                    label=label)
+            ax.plot(self._dates(0, part["time"].astype("int64").to_numpy()), part["payload_len"].astype("float"),
+                    ".", label=label)
+        first = mdates.date2num(self._dates(row["first_seen"].value, [0]))[0]
         for name in ("src_mss", "dest_mss"):
             if int(row[name]):
                 ax.axhline(int(row[name]), ls="--", lw=1, color="grey")
-                ax.annotate(f"{name} {int(row[name])}", (0, int(row[name])), fontsize=8)
+                ax.annotate(f"{name} {int(row[name])}", (first, int(row[name])), fontsize=8)
         if mtu:
             ax.axhline(mtu - 40, ls=":", color="#d33", label=f"MTU {mtu} - 40")
-        ax.set_xlabel("seconds after the flow's first packet")
+        self._date_axis(ax)
         ax.set_ylabel("payload bytes")
-        ax.legend()
+        ax.legend(fontsize="small", loc="best")
         return ax
 
 

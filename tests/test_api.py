@@ -90,8 +90,12 @@ def test_plots_draw():
     flows = capture.flows
     tcp = flows.index[flows["proto"] == "tcp"][0]
     ax = capture.plot.segments(flows.loc[tcp, "community_id"], mtu=1400)
-    plotted = sum(len(line.get_xdata()) for line in ax.lines if line.get_linestyle() == "None")
+    points = [line for line in ax.lines if line.get_linestyle() == "None"]
+    plotted = sum(len(line.get_xdata()) for line in points)
     assert plotted == flows.loc[tcp, "src2dst_packets"] + flows.loc[tcp, "dst2src_packets"]
+    # on the date axis too: the flow's first packet at its time
+    first = min(line.get_xdata().min() for line in points if len(line.get_xdata()))
+    assert first == np.datetime64(flows.loc[tcp, "first_seen"].tz_localize(None)) and ax.get_xlabel() == "time (UTC)"
     with pytest.raises(UsageError):
         capture.plot.segments("1:no-such-flow")
     assert isinstance(flows, pd.DataFrame)
