@@ -94,7 +94,7 @@ def test_a_rule_keeps_its_signature_id_across_captures():
     assert all(len(found) == 1 for found in ids.values()), ids
     by_rule = {rule: found.pop() for rule, found in ids.items()}
     assert len(set(by_rule.values())) == len(by_rule)
-    # fixed for good: these numbers are in SIEMs' saved searches (README, "findings.jsonl")
+    # fixed for good: SIEMs keep these numbers in saved searches and suppressions
     assert by_rule["arp-spoof"] == 1_990_001 and by_rule["scan"] == 1_990_019
     assert by_rule["syn-flood"] == 1_990_021 and by_rule["vrrp-dual-master"] == 1_990_023
 
@@ -131,3 +131,13 @@ def test_findings_jsonl_holds_each_alert_beside_its_finding(tmp_path):
     (probe,) = [a for a in pairs[::2] if a["alert"]["signature_id"] == SID_BASE + SIGNATURES["rip-trigger"].number]
     assert probe["timestamp"] == "2026-01-01T00:00:01.500000+0000" and probe["proto"] == "UDP"
     assert probe["dest_port"] == 520 and "incident:incident-1" in probe["alert"]["metadata"]["tag"]
+
+
+def test_the_readme_example_is_the_line_we_write():
+    readme = (HERE.parent / "README.md").read_text()
+    section = readme[readme.index("### findings.jsonl: EVE for Suricata's tools"):]
+    start = section.index("```json\n") + len("```json\n")
+    example = json.loads(section[start:section.index("\n```", start)])
+    (snapshot,) = [p for p in SNAPSHOTS if p.name == "echo-loop-rip-ipv4.pcapng.json"]
+    (written,) = [event for record, event in _alerts(snapshot) if record["rule"] == "rip-trigger"]
+    assert example == written and _problems(example) == []
