@@ -35,6 +35,16 @@ def _problems(event: dict) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path)) or '(line)'}: {e.message}" for e in VALIDATOR.iter_errors(event)]
 
 
+def alert_problems(findings_jsonl: Path) -> list[str]:
+    """What Suricata's schema finds wrong with the alert lines of a findings.jsonl, each with its line number;
+    test_snapshots.py asks it of every bundled capture's file as `analyze` wrote it."""
+    events = [json.loads(line) for line in findings_jsonl.read_text().splitlines()]
+    alerts = [(n, event) for n, event in enumerate(events, 1) if event["event_type"] == "alert"]
+    problems = [f"line {n}: {p}" for n, event in alerts for p in _problems(event)]
+    findings = sum(event["event_type"] == "finding" for event in events)
+    return problems + ([] if len(alerts) == findings else [f"{len(alerts)} alert lines for {findings} findings"])
+
+
 def _alerts(snapshot: Path) -> list[tuple[dict, dict]]:
     """(findings.json record, alert line) for every finding of one bundled capture's stored findings.json."""
     document = json.loads(snapshot.read_text())["findings.json"]
@@ -53,6 +63,15 @@ def test_the_schema_extract_is_a_schema_and_refuses_what_we_wrote_before():
     # metadata takes only the keys Suricata's schema lists
     assert _problems({"timestamp": "2026-01-01T00:00:01.500000+0000", "event_type": "alert",
                       "alert": {"metadata": {"rule": ["scan"]}}})
+
+
+def test_alert_problems_names_the_line_and_a_finding_without_its_alert(tmp_path):
+    path = tmp_path / "findings.jsonl"
+    path.write_text('{"timestamp":"2026-01-01T00:00:01.500000Z","event_type":"alert"}\n'
+                    '{"timestamp":"2026-01-01T00:00:01.500000+0000","event_type":"finding","finding":{}}\n'
+                    '{"timestamp":"2026-01-01T00:00:02.500000+0000","event_type":"finding","finding":{}}\n')
+    (timestamp, count) = alert_problems(path)
+    assert timestamp.startswith("line 1: timestamp: ") and count == "1 alert lines for 2 findings"
 
 
 def test_the_snapshots_cover_every_rule():
@@ -125,6 +144,7 @@ def test_findings_jsonl_holds_each_alert_beside_its_finding(tmp_path):
     pairs = events[:2 * len(findings)]
     assert [e["event_type"] for e in pairs] == ["alert", "finding"] * len(findings)
     assert {e["event_type"] for e in events[2 * len(findings):]} == {"incident"}
+    assert alert_problems(tmp_path / "findings.jsonl") == []
     for record, alert, finding in zip(document["findings"], pairs[::2], pairs[1::2]):
         assert alert == alert_event(record, str(capture)) and _problems(alert) == []
         assert finding["finding"] == record and finding["timestamp"] == alert["timestamp"]
