@@ -152,7 +152,7 @@ def test_info_and_both_reports_show_the_faults_first(tmp_path):
     assert html.index("What is wrong with the capture") < html.index("Capture summary")
     assert "confidence: low (the rule said medium; low confidence keeps it at low)" in html
     eve = [json.loads(line) for line in (tmp_path / "findings.jsonl").read_text().splitlines()]
-    assert eve[0]["finding"]["confidence"] == "low"
+    assert eve[1]["finding"]["confidence"] == "low" and "confidence:low" in eve[0]["alert"]["metadata"]["tag"]
 
 
 @pytest.mark.parametrize("name", ["quality-appended.pcap", "quality-fuzzed.pcap", "loss-snaplen-96.pcap"])

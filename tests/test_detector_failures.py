@@ -114,9 +114,9 @@ def test_analyze_writes_the_other_rules_findings_and_exits_4(tmp_path):
 
     events = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]
     # the loop without its probe is an incident of its own
-    assert [e["event_type"] for e in events] == ["finding", "incident", "failure"]
-    assert events[1]["incident"]["root_cause"]["rule"] == "echo-loop"
-    assert events[2]["failure"] == failure
+    assert [e["event_type"] for e in events] == ["alert", "finding", "incident", "failure"]
+    assert events[2]["incident"]["root_cause"]["rule"] == "echo-loop"
+    assert events[3]["failure"] == failure and events[3]["timestamp"].endswith("+0000")
     markdown = (out / "report.md").read_text()
     assert "## Rules that did not run to the end" in markdown
     assert "rip-trigger failed: its findings may be missing" in markdown

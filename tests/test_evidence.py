@@ -56,18 +56,22 @@ def test_tshark_reads_the_stated_count_with_original_timestamps(analyzed, tshark
 def test_findings_jsonl_is_eve_shaped(analyzed):
     capture, out, findings = analyzed
     lines = (out / "findings.jsonl").read_text().splitlines()
-    # the findings, then their incident: the probe that starts the loop, in the probe's EVE header
-    assert len(lines) == len(findings) + 1
+    # each finding's alert and finding lines, then their incident: the probe that starts the loop, in the
+    # probe's EVE header; times as Suricata writes them (+0000 where findings.json says Z)
+    assert len(lines) == 2 * len(findings) + 1
     incident = json.loads(lines[-1])
     (probe,) = [f for f in findings if f.rule == "rip-trigger"]
     assert incident["event_type"] == "incident" and incident["incident"]["id"] == "incident-1"
     assert incident["incident"]["root_cause"] == {"rule": "rip-trigger", "identifier": probe.identifier}
     assert incident["src_ip"] == probe.src_ip and incident["dest_port"] == 520
-    assert incident["timestamp"] == probe.to_json()["first_seen"] and incident["pcap_filename"] == str(capture)
-    for line, f in zip(lines, findings):
-        event = json.loads(line)
+    assert incident["timestamp"] == probe.to_json()["first_seen"].replace("Z", "+0000")
+    assert incident["pcap_filename"] == str(capture)
+    for alert_line, line, f in zip(lines[0::2], lines[1::2], findings):
+        alert, event = json.loads(alert_line), json.loads(line)
+        assert alert["event_type"] == "alert" and alert["alert"]["signature"] == f.title
+        assert alert["timestamp"] == event["timestamp"] and alert["src_ip"] == f.src_ip
         assert event["event_type"] == "finding"
-        assert event["timestamp"] == f.to_json()["first_seen"]
+        assert event["timestamp"] == f.to_json()["first_seen"].replace("Z", "+0000")
         assert event["src_ip"] == f.src_ip and event["dest_ip"] == f.dest_ip
         assert event["proto"] == f.proto and event["community_id"] == f.community_id
         assert event["pcap_filename"] == str(capture)

@@ -75,11 +75,14 @@ def test_to_json_names_findings_by_rule_and_identifier(two):
 
 def test_eve_has_one_incident_line_beside_the_findings(two):
     events = [json.loads(line) for line in eve_lines(two.findings, str(TWO), (), two.incidents).splitlines()]
-    assert [e["event_type"] for e in events] == ["finding"] * 5 + ["incident"] * 2
-    incident = events[5]
+    assert [e["event_type"] for e in events] == ["alert", "finding"] * 5 + ["incident"] * 2
+    incident = events[10]
     assert incident["incident"]["id"] == "incident-1" and incident["src_ip"] == "198.18.44.201"
     assert incident["dest_port"] == 520 and incident["pcap_filename"] == str(TWO)
-    assert all(e["finding"]["incident_id"] in ("incident-1", "incident-2") for e in events[:5])
+    assert all(e["finding"]["incident_id"] in ("incident-1", "incident-2") for e in events[1:10:2])
+    # each alert names its finding's incident among its tags, as Suricata's schema allows
+    for alert, finding in zip(events[0:10:2], events[1:10:2]):
+        assert f"incident:{finding['finding']['incident_id']}" in alert["alert"]["metadata"]["tag"]
 
 
 class _Halves:

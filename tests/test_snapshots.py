@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from detector.commands import analyze
+from tests.test_eve import alert_problems
 from tests.test_manifest import site_file
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -47,6 +48,8 @@ def _snapshot(out_dir: Path) -> dict:
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["file"] for e in MANIFEST])
 def test_findings_equal_the_snapshot(entry, tmp_path):
     analyze([CAPTURES / entry["file"]], tmp_path, site_file=site_file(entry))
+    # findings.jsonl as written: every alert line valid under Suricata's schema, one per finding (test_eve.py)
+    assert alert_problems(tmp_path / "findings.jsonl") == []
     got = _snapshot(tmp_path)
     path = SNAPSHOTS / f"{entry['file']}.json"
     if UPDATE:

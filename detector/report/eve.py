@@ -1,47 +1,153 @@
-"""findings.jsonl: one line per finding in the shape of Suricata's EVE JSON, for SIEMs that already ingest EVE.
+"""findings.jsonl: the findings as Suricata EVE JSON lines, for the tools that already ingest EVE (EveBox,
+Kibana's Suricata dashboards, Wazuh), with no parser of their own.
 
-Each line carries EVE's top-level keys (timestamp, event_type, src_ip,
-dest_ip, src_port, dest_port, proto, community_id, pcap_filename) and the
-whole finding under "finding", as an EVE "alert" carries its alert object.
-Each incident (detector.incidents) follows as one line of event_type
-"incident", its header taken from its root cause and the incident under
-"incident"; its findings' lines carry its id as finding.incident_id.
-A rule that failed during the run adds one line of event_type "failure"
-with the record under "failure" (what findings.json lists under "failures"),
-so a SIEM that reads only this file still learns that findings may be missing.
+Each finding gives two lines, in this order:
+
+- an `alert` line in Suricata's own shape, valid under Suricata's etc/schema.json (tests/data/ holds the
+  extract tests/test_eve.py checks it against): EVE's header (timestamp, event_type "alert", src_ip,
+  src_port, dest_ip, dest_port, proto as Suricata names it, community_id, pcap_filename, `ether` with the
+  MACs) and an `alert` object: action "allowed" (we watch, we never block), gid 1, the rule's fixed
+  signature_id and rev (SIGNATURES), the rule's title as signature, a category of Suricata's
+  classification.config, severity 1-3 (Suricata's: 1 is the worst), and metadata. Suricata's schema allows
+  only its listed metadata keys, so the rule, the confidence and the incident travel as `tag` values
+  ("rule:syn-flood", "confidence:high", "incident:incident-1") beside the tag "detector", and the finding's
+  own severity word as `signature_severity`;
+- a `finding` line: the same header and the whole finding under "finding" (richer than an alert: the
+  message, the evidence, the confidence's reasons; not a key of Suricata's schema).
+
+Each incident (detector.incidents) follows as one line of event_type "incident", its header taken from its
+root cause and the incident under "incident"; its findings carry its id as finding.incident_id. A rule that
+failed during the run adds one line of event_type "failure" with the record under "failure" (what
+findings.json lists under "failures"), so a SIEM that reads only this file still learns that findings may be
+missing. Every line's timestamp is written as Suricata writes it, `2026-01-01T00:00:01.500000+0000`.
+
+No flow_id: Suricata's joins an alert to Suricata's own flow events, which we do not write; community_id
+is the key that joins our lines with Suricata's and Zeek's.
 """
 from __future__ import annotations
 
 import json
 import time
+from typing import NamedTuple
 
 from ..findings import Finding, iso_time
 
 EVE_KEYS = ("src_ip", "dest_ip", "src_port", "dest_port", "proto", "community_id")
 
 
-def _header(f: Finding, event_type: str, default_pcap: str | None) -> dict:
-    record = f.to_json()
-    event = {"timestamp": record.get("first_seen"), "event_type": event_type}
-    event.update({k: record[k] for k in EVE_KEYS if k in record})
-    event["pcap_filename"] = f.evidence.get("pcap_filename", default_pcap)
+class Signature(NamedTuple):
+    number: int         # signature_id - SID_BASE
+    category: str       # a description of Suricata's etc/classification.config
+    rev: int = 1        # raised when the rule's judgement changes enough that old alerts read differently
+
+
+# signature_id = SID_BASE + Signature.number. Snort and Suricata keep 1,000,000-1,999,999 for local rules (the
+# public rule sets, Emerging Threats from 2,000,000, stay clear of it); a site's own local rules commonly
+# count up from 1,000,001, so ours sit at the top of the range. Numbers are fixed for good: a new rule takes
+# the next free number, a removed rule's number is never reused, and nothing is renumbered, so an alert
+# keeps its signature_id across captures, runs and releases (tests/test_eve.py holds the table to that).
+SID_BASE = 1_990_000
+SIGNATURES = {
+    "arp-spoof": Signature(1, "Potentially Bad Traffic"),
+    "brute-force": Signature(2, "Misc Attack"),
+    "capture-loss": Signature(3, "Misc activity"),
+    "conntrack-pressure": Signature(4, "Misc activity"),
+    "echo-loop": Signature(5, "Misc activity"),
+    "garp-war": Signature(6, "Potentially Bad Traffic"),
+    "handshake-rtt": Signature(7, "Misc activity"),
+    "ip-mac-binding": Signature(8, "Potentially Bad Traffic"),
+    "malformed-message": Signature(9, "Generic Protocol Command Decode"),
+    "mss-violation": Signature(10, "Generic Protocol Command Decode"),
+    "ospf-instability": Signature(11, "Misc activity"),
+    "pmtud-blackhole": Signature(12, "Misc activity"),
+    "rip-announce": Signature(13, "Potentially Bad Traffic"),
+    "rip-trigger": Signature(14, "Attempted Information Leak"),
+    "rogue-dhcp": Signature(15, "Potentially Bad Traffic"),
+    "rogue-ra": Signature(16, "Potentially Bad Traffic"),
+    "routing-loop": Signature(17, "Misc activity"),
+    "rss-saturation": Signature(18, "Misc activity"),
+    "scan": Signature(19, "Detection of a Network Scan"),
+    "session-storm": Signature(20, "Potentially Bad Traffic"),
+    "syn-flood": Signature(21, "Attempted Denial of Service"),
+    "unicast-flood": Signature(22, "Misc activity"),
+    "vrrp-dual-master": Signature(23, "Misc activity"),
+}
+
+# Suricata's alert severity is its classification's priority, 1 the most urgent and 3 the least
+ALERT_SEVERITY = {"critical": 1, "high": 1, "medium": 2, "low": 3, "info": 3}
+
+# proto as Suricata writes it (src/util-proto-name.c, IANA's keywords): the IP protocol of the packet. A
+# finding's proto that names no IP protocol (ARP) is left out of the alert line, as Suricata has no proto
+# for it; CARP shares VRRP's protocol number 112, which Suricata names VRRP.
+SURICATA_PROTO = {name.upper(): name for name in
+                  ("ICMP", "IGMP", "TCP", "UDP", "GRE", "ESP", "AH", "IPv6-ICMP", "OSPF", "PIM", "VRRP", "SCTP")}
+SURICATA_PROTO |= {"ICMPV6": "IPv6-ICMP", "CARP": "VRRP"}
+
+
+def eve_time(iso: str | None) -> str | None:
+    """An ISO time of findings.json (UTC, `Z`) as Suricata writes it: `+0000` for `Z`."""
+    if iso is None or not iso.endswith("Z"):
+        return iso
+    return iso[:-1] + "+0000"
+
+
+def signature_id(rule: str) -> int:
+    """The rule's fixed signature_id (SIGNATURES)."""
+    return SID_BASE + SIGNATURES[rule].number
+
+
+def alert_event(record: dict, default_pcap: str | None) -> dict:
+    """The EVE alert line of a finding, from its findings.json record (Finding.to_json())."""
+    signature = SIGNATURES[record["rule"]]
+    tags = ["detector", f"rule:{record['rule']}"]
+    tags += [f"{key}:{record[name]}" for key, name in (("confidence", "confidence"), ("incident", "incident_id"))
+             if record.get(name)]
+    event = {"timestamp": eve_time(record.get("first_seen")), "event_type": "alert"}
+    event.update({k: record[k] for k in ("src_ip", "src_port", "dest_ip", "dest_port") if k in record})
+    proto = SURICATA_PROTO.get(str(record.get("proto")).upper())
+    if proto is not None:
+        event["proto"] = proto
+    if "community_id" in record:
+        event["community_id"] = record["community_id"]
+    pcap = record.get("evidence", {}).get("pcap_filename", default_pcap)
+    if pcap is not None:
+        event["pcap_filename"] = pcap
+    macs = {k: record[k] for k in ("src_mac", "dest_mac") if k in record}
+    if macs:
+        event["ether"] = macs
+    event["alert"] = {"action": "allowed", "gid": 1, "signature_id": signature_id(record["rule"]),
+                      "rev": signature.rev, "signature": record["title"], "category": signature.category,
+                      "severity": ALERT_SEVERITY[record["severity"]],
+                      "metadata": {"signature_severity": [record["severity"]], "tag": tags}}
     return event
 
 
+def _header(record: dict, event_type: str, default_pcap: str | None) -> dict:
+    """The header of a finding or incident line, from a finding's findings.json record."""
+    event = {"timestamp": eve_time(record.get("first_seen")), "event_type": event_type}
+    event.update({k: record[k] for k in EVE_KEYS if k in record})
+    event["pcap_filename"] = record.get("evidence", {}).get("pcap_filename", default_pcap)
+    return event
+
+
+def _line(event: dict) -> str:
+    return json.dumps(event, separators=(",", ":")) + "\n"
+
+
 def eve_lines(findings: list[Finding], default_pcap: str | None, failures=(), incidents=()) -> str:
-    """The findings as EVE lines, then one line per incident, then one per failure (findings.json's record
-    of it)."""
+    """Each finding's alert line and finding line, then one line per incident, then one per failure
+    (findings.json's record of it)."""
     lines = []
     for f in findings:
-        event = _header(f, "finding", default_pcap)
-        event["finding"] = f.to_json()
-        lines.append(json.dumps(event, separators=(",", ":")))
+        record = f.to_json()
+        lines.append(_line(alert_event(record, default_pcap)))
+        lines.append(_line(_header(record, "finding", default_pcap) | {"finding": record}))
     for incident in incidents:
-        event = _header(incident.root_cause, "incident", default_pcap)
-        event["timestamp"] = iso_time(incident.first_seen)
+        event = _header(incident.root_cause.to_json(), "incident", default_pcap)
+        event["timestamp"] = eve_time(iso_time(incident.first_seen))
         event["incident"] = incident.to_json()
-        lines.append(json.dumps(event, separators=(",", ":")))
+        lines.append(_line(event))
     for failure in failures:
-        event = {"timestamp": iso_time(time.time_ns()), "event_type": "failure", "failure": failure}
-        lines.append(json.dumps(event, separators=(",", ":")))
-    return "".join(line + "\n" for line in lines)
+        event = {"timestamp": eve_time(iso_time(time.time_ns())), "event_type": "failure", "failure": failure}
+        lines.append(_line(event))
+    return "".join(lines)
