@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from . import engine
 from .detect.quality import CaptureQuality, one_direction
 from .errors import CaptureError, DetectorError, UsageError
 from .flows import FlowTable
-from .flows.export import write_csv, write_parquet
+from .flows.export import write_csv, write_csv_to, write_parquet
 from .ingest.reader import interface_totals
 from .output import OutputDir
 from .stats import CaptureStats
@@ -86,8 +87,9 @@ def _counters(stats: dict) -> str:
     return name + (", ".join(said) or "statistics without counters")
 
 
-def write_flows(paths, out: Path, client=None, dataset: bool | None = None, partitions_per_file=None):
-    """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: a .csv
+def write_flows(paths, out: Path | None, client=None, dataset: bool | None = None, partitions_per_file=None):
+    """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: None for
+    CSV on standard output (as tshark and zeek-cut write; nothing else goes there), a .csv
     or .parquet file, or a folder (a name ending in /, or an existing folder): a Parquet dataset of one file
     per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
     all. `client`: a distributed.Client to fold the partitions on, each file cut into `partitions_per_file`
@@ -96,7 +98,7 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None, part
     from .cluster import flow_table
     from .ordering import FileSpans, capture_order, overlap_warnings
     if dataset is None:
-        dataset = is_dataset(out)
+        dataset = out is not None and is_dataset(out)
     if dataset:
         _need_pyarrow()
     if client is not None:
@@ -111,7 +113,11 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None, part
         for capture in result.captures:
             bounds.append(frame)
             frame += int(capture.get("packets") or 0)
-    if dataset:
+    if out is None:
+        sys.stdout.flush()
+        write_csv_to(table.text_columns(coded=True), sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    elif dataset:
         write_dataset(table.to_frame(), bounds, out)
     elif out.suffix.lower() == ".parquet":
         write_parquet(table.to_frame(), out)

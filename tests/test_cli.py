@@ -208,6 +208,42 @@ def test_analyze_bad_fail_on_and_garbage_input(small_pcap, tmp_path):
     assert not (tmp_path / "r2" / "findings.json").exists()
 
 
+def test_version_is_the_installed_packages():
+    from importlib.metadata import version
+    proc = run_cli("--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"detector {version('detector')}\n", "")
+
+
+def test_severities_are_read_in_any_case(tmp_path):
+    capture = CAPTURES / "pmtud-blackhole-ipv4.pcapng"       # one high finding, one medium
+    proc = run_cli("analyze", capture, "-o", tmp_path / "r", "--no-report", "--fail-on", "HIGH")
+    assert proc.returncode == 3, proc.stderr
+    proc = run_cli("analyze", capture, "-o", tmp_path / "r", "--no-report", "--fail-on", "Critical")
+    assert proc.returncode == 0, proc.stderr
+    wrong = run_cli("analyze", capture, "-o", tmp_path / "r", "--fail-on", "urgent")
+    assert_one_line_error(wrong, "--fail-on: unknown severity 'urgent'", "info, low, medium, high, critical")
+    wrong = run_cli("watch", "lo", "-o", tmp_path / "w", "--alert-severity", "HIGHEST")
+    assert_one_line_error(wrong, "--alert-severity: unknown severity 'HIGHEST'", "info, low, medium, high, critical")
+
+
+def test_flows_to_standard_output_as_tshark_and_zeek_cut_write(small_pcap, tmp_path):
+    out = tmp_path / "flows.csv"
+    assert run_cli("flows", small_pcap, "-o", out).returncode == 0
+    # truncated: a warning, which must go to stderr with the count, never into the CSV
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(small_pcap.read_bytes()[:-5])
+    assert run_cli("flows", cut, "-o", tmp_path / "cut.csv").returncode == 0
+    for capture, file in ((small_pcap, out), (cut, tmp_path / "cut.csv")):
+        for args in (("-o", "-"), ()):
+            proc = subprocess.run([sys.executable, "-m", "detector", "flows", capture, *args],
+                                  capture_output=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout == file.read_bytes()
+            assert proc.stderr.decode().splitlines()[-1] == \
+                   f"{len(pd.read_csv(file))} flows written to standard output"
+    assert "cut.pcap at byte" in proc.stderr.decode()
+
+
 def test_usage_errors_exit_2():
     proc = run_cli("frobnicate")
     assert proc.returncode == 2
