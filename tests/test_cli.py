@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import resource
@@ -142,12 +143,39 @@ def test_flows_csv_and_parquet(small_pcap, tmp_path):
     assert (tcp.src_mss, tcp.dest_mss) == (1460, 1400)
     assert tcp.state == "SF"
     assert set(flows.proto) == {"tcp", "udp", "icmp"}
+    assert dict(zip(flows.proto, flows.ip_proto)) == {"tcp": 6, "udp": 17, "icmp": 1}
 
     pq = tmp_path / "flows.parquet"
     proc = run_cli("flows", small_pcap, "-o", pq)
     assert proc.returncode == 0, proc.stderr
     again = pd.read_parquet(pq)
     assert sorted(again.community_id) == sorted(flows.community_id)
+
+
+def test_flows_proto_is_a_name_and_ip_proto_the_number(tmp_path, tshark):
+    """One vocabulary: `proto` holds the packets table's names only (empty where a protocol has none), and
+    `ip_proto` every flow's IANA number, as tshark's ip.proto / ipv6.nxt read it."""
+    from scapy.all import IPv6
+    eth = Ether(src="02:00:00:00:00:01", dst="01:00:5e:00:00:0d")
+    pkts = [eth / IP(src="10.0.0.1", dst="224.0.0.13", proto=103) / Raw(b"\x20\x00" + bytes(30)),    # PIM
+            eth / IP(src="10.0.0.1", dst="224.0.0.22", proto=2) / Raw(bytes(8)),                      # IGMP
+            eth / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=40000, dport=80, flags="S"),
+            eth / IPv6(src="2001:db8::1", dst="2001:db8::2", nh=132) / Raw(bytes(12)),              # SCTP
+            eth / IPv6(src="2001:db8::1", dst="2001:db8::2", nh=47) / Raw(bytes(4))]                # GRE
+    capture = tmp_path / "protocols.pcap"
+    wrpcap(str(capture), pkts)
+    proc = run_cli("flows", capture, "-o", "-")
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    columns = header.split(",")
+    fields = [dict(zip(columns, row.split(","))) for row in rows]
+    assert [(f["proto"], f["ip_proto"]) for f in fields] == [("", "103"), ("", "2"), ("tcp", "6"), ("sctp", "132"),
+                                                             ("", "47")]
+    oracle = [row[0] or row[1] for row in tshark.fields(capture, "ip.proto", "ipv6.nxt")]
+    assert [f["ip_proto"] for f in fields] == oracle
+    frame = pd.read_csv(io.StringIO(proc.stdout))
+    assert frame.proto.isna().tolist() == [True, True, False, False, True]
+    assert frame.ip_proto.tolist() == [103, 2, 6, 132, 47]
 
 
 def test_flows_several_files_are_one_capture(small_pcap, tmp_path):
