@@ -28,6 +28,8 @@ from .schema import BATCH_PACKETS
 class RunResult:
     captures: list[dict] = field(default_factory=list)   # per file: path, format, packets, warnings
     warnings: list[str] = field(default_factory=list)
+    # per file: every interface its reader described, in order (name, linktype, snaplen), for `info`
+    interfaces: list[list[dict]] = field(default_factory=list)
 
 
 def _file_size(path) -> int:
@@ -167,4 +169,5 @@ def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_pro
             "interface_stats": list(reader.interface_stats),
         })
         result.warnings.extend(reader.warnings)
+        result.interfaces.append([{key: i[key] for key in ("name", "linktype", "snaplen")} for i in reader.interfaces])
     return result

@@ -5,7 +5,9 @@ import gzip
 import io
 import json
 import os
+import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
+
+from detector.schema import LINKTYPE_NAMES
 
 
 def run_cli(*args, cwd=None):
@@ -83,6 +87,75 @@ def test_info_text_and_json(small_pcap):
     assert record["linktypes"] == {"ether": 11}
     assert record["error"] is None
     assert record["last_seen"] == "2023-11-14T22:13:20.100000Z"
+
+
+def _capinfos(capinfos: str, path: Path) -> tuple[list[tuple], bool] | None:
+    """capinfos' interfaces (name or None, short encapsulation name, capture length, packets) and strict time
+    order of one file; None where capinfos refuses the file."""
+    proc = subprocess.run([capinfos, "-M", str(path)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None
+    interfaces = []
+    for block in re.split(r"^Interface #\d+ info:\n", proc.stdout, flags=re.M)[1:]:
+        fields = dict(re.findall(r"^\s+(\w[\w -]*?) = (.*)$", block, flags=re.M))
+        name = fields.get("Name", "-")
+        interfaces.append((None if name == "-" else name, re.search(r"\(-?\d+ - ([\w-]+)\)$",
+                           fields["Encapsulation"]).group(1), int(fields["Capture length"]),
+                           int(fields["Number of packets"])))
+    strict = re.search(r"^Strict time order:\s+(True|False)$", proc.stdout, flags=re.M).group(1) == "True"
+    return interfaces, strict
+
+
+def test_info_lists_interfaces_and_time_order_as_capinfos_does(captures_real, tshark):
+    """Every bundled capture, and real pcapngs of 2 and 126 interfaces (Windows and Linux names, loopback, Linux
+    cooked, an unnamed link type): the same interfaces, snap lengths, packets per interface and time order as
+    capinfos; where time runs backwards, the steps and the first frame are tshark's negative frame.time_delta."""
+    capinfos = shutil.which("capinfos")
+    assert capinfos, "capinfos is missing (Debian package wireshark-common, a dependency of tshark)"
+    real = [captures_real / name for name in (
+        "zeek/testing/btest/Traces/ldap/gap-data-missing.pcapng", "zeek/testing/btest/Traces/snap-arp.pcapng",
+        "ndpi/tests/cfgs/default/pcap/knxip.pcapng", "ndpi/tests/cfgs/default/pcap/openwire.pcapng")]
+    paths = sorted(CAPTURES.glob("*.pcap*")) + real
+    proc = run_cli("info", "--json", *paths)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["file"] for r in records] == [str(p) for p in paths]
+    backwards = []
+    for path, record in zip(paths, records):
+        interfaces, strict = _capinfos(capinfos, path)
+        assert [(i["name"] if i["name"] != "-" else None,
+                 i["linktype_name"] if i["linktype"] in LINKTYPE_NAMES else encapsulation,
+                 i["snaplen"], i["packets"]) for i, (_, encapsulation, _, _) in zip(record["interfaces"], interfaces)] \
+            == interfaces, path
+        assert sum(i["packets"] for i in record["interfaces"]) == record["packets"]
+        assert record["time_order"]["strict"] == strict, path
+        if not strict:
+            steps = [int(row[0]) for row in tshark.fields(path, "frame.number", display_filter="frame.time_delta < 0")]
+            order = record["time_order"]
+            assert (order["backwards"], order["first_frame"]) == (len(steps), steps[0]), path
+            backwards.append(path.name)
+    assert len(records[-4]["interfaces"]) == 126 and "knxip.pcapng" in backwards and len(backwards) >= 3
+    # the text says it too, on one line per interface, names made safe for a terminal
+    text = run_cli("info", real[2]).stdout
+    assert "Time order:    runs backwards 1 time(s): first at frame 3, by up to 83486911.771117 s\n" in text
+    assert "Interface 0:   enp6s0, ether (link type 1), snap length 262,144, 2 packets\n" in text
+    assert "Interface 1:   \\Device\\NPF_{3E58F396-95FB-40D4-B895-E4898F0F3206}, ether (link type 1), " \
+           "snap length 262,144, 1 packet\n" in text
+
+
+def test_info_puts_damage_first_and_escapes_interface_names(tmp_path):
+    from tests.test_ingest import epb, idb, shb
+    frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP() / UDP())
+    data = shb() + idb(name="eth0\x1b[2J\x07", snaplen=96) + epb(0, 1, frame) + epb(0, 2, frame)
+    path = tmp_path / "cut.pcapng"
+    path.write_bytes(data[:-10])
+    proc = run_cli("info", path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    warning = f"Warning:       {path} at byte {len(data) - len(epb(0, 2, frame))}: "
+    assert lines[2].startswith(warning) and "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "Interface 0:   eth0\\x1b[2J\\x07, ether (link type 1), snap length 96, 1 packet" in lines
+    assert json.loads(run_cli("info", "--json", path).stdout)["interfaces"][0]["name"] == "eth0\x1b[2J\x07"
 
 
 def test_info_broken_file_reports_and_others_still_print(small_pcap, tmp_path):
