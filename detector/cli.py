@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="detector",
         description="Network incident forensics on packet captures: flows, findings, evidence.")
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -42,9 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     flows = sub.add_parser("flows", help="write the flow table of one continuous capture")
     flows.add_argument("captures", nargs="+", metavar="CAPTURE",
                        help="several files are read as one capture (e.g. a ring buffer)")
-    flows.add_argument("-o", "--output", required=True, metavar="OUT",
+    flows.add_argument("-o", "--output", default=STDOUT, metavar="OUT",
                        help="output file: .csv or .parquet; or a folder (ending in /): a Parquet dataset, "
-                            "one file per partition")
+                            "one file per partition; - (the default): CSV on standard output")
     _cluster_flags(flows)
 
     analyze = sub.add_parser("analyze", help="run the detectors and write findings")
@@ -95,6 +96,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """`--version`: `detector X.Y.Z` from the installed package's metadata (what pip installed, not a copy)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            said = version("detector")
+        except PackageNotFoundError:
+            parser.exit(EXIT_BAD_INPUT, "detector: error: the package is not installed, so it has no version "
+                                        "(pip install -e . in the source tree)\n")
+        print(f"detector {said}")
+        parser.exit(EXIT_OK)
+
+
+def severity(flag: str, value: str) -> str:
+    """A severity the command line was given, in any case (`--fail-on HIGH`), as findings spell it."""
+    from .findings import SEVERITY_RANK
+    said = value.strip().lower()
+    if said not in SEVERITY_RANK:
+        raise UsageError(f"{flag}: unknown severity '{value}' (one of {', '.join(SEVERITY_RANK)}, in any case)")
+    return said
+
+
 def _cluster_flags(command) -> None:
     command.add_argument("--workers", metavar="N",
                          help="run on an embedded Dask cluster of N worker processes (auto: one per core); "
@@ -143,8 +170,8 @@ def _start_embedded(args) -> None:
         start()
 
 
-# A capture named `-` is read from standard input.
-STDIN = "-"
+# A capture named `-` is read from standard input; `flows -o -` writes to standard output.
+STDIN = STDOUT = "-"
 
 
 def _stdin(keep: bool):
@@ -221,9 +248,9 @@ def cmd_flows(args) -> int:
     _start_embedded(args)
     from .commands import is_dataset, write_flows
     captures = _inputs(args.captures)
-    out = Path(args.output)
-    dataset = is_dataset(args.output)
-    if not dataset and out.suffix.lower() not in (".csv", ".parquet"):
+    out = None if args.output == STDOUT else Path(args.output)
+    dataset = out is not None and is_dataset(args.output)
+    if out is not None and not dataset and out.suffix.lower() not in (".csv", ".parquet"):
         raise UsageError(f"{out}: output must end in .csv or .parquet, or be a folder (ending in /)")
     _prepare_kernels()
     with _client(args, args.captures) as client:
@@ -231,17 +258,16 @@ def cmd_flows(args) -> int:
                                     partitions_per_file=args.partitions_per_file)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
-    print(f"{count} flows written to {out}", file=sys.stderr)
+    print(f"{count} flows written to {out or 'standard output'}", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_analyze(args) -> int:
+    if args.fail_on is not None:
+        args.fail_on = severity("--fail-on", args.fail_on)
     _start_embedded(args)
     from .commands import analyze
     from .findings import SEVERITY_RANK
-    if args.fail_on is not None and args.fail_on not in SEVERITY_RANK:
-        raise UsageError(f"--fail-on: unknown severity '{args.fail_on}' "
-                         f"(one of {', '.join(SEVERITY_RANK)})")
     if args.each:       # a capture that is missing or broken is listed as failed, the others go on
         _prepare_kernels()
         return _analyze_each(args)
@@ -301,6 +327,7 @@ def _analyze_each(args) -> int:
 
 def cmd_watch(args) -> int:
     from .live import WatchOptions, watch
+    args.alert_severity = severity("--alert-severity", args.alert_severity)
     return watch(WatchOptions(iface=args.iface, out_dir=args.output, bpf=args.bpf, rules_dir=args.rules,
                               site=args.site, metrics=args.metrics, ring_seconds=args.ring_seconds,
                               min_severity=args.alert_severity))

@@ -3,16 +3,70 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
+
+import numpy as np
 
 from . import engine
 from .detect.quality import CaptureQuality, one_direction
 from .errors import CaptureError, DetectorError, UsageError
 from .flows import FlowTable
-from .flows.export import write_csv, write_parquet
+from .flows.export import write_csv, write_csv_to, write_parquet
 from .ingest.reader import interface_totals
 from .output import OutputDir
+from .schema import linktype_name
 from .stats import CaptureStats
+from .units import NS
+
+
+class InterfacesAndTimeOrder:
+    """A consumer of decoded batches (engine.run) for `info`: packets per interface, and every step back in time
+    from one record to the next in file order (capinfos' "strict time order"), the first one's frame and the
+    largest. Steps of any size count here; detect.quality judges which ones matter."""
+
+    needs_fingerprint = False
+
+    def __init__(self):
+        self.packets = np.zeros(0, dtype=np.int64)     # by interface number
+        self.last_ns: int | None = None
+        self.backwards = 0
+        self.first_backwards_frame: int | None = None
+        self.largest_step_ns = 0
+
+    def update(self, batch) -> None:
+        if not len(batch):
+            return
+        counts = np.bincount(batch["iface"], minlength=len(self.packets))
+        counts[:len(self.packets)] += self.packets
+        self.packets = counts
+        ts = batch["ts_ns"]
+        before = np.concatenate(([ts[0] if self.last_ns is None else self.last_ns], ts[:-1]))
+        step = before - ts
+        back = np.flatnonzero(step > 0)
+        if len(back):
+            self.backwards += len(back)
+            self.largest_step_ns = max(self.largest_step_ns, int(step[back].max()))
+            if self.first_backwards_frame is None:
+                self.first_backwards_frame = int(batch["frame"][back[0]])
+        self.last_ns = int(ts[-1])
+
+    def time_order(self) -> dict:
+        return {"strict": self.backwards == 0, "backwards": self.backwards,
+                "first_frame": self.first_backwards_frame, "largest_step_s": round(self.largest_step_ns / NS, 9)}
+
+    def interfaces(self, described: list[dict]) -> list[dict]:
+        """capinfos' interface list: each described interface's number, name, link type, snap length, packets."""
+        return [{"interface": number, "name": i["name"], "linktype": i["linktype"],
+                 "linktype_name": linktype_name(i["linktype"]), "snaplen": i["snaplen"],
+                 "packets": int(self.packets[number]) if number < len(self.packets) else 0}
+                for number, i in enumerate(described)]
+
+
+def _printable(text: str, limit: int = 120) -> str:
+    """A name a capture carries, safe on a terminal: control characters as escapes, cut to `limit` characters."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:limit])
+    return shown + ("..." if len(text) > limit else "")
 
 
 def info_one(source) -> tuple[dict, str]:
@@ -23,18 +77,18 @@ def info_one(source) -> tuple[dict, str]:
     it, and the text is empty (the caller reports the error).
     """
     name = str(source)
-    stats, quality, flows = CaptureStats(), CaptureQuality(), FlowTable()
+    stats, quality, flows, tally = CaptureStats(), CaptureQuality(), FlowTable(), InterfacesAndTimeOrder()
     record = {"file": name, "format": None, "compression": None, "packets": 0, "bytes": 0, "wire_bytes": 0,
               "first_seen": None, "last_seen": None, "duration_s": 0.0, "linktypes": {},
-              "decoded_ratio": 0.0, "layers": {}, "interface_stats": [], "capture_quality": None, "warnings": [],
-              "error": None}
+              "decoded_ratio": 0.0, "layers": {}, "interfaces": [], "interface_stats": [], "time_order": None,
+              "capture_quality": None, "warnings": [], "error": None}
     try:
         if isinstance(source, (str, os.PathLike)):
             if os.path.isdir(source):
                 raise UsageError(f"{name}: is a folder, not a capture file")
             if not os.path.exists(source):
                 raise UsageError(f"{name}: no such file")
-        result = engine.run([source], [stats, quality, flows], label=os.path.basename(name))
+        result = engine.run([source], [stats, quality, flows, tally], label=os.path.basename(name))
     except (CaptureError, UsageError) as exc:
         record["error"] = str(exc)
         if isinstance(exc, CaptureError):
@@ -48,7 +102,9 @@ def info_one(source) -> tuple[dict, str]:
         "first_seen": summary["first_seen"], "last_seen": summary["last_seen"],
         "duration_s": summary["duration_s"], "linktypes": summary["linktypes"],
         "decoded_ratio": summary["decoded_ratio"], "layers": summary["layers"],
+        "interfaces": tally.interfaces(result.interfaces[0]),
         "interface_stats": interface_totals(capture["interfaces"], capture["interface_stats"]),
+        "time_order": tally.time_order(),
         "capture_quality": quality.to_json(one_direction(flows.coded_columns())),
         "warnings": result.warnings,
     })
@@ -58,9 +114,16 @@ def info_one(source) -> tuple[dict, str]:
     linktypes = ", ".join(f"{kind} ({count:,})" for kind, count in summary["linktypes"].items())
     layers = ", ".join(f"{layer} {count:,}" for layer, count in summary["layers"].items())
     notes = record["capture_quality"]["notes"] if stats.packets else []
+    order = record["time_order"]
+    if order["strict"]:
+        time_order = "strict: no record is stamped earlier than the one before it"
+    else:
+        time_order = (f"runs backwards {order['backwards']:,} time(s): first at frame {order['first_frame']:,}, "
+                      f"by up to {order['largest_step_s']:.6f} s")
     lines = [
         f"File:          {name}",
         f"Format:        {fmt}",
+        *[f"Warning:       {w}" for w in result.warnings],
         *([f"Capture:       {note}" for note in notes] or (
             ["Capture:       clean: no duplicate, out-of-order, corrupted or cut frames"] if stats.packets else [])),
         f"Link types:    {linktypes or '-'}",
@@ -72,22 +135,29 @@ def info_one(source) -> tuple[dict, str]:
         f"Decoded:       {summary['decoded_ratio']:.1%} of packets (network layer)",
         f"Layers:        {layers or '-'}",
     ]
-    lines += [f"{'Interface ' + str(i['interface']) + ':':<15}{_counters(i)}" for i in record["interface_stats"]]
-    lines += [f"Warning:       {w}" for w in result.warnings]
+    lines.insert(lines.index(f"Packets:       {stats.packets:,}") + 1, f"Time order:    {time_order}")
+    counters = {i["interface"]: _counters(i) for i in record["interface_stats"]}
+    for i in record["interfaces"]:
+        said = (f"{_printable(i['name']) if i['name'] else '-'}, {i['linktype_name']} (link type {i['linktype']}), "
+                f"{'snap length ' + format(i['snaplen'], ',') if i['snaplen'] else 'no snap length'}, "
+                f"{i['packets']:,} packet{'' if i['packets'] == 1 else 's'}")
+        if i["interface"] in counters:
+            said += f"; interface statistics: {counters[i['interface']]}"
+        lines.append(f"{'Interface ' + str(i['interface']) + ':':<15}{said}")
     return record, "\n".join(lines) + "\n"
 
 
 def _counters(stats: dict) -> str:
     """One interface's statistics block totals in words (pcapng isb_* options; absent ones left out)."""
-    name = f"{stats['name']}: " if stats["name"] else ""
     said = [f"{stats[key]:,} {words}" for key, words in (
         ("ifrecv", "received"), ("ifdrop", "dropped by the interface"), ("osdrop", "dropped by the OS"),
         ("filteraccept", "accepted by the filter"), ("usrdeliv", "delivered to the capture")) if stats[key] is not None]
-    return name + (", ".join(said) or "statistics without counters")
+    return ", ".join(said) or "no counters"
 
 
-def write_flows(paths, out: Path, client=None, dataset: bool | None = None, partitions_per_file=None):
-    """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: a .csv
+def write_flows(paths, out: Path | None, client=None, dataset: bool | None = None, partitions_per_file=None):
+    """The flow table of `paths` (one capture, its files in the order of their first packet) to `out`: None for
+    CSV on standard output (as tshark and zeek-cut write; nothing else goes there), a .csv
     or .parquet file, or a folder (a name ending in /, or an existing folder): a Parquet dataset of one file
     per partition (detector.cluster), each flow in the partition of its first packet. Replaced whole or not at
     all. `client`: a distributed.Client to fold the partitions on, each file cut into `partitions_per_file`
@@ -96,7 +166,7 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None, part
     from .cluster import flow_table
     from .ordering import FileSpans, capture_order, overlap_warnings
     if dataset is None:
-        dataset = is_dataset(out)
+        dataset = out is not None and is_dataset(out)
     if dataset:
         _need_pyarrow()
     if client is not None:
@@ -111,7 +181,11 @@ def write_flows(paths, out: Path, client=None, dataset: bool | None = None, part
         for capture in result.captures:
             bounds.append(frame)
             frame += int(capture.get("packets") or 0)
-    if dataset:
+    if out is None:
+        sys.stdout.flush()
+        write_csv_to(table.text_columns(coded=True), sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    elif dataset:
         write_dataset(table.to_frame(), bounds, out)
     elif out.suffix.lower() == ".parquet":
         write_parquet(table.to_frame(), out)

@@ -28,6 +28,8 @@ from .schema import BATCH_PACKETS
 class RunResult:
     captures: list[dict] = field(default_factory=list)   # per file: path, format, packets, warnings
     warnings: list[str] = field(default_factory=list)
+    # per file: every interface its reader described, in order (name, linktype, snaplen), for `info`
+    interfaces: list[list[dict]] = field(default_factory=list)
 
 
 def _file_size(path) -> int:
@@ -55,10 +57,13 @@ _DONE = object()
 
 def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None, tables: tuple[str, ...] = (),
                     first_frame: int = 1, decode_threads: int = DECODE_THREADS,
-                    batch_packets: int = BATCH_PACKETS):
+                    batch_packets: int = BATCH_PACKETS, positions: bool = False):
     """(reader, PacketBatch) pairs of `paths` as one capture, read and decoded in a second thread (and
     `decode_threads` decoding ones), with the application side-tables `tables` built (detector.decode.app),
-    at most `batch_packets` packets a batch.
+    at most `batch_packets` packets a batch. `positions`: (reader, position, PacketBatch) triples instead, the
+    position being the reader's (CaptureReader.position) just after it read the batch -- the reader itself
+    is batches ahead of the caller by then, so a progress line that took its position would say a share
+    of the file its packet count has not reached.
 
     Errors in the reading thread (a CaptureError for a damaged file) are
     raised here, in the caller's thread, after the batches read before them.
@@ -85,16 +90,17 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
                 try:
                     for reader, raw in read_captures(paths, opened=opened, first_frame=first_frame,
                                                            batch_packets=batch_packets):
-                        decoding.append((reader, pool.submit(decode, raw, fingerprint, tables=tables)))
+                        decoding.append((reader, reader.position,
+                                         pool.submit(decode, raw, fingerprint, tables=tables)))
                         if len(decoding) > decode_threads:
-                            done_reader, future = decoding.popleft()
-                            if not put((done_reader, future.result())):
+                            done_reader, position, future = decoding.popleft()
+                            if not put((done_reader, position, future.result())):
                                 return
                 except BaseException as exc:   # a damaged later file: first deliver what came before
                     failure = exc
                 while decoding:
-                    done_reader, future = decoding.popleft()
-                    if not put((done_reader, future.result())):
+                    done_reader, position, future = decoding.popleft()
+                    if not put((done_reader, position, future.result())):
                         return
                 if failure is not None:
                     raise failure
@@ -111,7 +117,7 @@ def decoded_batches(paths, fingerprint: bool = True, opened: list | None = None,
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            yield item if positions else (item[0], item[2])
     finally:
         stop.set()
         worker.join()
@@ -140,16 +146,19 @@ def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_pro
         # the fingerprint hashes every captured byte: only when a consumer reads it
         fingerprint = any(getattr(c, "needs_fingerprint", True) for c in consumers)
         tables = tuple(sorted({name for c in consumers for name in getattr(c, "app_tables", ())}))
-        for reader, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened, tables=tables,
-                                             first_frame=first_frame, decode_threads=decode_threads,
-                                             batch_packets=batch_packets):
+        for reader, position, batch in decoded_batches(paths, fingerprint=fingerprint, opened=opened,
+                                                       tables=tables, first_frame=first_frame,
+                                                       decode_threads=decode_threads, batch_packets=batch_packets,
+                                                       positions=True):
             if reader is not current:
                 current = reader
                 done_before = sum(r.size or 0 for r in opened[:opened.index(reader)])
             for consumer in consumers:
                 consumer.update(batch)
             packets += len(batch)
-            progress.update(done_before + reader.position, packets)
+            progress.update(done_before + position, packets)
+        # every file read to its end (or to the damage that ends it): the last drawing says so
+        progress.update(sum(r.size or 0 for r in opened), packets)
     finally:
         progress.close()
     for reader in opened:
@@ -160,4 +169,5 @@ def run(paths, consumers, label: str = "reading", first_frame: int = 1, show_pro
             "interface_stats": list(reader.interface_stats),
         })
         result.warnings.extend(reader.warnings)
+        result.interfaces.append([{key: i[key] for key in ("name", "linktype", "snaplen")} for i in reader.interfaces])
     return result

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
+import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
+
+from detector.schema import LINKTYPE_NAMES
 
 
 def run_cli(*args, cwd=None):
@@ -84,6 +89,75 @@ def test_info_text_and_json(small_pcap):
     assert record["last_seen"] == "2023-11-14T22:13:20.100000Z"
 
 
+def _capinfos(capinfos: str, path: Path) -> tuple[list[tuple], bool] | None:
+    """capinfos' interfaces (name or None, short encapsulation name, capture length, packets) and strict time
+    order of one file; None where capinfos refuses the file."""
+    proc = subprocess.run([capinfos, "-M", str(path)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None
+    interfaces = []
+    for block in re.split(r"^Interface #\d+ info:\n", proc.stdout, flags=re.M)[1:]:
+        fields = dict(re.findall(r"^\s+(\w[\w -]*?) = (.*)$", block, flags=re.M))
+        name = fields.get("Name", "-")
+        interfaces.append((None if name == "-" else name, re.search(r"\(-?\d+ - ([\w-]+)\)$",
+                           fields["Encapsulation"]).group(1), int(fields["Capture length"]),
+                           int(fields["Number of packets"])))
+    strict = re.search(r"^Strict time order:\s+(True|False)$", proc.stdout, flags=re.M).group(1) == "True"
+    return interfaces, strict
+
+
+def test_info_lists_interfaces_and_time_order_as_capinfos_does(captures_real, tshark):
+    """Every bundled capture, and real pcapngs of 2 and 126 interfaces (Windows and Linux names, loopback, Linux
+    cooked, an unnamed link type): the same interfaces, snap lengths, packets per interface and time order as
+    capinfos; where time runs backwards, the steps and the first frame are tshark's negative frame.time_delta."""
+    capinfos = shutil.which("capinfos")
+    assert capinfos, "capinfos is missing (Debian package wireshark-common, a dependency of tshark)"
+    real = [captures_real / name for name in (
+        "zeek/testing/btest/Traces/ldap/gap-data-missing.pcapng", "zeek/testing/btest/Traces/snap-arp.pcapng",
+        "ndpi/tests/cfgs/default/pcap/knxip.pcapng", "ndpi/tests/cfgs/default/pcap/openwire.pcapng")]
+    paths = sorted(CAPTURES.glob("*.pcap*")) + real
+    proc = run_cli("info", "--json", *paths)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["file"] for r in records] == [str(p) for p in paths]
+    backwards = []
+    for path, record in zip(paths, records):
+        interfaces, strict = _capinfos(capinfos, path)
+        assert [(i["name"] if i["name"] != "-" else None,
+                 i["linktype_name"] if i["linktype"] in LINKTYPE_NAMES else encapsulation,
+                 i["snaplen"], i["packets"]) for i, (_, encapsulation, _, _) in zip(record["interfaces"], interfaces)] \
+            == interfaces, path
+        assert sum(i["packets"] for i in record["interfaces"]) == record["packets"]
+        assert record["time_order"]["strict"] == strict, path
+        if not strict:
+            steps = [int(row[0]) for row in tshark.fields(path, "frame.number", display_filter="frame.time_delta < 0")]
+            order = record["time_order"]
+            assert (order["backwards"], order["first_frame"]) == (len(steps), steps[0]), path
+            backwards.append(path.name)
+    assert len(records[-4]["interfaces"]) == 126 and "knxip.pcapng" in backwards and len(backwards) >= 3
+    # the text says it too, on one line per interface, names made safe for a terminal
+    text = run_cli("info", real[2]).stdout
+    assert "Time order:    runs backwards 1 time(s): first at frame 3, by up to 83486911.771117 s\n" in text
+    assert "Interface 0:   enp6s0, ether (link type 1), snap length 262,144, 2 packets\n" in text
+    assert "Interface 1:   \\Device\\NPF_{3E58F396-95FB-40D4-B895-E4898F0F3206}, ether (link type 1), " \
+           "snap length 262,144, 1 packet\n" in text
+
+
+def test_info_puts_damage_first_and_escapes_interface_names(tmp_path):
+    from tests.test_ingest import epb, idb, shb
+    frame = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP() / UDP())
+    data = shb() + idb(name="eth0\x1b[2J\x07", snaplen=96) + epb(0, 1, frame) + epb(0, 2, frame)
+    path = tmp_path / "cut.pcapng"
+    path.write_bytes(data[:-10])
+    proc = run_cli("info", path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    warning = f"Warning:       {path} at byte {len(data) - len(epb(0, 2, frame))}: "
+    assert lines[2].startswith(warning) and "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "Interface 0:   eth0\\x1b[2J\\x07, ether (link type 1), snap length 96, 1 packet" in lines
+    assert json.loads(run_cli("info", "--json", path).stdout)["interfaces"][0]["name"] == "eth0\x1b[2J\x07"
+
+
 def test_info_broken_file_reports_and_others_still_print(small_pcap, tmp_path):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"this is not a capture at all" * 4)
@@ -142,12 +216,39 @@ def test_flows_csv_and_parquet(small_pcap, tmp_path):
     assert (tcp.src_mss, tcp.dest_mss) == (1460, 1400)
     assert tcp.state == "SF"
     assert set(flows.proto) == {"tcp", "udp", "icmp"}
+    assert dict(zip(flows.proto, flows.ip_proto)) == {"tcp": 6, "udp": 17, "icmp": 1}
 
     pq = tmp_path / "flows.parquet"
     proc = run_cli("flows", small_pcap, "-o", pq)
     assert proc.returncode == 0, proc.stderr
     again = pd.read_parquet(pq)
     assert sorted(again.community_id) == sorted(flows.community_id)
+
+
+def test_flows_proto_is_a_name_and_ip_proto_the_number(tmp_path, tshark):
+    """One vocabulary: `proto` holds the packets table's names only (empty where a protocol has none), and
+    `ip_proto` every flow's IANA number, as tshark's ip.proto / ipv6.nxt read it."""
+    from scapy.all import IPv6
+    eth = Ether(src="02:00:00:00:00:01", dst="01:00:5e:00:00:0d")
+    pkts = [eth / IP(src="10.0.0.1", dst="224.0.0.13", proto=103) / Raw(b"\x20\x00" + bytes(30)),    # PIM
+            eth / IP(src="10.0.0.1", dst="224.0.0.22", proto=2) / Raw(bytes(8)),                      # IGMP
+            eth / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=40000, dport=80, flags="S"),
+            eth / IPv6(src="2001:db8::1", dst="2001:db8::2", nh=132) / Raw(bytes(12)),              # SCTP
+            eth / IPv6(src="2001:db8::1", dst="2001:db8::2", nh=47) / Raw(bytes(4))]                # GRE
+    capture = tmp_path / "protocols.pcap"
+    wrpcap(str(capture), pkts)
+    proc = run_cli("flows", capture, "-o", "-")
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    columns = header.split(",")
+    fields = [dict(zip(columns, row.split(","))) for row in rows]
+    assert [(f["proto"], f["ip_proto"]) for f in fields] == [("", "103"), ("", "2"), ("tcp", "6"), ("sctp", "132"),
+                                                             ("", "47")]
+    oracle = [row[0] or row[1] for row in tshark.fields(capture, "ip.proto", "ipv6.nxt")]
+    assert [f["ip_proto"] for f in fields] == oracle
+    frame = pd.read_csv(io.StringIO(proc.stdout))
+    assert frame.proto.isna().tolist() == [True, True, False, False, True]
+    assert frame.ip_proto.tolist() == [103, 2, 6, 132, 47]
 
 
 def test_flows_several_files_are_one_capture(small_pcap, tmp_path):
@@ -206,6 +307,42 @@ def test_analyze_bad_fail_on_and_garbage_input(small_pcap, tmp_path):
     proc = run_cli("analyze", junk, "-o", tmp_path / "r2")
     assert_one_line_error(proc, "junk.pcapng")
     assert not (tmp_path / "r2" / "findings.json").exists()
+
+
+def test_version_is_the_installed_packages():
+    from importlib.metadata import version
+    proc = run_cli("--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"detector {version('detector')}\n", "")
+
+
+def test_severities_are_read_in_any_case(tmp_path):
+    capture = CAPTURES / "pmtud-blackhole-ipv4.pcapng"       # one high finding, one medium
+    proc = run_cli("analyze", capture, "-o", tmp_path / "r", "--no-report", "--fail-on", "HIGH")
+    assert proc.returncode == 3, proc.stderr
+    proc = run_cli("analyze", capture, "-o", tmp_path / "r", "--no-report", "--fail-on", "Critical")
+    assert proc.returncode == 0, proc.stderr
+    wrong = run_cli("analyze", capture, "-o", tmp_path / "r", "--fail-on", "urgent")
+    assert_one_line_error(wrong, "--fail-on: unknown severity 'urgent'", "info, low, medium, high, critical")
+    wrong = run_cli("watch", "lo", "-o", tmp_path / "w", "--alert-severity", "HIGHEST")
+    assert_one_line_error(wrong, "--alert-severity: unknown severity 'HIGHEST'", "info, low, medium, high, critical")
+
+
+def test_flows_to_standard_output_as_tshark_and_zeek_cut_write(small_pcap, tmp_path):
+    out = tmp_path / "flows.csv"
+    assert run_cli("flows", small_pcap, "-o", out).returncode == 0
+    # truncated: a warning, which must go to stderr with the count, never into the CSV
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(small_pcap.read_bytes()[:-5])
+    assert run_cli("flows", cut, "-o", tmp_path / "cut.csv").returncode == 0
+    for capture, file in ((small_pcap, out), (cut, tmp_path / "cut.csv")):
+        for args in (("-o", "-"), ()):
+            proc = subprocess.run([sys.executable, "-m", "detector", "flows", capture, *args],
+                                  capture_output=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout == file.read_bytes()
+            assert proc.stderr.decode().splitlines()[-1] == \
+                   f"{len(pd.read_csv(file))} flows written to standard output"
+    assert "cut.pcap at byte" in proc.stderr.decode()
 
 
 def test_usage_errors_exit_2():

@@ -141,8 +141,10 @@ def test_info_tells_each_interfaces_totals(tmp_path):
     done = _info(path)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("Interface")]
-    assert lines == ["Interface 0:   eth0: 1,234,567 received, 89 dropped by the interface, 3 dropped by the OS",
-                     "Interface 1:   statistics without counters"]
+    assert lines == ["Interface 0:   eth0, ether (link type 1), no snap length, 1 packet; interface statistics: "
+                     "1,234,567 received, 89 dropped by the interface, 3 dropped by the OS",
+                     "Interface 1:   -, ether (link type 1), no snap length, 0 packets; interface statistics: "
+                     "no counters"]
     record = json.loads(subprocess.run([sys.executable, "-m", "detector", "info", "--json", str(path)],
                                        capture_output=True, text=True, timeout=300).stdout)
     assert [(s["interface"], s["name"], s["ifrecv"], s["ifdrop"], s["osdrop"]) for s in record["interface_stats"]] \

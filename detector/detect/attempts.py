@@ -68,7 +68,7 @@ def flow_numbers(flows) -> dict[str, np.ndarray]:
     cols = {name: flows[name].to_numpy() for name in NUMERIC_COLUMNS if name in flows and name not in TEXT_VIEW}
     for side, column in (("src", "src_ip"), ("dest", "dest_ip")):
         cols[f"{side}_ip_hi"], cols[f"{side}_ip_lo"] = _address_halves(flows[column])
-    cols["proto"] = _proto_numbers(flows["proto"])
+    cols["proto"] = flows["ip_proto"].to_numpy(np.int64) if "ip_proto" in flows else _proto_numbers(flows["proto"])
     cols["first_seen"], cols["last_seen"] = flow_time_ns(flows["first_seen"]), flow_time_ns(flows["last_seen"])
     cols["syn_first"] = flows["history"].astype(str).str.startswith("S").to_numpy(bool)
     return cols

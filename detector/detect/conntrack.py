@@ -207,10 +207,14 @@ class _Flows:
         if "src_ip_hi" in flows:
             return cls._from_coded(flows)
         src, dest, addresses = _factorize(flows, "src_ip", "dest_ip")
-        proto_codes, proto_names = _factorize(flows, "proto")
+        if "ip_proto" in flows:
+            proto = _column(flows, "ip_proto").astype(np.int64)
+        else:                           # a frame of its own, with names (or numbers) in proto
+            proto_codes, proto_names = _factorize(flows, "proto")
+            proto = _proto_numbers(proto_names)[proto_codes]
         state_codes, state_names = _factorize(flows, "state")
         return cls(src=src, dest=dest, sport=_column(flows, "src_port").astype(np.int64),
-                   dport=_column(flows, "dest_port").astype(np.int64), proto=_proto_numbers(proto_names)[proto_codes],
+                   dport=_column(flows, "dest_port").astype(np.int64), proto=proto,
                    first=flow_time_ns(flows["first_seen"]), last=flow_time_ns(flows["last_seen"]),
                    replied=_column(flows, "dst2src_packets") > 0, state_codes=state_codes, state_names=state_names,
                    frames=_column(flows, "first_frame").astype(np.int64), address_text=lambda code: addresses[code])

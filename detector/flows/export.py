@@ -227,6 +227,12 @@ def _rounded_reprs(values: np.ndarray) -> np.ndarray:
 
 def write_csv(view: dict, path: Path) -> None:
     """One line per row of `view` (name -> 1-D array or TextCodes; a header line first), written to `path`."""
+    with atomic_file(path) as handle:
+        write_csv_to(view, handle)
+
+
+def write_csv_to(view: dict, handle) -> None:
+    """write_csv's lines to the binary `handle` as they are formatted (standard output: `flows -o -`)."""
     names = list(view)
     n = len(view[names[0]]) if names else 0
     kinds, slots = [], []
@@ -272,7 +278,7 @@ def write_csv(view: dict, path: Path) -> None:
         out = np.empty(width * (last - first) + width_text, dtype=np.uint8)
         return out[:format_rows(kinds_a, slots_a, ints_m, floats_m, blob, text_start, text_len, first, last, out)]
 
-    with atomic_file(path) as handle, ThreadPoolExecutor(FORMAT_THREADS) as pool:
+    with ThreadPoolExecutor(FORMAT_THREADS) as pool:
         handle.write((",".join(names) + "\n").encode("utf-8"))
         pending: deque = deque()
         for first in range(0, n, ROWS_PER_BLOCK):

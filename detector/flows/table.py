@@ -376,10 +376,12 @@ class FlowTable:
         return text_columns(self.coded_columns(), coded)
 
     def to_frame(self):
-        """pandas view: addresses as strings, proto names, UTC times, flag strings."""
+        """pandas view: addresses as strings, proto names (missing where a protocol has none; its number is in
+        ip_proto), UTC times, flag strings."""
         import pandas as pd
         view = self.text_columns()
         frame = pd.DataFrame(view)
+        frame["proto"] = frame["proto"].mask(frame["proto"] == "")     # no name: missing, the number in ip_proto
         for column in ("first_seen", "last_seen"):
             frame[column] = pd.to_datetime(view[column], unit="ns", utc=True)
         return frame

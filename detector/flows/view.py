@@ -128,6 +128,9 @@ def handshake_columns(F) -> dict[str, np.ndarray]:
 def text_columns(cols: dict, coded: bool = False) -> dict:
     """The user-facing view of flow_columns' `cols`: addresses as text, proto names, flag strings.
 
+    `proto` is the protocol's lower-case name as the packets table spells it (FLOW_PROTO_NAMES), empty for a
+    protocol without one; `ip_proto` its IANA number, always, so a name and a number never share a column.
+
     Times stay int64 nanoseconds here; FlowTable.to_frame() and the CSV writer render them.
     With `coded`, text columns stay TextCodes (distinct values and a code
     per row), which the CSV writer copies as bytes without a Python
@@ -135,7 +138,7 @@ def text_columns(cols: dict, coded: bool = False) -> dict:
     """
     view = {"src_ip": ip_text_codes(cols["src_ip_hi"], cols["src_ip_lo"]), "src_port": cols["src_port"],
             "dest_ip": ip_text_codes(cols["dest_ip_hi"], cols["dest_ip_lo"]), "dest_port": cols["dest_port"],
-            "proto": TextCodes(cols["proto"], _PROTO_TEXT)}
+            "proto": TextCodes(cols["proto"], _PROTO_TEXT), "ip_proto": cols["proto"]}
     view.update((name, cols[name]) for name in FLOW_COLUMNS
                 if name not in view and name not in ("src_ip_hi", "src_ip_lo", "dest_ip_hi", "dest_ip_lo"))
     for column in ("src2dst_tcp_flags", "dst2src_tcp_flags"):
@@ -207,9 +210,9 @@ def _conn_states(F, proto, history: TextCodes) -> TextCodes:
     return TextCodes(code, _STATE_NAMES)
 
 
-# Protocol names in the DataFrame view; others appear as their IANA number.
+# Protocol names of the `proto` column; the others have none there (empty), only their number in `ip_proto`.
 FLOW_PROTO_NAMES = {**PROTO_NAMES, PROTO_SCTP: "sctp"}
-_PROTO_TEXT = np.array([FLOW_PROTO_NAMES.get(p, str(p)) for p in range(256)], dtype=object)
+_PROTO_TEXT = np.array([FLOW_PROTO_NAMES.get(p, "") for p in range(256)], dtype=object)
 
 
 def flag_codes(flags: np.ndarray) -> TextCodes:
