@@ -51,14 +51,31 @@ def test_hostile_text_is_escaped_in_html(hostile):
     assert "default-src 'none'" in page
 
 
-def test_hostile_text_is_escaped_in_markdown(hostile):
+def test_hostile_text_is_code_in_markdown(hostile):
     out, _findings = hostile
     text = (out / "report.md").read_text()
-    # tshark's packet details are fenced code blocks (test_dissect.py), where a viewer shows text as it is
-    outside = re.sub(r"^(`{3,})text\n.*?\n\1$", "", text, flags=re.S | re.M)
+    # tshark's packet details are fenced code blocks (test_dissect.py) and a frame's summary a code span, where
+    # a viewer shows text as it is; outside them the packet text never appears
+    outside = _outside_code(text)
     for raw in HOSTILE:
-        assert raw not in outside
-    assert "&lt;script&gt;alert(1)" in outside
+        assert raw in text and raw not in outside
+    assert "&lt;" not in text and "&#x27;" not in text            # no HTML entity: code needs none
+    page = _Elements()
+    page.feed(_renderer().render(text))
+    assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
+    assert HOSTILE[0] in "".join(page.text)
+
+
+def _outside_code(text: str) -> str:
+    """report.md without its fenced blocks and code spans (a span's fence: a run of backticks, closed by as many)."""
+    text = re.sub(r"^(`{3,})text\n.*?\n\1$", "", text, flags=re.S | re.M)
+    return re.sub(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)", "", text)
+
+
+def _renderer():
+    """What renders report.md in these tests: CommonMark with GitHub's tables, strikethrough and autolinks."""
+    from markdown_it import MarkdownIt
+    return MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
 
 
 # Packet text in the markdown capture below: each string is markdown that a viewer would turn into an
@@ -68,10 +85,13 @@ MARKDOWN_NAMES = ("![x](http://evil.example/x.png)",
                   "# h *em* _u_ `c` ~~s~~ $m$ | p <http://evil.com/a> a@evil.com")
 # A capture file name with line breaks and markdown: it reaches report.md as the capture's name.
 HOSTILE_FILE = "y.png)\n# heading | cell <img src=x> *em*\n- item.pcap"
-# What markdown itself makes of report.md: anything else (img, a, code, em, del, script, ...) came from text.
-# "pre>code" is a fenced block (tshark's packet details), "timeline-img" the report's own figure, timeline.png.
+# What markdown itself makes of report.md: anything else (img, em, del, script, a link to anywhere but a rule's
+# reference, ...) came from text. "pre>code" is a fenced block (tshark's packet details), "code" a span (an
+# address, a name, a file), "timeline-img" the report's own figure, timeline.png, "reference-a" a link to one of
+# the rule files' references.
 REPORT_TAGS = {"h1", "h2", "h3", "p", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "strong", "pre",
-               "pre>code", "timeline-img"}
+               "pre>code", "code", "timeline-img", "reference-a"}
+REFERENCES = {ref for rule in load_rules().values() for ref in rule.references}
 
 
 def _markdown_loops(path: Path) -> None:
@@ -106,6 +126,8 @@ class _Elements(__import__("html.parser").parser.HTMLParser):
             tag = "pre>code"
         elif tag == "img" and dict(attrs).get("src") == "timeline.png":
             tag = "timeline-img"
+        elif tag == "a" and dict(attrs).get("href") in REFERENCES:
+            tag = "reference-a"
         self._last = tag
         self.tags.add(tag)
         if tag == "tr":
@@ -121,8 +143,6 @@ def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
     """report.md rendered by a CommonMark/GFM renderer (tables, strikethrough, linkify): no image, link or
     HTML element from packet text or a file name, every table row whole, and each hostile string shown as
     itself."""
-    from markdown_it import MarkdownIt
-
     folder = tmp_path / "![y](http:" / "evil.example"
     folder.mkdir(parents=True)
     (folder / HOSTILE_FILE).write_bytes((CAPTURES / "hostile-markup.pcapng").read_bytes())
@@ -133,9 +153,8 @@ def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
     assert [f.rule for f in findings].count("echo-loop") == 1 + len(MARKDOWN_NAMES)
     text = (tmp_path / "out" / "report.md").read_text()
 
-    renderer = MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
     page = _Elements()
-    page.feed(renderer.render(text))
+    page.feed(_renderer().render(text))
     assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
     header, *rows = page.rows
     assert header == 2 and set(rows[:9]) == {2}                      # the capture summary: two cells a row
@@ -149,18 +168,16 @@ def test_packet_and_file_text_stays_text_in_a_markdown_viewer(tmp_path):
 
 def test_markdown_escaping_is_what_keeps_the_viewer_from_acting(tmp_path, monkeypatch):
     """Without the escaping the same report renders images, links and HTML: the test above can fail."""
-    from markdown_it import MarkdownIt
-
     from detector.report import render
 
     loops = tmp_path / "loops.pcap"
     _markdown_loops(loops)
-    monkeypatch.setattr(render, "markdown_text", lambda value: str(value))
+    monkeypatch.setattr(render, "markdown_text", lambda value, cell=False: str(value))
+    monkeypatch.setattr(render, "markdown_code", lambda value, cell=False: str(value))
     analyze([str(loops)], tmp_path / "out")
     page = _Elements()
-    page.feed(MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
-              .render((tmp_path / "out" / "report.md").read_text()))
-    assert {"img", "a", "code", "em"} <= page.tags
+    page.feed(_renderer().render((tmp_path / "out" / "report.md").read_text()))
+    assert {"img", "a", "em"} <= page.tags
 
 
 def test_figures_are_inline_pngs(hostile):
@@ -185,10 +202,10 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert headings[5].startswith("## 2. CRITICAL: Probe to the RIP ports (rip-trigger)")
     # the report opens with the incident: its summary, then its chain from the root cause to the effect
     opening = text[:text.index("## Capture summary")]
-    assert "### incident-1: CRITICAL: Probe to the RIP ports -&gt; echo-loop\n" in opening
+    assert "### incident-1: CRITICAL: Probe to the RIP ports -> echo-loop\n" in opening
     what, where, first = [line for line in opening.splitlines() if line.startswith("- ")]
-    assert what.startswith("- What: rip-trigger (critical):") and what.endswith("; then echo-loop")
-    assert where == ("- Where: 198.18.44.201 -&gt; 192.0.2.61 (00:1b:54:c2:00:02 -&gt; 00:1b:54:c2:00:01), "
+    assert what.startswith("- What: rip-trigger (critical): `198.18.44.201` sent") and what.endswith("; then echo-loop")
+    assert where == ("- Where: `198.18.44.201` -> `192.0.2.61` (`00:1b:54:c2:00:02` -> `00:1b:54:c2:00:01`), "
                      "from 2026-01-01T00:00:01.500000Z for 0.24 s")
     assert first.startswith("- First: Drop UDP 520 and 521 from outside")
     chain = opening[opening.index("### incident-1 chain"):].splitlines()
@@ -197,13 +214,21 @@ def test_markdown_reads_top_down_with_the_numbers(incident):
     assert "- incident: incident-1" in text[text.index("## 1. CRITICAL"):]
     assert "| Packets | 6,532 |" in text
     assert "| 1 | critical | high | echo-loop | 6,000 |" in text
+    assert "| Findings | 2 of low or above |" in text
     rules = load_rules()
     for f in findings:
-        assert " ".join(rules[f.rule].why.split())[:80] in " ".join(text.split()).replace("&#x27;", "'")
-    # a file name's dot before letters is escaped in markdown (no viewer makes a link of it)
-    assert "evidence/echo-loop-1\\.pcap: 64 packets" in text
-    assert "evidence/rip-trigger-1-reproduce\\.py" in text
-    assert "- copies: 6,000" in text
+        assert " ".join(rules[f.rule].why.split())[:80] in " ".join(text.split())
+    # a file name is code (no viewer makes a link of it), a reference a link under its own heading, nested
+    # evidence a list of its own, a yes/no a word: nothing escaped, no Python repr
+    assert "- `evidence/echo-loop-1.pcap`: 64 packets" in text
+    assert "- `evidence/rip-trigger-1-reproduce.py`: rebuilds" in text
+    assert "### References\n\n- <https://www.rfc-editor.org/rfc/rfc2453>\n" in text
+    assert "- copies: 6,000" in text and "- loop: yes" in text
+    assert "- loop_evidence: unicast_destination: yes, unicast_source: yes," in text
+    outside = _outside_code(text)
+    for noise in ("True", "False", "None", "{'", "\\.", "\\_", "&gt;", "&#"):
+        assert noise not in outside, noise
+    assert "**Frame 258 of the capture** (frame 1 of `evidence/echo-loop-1.pcap`)" in text
 
 
 def test_html_opens_with_the_incidents_and_links_each_step_to_its_finding(incident, hostile):
@@ -228,8 +253,6 @@ def test_incident_text_from_packets_stays_text(incident):
     in report.md they render as text only, in report.html they are escaped."""
     import json
 
-    from markdown_it import MarkdownIt
-
     from detector.incidents import correlate
     from detector.report.evidence import EvidenceResult
     from detector.report.render import html_report, markdown
@@ -244,9 +267,8 @@ def test_incident_text_from_packets_stays_text(incident):
     assert len(incidents) == 1
     text = markdown(document, crafted, rules, EvidenceResult(None), incidents)
     opening = text[:text.index("## Capture summary")]
-    renderer = MarkdownIt("commonmark", {"linkify": True}).enable(["table", "strikethrough", "linkify"])
     page = _Elements()
-    page.feed(renderer.render(opening))
+    page.feed(_renderer().render(opening))
     assert page.tags <= REPORT_TAGS, page.tags - REPORT_TAGS
     shown = " ".join("".join(page.text).split())
     for name in MARKDOWN_NAMES:
@@ -261,7 +283,7 @@ def test_ipv6_endpoints_keep_their_port_readable(tmp_path):
     # "2001:db8:10::80:443" reads as one address; the report writes [2001:db8:10::80]:443, as the findings do
     analyze([str(CAPTURES / "pmtud-blackhole-ipv6-vlan.pcapng")], tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "- endpoints: TCP \\[2001:db8:10::80\\]:443 -&gt; \\[2001:db8:77::23\\]:52020" in text
+    assert "- endpoints: `TCP [2001:db8:10::80]:443 -> [2001:db8:77::23]:52020`" in text
     assert "2001:db8:10::80:443" not in text
 
 
