@@ -351,3 +351,109 @@ def test_no_rule_figure_without_its_findings(tmp_path):
     assert result.findings == [] and figures == []
     assert re.findall(r'<img alt="([^"]*)"', page) == ["Packets per second (finding intervals shaded)",
                                                        "Top 10 talkers"]
+
+
+def test_info_findings_alone_give_a_short_report_with_an_appendix(tmp_path):
+    """The near-misses are all info: no incident, no section each, one appendix row each (rule, where, what,
+    count) in both reports; findings.json keeps them whole."""
+    import json
+
+    findings, result, _path = analyze([str(CAPTURES / "scan-near-misses.pcap")], tmp_path)
+    assert findings and {f.severity for f in findings} == {"info"} and result.incidents == []
+    text = (tmp_path / "report.md").read_text()
+    assert "## Incidents" not in text and "\n## 1. " not in text
+    assert f"No finding of low or above, so no incident: {len(findings)} info findings in the appendix" in text
+    appendix = text[text.index("## Appendix: info findings"):].splitlines()
+    rows = [line for line in appendix if re.match(r"\| \d+ \|", line)]
+    assert len(rows) == len(findings)
+    for (number, f), row in zip(enumerate(findings, 1), rows):
+        assert row.startswith(f"| {number} | {f.rule} | ") and row.endswith(f" | {f.n:,} |")
+    assert len(text.splitlines()) <= 60
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Incidents</h2>" not in page and '<h2 id="f' not in page
+    assert len(re.findall(r'<tr id="f\d+">', page)) == len(findings)
+    document = json.loads((tmp_path / "findings.json").read_text())
+    assert len(document["findings"]) == len(findings) and document["incidents"] == []
+    assert {f.get("incident_id") for f in document["findings"]} == {None}
+
+
+def test_a_many_interface_pcapng_of_info_findings_has_a_short_report(tmp_path, captures_real):
+    # a real pcapng of 126 interfaces (Zeek's test traces): its only finding is info, its report short
+    findings, result, _path = analyze([str(captures_real / "zeek/testing/btest/Traces/ldap/gap-data-missing.pcapng")],
+                                      tmp_path)
+    assert len(result.captures[0]["interfaces"]) == 126
+    assert findings and {f.severity for f in findings} == {"info"} and result.incidents == []
+    text = (tmp_path / "report.md").read_text()
+    assert len(text.splitlines()) <= 400 and "## Incidents" not in text and "## Appendix: info findings" in text
+
+
+def _two_incidents_the_worst_later():
+    """two-incidents-at-once with its loop (critical) moved ten minutes later: the black hole (high) is now
+    incident-1 by time, the loop incident-2. (document, findings, incidents)."""
+    from detector.analysis import analyze as analysis
+    from detector.findings import canonical_order
+    from detector.incidents import correlate
+    from detector.report import findings_document
+
+    rules = load_rules()
+    result = analysis([CAPTURES / "two-incidents-at-once.pcapng"], rules)
+    later = 600 * 10**9
+    moved = [dataclasses.replace(f, incident_id=None, **({"first_seen": f.first_seen + later,
+                                                          "last_seen": f.last_seen + later}
+                                                         if f.rule in ("rip-trigger", "echo-loop", "rss-saturation")
+                                                         else {})) for f in result.findings]
+    moved = canonical_order(moved)
+    incidents = correlate(moved, rules)
+    assert [(i.id, i.severity) for i in incidents] == [("incident-1", "high"), ("incident-2", "critical")]
+    document = findings_document(result.captures, {**result.stats.to_json(), "flows": result.flow_count}, moved,
+                                 incidents=incidents)
+    return document, moved, incidents
+
+
+def test_both_reports_open_with_the_worst_incident():
+    from detector.report.evidence import EvidenceResult
+    from detector.report.render import html_report, markdown
+
+    document, findings, incidents = _two_incidents_the_worst_later()
+    text = markdown(document, findings, load_rules(), EvidenceResult(None), incidents)
+    assert re.findall(r"^### (incident-\d): (\w+)", text, flags=re.M) == [("incident-2", "CRITICAL"),
+                                                                          ("incident-1", "HIGH")]
+    assert re.findall(r"^### (incident-\d) chain", text, flags=re.M) == ["incident-2", "incident-1"]
+    page = html_report(document, findings, load_rules(), EvidenceResult(None), [], incidents)
+    assert re.findall(r'<h3 id="(incident-\d)"', page) == ["incident-2", "incident-1"]
+
+
+def test_the_terminal_summary_lists_incidents_worst_first_in_twenty_lines():
+    from detector.commands import SUMMARY_LINES_MAX, analyze_summary
+
+    _document, findings, incidents = _two_incidents_the_worst_later()
+    loose = [dataclasses.replace(findings[0], severity="low", incident_id=None, msg=f"loose {k}\n finding")
+             for k in range(30)]
+    info = [dataclasses.replace(findings[0], severity="info", incident_id=None) for _ in range(3)]
+    lines = analyze_summary(findings + loose + info, incidents, "out")
+    assert lines[0].startswith("critical  incident-2   Probe to the RIP ports -> echo-loop")
+    assert lines[1].startswith("high      incident-1   ")
+    assert lines[2] == f"low       {findings[0].rule:<12} loose 0 finding"
+    assert len(lines) == SUMMARY_LINES_MAX + 1
+    assert lines[SUMMARY_LINES_MAX - 1] == f"... and {2 + 30 - SUMMARY_LINES_MAX + 1} more in out/report.md"
+    assert lines[-1] == "3 info findings (a description of the network, no incident) in out/findings.json"
+    assert analyze_summary(findings[:1], incidents[1:], "out") == [lines[0]]
+
+
+def test_a_cut_capture_says_so_first_in_both_reports(tmp_path):
+    import html
+
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes((CAPTURES / "echo-loop-rip-ipv4.pcapng").read_bytes()[:-5])
+    _findings, result, _path = analyze([str(cut)], tmp_path / "out")
+    (warning,) = result.warnings
+    assert warning.startswith(f"{cut} at byte ") and result.incidents
+    text = (tmp_path / "out" / "report.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## What is wrong with the capture", "## Incidents"]
+    facts = text[text.index("## What is wrong"):text.index("## Incidents")]
+    offset = re.search(r"at byte \d+: .*", warning).group()
+    assert f"- `{cut}` {offset}" in facts
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.index("<h2>What is wrong with the capture</h2>") < page.index(html.escape(warning)) < page.index(
+        "<h2>Incidents</h2>")

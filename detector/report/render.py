@@ -362,8 +362,7 @@ NO_FINDINGS = "No rule fired on these captures."
 LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the capture meanwhile: the counts are "
              "lower bounds")
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
-ONLY_INFO = ("No finding of low or above, so no incident: the {info} below describe the network "
-             "(findings.json holds them in full).")
+ONLY_INFO = "No finding of low or above, so no incident: {info} in the appendix below."
 QUALITY_HEADING = "What is wrong with the capture"
 APPENDIX_HEADING = "Appendix: info findings"
 APPENDIX_NOTE = ("Descriptions of the network rather than problems: no incident is made of them alone. "
