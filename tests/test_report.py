@@ -457,3 +457,36 @@ def test_a_cut_capture_says_so_first_in_both_reports(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     assert page.index("<h2>What is wrong with the capture</h2>") < page.index(html.escape(warning)) < page.index(
         "<h2>Incidents</h2>")
+
+
+def test_a_syn_flood_report_reads_without_escapes_or_reprs(tmp_path):
+    """report.md of the spoofed SYN flood: addresses as code, booleans as yes/no, nested evidence as a sub-list,
+    an empty list as none; no backslash, HTML entity or Python repr outside code."""
+    analyze([str(CAPTURES / "syn-flood-spoofed.pcap")], tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "- endpoints: `TCP - -> 10.30.0.80:443`" in text
+    assert "\n- completion_known: yes\n" in text and "\n- distributed: yes\n" in text
+    assert "\n- spoofing:\n  - judged_attempts: 0\n" in text and "\n  - spoofed: no\n" in text
+    assert "\n- top_sources: none\n" in text
+    outside = _outside_code(text)
+    for noise in ("True", "False", "None", "{'", "['", "\\", "&gt;", "&lt;", "&#", "&amp;"):
+        assert noise not in outside, noise
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("10.10.10.10:25565 sent 1 probe", "`10.10.10.10:25565` sent 1 probe"),
+    ("TCP - -> 10.10.10.10:25565", "TCP - -> `10.10.10.10:25565`"),
+    ("completion_known: no", "completion_known: no"),
+    ("see https://github.com/x/y.", "see `https://github.com/x/y`."),
+    ("Duration 23.684 s", "Duration 23.684 s"),
+    ("1. not a list", "1\\. not a list"),
+    ("# not a heading, *not em* _nor_ this", "\\# not a heading, \\*not em\\* \\_nor\\_ this"),
+    ("<b>x</b> & &amp; a<b", "\\<b>x\\</b> & \\&amp; a\\<b"),
+    ("a ` b ``", "a \\` b \\`\\`"),
+])
+def test_markdown_text_escapes_only_what_a_viewer_acts_on(text, shown):
+    from detector.report.render import markdown_code, markdown_text
+
+    assert markdown_text(text) == shown
+    assert markdown_code("a``b|c", cell=True) == "```a``b\\|c```"
+    assert markdown_code("`x") == "`` `x ``"

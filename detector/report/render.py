@@ -108,6 +108,8 @@ def _item(label: str | None, value, depth: int = 0) -> Item:
     of them or a small mapping of them on one line, anything else as lines under it."""
     if _plain(value):
         return Item(label, [_value(value)], [])
+    if not value:
+        return Item(label, [Value("none")], [])
     if depth >= DEPTH_MAX:
         return Item(label, [Value(MORE_IN_FINDINGS)], [])
     if isinstance(value, dict):
