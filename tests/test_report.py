@@ -369,6 +369,7 @@ def test_info_findings_alone_give_a_short_report_with_an_appendix(tmp_path):
     for (number, f), row in zip(enumerate(findings, 1), rows):
         assert row.startswith(f"| {number} | {f.rule} | ") and row.endswith(f" | {f.n:,} |")
     assert len(text.splitlines()) <= 60
+    assert "Wireshark's view" not in text          # no frame is dissected for a table row
     page = (tmp_path / "report.html").read_text()
     assert "<h2>Incidents</h2>" not in page and '<h2 id="f' not in page
     assert len(re.findall(r'<tr id="f\d+">', page)) == len(findings)
