@@ -491,3 +491,12 @@ def test_markdown_text_escapes_only_what_a_viewer_acts_on(text, shown):
     assert markdown_text(text) == shown
     assert markdown_code("a``b|c", cell=True) == "```a``b\\|c```"
     assert markdown_code("`x") == "`` `x ``"
+
+
+def test_a_rule_texts_code_spans_stay_code():
+    from detector.report.render import markdown_paragraphs
+
+    shown = markdown_paragraphs("Find the port (`show mac address-table`, `bridge fdb show`) and shut it.\n\n"
+                                "# not a heading `a|b` - c\n  d")
+    assert shown == ("Find the port (`show mac address-table`, `bridge fdb show`) and shut it.\n\n"
+                     "\\# not a heading `a|b` - c d")

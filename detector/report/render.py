@@ -322,11 +322,11 @@ def _escape_word(word: str, cell: bool) -> str:
     return word.replace("|", "\\|") if cell else word
 
 
-def markdown_text(value, cell: bool = False) -> str:
+def markdown_text(value, cell: bool = False, line_start: bool = True) -> str:
     """`value`, words that may quote packets, as markdown that renders as exactly its text on one line: only
     what a viewer would act on is escaped (nothing a terminal reader would stumble over), and the words it
     would make a link of, addresses among them, are code. `cell`: the text is a table cell (its pipes
-    escaped; no block starts there)."""
+    escaped; no block starts there); `line_start`: the text may begin a line, where a block could start."""
     words = []
     for word in _one_line(value).split(" "):
         lead, core, trail = _MD_WORD.match(word).groups()
@@ -335,15 +335,31 @@ def markdown_text(value, cell: bool = False) -> str:
         else:
             words.append(_escape_word(word, cell))
     text = " ".join(words)
-    if cell:
+    if cell or not line_start:
         return text
     return _MD_LINE_START.sub(lambda m: "\\" if not m.group() else f"\\{m.group()}" if not m.group()[0].isdigit()
                               else f"{m.group()[:-1]}\\{m.group()[-1]}", text, count=1)
 
 
+def _rule_text(paragraph: str) -> str:
+    """One paragraph of a rule's text: its `code spans` (commands, option names) stay code, the rest is
+    markdown_text."""
+    out = []
+    for index, part in enumerate(re.split(r"`([^`]+)`", _one_line(paragraph))):
+        if index % 2:
+            out.append(markdown_code(part))
+        elif part.strip():
+            text = markdown_text(part, line_start=index == 0)
+            out.append((" " if part[0] == " " else "") + text + (" " if part[-1] == " " else ""))
+        else:
+            out.append(part)
+    return "".join(out)
+
+
 def markdown_paragraphs(value) -> str:
-    """Text of several paragraphs (blank-line separated, as in a rule file) as markdown_text paragraphs."""
-    paragraphs = [markdown_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
+    """Text of several paragraphs (blank-line separated) written as a rule file's `why` and remediation are: each
+    paragraph one line, its backtick spans code, the rest markdown_text."""
+    paragraphs = [_rule_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
     return "\n\n".join(paragraphs) or "-"
 
 
