@@ -172,8 +172,8 @@ def test_markdown_escaping_is_what_keeps_the_viewer_from_acting(tmp_path, monkey
 
     loops = tmp_path / "loops.pcap"
     _markdown_loops(loops)
-    monkeypatch.setattr(render, "markdown_text", lambda value, cell=False: str(value))
-    monkeypatch.setattr(render, "markdown_code", lambda value, cell=False: str(value))
+    monkeypatch.setattr(render, "markdown_text", lambda value, **_: str(value))
+    monkeypatch.setattr(render, "markdown_code", lambda value, **_: str(value))
     analyze([str(loops)], tmp_path / "out")
     page = _Elements()
     page.feed(_renderer().render((tmp_path / "out" / "report.md").read_text()))
