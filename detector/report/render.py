@@ -331,7 +331,7 @@ def markdown_text(value, cell: bool = False, line_start: bool = True) -> str:
     for word in _one_line(value).split(" "):
         lead, core, trail = _MD_WORD.match(word).groups()
         if core and _MD_LINKABLE.search(core):
-            words.append(_escape_word(lead, cell) + markdown_code(core, cell) + _escape_word(trail, cell))
+            words.append(_escape_word(lead, cell) + markdown_code(core, cell=cell) + _escape_word(trail, cell))
         else:
             words.append(_escape_word(word, cell))
     text = " ".join(words)
