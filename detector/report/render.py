@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..detectors.base import endpoint
 from ..findings import Finding, iso_time
-from ..incidents import where, worst_first
+from ..incidents import NO_PLACE, where, worst_first
 from ..rules import Rule
 from .evidence import EvidenceResult
 
@@ -669,7 +669,8 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
                 "<table><tr><th>#</th><th>rule</th><th>where</th><th>what</th><th>count</th></tr>"]
         for i, f in described:
             rule_id, place, what = _appendix_row(f)
-            out.append(f'<tr id="f{i}"><td>{i}</td><td>{_e(rule_id)}</td><td><code>{_e(place)}</code></td>'
+            place = _e(place) if place == NO_PLACE else f"<code>{_e(place)}</code>"
+            out.append(f'<tr id="f{i}"><td>{i}</td><td>{_e(rule_id)}</td><td>{place}</td>'
                        f"<td>{_e(what)}</td><td>{f.n:,}</td></tr>")
         out.append("</table>")
     out.append("</body></html>")
