@@ -266,7 +266,7 @@ def cmd_analyze(args) -> int:
     if args.fail_on is not None:
         args.fail_on = severity("--fail-on", args.fail_on)
     _start_embedded(args)
-    from .commands import analyze
+    from .commands import analyze, analyze_summary
     from .findings import SEVERITY_RANK
     if args.each:       # a capture that is missing or broken is listed as failed, the others go on
         _prepare_kernels()
@@ -281,10 +281,8 @@ def cmd_analyze(args) -> int:
         print(f"detector: warning: {warning}", file=sys.stderr)
     for note in (result.quality or {}).get("notes", []):
         print(f"detector: capture: {note}", file=sys.stderr)
-    if findings:
-        print(f"{'severity':<9} {'confidence':<10} {'rule':<18} {'n':>9}  message")
-        for f in sorted(findings, key=lambda f: -f.rank):
-            print(f"{f.severity:<9} {f.confidence or '-':<10} {f.rule:<18} {f.n:>9}  {f.msg}")
+    for line in analyze_summary(findings, result.incidents, out.parent):
+        print(line)
     noun = "finding" if len(findings) == 1 else "findings"
     print(f"{len(findings)} {noun} written to {out}", file=sys.stderr)
     for failure in result.failures:

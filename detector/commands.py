@@ -303,6 +303,31 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
     return findings, result, path
 
 
+# The terminal summary of `analyze` lists at most this many incidents and findings: a screen read at a glance;
+# report.md has the rest.
+SUMMARY_LINES_MAX = 20
+
+
+def analyze_summary(findings, incidents, out) -> list[str]:
+    """What `analyze` prints on stdout: the incidents, the worst first (severity, then time), then the findings
+    of low or above that no incident holds, one line each, at most SUMMARY_LINES_MAX, and how many info findings
+    findings.json holds beside them (the reports list those in an appendix). The capture's own faults go to
+    stderr before it (cmd_analyze)."""
+    from .incidents import worst_first
+    lines = [f"{incident.severity:<9} {incident.id:<12} {incident.title}" for incident in worst_first(incidents)]
+    lines += [f"{f.severity:<9} {f.rule:<12} {' '.join(f.msg.split())}" for f in findings
+              if f.severity != "info" and not f.incident_id]
+    if len(lines) > SUMMARY_LINES_MAX:
+        more = f"... and {len(lines) - SUMMARY_LINES_MAX + 1:,} more in {os.path.join(os.fspath(out), 'report.md')}"
+        lines = [*lines[:SUMMARY_LINES_MAX - 1], more]
+    info = sum(1 for f in findings if f.severity == "info")
+    if info:
+        noun = "info finding" if info == 1 else "info findings"
+        lines.append(f"{info:,} {noun} (a description of the network, no incident) in "
+                     f"{os.path.join(os.fspath(out), 'findings.json')}")
+    return lines
+
+
 # ---- analyze --each -------------------------------------------------------------------------------------------
 def each_name(path, taken: set[str]) -> str:
     """The folder of one capture under analyze --each's DIR: its file name up to the first dot (as `make demo`

@@ -14,16 +14,19 @@ frame looping, a receive queue saturated, are three findings of one outage.
 - time: their spans overlap, or lie at most ADJACENT_NS apart.
 
 Findings that share nothing stay incidents of their own: two findings that
-merely overlap in time are never joined. A rule that `weakens` others (the
+merely overlap in time are never joined. An incident holds at least one
+finding of low or above: info findings describe the network (a RIP speaker,
+a capacity report) and join the incident of what they describe, but alone
+they make none and keep no incident_id (the reports list them in an
+appendix). A rule that `weakens` others (the
 capture lost packets: every count of its span is a lower bound) joins the
 incident its span overlaps most, but never links two incidents and is never
 a root cause.
 
 The root cause is the earliest finding with no cause of its own in the
 incident (no finding of a rule that `causes` its rule, started before it
-ended); findings above info are preferred, since an info finding describes
-normal state (a RIP speaker, a master timeline, a capacity report) and is
-a root cause only of an incident of info findings. The other findings
+ended) of low or above: an info finding describes normal state (a RIP
+speaker, a master timeline, a capacity report) and causes nothing. The other findings
 follow in causal order (a cause before its effects), then by time.
 
 A rule whose findings describe a sender or the capture rather than an event
@@ -56,6 +59,8 @@ ADJACENT_NS = 10 * NS
 # flows or frames; the first ones name the heaviest (detectors sort them), and the bound keeps correlation
 # linear.
 ENTITY_VALUES_MAX = 2_000
+# Where a finding is that names no address or MAC (a count over the whole capture, a storm of many clients).
+NO_PLACE = "no single host"
 # A summary line quotes at most this much of a finding's message.
 SUMMARY_MSG_CHARS = 240
 
@@ -271,9 +276,10 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
     groups_seen = {root: (min(spans[i][0] for i in idx), max(spans[i][1] for i in idx),
                           max(findings[i].rank for i in idx), {findings[i].rule for i in idx})
                    for root, idx in members.items()}
-    # a group of context-only findings is no incident: they keep no incident_id
+    # a group of context-only findings is no incident, nor one of info findings (they describe the network:
+    # the report lists them apart): they keep no incident_id
     for root, idx in list(members.items()):
-        if all(findings[i].rule in relations.context_only for i in idx):
+        if all(findings[i].rule in relations.context_only or findings[i].severity == "info" for i in idx):
             del members[root], groups_seen[root]
             for i in idx:
                 findings[i].incident_id = None
@@ -289,8 +295,10 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
             key = (min(last, w_last) - max(first, w_first), rank, -root)
             if best_key is None or key > best_key:
                 best, best_key = root, key
-        if best is None:
+        if best is None and findings[w].severity != "info":
             alone.append(w)
+        elif best is None:
+            findings[w].incident_id = None
         else:
             members[best].append(w)
     built = [_incident(findings, spans, idx, relations) for idx in members.values()]
@@ -301,6 +309,12 @@ def correlate(findings: list[Finding], rules: dict) -> list[Incident]:
         for finding in incident.findings:
             finding.incident_id = incident.id
     return [incident for incident, _root in built]
+
+
+def worst_first(incidents) -> list[Incident]:
+    """`incidents` in the order a responder reads them: the most severe first, then the earliest."""
+    return sorted(incidents, key=lambda incident: (-SEVERITY_RANK[incident.severity], incident.first_seen,
+                                                   int(incident.id.rpartition("-")[2] or 0)))
 
 
 def _incident(findings: list[Finding], spans, idx: list[int], relations: _Relations) -> tuple[Incident, int]:
@@ -385,8 +399,10 @@ def _title(ordered: list[Finding], levels: list[int | None]) -> str:
     return title
 
 
-def _where(finding: Finding) -> str:
-    """The root cause's place: its addresses, and its MACs (the devices on the link: a loop's two boxes)."""
+def where(finding: Finding) -> str:
+    """A finding's place: its addresses, and its MACs (the devices on the link: a loop's two boxes); a finding
+    that names neither (its identifier names what it counted, as "tcp ack gaps", not a place) is about no
+    single host."""
     def pair(src, dst) -> str | None:
         if src and dst:
             return f"{src} -> {dst}"
@@ -395,7 +411,7 @@ def _where(finding: Finding) -> str:
     ips, macs = pair(finding.src_ip, finding.dest_ip), pair(finding.src_mac, finding.dest_mac)
     if ips and macs:
         return f"{ips} ({macs})"
-    return ips or macs or finding.identifier or "the capture"
+    return ips or macs or NO_PLACE
 
 
 def _duration(ns: int) -> str:
@@ -428,12 +444,8 @@ def _summary(ordered: list[Finding], first: int, last: int) -> str:
     then = "; then " + ", ".join(f"{rule}" + (f" x{n}" if n > 1 else "") for rule, n in counts.items()) \
         if counts else ""
     what = f"What: {root.rule} ({root.severity}): {msg}{then}"
-    where = f"Where: {_where(root)}, from {iso_time(first)} for {_duration(last - first)}"
-    if all(f.severity == "info" for f in ordered):
-        first_step = "First: nothing: every finding here is info, a description of the network to read beside others"
-    else:
-        first_step = f"First: {_first_step(root.remediation)}"
-    return "\n".join([what, where, first_step])
+    place = f"Where: {where(root)}, from {iso_time(first)} for {_duration(last - first)}"
+    return "\n".join([what, place, f"First: {_first_step(root.remediation)}"])
 
 
-__all__ = ["Incident", "correlate", "entities", "ADJACENT_NS", "ROLES"]
+__all__ = ["Incident", "correlate", "entities", "where", "worst_first", "ADJACENT_NS", "NO_PLACE", "ROLES"]

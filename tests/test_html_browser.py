@@ -111,7 +111,10 @@ PROBE = """JSON.stringify({
     details: Array.from(document.querySelectorAll('pre.dissection')).map(p => [p.textContent, p.offsetHeight,
                                                                              p.closest('details').open]),
     expert: Array.from(document.querySelectorAll('ul.expert li')).map(li => li.textContent),
-    elements: document.querySelectorAll('pre.dissection *, ul.expert li *').length})"""
+    elements: document.querySelectorAll('pre.dissection *, ul.expert li *').length,
+    width: [document.documentElement.scrollWidth, document.documentElement.clientWidth, window.innerWidth]})"""
+# The width of a laptop's browser window: the report reads there without scrolling sideways.
+WINDOW_PX = 1300
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,8 @@ def browser(tmp_path_factory):
         session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             tools.call(f"{domain}.enable", session)
+        tools.call("Emulation.setDeviceMetricsOverride", session, width=WINDOW_PX, height=900, deviceScaleFactor=1,
+                   mobile=False)
 
         def load(name: str):
             out = tmp_path_factory.mktemp("browser")
@@ -154,6 +159,12 @@ def test_renders_without_console_errors(rendered):
     # nothing but the page itself is fetched: figures are data: URLs
     requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
     assert [url for url in requests if not url.startswith(("file://", "data:"))] == []
+
+
+def test_the_page_does_not_scroll_sideways(rendered):
+    state, _events = rendered
+    scroll, client, window = state["width"]
+    assert window == WINDOW_PX and scroll <= client
 
 
 def test_every_figure_loaded(rendered):
@@ -198,3 +209,5 @@ def test_bundled_incidents_render_timeline_and_dissections(browser, name, rules)
     cited = {heading.split(" of evidence/")[1].rsplit("-", 1)[0] for heading in state["dissected"]}
     assert cited == rules
     assert "Wireshark's view:" in state["text"] and "dissected by sharkd" in state["text"]
+    scroll, client, window = state["width"]
+    assert window == WINDOW_PX and scroll <= client

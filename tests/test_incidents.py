@@ -154,15 +154,24 @@ def test_time_keeps_one_entitys_events_minutes_apart_apart(rules, two):
     assert len(correlate([probe, *close], rules)) == 1
 
 
-def test_an_info_finding_joins_one_incident_but_never_links_two(rules):
-    # two unrelated scanners both appear among the conntrack report's top sources: two incidents
+def test_info_findings_alone_make_no_incident(rules):
+    # the near-misses are all info: descriptions of the network, no incident, no incident_id (findings.json and
+    # the reports' appendix keep them)
     result = analyze([CAPTURES / "scan-near-misses.pcap"], rules)
-    shapes = sorted([f.rule, f.identifier] for inc in result.incidents for f in inc.findings[:1])
-    assert len(result.incidents) == 2, _shape(result.incidents)
-    assert [rule for rule, _ in shapes] == ["scan", "scan"]
-    # nothing in them calls for action, and the summary says so rather than quoting a remediation
-    for incident in result.incidents:
-        assert incident.severity == "info" and incident.summary.splitlines()[2].startswith("First: nothing")
+    assert result.findings and {f.severity for f in result.findings} == {"info"}
+    assert result.incidents == [] and {f.incident_id for f in result.findings} == {None}
+
+
+def test_an_info_finding_joins_one_incident_but_never_links_two(rules):
+    # two unrelated scanners both appear among the conntrack report's top sources: raised to low, two incidents
+    findings = analyze([CAPTURES / "scan-near-misses.pcap"], rules).findings
+    raised = [dataclasses.replace(f, severity="low" if f.rule == "scan" else f.severity, incident_id=None)
+              for f in findings]
+    incidents = correlate(raised, rules)
+    assert len(incidents) == 2, _shape(incidents)
+    assert [inc.root_cause.rule for inc in incidents] == ["scan", "scan"]
+    assert any("conntrack-pressure" in [f.rule for f in inc.findings] for inc in incidents), _shape(incidents)
+    assert all(inc.severity == "low" for inc in incidents)
 
 
 def test_an_info_finding_between_two_groups_joins_the_same_one_in_every_run(rules, monkeypatch):

@@ -361,16 +361,16 @@ class MssViolation(Detector):
         where = f"{endpoint(src, sport)} -> {endpoint(dst, dport)}"
         if flow["on_wire"] == 0:
             severity = "info"
-            msg = (f"{where} sent {flow['count']} segments of up to {flow['largest']:,} bytes of payload above "
+            msg = (f"{where} sent {_segments(flow['count'])} of up to {flow['largest']:,} bytes of payload above "
                    f"the MSS {mss} its peer announced, all in packets larger than the {self.params['link_mtu_bytes']}"
                    f"-byte link MTU: TSO/GSO (or GRO) super-segments of a capture taken on a host, not a "
                    f"violation on the wire")
         else:
             severity = self.rule.severity if flow["on_wire"] >= self.params["min_segments"] else "low"
-            msg = (f"{where} sent {flow['on_wire']} segments with up to {flow['largest_on_wire']} bytes of payload "
+            msg = (f"{where} sent {_segments(flow['on_wire'])} with up to {flow['largest_on_wire']} bytes of payload "
                    f"over {window:.1f} s although {dst} announced an MSS of {mss} in its SYN")
             if super_segments:
-                msg += f" (and {super_segments} host-side super-segments)"
+                msg += f" (and {super_segments} host-side super-segment{'' if super_segments == 1 else 's'})"
             if (src, dst) in blackholed:
                 msg += f"; routers report a smaller path MTU for this host (see {PMTUD_BLACKHOLE})"
         evidence = {
@@ -391,3 +391,7 @@ def _community_id(ctx: AnalysisContext, src: str, sport: int, dst: str, dport: i
     """The flow table's Community ID of this TCP connection, if it has one."""
     match = match_flow(ctx.flows, src, sport, dst, dport, PROTO_TCP)
     return None if match is None or "community_id" not in match else str(match["community_id"])
+
+
+def _segments(count: int) -> str:
+    return f"{count:,} segment" + ("" if count == 1 else "s")

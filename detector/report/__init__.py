@@ -15,14 +15,17 @@ def write_reports(out: OutputDir, document: dict, findings, rules, evidence: Evi
     view of the cited frames (dissect.py) is read from the evidence pcaps `out` holds, by tshark processes that
     run while the figures are drawn (on another core: tshark's start-up is most of their cost)."""
     from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
 
     from .dissect import dissect_evidence
     from .render import figures, html_report, markdown
     from .timeline import TIMELINE_PNG, timeline_figure
 
     listed = document.get("incidents")
+    # the info findings are an appendix table, with no section to show frames in: none is dissected for them
+    sections = [f if f.severity != "info" else replace(f, evidence_pcap=None) for f in findings]
     with ThreadPoolExecutor(max_workers=1) as background:
-        dissecting = background.submit(dissect_evidence, out, findings, evidence, listed)
+        dissecting = background.submit(dissect_evidence, out, sections, evidence, listed)
         timeline = timeline_figure(findings, listed, evidence.series.start_ns if evidence.series else None)
         figs = figures(findings, evidence, flows)
         views = dissecting.result()

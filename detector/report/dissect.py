@@ -460,7 +460,7 @@ class Dissections:
             return [*lines, markdown_text(f"Not shown: {view.error}")]
         for d in view.dissections:
             frame, rest = _heading(d, view.pcap)
-            lines += [f"**{markdown_text(frame)}**{markdown_text(rest)}", ""]
+            lines += [f"**{markdown_text(frame)}** {markdown_text(rest)}", ""]
             lines += [f"- {markdown_text(_expert_line(e))}" for e in d.expert[:EXPERT_MAX]] or ["- Expert Info: none"]
             lines += ["", *_fenced(_shown_tree(d, view.pcap))]
         return lines

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..detect.columns import endpoint
 from ..findings import Finding, iso_time
+from ..incidents import NO_PLACE, where, worst_first
 from ..rules import Rule
 from .evidence import EvidenceResult
 
@@ -54,18 +55,108 @@ def _short(value) -> str:
     return text if len(text) <= VALUE_CHARS_MAX else text[:VALUE_CHARS_MAX - 3] + "..."
 
 
-def _numbers(f: Finding) -> list[tuple[str, str]]:
-    """The finding's evidence worth a line in the report: scalars and short lists, not frame numbers."""
+# A list in a finding's evidence shows at most this many items in the report, and nesting at most this deep:
+# the rest is in findings.json, and the report says so.
+LIST_ITEMS_MAX = 10
+DEPTH_MAX = 3
+# A mapping of at most this many plain values reads on one line ("syn: 2, ack: 0"), a longer one as a list.
+INLINE_KEYS_MAX = 6
+MORE_IN_FINDINGS = "findings.json has the rest"
+
+
+@dataclass
+class Value:
+    """One shown value of a finding's evidence: `text` in words; `code` when it is a string, which may come from
+    a packet (shown as code), not a number or a yes/no; `label`: the key it is under, when it shares a line."""
+    text: str
+    code: bool = False
+    label: str | None = None
+
+
+@dataclass
+class Item:
+    """One line of a finding's evidence (a nested list in both reports): its key, the plain values it holds
+    (several for a short list or mapping), and the lines under it."""
+    label: str | None
+    values: list[Value]
+    children: list[Item]
+
+
+def _plain(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _value(value, label: str | None = None) -> Value:
+    """A plain evidence value in words: yes/no for booleans, thousands separators, strings cut (as code)."""
+    if isinstance(value, bool):
+        return Value("yes" if value else "no", label=label)
+    if value is None:
+        return Value("-", label=label)
+    if isinstance(value, float):
+        return Value(f"{value:,.6g}", label=label)
+    if isinstance(value, int):
+        return Value(f"{value:,}", label=label)
+    return Value(_short(value), code=True, label=label)
+
+
+def _more(total: int) -> Value:
+    return Value(f"and {total - LIST_ITEMS_MAX:,} more: {MORE_IN_FINDINGS}")
+
+
+def _item(label: str | None, value, depth: int = 0) -> Item:
+    """`value` (of a finding's evidence, under `label`) as report lines: plain values on the line, a short list
+    of them or a small mapping of them on one line, anything else as lines under it."""
+    if _plain(value):
+        return Item(label, [_value(value)], [])
+    if not value:
+        return Item(label, [Value("none")], [])
+    if depth >= DEPTH_MAX:
+        return Item(label, [Value(MORE_IN_FINDINGS)], [])
+    if isinstance(value, dict):
+        if len(value) <= INLINE_KEYS_MAX and all(_plain(v) for v in value.values()):
+            return Item(label, [_value(v, str(k)) for k, v in value.items()], [])
+        return Item(label, [], [_item(str(k), v, depth + 1) for k, v in value.items()])
+    items = list(value) if isinstance(value, (list, tuple)) else [str(value)]
+    more = [_more(len(items))] if len(items) > LIST_ITEMS_MAX else []
+    if all(_plain(v) for v in items):
+        return Item(label, [_value(v) for v in items[:LIST_ITEMS_MAX]] + more, [])
+    children = [_item(None, v, depth + 1) for v in items[:LIST_ITEMS_MAX]]
+    return Item(label, [], children + ([Item(None, more, [])] if more else []))
+
+
+def _numbers(f: Finding) -> list[Item]:
+    """The finding's evidence worth a line in the report (not its frame numbers), nested as it is."""
+    return [_item(key, value) for key, value in f.evidence.items() if key not in ("evidence_frames", "related")]
+
+
+def _values_markdown(values: list[Value]) -> str:
+    return ", ".join((f"{markdown_text(v.label)}: " if v.label is not None else "")
+                     + (markdown_code(v.text) if v.code else markdown_text(v.text)) for v in values)
+
+
+def _items_markdown(items: list[Item], indent: str = "") -> list[str]:
+    lines = []
+    for item in items:
+        said = _values_markdown(item.values)
+        head = markdown_text(item.label) + (":" if said or item.children else "") if item.label is not None else ""
+        lines.append(f"{indent}- " + " ".join(part for part in (head, said) if part))
+        lines += _items_markdown(item.children, indent + "  ")
+    return lines
+
+
+def _values_html(values: list[Value]) -> str:
+    return ", ".join((f"{_e(v.label)}: " if v.label is not None else "")
+                     + (f"<code>{_e(v.text)}</code>" if v.code else _e(v.text)) for v in values)
+
+
+def _items_html(items: list[Item]) -> str:
     out = []
-    for key, value in f.evidence.items():
-        if key in ("evidence_frames", "related"):
-            continue
-        if isinstance(value, float):
-            value = f"{value:,.6g}"
-        elif isinstance(value, int) and not isinstance(value, bool):
-            value = f"{value:,}"
-        out.append((key, _short(value)))
-    return out
+    for item in items:
+        said = _values_html(item.values)
+        head = _e(item.label) + (":" if said or item.children else "") if item.label is not None else ""
+        under = f"<ul>{_items_html(item.children)}</ul>" if item.children else ""
+        out.append("<li>" + " ".join(part for part in (head, said) if part) + under + "</li>")
+    return "".join(out)
 
 
 def figure_of(panels: list[tuple]) -> MplFigure:
@@ -152,15 +243,20 @@ def _top_talkers(flows: pd.DataFrame) -> pd.Series:
     return sent.groupby(level=0).sum().nlargest(TOP_TALKERS)
 
 
-def _summary_rows(document: dict) -> list[tuple[str, str]]:
+def _summary_rows(document: dict) -> list[tuple[str, str, bool]]:
+    """The capture summary: (what, its value, whether the value is a file's or packet's text, shown as code)."""
     stats = document["stats"]
     files = ", ".join(c["file"] for c in document["captures"])
     linktypes = ", ".join(f"{k} ({v:,})" for k, v in stats.get("linktypes", {}).items())
-    return [("Captures", files), ("Packets", f"{stats['packets']:,}"),
-            ("Bytes", f"{stats['bytes']:,} captured, {stats['wire_bytes']:,} on the wire"),
-            ("First packet", stats.get("first_seen") or "-"), ("Last packet", stats.get("last_seen") or "-"),
-            ("Duration", f"{stats.get('duration_s', 0.0):.3f} s"), ("Link types", linktypes or "-"),
-            ("Flows", f"{stats.get('flows', 0):,}"), ("Findings", f"{len(document['findings']):,}")]
+    findings = document["findings"]
+    info = sum(1 for f in findings if f.get("severity") == "info")
+    counted = f"{len(findings) - info:,} of low or above" + (f", {info:,} info (appendix)" if info else "")
+    return [("Captures", files, True), ("Packets", f"{stats['packets']:,}", False),
+            ("Bytes", f"{stats['bytes']:,} captured, {stats['wire_bytes']:,} on the wire", False),
+            ("First packet", stats.get("first_seen") or "-", False),
+            ("Last packet", stats.get("last_seen") or "-", False),
+            ("Duration", f"{stats.get('duration_s', 0.0):.3f} s", False), ("Link types", linktypes or "-", False),
+            ("Flows", f"{stats.get('flows', 0):,}", False), ("Findings", counted, False)]
 
 
 def _endpoints(f: Finding) -> str:
@@ -176,16 +272,22 @@ def _endpoints(f: Finding) -> str:
 # Characters not whitespace that a terminal or a viewer would act on rather than show: C0 and C1 controls
 # (escape sequences) and the bidirectional embeddings, overrides and isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-# Characters with a meaning inside a line in CommonMark, GitHub's dialect or common extensions: escapes,
-# code spans, emphasis, links, images and footnotes, table cells, strikethrough, math, attribute lists.
-_MD_INLINE = re.compile(r"([\\`*_\[\]|~$^{}])")
-# What makes bare text a link in GitHub's autolinks and markdown-it's linkify: a scheme's "//", an e-mail's
-# "@", a host name's dot before a letter ("www.", "evil.example"). A backslash escape splits the text there;
-# dots before digits (addresses, times, numbers) are left alone.
-_MD_AUTOLINK = re.compile(r"(/(?=/)|@|(?<=\w)\.(?=[^\W\d_]))")
-# What a line may start with to become a block: a heading, quote, list item, thematic break, setext
-# underline, definition, or an ordered list's "1." / "1)".
-_MD_LINE_START = re.compile(r"^(?:([#>+\-=:!])|(\d{1,9})([.)]))")
+# Characters that act anywhere in a line in CommonMark or GitHub's dialect, whatever surrounds them: escapes,
+# code spans, emphasis, link and image brackets, strikethrough, math.
+_MD_INLINE = re.compile(r"([\\`*\[\]~$])")
+# An underscore acts (emphasis) only at a word's edge: `completion_known` stays as it is.
+_MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+# "<" acts when it opens an HTML tag, comment or declaration, or an autolink; "&" when it begins an entity.
+_MD_ANGLE = re.compile(r"<(?=[A-Za-z/!?])")
+_MD_ENTITY = re.compile(r"&(?=#?\w+;)")
+# What a line may start with to become a block: a heading, quote, list item, or a line of "-" or "=" (a
+# thematic break or a setext underline).
+_MD_LINE_START = re.compile(r"^(?:#{1,6}|[-+]|\d{1,9}[.)])(?=\s|$)|^>|^(?=[-=]+$)")
+# Words a viewer would make a link of (a scheme's "//", an e-mail's "@", a host name: a dot before a letter,
+# as "www.evil.example") and addresses: shown as code, where nothing is a link. Sentence punctuation around
+# the word stays outside.
+_MD_WORD = re.compile(r"^([(\"'<]*)(.*?)([.,;:)!?\"'>]*)$")
+_MD_LINKABLE = re.compile(r"//|@|(?<=\w)\.(?=[^\W\d_]{2})|\d\.\d+\.\d+\.\d|(?:^|\[)[0-9a-fA-F]{0,4}:[0-9a-fA-F]{0,4}:")
 
 
 def _control_text(match) -> str:
@@ -193,20 +295,71 @@ def _control_text(match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def markdown_text(value) -> str:
-    """`value` as markdown that renders as exactly its text: one line, nothing a viewer would turn into an
-    image, a link, an HTML element, a heading, a list, emphasis, code or a table cell."""
-    text = " ".join(str(value).split())
-    text = _CONTROL.sub(_control_text, text)
-    text = html.escape(text, quote=False)
-    text = _MD_INLINE.sub(r"\\\1", text)
-    text = _MD_AUTOLINK.sub(r"\\\1", text)
-    return _MD_LINE_START.sub(lambda m: f"\\{m.group(1)}" if m.group(1) else f"{m.group(2)}\\{m.group(3)}", text)
+def _one_line(value) -> str:
+    """`value` as one line of text with its controls made visible."""
+    return _CONTROL.sub(_control_text, " ".join(str(value).split()))
+
+
+def markdown_code(value, cell: bool = False) -> str:
+    """`value` (text from a packet or a file: an address, a name, a frame's summary) as a markdown code span,
+    where a viewer shows it as it is: the fence is longer than any backtick run inside, and in a table `cell` a
+    pipe is escaped (GitHub's tables split cells before they read code spans)."""
+    text = _one_line(value)
+    if not text:
+        return "-"
+    if cell:
+        text = text.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _escape_word(word: str, cell: bool) -> str:
+    word = _MD_INLINE.sub(r"\\\1", word)
+    word = _MD_UNDERSCORE.sub(r"\\_", word)
+    word = _MD_ANGLE.sub(r"\\<", word)
+    word = _MD_ENTITY.sub(r"\\&", word)
+    return word.replace("|", "\\|") if cell else word
+
+
+def markdown_text(value, cell: bool = False, line_start: bool = True) -> str:
+    """`value`, words that may quote packets, as markdown that renders as exactly its text on one line: only
+    what a viewer would act on is escaped (nothing a terminal reader would stumble over), and the words it
+    would make a link of, addresses among them, are code. `cell`: the text is a table cell (its pipes
+    escaped; no block starts there); `line_start`: the text may begin a line, where a block could start."""
+    words = []
+    for word in _one_line(value).split(" "):
+        lead, core, trail = _MD_WORD.match(word).groups()
+        if core and _MD_LINKABLE.search(core):
+            words.append(_escape_word(lead, cell) + markdown_code(core, cell=cell) + _escape_word(trail, cell))
+        else:
+            words.append(_escape_word(word, cell))
+    text = " ".join(words)
+    if cell or not line_start:
+        return text
+    return _MD_LINE_START.sub(lambda m: "\\" if not m.group() else f"\\{m.group()}" if not m.group()[0].isdigit()
+                              else f"{m.group()[:-1]}\\{m.group()[-1]}", text, count=1)
+
+
+def _rule_text(paragraph: str) -> str:
+    """One paragraph of a rule's text: its `code spans` (commands, option names) stay code, the rest is
+    markdown_text."""
+    out = []
+    for index, part in enumerate(re.split(r"`([^`]+)`", _one_line(paragraph))):
+        if index % 2:
+            out.append(markdown_code(part))
+        elif part.strip():
+            text = markdown_text(part, line_start=index == 0)
+            out.append((" " if part[0] == " " else "") + text + (" " if part[-1] == " " else ""))
+        else:
+            out.append(part)
+    return "".join(out)
 
 
 def markdown_paragraphs(value) -> str:
-    """Text of several paragraphs (blank-line separated, as in a rule file) as markdown_text paragraphs."""
-    paragraphs = [markdown_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
+    """Text of several paragraphs (blank-line separated) written as a rule file's `why` and remediation are: each
+    paragraph one line, its backtick spans code, the rest markdown_text."""
+    paragraphs = [_rule_text(part) for part in re.split(r"\n\s*\n", str(value)) if part.strip()]
     return "\n\n".join(paragraphs) or "-"
 
 
@@ -227,12 +380,32 @@ NO_FINDINGS = "No rule fired on these captures."
 LOSS_NOTE = ("capture_loss_ratio: {ratio:.1%} of the traffic was lost by the capture meanwhile: the counts are "
              "lower bounds")
 NO_FINDINGS_PARTIAL = "No finding from the rules that ran to the end."
+ONLY_INFO = "No finding of low or above, so no incident: {info} in the appendix below."
 QUALITY_HEADING = "What is wrong with the capture"
+APPENDIX_HEADING = "Appendix: info findings"
+APPENDIX_NOTE = ("Descriptions of the network rather than problems: no incident is made of them alone. "
+                 "findings.json holds each in full.")
+# The appendix quotes at most this much of an info finding's message.
+APPENDIX_MSG_CHARS = 200
+# A reference a report shows as a link (a rule file's `references`): a web address and nothing else.
+_WEB_ADDRESS = re.compile(r"https?://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
 
 
-def _quality_notes(document: dict) -> list[str]:
-    """The capture's own faults in sentences (findings.json's capture_quality notes), read before any finding."""
-    return list((document.get("capture_quality") or {}).get("notes") or [])
+def capture_facts(document: dict) -> list[str]:
+    """What is wrong with the capture itself, in sentences, for the top of a report: each file's warnings
+    (damage with its byte offset, a cut last record, times out of range), then the capture-quality notes
+    (findings.json's capture_quality: time going backwards, drops, duplicates, cut frames)."""
+    warnings = [w for capture in document.get("captures") or [] for w in capture.get("warnings") or []]
+    return warnings + list((document.get("capture_quality") or {}).get("notes") or [])
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
+def _seen(f: Finding) -> str:
+    times = "once" if f.n == 1 else f"{f.n:,} times"
+    return f"seen {times} from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}"
 
 
 def _confidence_lines(f: Finding) -> list[str]:
@@ -241,6 +414,13 @@ def _confidence_lines(f: Finding) -> list[str]:
     if f.rule_severity:
         head += f" (the rule said {f.rule_severity}; low confidence keeps it at low)"
     return [head] + [f"{b.factor}, {b.level}: {b.why}" for b in f.confidence_basis]
+
+
+def _numbered(findings: list[Finding]) -> tuple[list[tuple[int, Finding]], list[tuple[int, Finding]]]:
+    """The findings with their numbers in the report (their place in findings.json, from 1): those of low or
+    above, each with a section, and the info ones, listed in the appendix."""
+    numbered = list(enumerate(findings, 1))
+    return [(i, f) for i, f in numbered if f.severity != "info"], [(i, f) for i, f in numbered if f.severity == "info"]
 
 
 def _numbers_of(findings: list[Finding]) -> dict[int, int]:
@@ -254,11 +434,24 @@ def _chain_line(f: Finding, role: str) -> tuple[str, str]:
             f"{f.msg} ({iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'})")
 
 
+def _appendix_row(f: Finding) -> tuple[str, str, str]:
+    """An info finding in the appendix: its rule, where it is, what it says (cut to APPENDIX_MSG_CHARS)."""
+    what = " ".join(f.msg.split())
+    if len(what) > APPENDIX_MSG_CHARS:
+        what = what[:APPENDIX_MSG_CHARS - 3] + "..."
+    return f.rule, where(f), what
+
+
+def _reference_markdown(ref: str) -> str:
+    return f"<{ref}>" if _WEB_ADDRESS.fullmatch(ref) else markdown_text(ref)
+
+
 def _incidents_markdown(incidents, findings: list[Finding], timeline: str | None = None) -> list[str]:
-    """The report's opening: each incident's three-line summary, the findings' time axis (`timeline`: its
-    image file), then each incident's chain (root cause first)."""
+    """The report's opening: each incident's three-line summary, the worst first, the findings' time axis
+    (`timeline`: its image file), then each incident's chain (root cause first)."""
     if not incidents:
         return []
+    incidents = worst_first(incidents)
     lines = ["## Incidents", ""]
     for incident in incidents:
         lines += [f"### {markdown_text(incident.id)}: {markdown_text(incident.severity.upper())}: "
@@ -283,6 +476,7 @@ def _incidents_html(incidents, findings: list[Finding], timeline: Figure | None 
     """_incidents_markdown's sections in HTML, each chain step linked to its finding's section."""
     if not incidents:
         return []
+    incidents = worst_first(incidents)
     out = ["<h2>Incidents</h2>"]
     for incident in incidents:
         out += [f'<h3 id="{_e(incident.id)}"><span class="{_e(incident.severity)}">{_e(incident.id)}: '
@@ -306,14 +500,15 @@ def _incidents_html(incidents, findings: list[Finding], timeline: Figure | None 
 
 def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
              incidents=(), views: Dissections | None = None, timeline: str | None = None) -> str:
-    """report.md, opening with the incidents; `timeline`: the findings' time-axis figure beside it (timeline.py),
-    None: none."""
+    """report.md, opening with what is wrong with the capture, then the incidents, the worst first; info
+    findings in the appendix. `timeline`: the findings' time-axis figure beside it (timeline.py), None: none."""
     failures = document.get("failures") or []
-    notes = _quality_notes(document)
-    quality = [f"## {QUALITY_HEADING}", "", *[f"- {markdown_text(note)}" for note in notes], ""] if notes else []
+    facts = capture_facts(document)
+    quality = [f"## {QUALITY_HEADING}", "", *[f"- {markdown_text(fact)}" for fact in facts], ""] if facts else []
     lines = ["# Incident report", "", *quality, *_incidents_markdown(incidents, findings, timeline),
              "## Capture summary", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {markdown_text(v)} |" for k, v in _summary_rows(document)]
+    lines += [f"| {k} | {markdown_code(v, cell=True) if code else markdown_text(v, cell=True)} |"
+              for k, v, code in _summary_rows(document)]
     if views is not None and views.status:
         lines += ["", markdown_text(views.status)]
     if failures:
@@ -323,47 +518,56 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
                       f"{markdown_text(_failure_text(failure))}"]
     if timeline and not incidents:
         lines += ["", f"![Findings on one time axis]({timeline})"]
+    alerting, described = _numbered(findings)
     lines += ["", "## Findings by severity", ""]
-    if not findings:
-        lines.append(NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
+    if not alerting:
+        lines.append(ONLY_INFO.format(info=_plural(len(described), "info finding")) if described else
+                     NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
     else:
         lines += ["| # | severity | confidence | rule | n | first seen | endpoints |",
                   "|---|---|---|---|---|---|---|"]
-        for i, f in enumerate(findings, 1):
-            lines.append(f"| {i} | {markdown_text(f.severity)} | {markdown_text(f.confidence or '-')} "
-                         f"| {markdown_text(f.rule)} | {f.n:,} | {iso_time(f.first_seen) or '-'} "
-                         f"| {markdown_text(_endpoints(f))} |")
-    for i, f in enumerate(findings, 1):
+        for i, f in alerting:
+            lines.append(f"| {i} | {f.severity} | {f.confidence or '-'} | {markdown_text(f.rule, cell=True)} "
+                         f"| {f.n:,} | {iso_time(f.first_seen) or '-'} | {markdown_code(_endpoints(f), cell=True)} |")
+    for i, f in alerting:
         rule = rules.get(f.rule)
-        lines += ["", f"## {i}. {markdown_text(f.severity.upper())}: {markdown_text(f.title)} "
-                      f"({markdown_text(f.rule)})", "", "### What was seen", "",
-                  markdown_text(f.msg), "",
-                  f"- seen {f.n:,} times from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}",
-                  f"- endpoints: {markdown_text(_endpoints(f))}"]
+        lines += ["", f"## {i}. {f.severity.upper()}: {markdown_text(f.title)} ({markdown_text(f.rule)})", "",
+                  "### What was seen", "", markdown_text(f.msg), "", f"- {_seen(f)}",
+                  f"- endpoints: {markdown_code(_endpoints(f))}"]
         if f.incident_id:
             lines.append(f"- incident: {markdown_text(f.incident_id)}")
         if f.community_id:
-            lines.append(f"- community_id: {markdown_text(f.community_id)}")
+            lines.append(f"- community_id: {markdown_code(f.community_id)}")
         if f.capture_loss_ratio is not None:
-            lines.append(f"- {LOSS_NOTE.format(ratio=f.capture_loss_ratio)}")
+            lines.append(f"- {markdown_text(LOSS_NOTE.format(ratio=f.capture_loss_ratio))}")
         head, *basis = _confidence_lines(f)
         lines.append(f"- {markdown_text(head)}")
         lines += [f"  - {markdown_text(line)}" for line in basis]
-        lines += [f"- {markdown_text(k)}: {markdown_text(v)}" for k, v in _numbers(f)]
+        lines += _items_markdown(_numbers(f))
         if i - 1 in evidence.summaries:
-            lines.append(f"- first evidence frame: {markdown_text(evidence.summaries[i - 1])}")
+            lines.append(f"- first evidence frame: {markdown_code(evidence.summaries[i - 1])}")
         if rule is not None:
             lines += ["", "### Why it matters", "", markdown_paragraphs(rule.why)]
         lines += ["", "### What to do", "", markdown_paragraphs(f.remediation or "-")]
-        lines += ["", "### Evidence", ""]
+        shown = []
         if f.evidence_pcap:
-            lines.append(f"- {markdown_text(f.evidence_pcap)}: {f.evidence.get('evidence_packets', 0):,} packets "
-                         "(original bytes and timestamps)")
+            packets = _plural(f.evidence.get("evidence_packets", 0), "packet")
+            shown.append(f"- {markdown_code(f.evidence_pcap)}: {packets} (original bytes and timestamps)")
         if i - 1 in evidence.reproducers:
             script, what = evidence.reproducers[i - 1]
-            lines.append(f"- {markdown_text(script)}: rebuilds {markdown_text(what)}; sends only with --send")
-        lines += [f"- {markdown_text(ref)}" for ref in f.references]
+            shown.append(f"- {markdown_code(script)}: rebuilds {markdown_text(what)}; sends only with `--send`")
+        if shown:
+            lines += ["", "### Evidence", "", *shown]
+        if f.references:
+            lines += ["", "### References", "", *[f"- {_reference_markdown(ref)}" for ref in f.references]]
         lines += views.markdown(i - 1) if views is not None else []
+    if described:
+        lines += ["", f"## {APPENDIX_HEADING}", "", APPENDIX_NOTE, "", "| # | rule | where | what | count |",
+                  "|---|---|---|---|---|"]
+        for i, f in described:
+            rule_id, place, what = _appendix_row(f)
+            lines.append(f"| {i} | {markdown_text(rule_id, cell=True)} | {markdown_text(place, cell=True)} "
+                         f"| {markdown_text(what, cell=True)} | {f.n:,} |")
     return "\n".join(lines) + "\n"
 
 
@@ -388,18 +592,20 @@ def _img(fig: Figure) -> str:
 def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule], evidence: EvidenceResult,
                 figs: list[Figure], incidents=(), views: Dissections | None = None,
                 timeline: Figure | None = None) -> str:
-    """report.html, one self-contained page: the incidents (with the findings' time axis, `timeline`, between
-    their summaries and chains; first among the figures without incidents), the figures, the findings."""
+    """report.html, one self-contained page: what is wrong with the capture, the incidents, the worst first
+    (with the findings' time axis, `timeline`, between their summaries and chains; first among the figures
+    without incidents), the figures, the findings of low or above, the info findings in an appendix."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
            "<title>Incident report</title>", f"<style>{CSS}</style></head><body>",
            "<h1>Incident report</h1>"]
-    notes = _quality_notes(document)
-    if notes:
-        out += [f"<h2>{_e(QUALITY_HEADING)}</h2><ul>", *[f"<li>{_e(note)}</li>" for note in notes], "</ul>"]
+    facts = capture_facts(document)
+    if facts:
+        out += [f"<h2>{_e(QUALITY_HEADING)}</h2><ul>", *[f"<li>{_e(fact)}</li>" for fact in facts], "</ul>"]
     out += [*_incidents_html(incidents, findings, timeline),
-           "<h2>Capture summary</h2><table>"]
-    out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _summary_rows(document)]
+            "<h2>Capture summary</h2><table>"]
+    out += [f"<tr><th>{_e(k)}</th><td>{f'<code>{_e(v)}</code>' if code else _e(v)}</td></tr>"
+            for k, v, code in _summary_rows(document)]
     out.append("</table>")
     if views is not None and views.status:
         out.append(f"<p>{_e(views.status)}</p>")
@@ -410,24 +616,25 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
                 f"</strong> {_e(_failure_text(failure))}</li>" for failure in failures]
         out.append("</ul>")
     out += [_img(fig) for fig in ([timeline] if timeline is not None and not incidents else []) + list(figs)]
+    alerting, described = _numbered(findings)
     out.append("<h2>Findings by severity</h2>")
-    if not findings:
-        out.append(f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
+    if not alerting:
+        out.append(f"<p>{_e(ONLY_INFO.format(info=_plural(len(described), 'info finding')))}</p>" if described else
+                   f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
     else:
         out.append("<table><tr><th>#</th><th>severity</th><th>confidence</th><th>rule</th><th>n</th>"
                    "<th>first seen</th><th>endpoints</th></tr>")
-        for i, f in enumerate(findings, 1):
+        for i, f in alerting:
             out.append(f'<tr><td><a href="#f{i}">{i}</a></td><td class="{_e(f.severity)}">{_e(f.severity)}</td>'
                        f"<td>{_e(f.confidence or '-')}</td>"
                        f"<td>{_e(f.rule)}</td><td>{f.n:,}</td><td>{_e(iso_time(f.first_seen) or '-')}</td>"
                        f"<td><code>{_e(_endpoints(f))}</code></td></tr>")
         out.append("</table>")
-    for i, f in enumerate(findings, 1):
+    for i, f in alerting:
         rule = rules.get(f.rule)
         out += [f'<h2 id="f{i}">{i}. <span class="{_e(f.severity)}">{_e(f.severity.upper())}</span>: '
                 f"{_e(f.title)} ({_e(f.rule)})</h2>", "<h3>What was seen</h3>", f"<p>{_e(f.msg)}</p><ul>",
-                f"<li>seen {f.n:,} times from {_e(iso_time(f.first_seen) or '-')} to "
-                f"{_e(iso_time(f.last_seen) or '-')}</li>", f"<li>endpoints: <code>{_e(_endpoints(f))}</code></li>"]
+                f"<li>{_e(_seen(f))}</li>", f"<li>endpoints: <code>{_e(_endpoints(f))}</code></li>"]
         if f.incident_id:
             out.append(f'<li>incident: <a href="#{_e(f.incident_id)}">{_e(f.incident_id)}</a></li>')
         if f.community_id:
@@ -436,22 +643,35 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
             out.append(f"<li>{_e(LOSS_NOTE.format(ratio=f.capture_loss_ratio))}</li>")
         head, *basis = _confidence_lines(f)
         out.append(f"<li>{_e(head)}<ul>" + "".join(f"<li>{_e(line)}</li>" for line in basis) + "</ul></li>")
-        out += [f"<li>{_e(k)}: <code>{_e(v)}</code></li>" for k, v in _numbers(f)]
+        out.append(_items_html(_numbers(f)))
         if i - 1 in evidence.summaries:
             out.append(f"<li>first evidence frame: <code>{_e(evidence.summaries[i - 1])}</code></li>")
         out.append("</ul>")
         if rule is not None:
             out += ["<h3>Why it matters</h3>", f"<p>{_e(rule.why.strip())}</p>"]
-        out += ["<h3>What to do</h3>", f"<p>{_e((f.remediation or '').strip() or '-')}</p>", "<h3>Evidence</h3><ul>"]
+        out += ["<h3>What to do</h3>", f"<p>{_e((f.remediation or '').strip() or '-')}</p>"]
+        shown = []
         if f.evidence_pcap:
-            out.append(f"<li><code>{_e(f.evidence_pcap)}</code>: {f.evidence.get('evidence_packets', 0):,} "
-                       "packets (original bytes and timestamps)</li>")
+            packets = _plural(f.evidence.get("evidence_packets", 0), "packet")
+            shown.append(f"<li><code>{_e(f.evidence_pcap)}</code>: {packets} (original bytes and timestamps)</li>")
         if i - 1 in evidence.reproducers:
             script, what = evidence.reproducers[i - 1]
-            out.append(f"<li><code>{_e(script)}</code>: rebuilds {_e(what)}; sends only with --send</li>")
+            shown.append(f"<li><code>{_e(script)}</code>: rebuilds {_e(what)}; sends only with "
+                         "<code>--send</code></li>")
+        if shown:
+            out += ["<h3>Evidence</h3><ul>", *shown, "</ul>"]
         # references are printed, not linked: the page makes no request, and a rule file may be the user's
-        out += [f"<li>{_e(ref)}</li>" for ref in f.references]
-        out.append("</ul>")
+        if f.references:
+            out += ["<h3>References</h3><ul>", *[f"<li>{_e(ref)}</li>" for ref in f.references], "</ul>"]
         out += views.html(i - 1) if views is not None else []
+    if described:
+        out += [f"<h2 id=\"appendix\">{_e(APPENDIX_HEADING)}</h2>", f"<p>{_e(APPENDIX_NOTE)}</p>",
+                "<table><tr><th>#</th><th>rule</th><th>where</th><th>what</th><th>count</th></tr>"]
+        for i, f in described:
+            rule_id, place, what = _appendix_row(f)
+            place = _e(place) if place == NO_PLACE else f"<code>{_e(place)}</code>"
+            out.append(f'<tr id="f{i}"><td>{i}</td><td>{_e(rule_id)}</td><td>{place}</td>'
+                       f"<td>{_e(what)}</td><td>{f.n:,}</td></tr>")
+        out.append("</table>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
