@@ -1,6 +1,7 @@
 """Rules: each detector's rule file and declarations, overrides that merge, and mistakes that name file and key."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -286,7 +287,9 @@ def test_cli_analyze_with_rules_dir(tmp_path):
     write_rule(tmp_path / "rules", "echo.yaml", "id: echo-loop\nparams:\n  min_copies: 10000\n")
     proc = run_cli("analyze", ECHO_CAPTURE, "-o", tmp_path / "out", "--rules", tmp_path / "rules")
     assert proc.returncode == 0, proc.stderr
-    assert "echo-loop" not in proc.stdout and "rip-trigger" in proc.stdout
+    rules = {f["rule"] for f in json.loads((tmp_path / "out" / "findings.json").read_text())["findings"]}
+    assert "echo-loop" not in rules and "rip-trigger" in rules
+    assert "Probe to the RIP ports" in proc.stdout and "loop" not in proc.stdout.lower()
     bad = write_rule(tmp_path / "bad", "echo.yaml", "id: echo-loop\nparams:\n  min_copies: -1\n")
     proc = run_cli("analyze", ECHO_CAPTURE, "-o", tmp_path / "out2", "--rules", tmp_path / "bad")
     assert proc.returncode == 2

@@ -126,6 +126,10 @@ class Detector(ABC):
     # the capture-quality facts that undermine those lower their confidence. Read from the source as data
     # (detector.rules.declarations), so `explain` prints it without importing the detector.
     QUALITY_NEEDS: ClassVar[frozenset[str]] = frozenset()
+    # Its findings as Suricata alerts (report/eve.py): (number, category). signature_id is eve.SID_BASE + number,
+    # fixed for good (a new rule takes the next free number, a removed rule's is never reused); category is a
+    # description of Suricata's etc/classification.config.
+    EVE_SIGNATURE: ClassVar[tuple[int, str]]
     # Its findings describe a sender or the capture (a malformed message), never an incident of their own: they
     # join an incident they share an entity with, and corroborate nothing (detector.incidents, detect.confidence).
     CONTEXT_ONLY: ClassVar[bool] = False

@@ -93,6 +93,7 @@ IPS_IN_EVIDENCE = 64
 @register
 class ArpSpoof(Detector):
     rule_id = "arp-spoof"
+    EVE_SIGNATURE = (1, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): claims over time, and unasked replies
     QUALITY_NEEDS = frozenset({"timing"})
     APP_TABLES = ("nd",)

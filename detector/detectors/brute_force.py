@@ -82,6 +82,7 @@ FINDINGS_MAX = 256
 @register
 class BruteForce(Detector):
     rule_id = "brute-force"
+    EVE_SIGNATURE = (2, "Misc Attack")
     # what its findings rest on beyond what it saw (detect.confidence): sessions a minute, sustained
     QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {

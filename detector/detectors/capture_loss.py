@@ -247,6 +247,7 @@ def _fold(parts: list[tuple[np.ndarray, np.ndarray]], width: int = COUNTERS) -> 
 @register
 class CaptureLoss(Detector):
     rule_id = "capture-loss"
+    EVE_SIGNATURE = (3, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): its loss per bin of time
     QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {

@@ -58,6 +58,7 @@ from ..units import NS
 @register
 class ConntrackPressure(Detector):
     rule_id = "conntrack-pressure"
+    EVE_SIGNATURE = (4, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): each entry's life by its state's timeout
     QUALITY_NEEDS = frozenset({"timing"})
     needs_fingerprint = False       # it reads no packet, only the flow table

@@ -161,6 +161,7 @@ def _of(copies: dict[str, np.ndarray], fps: np.ndarray) -> dict[str, np.ndarray]
 @register
 class EchoLoop(Detector):
     rule_id = "echo-loop"
+    EVE_SIGNATURE = (5, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): a loop's rate and duration
     QUALITY_NEEDS = frozenset({"timing"})
     PARAMS = {

@@ -193,6 +193,7 @@ def _windowed_max(times: np.ndarray, weights: np.ndarray, window_ns: int) -> tup
 @register
 class GarpWar(Detector):
     rule_id = "garp-war"
+    EVE_SIGNATURE = (6, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): changes of claimant within a window
     QUALITY_NEEDS = frozenset({"timing"})
     APP_TABLES = ("vrrp",)

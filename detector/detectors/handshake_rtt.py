@@ -84,6 +84,7 @@ LEGS = {"handshake_syn_synack_ms": "SYN -> SYN-ACK: the server's side of the cap
 @register
 class HandshakeRtt(Detector):
     rule_id = "handshake-rtt"
+    EVE_SIGNATURE = (7, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): missing SYN-ACKs, and how long they took
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {

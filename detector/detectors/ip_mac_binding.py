@@ -134,6 +134,7 @@ class _Registry:
 @register
 class IpMacBinding(Detector):
     rule_id = "ip-mac-binding"
+    EVE_SIGNATURE = (8, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): what each frame claims, against the registry
     QUALITY_NEEDS = frozenset()
     APP_TABLES = ("nd", "dhcp4")

@@ -149,6 +149,7 @@ def _from_port(batch: PacketBatch, rows: np.ndarray, ports) -> np.ndarray:
 @register
 class MalformedMessage(Detector):
     rule_id = "malformed-message"
+    EVE_SIGNATURE = (9, "Generic Protocol Command Decode")
     APP_TABLES = ("vrrp", "rip", "ospf", "dhcp4", "dhcp6", "nd")
     # a malformed message describes its sender or the capture: it joins an incident about the same entity
     CONTEXT_ONLY: ClassVar[bool] = True

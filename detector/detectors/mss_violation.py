@@ -125,6 +125,7 @@ def _fold_pending(a: dict, b: dict) -> dict:
 @register
 class MssViolation(Detector):
     rule_id = "mss-violation"
+    EVE_SIGNATURE = (10, "Generic Protocol Command Decode")
     AFTER = (PMTUD_BLACKHOLE,)
     PARAMS = {
         "min_segments": Param(int, 3, "violating segments on the wire from which the finding takes the rule's "

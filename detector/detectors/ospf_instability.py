@@ -220,6 +220,7 @@ NO_INTERVAL = np.iinfo(np.int64).max
 @register
 class OspfInstability(Detector):
     rule_id = "ospf-instability"
+    EVE_SIGNATURE = (11, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): Hellos that stopped, what they list, when
     QUALITY_NEEDS = frozenset({"absence", "payload", "timing"})
     APP_TABLES = ("ospf",)

@@ -274,6 +274,7 @@ def _host_rows(batch: PacketBatch, rows: np.ndarray, echo: np.ndarray) -> dict:
 @register
 class PmtudBlackhole(Detector):
     rule_id = "pmtud-blackhole"
+    EVE_SIGNATURE = (12, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): what a host never sent, over time
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {

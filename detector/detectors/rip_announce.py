@@ -162,6 +162,7 @@ def prefix_text(hi: int, lo: int, plen: int) -> str:
 @register
 class RipAnnounce(Detector):
     rule_id = "rip-announce"
+    EVE_SIGNATURE = (13, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): the routes its responses carry
     QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("rip",)

@@ -129,6 +129,7 @@ def _in_networks(hi: np.ndarray, lo: np.ndarray, networks) -> np.ndarray:
 @register
 class RipTrigger(Detector):
     rule_id = "rip-trigger"
+    EVE_SIGNATURE = (14, "Attempted Information Leak")
     # what its findings rest on beyond what it saw (detect.confidence): the RIP message the probe holds
     QUALITY_NEEDS = frozenset({"payload"})
     AFTER = (ECHO_LOOP,)

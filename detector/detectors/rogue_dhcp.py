@@ -180,6 +180,7 @@ def _vlan_text(link: int) -> str:
 @register
 class RogueDhcp(Detector):
     rule_id = "rogue-dhcp"
+    EVE_SIGNATURE = (15, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): the options servers hand out
     QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("dhcp4", "dhcp6")

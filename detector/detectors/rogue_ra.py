@@ -188,6 +188,7 @@ def _flags_text(flags: int) -> str:
 @register
 class RogueRa(Detector):
     rule_id = "rogue-ra"
+    EVE_SIGNATURE = (16, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): what the advertisements say
     QUALITY_NEEDS = frozenset({"payload"})
     APP_TABLES = ("nd",)

@@ -164,6 +164,7 @@ def _group_max(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
 @register
 class RoutingLoop(Detector):
     rule_id = "routing-loop"
+    EVE_SIGNATURE = (17, "Misc activity")
     PARAMS = {
         # a TTL or hop limit is one byte (RFC 791, RFC 8200): it cannot fall more than 255 times or by more
         "min_ttl_drops": Param(int, 3, "times one packet's TTL must fall while it is seen again", Range(1, 255),

@@ -229,6 +229,7 @@ def _fold(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 @register
 class RssSaturation(Detector):
     rule_id = "rss-saturation"
+    EVE_SIGNATURE = (18, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): each window's queue shares
     QUALITY_NEEDS = frozenset({"timing"})
     AFTER = (ECHO_LOOP,)

@@ -242,6 +242,7 @@ def pair_keys(src_hi, src_lo, dst_hi, dst_lo, proto) -> np.ndarray:
 @register
 class Scan(Detector):
     rule_id = "scan"
+    EVE_SIGNATURE = (19, "Detection of a Network Scan")
     # what its findings rest on beyond what it saw (detect.confidence): probes nobody answered, at a rate
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {

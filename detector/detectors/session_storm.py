@@ -75,6 +75,7 @@ SUSTAIN_WINDOW_S = 60
 @register
 class SessionStorm(Detector):
     rule_id = "session-storm"
+    EVE_SIGNATURE = (20, "Potentially Bad Traffic")
     # what its findings rest on beyond what it saw (detect.confidence): new flows a second, and how few were answered
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     PARAMS = {

@@ -130,6 +130,7 @@ def _fold(tables: list[dict]) -> dict:
 @register
 class SynFlood(Detector):
     rule_id = "syn-flood"
+    EVE_SIGNATURE = (21, "Attempted Denial of Service")
     # what its findings rest on beyond what it saw (detect.confidence): unanswered SYNs a second
     QUALITY_NEEDS = frozenset({"absence", "timing"})
     # a flood the capture could not keep up with is critical (seed 002): CaptureLoss's findings are read

@@ -293,6 +293,7 @@ def _vlan_of(key: int) -> int:
 @register
 class UnicastFlood(Detector):
     rule_id = "unicast-flood"
+    EVE_SIGNATURE = (22, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): the MAC table's ageing, over time
     QUALITY_NEEDS = frozenset({"timing"})
     # the rules whose findings about a MAC among the flooded destinations make the flood critical

@@ -160,6 +160,7 @@ def _mac(value: int) -> str:
 @register
 class VrrpDualMaster(Detector):
     rule_id = "vrrp-dual-master"
+    EVE_SIGNATURE = (23, "Misc activity")
     # what its findings rest on beyond what it saw (detect.confidence): advertisements, and when masters overlap
     QUALITY_NEEDS = frozenset({"payload", "timing"})
     APP_TABLES = ("vrrp",)

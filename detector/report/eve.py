@@ -7,10 +7,10 @@ Each finding gives two lines, in this order:
   extract tests/test_eve.py checks it against): EVE's header (timestamp, event_type "alert", src_ip,
   src_port, dest_ip, dest_port, proto as Suricata names it, community_id, pcap_filename, `ether` with the
   MACs) and an `alert` object: action "allowed" (we watch, we never block), gid 1, the rule's fixed
-  signature_id and rev (SIGNATURES), the rule's title as signature, a category of Suricata's
+  signature_id and rev (Detector.EVE_SIGNATURE), the rule's title as signature, a category of Suricata's
   classification.config, severity 1-3 (Suricata's: 1 is the worst), and metadata. Suricata's schema allows
   only its listed metadata keys, so the rule, the confidence and the incident travel as `tag` values
-  ("rule:syn-flood", "confidence:high", "incident:incident-1") beside the tag "detector", and the finding's
+  ("rule:" and the rule id, "confidence:high", "incident:incident-1") beside the tag "detector", and the finding's
   own severity word as `signature_severity`;
 - a `finding` line: the same header and the whole finding under "finding" (richer than an alert: the
   message, the evidence, the confidence's reasons; not a key of Suricata's schema).
@@ -28,50 +28,22 @@ from __future__ import annotations
 
 import json
 import time
-from typing import NamedTuple
 
+from ..detectors import REGISTRY
 from ..findings import Finding, iso_time
 
 EVE_KEYS = ("src_ip", "dest_ip", "src_port", "dest_port", "proto", "community_id")
 
 
-class Signature(NamedTuple):
-    number: int         # signature_id - SID_BASE
-    category: str       # a description of Suricata's etc/classification.config
-    rev: int = 1        # raised when the rule's judgement changes enough that old alerts read differently
-
-
-# signature_id = SID_BASE + Signature.number. Snort and Suricata keep 1,000,000-1,999,999 for local rules (the
-# public rule sets, Emerging Threats from 2,000,000, stay clear of it); a site's own local rules commonly
-# count up from 1,000,001, so ours sit at the top of the range. Numbers are fixed for good: a new rule takes
-# the next free number, a removed rule's number is never reused, and nothing is renumbered, so an alert
-# keeps its signature_id across captures, runs and releases (tests/test_eve.py holds the table to that).
+# signature_id = SID_BASE + the rule's number (Detector.EVE_SIGNATURE, in the rule's own module). Snort and
+# Suricata keep 1,000,000-1,999,999 for local rules (the public rule sets, Emerging Threats from 2,000,000, stay
+# clear of it); a site's own local rules commonly count up from 1,000,001, so ours sit at the top of the range.
+# Numbers are fixed for good: a new rule takes the next free number, a removed rule's number is never reused,
+# and nothing is renumbered, so an alert keeps its signature_id across captures, runs and releases
+# (tests/test_eve.py holds the rules to that).
 SID_BASE = 1_990_000
-SIGNATURES = {
-    "arp-spoof": Signature(1, "Potentially Bad Traffic"),
-    "brute-force": Signature(2, "Misc Attack"),
-    "capture-loss": Signature(3, "Misc activity"),
-    "conntrack-pressure": Signature(4, "Misc activity"),
-    "echo-loop": Signature(5, "Misc activity"),
-    "garp-war": Signature(6, "Potentially Bad Traffic"),
-    "handshake-rtt": Signature(7, "Misc activity"),
-    "ip-mac-binding": Signature(8, "Potentially Bad Traffic"),
-    "malformed-message": Signature(9, "Generic Protocol Command Decode"),
-    "mss-violation": Signature(10, "Generic Protocol Command Decode"),
-    "ospf-instability": Signature(11, "Misc activity"),
-    "pmtud-blackhole": Signature(12, "Misc activity"),
-    "rip-announce": Signature(13, "Potentially Bad Traffic"),
-    "rip-trigger": Signature(14, "Attempted Information Leak"),
-    "rogue-dhcp": Signature(15, "Potentially Bad Traffic"),
-    "rogue-ra": Signature(16, "Potentially Bad Traffic"),
-    "routing-loop": Signature(17, "Misc activity"),
-    "rss-saturation": Signature(18, "Misc activity"),
-    "scan": Signature(19, "Detection of a Network Scan"),
-    "session-storm": Signature(20, "Potentially Bad Traffic"),
-    "syn-flood": Signature(21, "Attempted Denial of Service"),
-    "unicast-flood": Signature(22, "Misc activity"),
-    "vrrp-dual-master": Signature(23, "Misc activity"),
-}
+# raised when the rules' judgement changes enough that old alerts read differently
+REV = 1
 
 # Suricata's alert severity is its classification's priority, 1 the most urgent and 3 the least
 ALERT_SEVERITY = {"critical": 1, "high": 1, "medium": 2, "low": 3, "info": 3}
@@ -91,14 +63,15 @@ def eve_time(iso: str | None) -> str | None:
     return iso[:-1] + "+0000"
 
 
-def signature_id(rule: str) -> int:
-    """The rule's fixed signature_id (SIGNATURES)."""
-    return SID_BASE + SIGNATURES[rule].number
+def signature(rule: str) -> tuple[int, str]:
+    """The rule's fixed signature_id and its category (Detector.EVE_SIGNATURE)."""
+    number, category = REGISTRY[rule].EVE_SIGNATURE
+    return SID_BASE + number, category
 
 
 def alert_event(record: dict, default_pcap: str | None) -> dict:
     """The EVE alert line of a finding, from its findings.json record (Finding.to_json())."""
-    signature = SIGNATURES[record["rule"]]
+    sid, category = signature(record["rule"])
     tags = ["detector", f"rule:{record['rule']}"]
     tags += [f"{key}:{record[name]}" for key, name in (("confidence", "confidence"), ("incident", "incident_id"))
              if record.get(name)]
@@ -115,8 +88,8 @@ def alert_event(record: dict, default_pcap: str | None) -> dict:
     macs = {k: record[k] for k in ("src_mac", "dest_mac") if k in record}
     if macs:
         event["ether"] = macs
-    event["alert"] = {"action": "allowed", "gid": 1, "signature_id": signature_id(record["rule"]),
-                      "rev": signature.rev, "signature": record["title"], "category": signature.category,
+    event["alert"] = {"action": "allowed", "gid": 1, "signature_id": sid,
+                      "rev": REV, "signature": record["title"], "category": category,
                       "severity": ALERT_SEVERITY[record["severity"]],
                       "metadata": {"signature_severity": [record["severity"]], "tag": tags}}
     return event
