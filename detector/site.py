@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import difflib
 import io
 import ipaddress
 import re
@@ -47,7 +46,7 @@ import numpy as np
 import yaml
 
 from .errors import RuleError
-from .rules import SAFE_LOADER
+from .rules import SAFE_LOADER, did_you_mean
 
 __all__ = ["Binding", "Site", "load_site", "EMPTY", "KEYS", "SITE_TEMPLATE", "parse_mac", "mac_text"]
 
@@ -411,14 +410,6 @@ def _compose(name: str, text: str):
         raise RuleError(where, None, f"not valid YAML: {problem}") from None
 
 
-def _nearest(written, known) -> str:
-    """A hint naming the known word closest to one written wrong, or nothing: the error says what the file should
-    hold, never what it holds (a bindings or site file pointed at the wrong file, a password file, must not end
-    up on a terminal or in a CI log)."""
-    close = difflib.get_close_matches(written, known, n=1) if isinstance(written, str) else []
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def _at(name: str, node) -> str:
     return f"{name}:{node.start_mark.line + 1}"
 
@@ -569,8 +560,8 @@ def _fields(name: str, node, allowed) -> dict[str, tuple]:
     for key_node, value_node in node.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         if key not in allowed:
-            raise RuleError(_at(name, key_node), "bindings", f"unknown key in an entry{_nearest(key, allowed)} (known: "
-                                                             f"{', '.join(ENTRY_KEYS)}; for a file: "
+            raise RuleError(_at(name, key_node), "bindings", f"unknown key in an entry{did_you_mean(key, allowed)} "
+                                                             f"(known: {', '.join(ENTRY_KEYS)}; for a file: "
                                                              f"{', '.join(FILE_KEYS)})")
         if key in fields:
             raise RuleError(_at(name, key_node), "bindings", f"'{key}' given twice in one entry")
@@ -773,7 +764,8 @@ def _bindings_file(name: str, key: str, item, folder: Path, fields: dict, vlan: 
         form = fields["format"][1]
         if form not in BINDINGS_FORMATS:
             raise RuleError(_at(name, fields["format"][0]), key,
-                            f"unknown format{_nearest(form, BINDINGS_FORMATS)} (known: {', '.join(BINDINGS_FORMATS)})")
+                            f"unknown format{did_you_mean(form, BINDINGS_FORMATS)} "
+                            f"(known: {', '.join(BINDINGS_FORMATS)})")
     else:
         form = _file_format(path)
         if form is None:
@@ -818,7 +810,8 @@ def load_site(path) -> Site:
     for key_node, value_node in root.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         if key not in KEYS:
-            raise RuleError(_at(name, key_node), None, f"unknown key{_nearest(key, KEYS)} (known: {', '.join(KEYS)})")
+            raise RuleError(_at(name, key_node), None,
+                            f"unknown key{did_you_mean(key, KEYS)} (known: {', '.join(KEYS)})")
         if key in nodes:
             raise RuleError(_at(name, key_node), key, f"given twice (first on line {nodes[key][0]})")
         nodes[key] = (key_node.start_mark.line + 1, value_node)
