@@ -46,7 +46,6 @@ fold decodes with its machine's cores shared among the workers on it.
 """
 from __future__ import annotations
 
-import errno
 import ipaddress
 import logging
 import os
@@ -55,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import engine
-from .errors import DetectorError, UsageError
+from .errors import DetectorError, UsageError, open_reason
 from .forkserver import FORKSERVER_PRELOAD
 from .forkserver import start as _start_forkserver
 from .ingest.reader import TIME_OVERFLOW
@@ -129,17 +128,6 @@ def _worker() -> str | None:
         return get_worker().address
     except (ImportError, ValueError):
         return None
-
-
-# why a file cannot be opened, in a few plain words: Python's "Too many levels of symbolic links" (ELOOP) reads
-# as a depth limit, where it is nearly always a loop of links
-OPEN_REASONS = {errno.ENOENT: "no such file", errno.ELOOP: "symbolic link loop", errno.EACCES: "permission denied",
-                errno.EISDIR: "is a folder, not a capture file", errno.ENOTDIR: "a folder in its path is a file"}
-
-
-def open_reason(exc: OSError) -> str:
-    """Why a file could not be opened, in a few words."""
-    return OPEN_REASONS.get(exc.errno) or exc.strerror or str(exc)
 
 
 def _on_this_machine(address: str) -> bool:

@@ -11,6 +11,8 @@ docstring says when each is given.
 """
 from __future__ import annotations
 
+import errno
+
 __all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS",
            "EXIT_RULE_FAILED"]
 
@@ -54,3 +56,14 @@ class RuleError(DetectorError):
 
 class UsageError(DetectorError):
     """A command line or API call that asks for something impossible."""
+
+
+# why a file cannot be opened, in a few plain words: Python's "Too many levels of symbolic links" (ELOOP) reads
+# as a depth limit, where it is nearly always a loop of links
+OPEN_REASONS = {errno.ENOENT: "no such file", errno.ELOOP: "symbolic link loop", errno.EACCES: "permission denied",
+                errno.EISDIR: "is a folder, not a file", errno.ENOTDIR: "a folder in its path is a file"}
+
+
+def open_reason(exc: OSError) -> str:
+    """Why a file could not be opened or examined, in a few words."""
+    return OPEN_REASONS.get(exc.errno) or exc.strerror or str(exc)

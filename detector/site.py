@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .errors import RuleError
+from .errors import RuleError, open_reason
 from .rules import SAFE_LOADER, did_you_mean
 
 __all__ = ["Binding", "Site", "load_site", "EMPTY", "KEYS", "SITE_TEMPLATE", "parse_mac", "mac_text"]
@@ -370,8 +370,7 @@ class _Bad(Exception):
 def _read(path: Path, limit: int, what: str) -> str:
     """A regular file's text, at most `limit` bytes of UTF-8 (a byte-order mark is dropped)."""
     try:
-        if not path.exists():
-            raise _Bad("no such file")
+        path.stat()         # a missing file or a loop of links says which (Path.exists says False to both)
         if path.is_dir():
             raise _Bad("is a folder, not a file")
         if not path.is_file():
@@ -379,7 +378,7 @@ def _read(path: Path, limit: int, what: str) -> str:
         with path.open("rb") as stream:
             data = stream.read(limit + 1)
     except OSError as exc:
-        raise _Bad(exc.strerror or str(exc)) from None
+        raise _Bad(open_reason(exc)) from None
     if len(data) > limit:
         raise _Bad(f"larger than {what} can be ({limit:,} bytes)")
     try:

@@ -540,6 +540,18 @@ def test_a_password_file_as_bindings_is_named_never_shown(rip_requests, tmp_path
     assert "$6$" not in done.stderr and "Qy7rT2sa" not in done.stderr
 
 
+def test_a_loop_of_symbolic_links_is_said_as_one(tmp_path):
+    # Path.exists() is False for a loop as for a missing file: the error says which, as ls does
+    (tmp_path / "a.ethers").symlink_to(tmp_path / "b.ethers")
+    (tmp_path / "b.ethers").symlink_to(tmp_path / "a.ethers")
+    with pytest.raises(RuleError) as info:
+        load_site(write(tmp_path, "site.yaml", "bindings: [{file: a.ethers}]\n"))
+    assert str(info.value) == f"{tmp_path / 'site.yaml'}:1: key 'bindings': {tmp_path / 'a.ethers'}: symbolic link loop"
+    with pytest.raises(RuleError) as info:
+        load_site(tmp_path / "a.ethers")
+    assert str(info.value) == f"{tmp_path / 'a.ethers'}: symbolic link loop"
+
+
 def test_a_password_file_as_the_site_file_is_named_never_shown(tmp_path):
     for text in (SHADOW, "password: $6$Qy7rT2sa\n", "routers: [$6$Qy7rT2sa]\n", "local_networks: [$6$Qy7rT2sa]\n",
                  "dynamic_pools: [$6$Qy7rT2sa-10.0.0.1]\n", "dhcp_servers: [$6$Qy7rT2sa]\n"):
