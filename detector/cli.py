@@ -304,15 +304,20 @@ def _analyze_each(args) -> int:
         entries = analyze_each(args.captures, args.output, rules_dir=args.rules, report=not args.no_report,
                                site_file=args.site, client=client)
     status = EXIT_OK
-    for entry in entries:
+    for entry in entries:       # each warning and note names its capture: the lines of many runs interleave
         if entry["error"]:
             print(f"detector: error: {entry['error']}", file=sys.stderr)
+        for warning in entry["warnings"]:
+            print(f"detector: warning: {warning['message']}", file=sys.stderr)
+        for note in entry["notes"]:
+            print(f"detector: capture: {entry['capture']}: {note}", file=sys.stderr)
         worst = entry["worst"]
-        said = "failed" if entry["error"] else (f"{worst['severity']:<9} {worst['rule']}" if worst else "no finding")
-        print(f"{entry['capture']}: {said}")
+        said = "" if entry["error"] else (f"{worst['severity']:<9} {worst['rule']}" if worst else "no finding")
+        print(f"{entry['capture']}: {entry['status']:<7} {said}".rstrip())
     failed = sum(1 for entry in entries if entry["error"])
-    print(f"{len(entries) - failed} of {len(entries)} captures analysed into {args.output} "
-          f"(index.html)", file=sys.stderr)
+    damaged = sum(1 for entry in entries if entry["status"] == "damaged")
+    print(f"{len(entries) - failed} of {len(entries)} captures analysed into {args.output} (index.html)"
+          + (f", {damaged} damaged (the warnings above)" if damaged else ""), file=sys.stderr)
     if failed:
         return EXIT_BAD_INPUT
     if any(entry["failures"] for entry in entries):

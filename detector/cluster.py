@@ -34,8 +34,9 @@ its copies of the rules' figures (shipped to it as built), and the client joins 
 evidence files as one process does. The client reads no capture. A figure that cannot merge
 (ReportFigure.merge) keeps that run's evidence pass in the client, one sequential pass.
 
-Captures must lie at the same path on every worker (a shared filesystem): a worker that cannot open one
-says so, naming the path and the worker. A worker that dies mid-run is Dask's to replace: its partitions
+Captures must lie at the same path on every worker (a shared filesystem): a worker on another machine that
+cannot open one says so, naming the path and the worker; one on this machine (an embedded cluster's) says
+why, as this process would. A worker that dies mid-run is Dask's to replace: its partitions
 run again elsewhere, and the answer is the same (tests/test_cluster.py kills one).
 
 The embedded cluster (--workers) forks its worker processes from a fork server that has imported detector
@@ -45,6 +46,7 @@ fold decodes with its machine's cores shared among the workers on it.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from contextlib import contextmanager
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import engine
-from .errors import DetectorError, UsageError
+from .errors import DetectorError, UsageError, open_reason
 from .forkserver import FORKSERVER_PRELOAD
 from .forkserver import start as _start_forkserver
 from .ingest.reader import TIME_OVERFLOW
@@ -128,13 +130,25 @@ def _worker() -> str | None:
         return None
 
 
+def _on_this_machine(address: str) -> bool:
+    """Whether the worker at `address` runs on the client's machine: one listening on a loopback address can be
+    reached only from it (the client fetches every result from the worker itself); an embedded cluster's are."""
+    from urllib.parse import urlsplit
+    try:
+        host = urlsplit(address).hostname
+        return host is not None and (host == "localhost" or ipaddress.ip_address(host).is_loopback)
+    except ValueError:
+        return False
+
+
 def unopenable(path, exc: OSError) -> str:
-    """The one line for a capture that cannot be opened; on a worker it names the worker and the cause."""
+    """The one line for a capture that cannot be opened: the reason, as on this machine; a worker on another
+    machine is named with what every worker needs (the captures at the same path)."""
     worker = _worker()
-    if worker is None:
-        return f"{path}: {exc.strerror or exc}"
-    return (f"{path}: cannot be opened on worker {worker} ({exc.strerror or exc}): every worker must see the "
-            f"captures at the same path (a shared filesystem)")
+    if worker is None or _on_this_machine(worker):
+        return f"{path}: {open_reason(exc)}"
+    return (f"{path}: {open_reason(exc)} on worker {worker}: every worker must see the captures at the same path "
+            f"(a shared filesystem)")
 
 
 def _check_open(path) -> str | None:
@@ -734,9 +748,11 @@ def each_entries(client, task, jobs: list[tuple[str, str]], rules_dir, report: b
     futures = [client.submit(task, absolute(path), absolute(folder), absolute(rules_dir), report,
                              absolute(site_file), pure=False) for path, folder in jobs]
     entries = list(_gather_in_order(client, futures, "analyze --each"))
-    for (path, _), entry in zip(jobs, entries):
+    for (path, _), entry in zip(jobs, entries):      # said of the path as the command line gave it
         full, entry["capture"] = entry["capture"], path
         if entry["error"]:
             entry["error"] = entry["error"].replace(full, path)
+        for warning in entry["warnings"]:
+            warning["message"] = warning["message"].replace(full, path)
     return entries
 

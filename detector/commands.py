@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -345,8 +346,8 @@ def analyze_one(path, out_dir, rules_dir=None, report: bool = True, site_file=No
     """One capture of analyze --each, analysed alone into `out_dir` (in this process or on a cluster worker):
     its line of the index. A capture that cannot be read gives its error, never an exception."""
     from .cluster import unopenable
-    entry = {"capture": os.fspath(path), "report": None, "packets": None, "findings": None, "worst": None,
-             "failures": [], "error": None}
+    entry = {"capture": os.fspath(path), "status": "failed", "report": None, "packets": None, "findings": None,
+             "worst": None, "failures": [], "warnings": [], "notes": [], "error": None}
     try:
         with open(path, "rb"):
             pass
@@ -362,12 +363,21 @@ def analyze_one(path, out_dir, rules_dir=None, report: bool = True, site_file=No
         where = exc.filename or path
         entry["error"] = f"{where}: {exc.strerror or exc}"
         return entry
-    entry.update(packets=result.stats.packets, findings=len(findings),
-                 failures=[failure.rule_id for failure in result.failures])
+    warnings = [each_warning(path, warning) for warning in result.warnings]
+    entry.update(status="damaged" if warnings else "clean", packets=result.stats.packets, findings=len(findings),
+                 failures=[failure.rule_id for failure in result.failures], warnings=warnings,
+                 notes=list((result.quality or {}).get("notes", [])))
     if findings:
         worst = max(findings, key=lambda f: f.rank)     # the first of the worst severity, in canonical order
         entry["worst"] = {"severity": worst.severity, "rule": worst.rule, "msg": worst.msg}
     return entry
+
+
+def each_warning(path, text: str) -> dict:
+    """One warning of a capture as analyze --each's index holds it: the line as said (naming the file) and the
+    byte offset of the damage it names, None when it names none (ingest's "PATH at byte N: reason")."""
+    said = re.match(re.escape(os.fspath(path)) + r" at byte (\d+): ", text)
+    return {"message": text, "byte": int(said.group(1)) if said else None}
 
 
 def analyze_each(paths, out_dir, rules_dir=None, report: bool = True, site_file=None, client=None) -> list[dict]:

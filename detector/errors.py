@@ -13,8 +13,10 @@ docstring says when each is given.
 """
 from __future__ import annotations
 
+import errno
+
 __all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "QueryError", "EXIT_OK", "EXIT_BAD_INPUT",
-           "EXIT_FINDINGS", "EXIT_RULE_FAILED"]
+           "EXIT_FINDINGS", "EXIT_RULE_FAILED", "open_reason"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -61,3 +63,14 @@ class UsageError(DetectorError):
 class QueryError(UsageError, ValueError):
     """A notebook query (`columns=`, `where=`, `by=`) that names a column the table does not have, or is not an
     expression: its message names what is wrong and what to write instead."""
+
+
+# why a file cannot be opened, in a few plain words: Python's "Too many levels of symbolic links" (ELOOP) reads
+# as a depth limit, where it is nearly always a loop of links
+OPEN_REASONS = {errno.ENOENT: "no such file", errno.ELOOP: "symbolic link loop", errno.EACCES: "permission denied",
+                errno.EISDIR: "is a folder, not a file", errno.ENOTDIR: "a folder in its path is a file"}
+
+
+def open_reason(exc: OSError) -> str:
+    """Why a file could not be opened or examined, in a few words."""
+    return OPEN_REASONS.get(exc.errno) or exc.strerror or str(exc)

@@ -25,6 +25,7 @@ prints them, `watch` asks for a rule's alert intervals.
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import operator
 import re
@@ -288,6 +289,14 @@ def source_declarations(rule_id: str) -> Declarations:
 YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
+def did_you_mean(written, known) -> str:
+    """A hint naming the known word nearest one written wrong, or nothing. An error says what a user's file should
+    hold, never the text it holds: a file named by mistake (a password file) must not reach a terminal or a CI log;
+    only keys, the places in the file, are named."""
+    close = difflib.get_close_matches(written, list(known), n=1) if isinstance(written, str) else []
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def _shown(value) -> str:
     """A value for a one-line error: a huge number by its size (a 400-digit number fills a terminal)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 20:
@@ -311,7 +320,8 @@ def _param_value(path, key: str, param: Param, value):
     else:
         ok = isinstance(value, expected)
     if not ok:
-        raise RuleError(path, key, f"expected {expected.__name__}, got {type(value).__name__} {value!r:.60}")
+        shown = f" {_shown(value)}" if isinstance(value, (int, float)) else ""    # a number, never a text
+        raise RuleError(path, key, f"expected {expected.__name__}, got {type(value).__name__}{shown}")
     # the range is checked on the value as written: an int too large for a float compares exactly
     if param.range is not None and value not in param.range:
         raise RuleError(path, key, f"{_shown(value)} is outside the allowed range {param.allowed()}")
@@ -368,7 +378,8 @@ def _parse(path, document: dict, known: list[str] | None, base: Rule | None,
         if Path(path.name).stem != rule_id:
             raise RuleError(path, "id", f"'{rule_id}' differs from the file name '{Path(path.name).stem}'")
     elif rule_id not in known:
-        raise RuleError(path, "id", f"no detector implements '{rule_id}' (known: {', '.join(sorted(known))})")
+        raise RuleError(path, "id", f"no detector implements this id{did_you_mean(rule_id, known)} "
+                                    f"(known: {', '.join(sorted(known))})")
     values: dict[str, Any] = {}
     for key in REQUIRED_KEYS:
         if key in document:
@@ -386,7 +397,8 @@ def _parse(path, document: dict, known: list[str] | None, base: Rule | None,
             raise RuleError(path, key, "must be a non-empty string")
         values[key] = value.strip() if value is not None else None
     if values["severity"] not in SEVERITIES:
-        raise RuleError(path, "severity", f"'{values['severity']}' is not one of {', '.join(SEVERITIES)}")
+        raise RuleError(path, "severity", f"not one of {', '.join(SEVERITIES)}"
+                                          f"{did_you_mean(values['severity'], SEVERITIES)}")
     for key in LIST_KEYS:
         value = document.get(key, getattr(base, key, None))
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -435,7 +447,8 @@ def _relations(path, rule_id: str, given, base: Rule | None, known: list[str]) -
             if target == rule_id:
                 raise RuleError(path, key, f"'{target}' is this rule: a relation names other rules")
             if target not in known:
-                raise RuleError(path, key, f"no rule '{target}' (known: {', '.join(sorted(known))})")
+                raise RuleError(path, key, f"names no rule{did_you_mean(target, known)} "
+                                           f"(known: {', '.join(sorted(known))})")
         if len(set(targets)) != len(targets):
             raise RuleError(path, key, "names a rule twice")
         values[kind] = tuple(targets)

@@ -17,7 +17,10 @@ needs one says in `detector explain RULE` what it does without it.
 
 `load_site` checks the file as detector.rules checks rule files: anything
 wrong is a RuleError of one line naming the file and line, the key, and for
-a bindings file that file and its line. The YAML is read as a tree of
+a bindings file that file and its line, and what is wrong, never the text
+that is: a file named by mistake (a password file as a registry) must not
+reach a terminal or a CI log. Values are shown only once they parse as an
+address. The YAML is read as a tree of
 nodes and every value taken as the text written, never constructed: YAML
 1.1 would read the MAC 10:20:30:40:50:59 as a base-60 number, and a tag
 cannot make the loader build anything. Files, lists and the registry are
@@ -42,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .errors import RuleError
-from .rules import SAFE_LOADER
+from .errors import RuleError, open_reason
+from .rules import SAFE_LOADER, did_you_mean
 
 __all__ = ["Binding", "Site", "load_site", "EMPTY", "KEYS", "SITE_TEMPLATE", "parse_mac", "mac_text"]
 
@@ -367,8 +370,7 @@ class _Bad(Exception):
 def _read(path: Path, limit: int, what: str) -> str:
     """A regular file's text, at most `limit` bytes of UTF-8 (a byte-order mark is dropped)."""
     try:
-        if not path.exists():
-            raise _Bad("no such file")
+        path.stat()         # a missing file or a loop of links says which (Path.exists says False to both)
         if path.is_dir():
             raise _Bad("is a folder, not a file")
         if not path.is_file():
@@ -376,7 +378,7 @@ def _read(path: Path, limit: int, what: str) -> str:
         with path.open("rb") as stream:
             data = stream.read(limit + 1)
     except OSError as exc:
-        raise _Bad(exc.strerror or str(exc)) from None
+        raise _Bad(open_reason(exc)) from None
     if len(data) > limit:
         raise _Bad(f"larger than {what} can be ({limit:,} bytes)")
     try:
@@ -431,7 +433,7 @@ def _scalar(name: str, key: str, node) -> str:
 def _parse_ip(text: str):
     """An address from text (IPv4-mapped as IPv4), or None; a zone index is refused, not dropped."""
     if "%" in text:
-        raise _Bad(f"{text!r:.60}: packets carry no zone index (the part after %); write the address alone")
+        raise _Bad("an address with a zone index (the part after %): packets carry none; write the address alone")
     try:
         return _address(text)
     except ValueError:
@@ -443,7 +445,7 @@ def _host_ip(text: str):
     address = _parse_ip(text)
     if address is None:
         hint = "; detector resolves no host names: write the address" if _HOST_NAME.fullmatch(text) else ""
-        raise _Bad(f"{text!r:.60} is not an IP address{hint}")
+        raise _Bad(f"not an IP address{hint}")
     if address.is_multicast or address.is_unspecified or address == LIMITED_BROADCAST:
         raise _Bad(f"{address} is a {'multicast' if address.is_multicast else 'special'} address, no host's")
     return address
@@ -453,7 +455,7 @@ def _host_mac(text: str) -> int:
     """The MAC of a host's interface: unicast (IEEE 802 individual/group bit clear), not all zeros."""
     mac = parse_mac(text)
     if mac is None:
-        raise _Bad(f"{text!r:.60} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        raise _Bad("not a MAC address (aa:bb:cc:dd:ee:ff)")
     if mac >> 40 & 1:
         raise _Bad(f"{mac_text(mac)} is a multicast MAC, no host's")
     if mac == 0:
@@ -463,7 +465,7 @@ def _host_mac(text: str) -> int:
 
 def _vlan(text: str) -> int:
     if not text.isdigit() or len(text) > 4 or int(text) not in VLAN_IDS:
-        raise _Bad(f"{text!r:.60} is not a VLAN id ({VLAN_IDS.start}-{VLAN_IDS.stop - 1})")
+        raise _Bad(f"not a VLAN id ({VLAN_IDS.start}-{VLAN_IDS.stop - 1})")
     return int(text)
 
 
@@ -488,7 +490,7 @@ def _local_networks(name: str, key: str, node) -> tuple:
                 raise ValueError(text)
             network = ipaddress.ip_network(text, strict=False)
         except ValueError:
-            raise RuleError(_at(name, item), key, f"{text!r:.60} is not a network in CIDR notation "
+            raise RuleError(_at(name, item), key, "not a network in CIDR notation "
                                                   "(10.0.0.0/8, 2001:db8::/32)") from None
         networks[network] = None
     return tuple(networks)
@@ -500,7 +502,7 @@ def _router(text: str) -> str:
         return str(_host_ip(text))
     if parse_mac(text) is not None:
         return mac_text(_host_mac(text))
-    raise _Bad(f"{text!r:.60} is neither an IP address nor a MAC address")
+    raise _Bad("neither an IP address nor a MAC address")
 
 
 def _dhcp_server(text: str) -> str:
@@ -514,7 +516,7 @@ def _dhcp_server(text: str) -> str:
             return duid
         raise _Bad(f"a DUID of {len(duid) // 2} bytes; DUIDs have {DUID_MIN_BYTES} to {DUID_MAX_BYTES} "
                    "(RFC 8415 sec. 11.1)")
-    raise _Bad(f"{text!r:.60} is neither an IP address, a MAC address nor a DUID in hex")
+    raise _Bad("neither an IP address, a MAC address nor a DUID in hex")
 
 
 def _addresses(name: str, key: str, node, check) -> frozenset:
@@ -524,13 +526,14 @@ def _addresses(name: str, key: str, node, check) -> frozenset:
 def _pool(text: str) -> tuple:
     parts = text.split("-")
     if len(parts) != 2:
-        raise _Bad(f"{text!r:.60} is not a range FIRST-LAST (10.160.0.1-10.160.0.100)")
+        raise _Bad("not a range FIRST-LAST (10.160.0.1-10.160.0.100)")
     ends = []
     for part in parts:
         try:
             ends.append(ipaddress.IPv4Address(part.strip()))
         except ValueError:
-            raise _Bad(f"{part.strip()!r:.60} is not an IPv4 address (pools are IPv4 ranges, FIRST-LAST)") from None
+            raise _Bad(f"the {('first', 'last')[len(ends)]} address is not an IPv4 address (pools are IPv4 ranges, "
+                       "FIRST-LAST)") from None
     first, last = ends
     if first > last:
         raise _Bad(f"the first address {first} is above the last {last}")
@@ -556,8 +559,8 @@ def _fields(name: str, node, allowed) -> dict[str, tuple]:
     for key_node, value_node in node.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         if key not in allowed:
-            raise RuleError(_at(name, key_node), "bindings", f"unknown key {key!r:.60} in an entry (known: "
-                                                             f"{', '.join(ENTRY_KEYS)}; for a file: "
+            raise RuleError(_at(name, key_node), "bindings", f"unknown key in an entry{did_you_mean(key, allowed)} "
+                                                             f"(known: {', '.join(ENTRY_KEYS)}; for a file: "
                                                              f"{', '.join(FILE_KEYS)})")
         if key in fields:
             raise RuleError(_at(name, key_node), "bindings", f"'{key}' given twice in one entry")
@@ -584,6 +587,10 @@ def _at_line(line: int, check, *texts):
         raise _Bad(bad.reason, line) from None
 
 
+def _fields_count(count: int) -> str:
+    return f"{count} field" if count == 1 else f"{count} fields"
+
+
 def _ethers(text: str) -> Iterator[tuple]:
     """ethers(5): one `MAC IP` a line, '#' to the end of a line a comment."""
     for number, line in enumerate(text.split("\n"), 1):
@@ -591,7 +598,7 @@ def _ethers(text: str) -> Iterator[tuple]:
         if not fields:
             continue
         if len(fields) != 2:
-            raise _Bad(f"expected 'MAC IP', got {line.strip()!r:.60}", number)
+            raise _Bad(f"expected 'MAC IP', found {_fields_count(len(fields))}", number)
         yield number, *_at_line(number, _entry, fields[0], fields[1], None)
 
 
@@ -645,7 +652,7 @@ def _dhcpd_host(tokens: Iterator[tuple[str, str, int]], line: int) -> Iterator[t
         raise _Bad("'host' without a name", line)
     brace = next(tokens, None)
     if brace is None or brace[1] != "{":
-        raise _Bad(f"host {name[1]!r:.60}: expected '{{' after its name", line)
+        raise _Bad("a host: expected '{' after its name", line)
     depth, statement = 1, []
     mac, addresses = None, []
     for kind, value, at in tokens:
@@ -662,7 +669,7 @@ def _dhcpd_host(tokens: Iterator[tuple[str, str, int]], line: int) -> Iterator[t
                     if len(words) != 3:
                         raise _Bad("expected 'hardware ethernet MAC;'", statement[0][2])
                     if mac is not None:
-                        raise _Bad(f"host {name[1]!r:.60}: a second 'hardware ethernet'", statement[0][2])
+                        raise _Bad("a host with a second 'hardware ethernet'", statement[0][2])
                     mac = _at_line(statement[0][2], _host_mac, words[2])
                 elif keyword in ("fixed-address", "fixed-address6"):
                     addresses += _fixed_addresses(words, statement[0][2])
@@ -670,7 +677,7 @@ def _dhcpd_host(tokens: Iterator[tuple[str, str, int]], line: int) -> Iterator[t
         else:
             statement.append((kind, value, at))
     else:
-        raise _Bad(f"host {name[1]!r:.60}: its '{{' is never closed", line)
+        raise _Bad("a host whose '{' is never closed", line)
     if mac is not None:
         for address in addresses:
             yield line, mac, address, None
@@ -705,11 +712,11 @@ def _csv(text: str) -> Iterator[tuple]:
             if first and cells[0].lower() == "mac":
                 first = False
                 if [cell.lower() for cell in cells] not in (["mac", "ip"], ["mac", "ip", "vlan"]):
-                    raise _Bad(f"the header names the columns mac,ip[,vlan], not {','.join(cells)!r:.60}", number)
+                    raise _Bad("a header row names the columns mac,ip[,vlan], in that order", number)
                 continue
             first = False
             if len(cells) not in (2, 3):
-                raise _Bad(f"expected mac,ip[,vlan], got {len(cells)} fields", number)
+                raise _Bad(f"expected mac,ip[,vlan], found {_fields_count(len(cells))}", number)
             vlan = cells[2] if len(cells) == 3 and cells[2] else None
             yield number, *_at_line(number, _entry, cells[0], cells[1], vlan)
     except csv.Error as exc:
@@ -756,7 +763,8 @@ def _bindings_file(name: str, key: str, item, folder: Path, fields: dict, vlan: 
         form = fields["format"][1]
         if form not in BINDINGS_FORMATS:
             raise RuleError(_at(name, fields["format"][0]), key,
-                            f"unknown format {form!r:.60} (known: {', '.join(BINDINGS_FORMATS)})")
+                            f"unknown format{did_you_mean(form, BINDINGS_FORMATS)} "
+                            f"(known: {', '.join(BINDINGS_FORMATS)})")
     else:
         form = _file_format(path)
         if form is None:
@@ -801,7 +809,8 @@ def load_site(path) -> Site:
     for key_node, value_node in root.value:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         if key not in KEYS:
-            raise RuleError(_at(name, key_node), None, f"unknown key {key!r:.60} (known: {', '.join(KEYS)})")
+            raise RuleError(_at(name, key_node), None,
+                            f"unknown key{did_you_mean(key, KEYS)} (known: {', '.join(KEYS)})")
         if key in nodes:
             raise RuleError(_at(name, key_node), key, f"given twice (first on line {nodes[key][0]})")
         nodes[key] = (key_node.start_mark.line + 1, value_node)

@@ -170,7 +170,8 @@ def test_disabled_rule_is_not_run(tmp_path):
     ("id: echo-loop\nrelations: [causes]\n", "relations", "mapping of causes, same_flow"),
     ("id: echo-loop\nrelations:\n  triggers: [rip-trigger]\n", "relations.triggers", "unknown relation"),
     ("id: echo-loop\nrelations:\n  causes: rss-saturation\n", "relations.causes", "list of rule ids"),
-    ("id: echo-loop\nrelations:\n  causes: [rss-saturaton]\n", "relations.causes", "no rule 'rss-saturaton'"),
+    ("id: echo-loop\nrelations:\n  causes: [rss-saturaton]\n", "relations.causes",
+     "names no rule (did you mean 'rss-saturation'?)"),
     ("id: echo-loop\nrelations:\n  causes: [echo-loop]\n", "relations.causes", "is this rule"),
     ("id: echo-loop\nrelations:\n  same_flow: [scan, scan]\n", "relations.same_flow", "names a rule twice"),
     ("id: echo-loop\nrelations:\n  causes: all\n", "relations.causes", "list of rule ids"),
@@ -184,6 +185,23 @@ def test_bad_rule_file_names_file_and_key(tmp_path, text, key, reason):
     assert str(path) in str(info.value)
     if reason:
         assert reason in info.value.reason
+
+
+@pytest.mark.parametrize("text, key, reason", [
+    ("id: $6$Qy7rT2sa$Wq1bC0ffee\n", "id", "no detector implements this id (known: "),
+    ("id: echo-lop\n", "id", "no detector implements this id (did you mean 'echo-loop'?) (known: "),
+    ("id: echo-loop\nseverity: $6$Qy7rT2sa$Wq1bC0ffee\n", "severity", "not one of info, low, medium, high, critical"),
+    ("id: echo-loop\nparams:\n  min_copies: $6$Qy7rT2sa$Wq1bC0ffee\n", "params.min_copies", "expected int, got str"),
+    ("id: echo-loop\nrelations:\n  causes: [$6$Qy7rT2sa$Wq1bC0ffee]\n", "relations.causes", "names no rule (known: "),
+])
+def test_a_bad_value_is_never_shown(tmp_path, text, key, reason):
+    # a rules folder holding a file it should not (a password hash where a value belongs): the error names the
+    # file and key and says what is wrong, and the hash never reaches stderr
+    path = write_rule(tmp_path, "bad.yaml", text)
+    with pytest.raises(RuleError) as info:
+        load_rules(tmp_path)
+    assert str(info.value).startswith(f"{path}: key '{key}': {reason}"), str(info.value)
+    assert "Qy7rT2sa" not in str(info.value)
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -179,24 +179,24 @@ def test_every_key(tmp_path):
 
 BAD_SITES = [
     ("bad CIDR", "local_networks:\n  - 10.0.0.0/8\n  - 10.0.0.0/33\n", {}, 3, "local_networks",
-     "'10.0.0.0/33' is not a network"),
-    ("zone index", "local_networks: ['fe80::/10%eth0']\n", {}, 1, "local_networks", "is not a network"),
+     "not a network in CIDR notation"),
+    ("zone index", "local_networks: ['fe80::/10%eth0']\n", {}, 1, "local_networks", "not a network in CIDR notation"),
     ("bad MAC of a router", "routers:\n  - 02:00:00:00:00\n", {}, 2, "routers",
-     "'02:00:00:00:00' is neither an IP address nor a MAC address"),
+     "neither an IP address nor a MAC address"),
     ("multicast MAC", "routers: ['01:00:5e:00:00:01']\n", {}, 1, "routers", "01:00:5e:00:00:01 is a multicast MAC"),
     ("multicast IP", "routers: [224.0.0.9]\n", {}, 1, "routers", "224.0.0.9 is a multicast address"),
     ("bad MAC of a binding", "bindings:\n  - mac: 02:00:00:00:00:zz\n    ip: 10.0.0.1\n", {}, 2, "bindings",
-     "'02:00:00:00:00:zz' is not a MAC address"),
+     "not a MAC address (aa:bb:cc:dd:ee:ff)"),
     ("binding without ip", "bindings:\n  - {mac: '02:00:00:00:00:01'}\n", {}, 2, "bindings", "an entry without ip"),
     ("bad VLAN", "bindings:\n  - {mac: '02:00:00:00:00:01', ip: 10.0.0.1, vlan: 4095}\n", {}, 2, "bindings",
-     "'4095' is not a VLAN id (1-4094)"),
+     "not a VLAN id (1-4094)"),
     ("pool first above last", "dynamic_pools:\n  - 10.160.0.100-10.160.0.1\n", {}, 2, "dynamic_pools",
      "the first address 10.160.0.100 is above the last 10.160.0.1"),
     ("IPv6 pool", "dynamic_pools: ['2001:db8::1-2001:db8::9']\n", {}, 1, "dynamic_pools",
-     "'2001:db8::1' is not an IPv4 address (pools are IPv4 ranges"),
+     "the first address is not an IPv4 address (pools are IPv4 ranges"),
     ("short DUID", "dhcp_servers: ['00:01']\n", {}, 1, "dhcp_servers", "a DUID of 2 bytes"),
     ("unknown key", "local_networks: []\nrouter: [10.0.0.1]\n", {}, 2, None,
-     "unknown key 'router' (known: local_networks, routers, dhcp_servers, bindings, dynamic_pools)"),
+     "unknown key (did you mean 'routers'?) (known: local_networks, routers, dhcp_servers, bindings, dynamic_pools)"),
     ("key twice", "routers: []\nrouters: [10.0.0.1]\n", {}, 2, "routers", "given twice (first on line 1)"),
     ("not a list", "routers: 10.0.0.1\n", {}, 1, "routers", "must be a list"),
     ("a list in a list", "routers:\n  - [10.0.0.1]\n", {}, 2, "routers", "expected one value here"),
@@ -209,30 +209,30 @@ BAD_SITES = [
      "absent.ethers: no such file"),
     ("garbage in ethers", "bindings:\n  - {file: hosts.ethers}\n",
      {"hosts.ethers": "02:00:00:00:00:01 10.0.0.1\n# fine\nthis line is garbage\n"}, 2, "bindings",
-     "hosts.ethers:3: expected 'MAC IP', got 'this line is garbage'"),
+     "hosts.ethers:3: expected 'MAC IP', found 4 fields"),
     ("host name in ethers", "bindings: [{file: ethers}]\n", {"ethers": "02:00:00:00:00:01 printer.lab\n"}, 1,
-     "bindings", "ethers:1: 'printer.lab' is not an IP address; detector resolves no host names"),
+     "bindings", "ethers:1: not an IP address; detector resolves no host names"),
     ("host name in dhcpd", "bindings: [{file: dhcpd.conf}]\n",
      {"dhcpd.conf": "host p {\n  hardware ethernet 02:00:00:00:00:01;\n  fixed-address printer.lab;\n}\n"}, 1,
-     "bindings", "dhcpd.conf:3: 'printer.lab' is not an IP address"),
+     "bindings", "dhcpd.conf:3: not an IP address"),
     ("unclosed dhcpd host", "bindings: [{file: dhcpd.conf}]\n",
      {"dhcpd.conf": "\nhost p { hardware ethernet 02:00:00:00:00:01;\n"}, 1, "bindings",
-     "dhcpd.conf:2: host 'p': its '{' is never closed"),
+     "dhcpd.conf:2: a host whose '{' is never closed"),
     ("fixed-address of the other family", "bindings: [{file: dhcpd.conf}]\n",
      {"dhcpd.conf": "host p { hardware ethernet 02:00:00:00:00:01; fixed-address6 10.0.0.1; }\n"}, 1, "bindings",
      "dhcpd.conf:1: fixed-address6 10.0.0.1: an IPv4 address"),
     ("CSV header", "bindings: [{file: b.csv}]\n", {"b.csv": "mac,vlan,ip\n"}, 1, "bindings",
-     "b.csv:1: the header names the columns mac,ip[,vlan]"),
+     "b.csv:1: a header row names the columns mac,ip[,vlan], in that order"),
     ("CSV fields", "bindings: [{file: b.csv}]\n", {"b.csv": "02:00:00:00:00:01,10.0.0.1\n02:00:00:00:00:02\n"}, 1,
-     "bindings", "b.csv:2: expected mac,ip[,vlan], got 1 fields"),
+     "bindings", "b.csv:2: expected mac,ip[,vlan], found 1 field"),
     ("unknown format", "bindings: [{file: hosts.txt}]\n", {"hosts.txt": ""}, 1, "bindings",
      "the name does not tell the format; add format: ethers, dhcpd, csv"),
     ("bad format", "bindings:\n  - file: hosts.txt\n    format: yaml\n", {"hosts.txt": ""}, 3, "bindings",
-     "unknown format 'yaml'"),
+     "unknown format (known: ethers, dhcpd, csv)"),
     ("not UTF-8", "bindings: [{file: ethers}]\n", {"ethers": b"02:00:00:00:00:01 10.0.0.1 \xff\n"}, 1, "bindings",
      "ethers: not UTF-8 text"),
     ("entry key", "bindings:\n  - {mac: '02:00:00:00:00:01', ip: 10.0.0.1, vlna: 3}\n", {}, 2, "bindings",
-     "unknown key 'vlna' in an entry"),
+     "unknown key in an entry (did you mean 'vlan'?)"),
 ]
 
 
@@ -514,8 +514,51 @@ def test_cli_bad_site_file_is_one_line_and_exit_2(rip_requests, tmp_path):
                            "--site", str(site)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [f"detector: error: {site}:3: key 'bindings': {tmp_path / 'hosts.ethers'}:3: "
-                                        "expected 'MAC IP', got '02:00:00:00:00:02 10.0.0.2 extra'"]
+                                        "expected 'MAC IP', found 3 fields"]
     assert not (tmp_path / "out").exists()
+
+
+# a shadow(5) line, as a bindings or site file named by mistake: its hash must never reach stderr
+SHADOW = "root:$6$Qy7rT2sa$Wq1bC0ffeeHashThatMustNotLeak9xZ:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize("entry, line, reason", [
+    ("{file: shadow, format: ethers}", 1, "expected 'MAC IP', found 1 field"),
+    ("{file: shadow, format: csv}", 1, "expected mac,ip[,vlan], found 1 field"),
+    ("{file: shadow.dhcpd, format: dhcpd}", 2, "not a MAC address (aa:bb:cc:dd:ee:ff)"),
+    ("{file: shadow, format: $6$Qy7rT2sa}", None, "unknown format (known: ethers, dhcpd, csv)"),
+])
+def test_a_password_file_as_bindings_is_named_never_shown(rip_requests, tmp_path, entry, line, reason):
+    write(tmp_path, "shadow", SHADOW)
+    write(tmp_path, "shadow.dhcpd", "host root {\n  hardware ethernet $6$Qy7rT2sa$Wq1bC0ffeeHash;\n}\n")
+    site = write(tmp_path, "site.yaml", f"bindings:\n  - {entry}\n")
+    done = subprocess.run([sys.executable, "-m", "detector", "analyze", str(rip_requests), "-o", str(tmp_path / "out"),
+                           "--site", str(site)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    where = f"{tmp_path / entry[7:].split(',')[0]}:{line}: " if line else ""
+    assert done.stderr.splitlines() == [f"detector: error: {site}:2: key 'bindings': {where}{reason}"]
+    assert "$6$" not in done.stderr and "Qy7rT2sa" not in done.stderr
+
+
+def test_a_loop_of_symbolic_links_is_said_as_one(tmp_path):
+    # Path.exists() is False for a loop as for a missing file: the error says which, as ls does
+    (tmp_path / "a.ethers").symlink_to(tmp_path / "b.ethers")
+    (tmp_path / "b.ethers").symlink_to(tmp_path / "a.ethers")
+    with pytest.raises(RuleError) as info:
+        load_site(write(tmp_path, "site.yaml", "bindings: [{file: a.ethers}]\n"))
+    assert str(info.value) == f"{tmp_path / 'site.yaml'}:1: key 'bindings': {tmp_path / 'a.ethers'}: symbolic link loop"
+    with pytest.raises(RuleError) as info:
+        load_site(tmp_path / "a.ethers")
+    assert str(info.value) == f"{tmp_path / 'a.ethers'}: symbolic link loop"
+
+
+def test_a_password_file_as_the_site_file_is_named_never_shown(tmp_path):
+    for text in (SHADOW, "password: $6$Qy7rT2sa\n", "routers: [$6$Qy7rT2sa]\n", "local_networks: [$6$Qy7rT2sa]\n",
+                 "dynamic_pools: [$6$Qy7rT2sa-10.0.0.1]\n", "dhcp_servers: [$6$Qy7rT2sa]\n"):
+        with pytest.raises(RuleError) as info:
+            load_site(write(tmp_path, "site.yaml", text))
+        assert str(info.value).startswith(f"{tmp_path / 'site.yaml'}:1: ")
+        assert "$6$" not in str(info.value) and "Qy7rT2sa" not in str(info.value), str(info.value)
 
 
 def test_a_watch_window_judges_with_the_site_across_its_slices(rip_requests, tmp_path):

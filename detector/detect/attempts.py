@@ -258,8 +258,9 @@ def parse_networks(rule, key: str, values) -> tuple:
     for text in values:
         try:
             nets.append(ipaddress.ip_network(str(text), strict=False))
-        except ValueError as exc:
-            raise RuleError(rule.path, f"params.{key}", str(exc)) from None
+        except ValueError:      # its message repeats the value: an error says what is wrong, never the text
+            raise RuleError(rule.path, f"params.{key}", "not a network in CIDR notation (10.0.0.0/8, 2001:db8::/32)"
+                            ) from None
     return tuple(nets)
 
 

@@ -133,16 +133,17 @@ def parse_untracked(values) -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6
     """`untracked` entries as (network or None for any, port or None for any); ValueError on a bad one.
 
     Each entry is `ADDRESS[/PREFIX]`, `ADDRESS[/PREFIX]:PORT` (IPv6 in brackets: `[2001:db8::53]:53`) or
-    `*:PORT`: the listener a NOTRACK rule exempts, matched against a flow's responder.
+    `*:PORT`: the listener a NOTRACK rule exempts, matched against a flow's responder. An error names the entry
+    by its place in the list, never by its text (the rule file's text stays out of terminals and logs).
     """
     out = []
-    for value in values:
+    for number, value in enumerate(values, 1):
         text = str(value).strip()
         port = None
         if text.startswith("["):
             address, sep, rest = text[1:].partition("]")
             if not sep or (rest and not rest.startswith(":")):
-                raise ValueError(f"'{text}': an IPv6 listener is written [ADDRESS]:PORT")
+                raise ValueError(f"entry {number}: an IPv6 listener is written [ADDRESS]:PORT")
             text, port_text = address, rest[1:] if rest else ""
         elif text.count(":") == 1:
             text, port_text = text.split(":")
@@ -150,11 +151,14 @@ def parse_untracked(values) -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6
             port_text = ""
         if port_text:
             if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-                raise ValueError(f"'{value}': the port must be a number 0-65535")
+                raise ValueError(f"entry {number}: the port must be a number 0-65535")
             port = int(port_text)
-        network = None if text in ("*", "") else ipaddress.ip_network(text, strict=False)
+        try:
+            network = None if text in ("*", "") else ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise ValueError(f"entry {number}: not an address or a network in CIDR notation") from None
         if network is None and port is None:
-            raise ValueError(f"'{value}': names neither an address nor a port")
+            raise ValueError(f"entry {number}: names neither an address nor a port")
         out.append((network, port))
     return out
 

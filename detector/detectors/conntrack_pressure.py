@@ -50,7 +50,7 @@ from ..detect.evidence import evidence_frames
 from ..detect.figure import ReportFigure, TimeBins
 from ..errors import RuleError
 from ..findings import Finding, iso_time
-from ..rules import ALERT_SECONDS, COUNT, RATIO, Param, Range
+from ..rules import ALERT_SECONDS, COUNT, RATIO, Param, Range, did_you_mean
 from ..schema import PacketBatch
 from ..units import NS
 
@@ -112,8 +112,8 @@ class ConntrackPressure(Detector):
     def __init__(self, rule, site=None):
         super().__init__(rule, site)
         if self.params["profile"] not in PROFILES:
-            raise RuleError(rule.path, "params.profile", f"'{self.params['profile']}' is not one of "
-                                                         f"{', '.join(PROFILES)}")
+            raise RuleError(rule.path, "params.profile", f"not one of {', '.join(PROFILES)}"
+                                                         f"{did_you_mean(self.params['profile'], PROFILES)}")
         try:
             self.untracked = parse_untracked(self.params["untracked"])
         except ValueError as exc:

@@ -105,8 +105,9 @@ def _networks(rule, values) -> list[tuple[int, int, int]]:
     for text in values:
         try:
             net = ipaddress.ip_network(str(text), strict=False)
-        except ValueError as exc:
-            raise RuleError(rule.path, "params.local_networks", str(exc)) from None
+        except ValueError:      # its message repeats the value: an error says what is wrong, never the text
+            raise RuleError(rule.path, "params.local_networks", "not a network in CIDR notation "
+                                                                "(10.0.0.0/8, 2001:db8::/32)") from None
         if net.version == 4:
             value = int(ipaddress.IPv6Address(f"::ffff:{net.network_address}"))
             plen = 96 + net.prefixlen

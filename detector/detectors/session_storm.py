@@ -55,7 +55,7 @@ from ..detect.evidence import evidence_frames
 from ..detect.figure import ReportFigure, TimeBins
 from ..errors import RuleError
 from ..findings import Finding, iso_time
-from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range
+from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range, did_you_mean
 from ..units import NS
 
 # Sources reported per run, the fastest first.
@@ -125,8 +125,8 @@ class SessionStorm(Detector):
         super().__init__(rule, site)
         self.allowed = parse_networks(rule, "allowlist", self.params["allowlist"])
         if self.params["profile"] not in PROFILES:
-            raise RuleError(rule.path, "params.profile", f"'{self.params['profile']}' is not one of "
-                                                         f"{', '.join(PROFILES)}")
+            raise RuleError(rule.path, "params.profile", f"not one of {', '.join(PROFILES)}"
+                                                         f"{did_you_mean(self.params['profile'], PROFILES)}")
 
     def update(self, batch) -> None:
         return None     # the flow table is the state
