@@ -105,3 +105,51 @@ def test_no_findings_no_timeline_and_none_left_over(tmp_path):
     assert findings == [] or all(f.first_seen is None for f in findings)
     assert not (tmp_path / timeline.TIMELINE_PNG).exists()
     assert "timeline.png" not in (tmp_path / "report.md").read_text()
+
+
+
+def test_a_capture_of_years_reads_dates_and_the_legend_stays_in_the_figure(chain):
+    """A multi-year capture's timeline read "1e8" seconds, and a legend of many incidents beside few lanes ran
+    off the figure's foot: the axis writes UTC years, and the figure grows to hold its legend."""
+    from detector.report.render import figure_of
+
+    start = chain.findings[0].first_seen
+    half_year = 365 * 86_400 * 10**9 // 2
+    # one rule's finding again and again over five years: one lane, twelve incidents and some findings in none,
+    # a legend of 13 entries (LEGEND_MAX incidents and "no incident") beside a single lane
+    findings = [replace(chain.findings[0], first_seen=start + k * half_year, last_seen=start + k * half_year + 10**9,
+                        incident_id=f"incident-{k + 1}" if k < 12 else None) for k in range(14)]
+    ax = _drawn(findings, start_ns=start)
+    assert ax.get_xlabel() == "time (UTC)"
+    years = [t.get_text() for t in ax.get_xticklabels()]
+    assert 3 <= len(years) <= 8 and all(re.fullmatch(r"20\d\d", y) for y in years), years
+    assert years == sorted(set(years)) and ax.xaxis.get_offset_text().get_text() == ""
+    # the figure as the report draws it: every entry of the legend inside the image
+    size = timeline.figure_size(findings)
+    fig = figure_of([(lambda a: timeline.draw_timeline(a, findings, (), start), timeline.TITLE, size)])
+    fig.canvas.draw()
+    legend = fig.axes[0].get_legend()
+    assert len(legend.get_texts()) == 13
+    box = legend.get_window_extent()
+    width, height = fig.canvas.get_width_height()
+    assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, (box, width, height)
+
+
+@pytest.mark.parametrize(("days", "pattern"), [(0.5, None), (3, r"01-0\d [01][02]:00"), (40, r"\d\d\d\d-\d\d-\d\d"),
+                                              (400, r"\d\d\d\d-\d\d"), (40_000, r"\d{4}")])
+def test_the_time_axis_writes_dates_past_a_day(days, pattern):
+    from detector.detect.figure import DATE_TICKS_MAX, time_axis
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.plot([0, days * 86_400], [0, 1])
+    time_axis(ax, 1_767_225_600 * 10**9)            # 2026-01-01T00:00:00Z
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    if pattern is None:                             # half a day: seconds, as every short capture
+        assert ax.get_xlabel() == "seconds after 2026-01-01T00:00:00.000000Z"
+        return
+    assert ax.get_xlabel() == ("time (UTC, 2026)" if days == 3 else "time (UTC)")
+    assert 1 <= len(labels) <= DATE_TICKS_MAX
+    assert all(re.fullmatch(pattern, text) for text in labels), labels

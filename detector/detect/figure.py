@@ -9,6 +9,59 @@ import numpy as np
 from ..findings import iso_time
 from ..schema import PacketBatch
 
+# An axis of seconds after a start reads well up to some days (matplotlib writes 1e6 and above as 1e6 times a
+# number); past a day it shows UTC dates and times instead (time_axis): a capture of years read "1e8".
+DATE_AXIS_FROM_S = 86_400.0
+# (numpy unit, multiple, tick label) from the finest: the first that puts at most DATE_TICKS_MAX ticks on the axis
+DATE_STEPS = (("h", 1, "%m-%d %H:%M"), ("h", 3, "%m-%d %H:%M"), ("h", 6, "%m-%d %H:%M"), ("h", 12, "%m-%d %H:%M"),
+              ("D", 1, "%Y-%m-%d"), ("D", 2, "%Y-%m-%d"), ("D", 7, "%Y-%m-%d"), ("M", 1, "%Y-%m"), ("M", 3, "%Y-%m"),
+              ("M", 6, "%Y-%m"), ("Y", 1, "%Y"), ("Y", 2, "%Y"), ("Y", 5, "%Y"), ("Y", 10, "%Y"), ("Y", 100, "%Y"))
+DATE_TICKS_MAX = 8
+# a unit's length in seconds, a month's and a year's on average: how many ticks a step would make
+UNIT_SECONDS = {"h": 3600, "D": 86_400, "M": 2_629_746, "Y": 31_556_952}
+
+
+def _date_ticks(first: np.datetime64, last: np.datetime64) -> tuple[np.ndarray, str]:
+    """Whole UTC hours, days, months or years from `first` to `last` (datetime64[ns]), DATE_TICKS_MAX at most,
+    the finest step that allows; and how to write them."""
+    span_s = (last - first) / np.timedelta64(1, "s")
+    for k, (unit, step, _fmt) in enumerate(DATE_STEPS):
+        if span_s / (step * UNIT_SECONDS[unit]) > DATE_TICKS_MAX + 1 and k < len(DATE_STEPS) - 1:
+            continue            # far too many: not even built
+        # from a whole multiple of the step (00:00 and 12:00, January and July, 2025 and 2030)
+        base = first.astype(f"datetime64[{unit}]").astype(np.int64) // step * step
+        ticks = np.arange(base, last.astype(f"datetime64[{unit}]").astype(np.int64) + 1, step)
+        ticks = ticks.astype(f"datetime64[{unit}]").astype("datetime64[ns]")
+        ticks = ticks[(ticks >= first) & (ticks <= last)]
+        if len(ticks) <= DATE_TICKS_MAX:
+            break
+    return ticks, DATE_STEPS[k][2]
+
+
+def time_axis(ax, start_ns: int, note: str = "") -> None:
+    """Label the x axis of `ax`, drawn in seconds after `start_ns`: "seconds after <start>", or, where it spans
+    more than DATE_AXIS_FROM_S, ticks at whole UTC hours, days, months or years written as dates, labelled
+    "time (UTC)"; `note` follows the label. Call it once the data are drawn (it reads the axis' limits)."""
+    import datetime
+
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    low, high = ax.get_xlim()
+    if high - low <= DATE_AXIS_FROM_S:
+        ax.set_xlabel(f"seconds after {iso_time(start_ns)}{note}")
+        return
+    first = np.datetime64(int(start_ns + low * 1e9), "ns")
+    last = np.datetime64(int(start_ns + high * 1e9), "ns")
+    ticks, fmt = _date_ticks(first, last)
+    offsets = (ticks.astype(np.int64) - start_ns) / 1e9
+    moments = [datetime.datetime.fromtimestamp(int(t) / 1e9, datetime.timezone.utc) for t in ticks.astype(np.int64)]
+    ax.xaxis.set_major_locator(FixedLocator(offsets))
+    ax.xaxis.set_major_formatter(FixedFormatter([moment.strftime(fmt) for moment in moments]))
+    ax.set_xlim(low, high)
+    # ticks that do not write the year: the axis label does
+    year = f", {moments[0].year}" if moments and "%Y" not in fmt else ""
+    ax.set_xlabel(f"time (UTC{year}){note}")
+
 
 @dataclass(frozen=True)
 class TimeBins:
@@ -30,6 +83,10 @@ class TimeBins:
     @property
     def axis_label(self) -> str:
         return f"seconds after {iso_time(self.start_ns)}"
+
+    def time_axis(self, ax, note: str = "") -> None:
+        """Label the x axis of a plot on this axis: seconds after its start, dates past a day (time_axis)."""
+        time_axis(ax, self.start_ns, note)
 
     def index(self, ts: np.ndarray) -> np.ndarray:
         """The bin of each time (ns); outside 0..count-1 for a time off the axis."""

@@ -854,7 +854,7 @@ class LossFigure(ReportFigure):
         self.rate_from = (starts - axis.start_ns) / NS
         self.rate_to = (ends + 1 - axis.start_ns) / NS
         self.width_s = bin_ns / NS
-        self.label = axis.axis_label
+        self.axis = axis
 
     def add(self, batch: PacketBatch) -> None:
         """Drawn from the rule's own bins: nothing to keep from the evidence pass."""
@@ -868,10 +868,10 @@ class LossFigure(ReportFigure):
                label="gap events / ack events")
         ax.set_ylim(0, 1)
         ax.set_ylabel("loss ratio (red)")
-        ax.set_xlabel(self.label)
         rate_ax = ax.twinx()
         # each bin's rate over the part of it the capture covers (bins may be sparse, the first and last partial)
         for x0, x1, rate in zip(self.rate_from, self.rate_to, self.rate):
             rate_ax.hlines(rate, x0, x1, color="tab:blue")
         rate_ax.set_ylim(0, max(float(self.rate.max(initial=0.0)) * 1.1, 1.0))
         rate_ax.set_ylabel("packets/s (blue)")
+        self.axis.time_axis(ax)

@@ -241,7 +241,7 @@ class ConcurrencyFigure(ReportFigure):
         ax.axhline(size * self.detector.params["warn_fill_ratio"], color="tab:orange", linestyle=":",
                    label="warning")
         ax.set_ylim(0, max(size, int(peaks.max(initial=0))) * 1.05)
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("entries")
         rate = ax.twinx()
         # per whole second from the first entry, as the model counts the message's "up to N new entries in one

@@ -515,7 +515,7 @@ class CopiesFigure(ReportFigure):
     def draw(self, ax, flows) -> None:
         ax.plot(self.bins.starts_s, self.copies / self.bins.width_s, drawstyle="steps-post", lw=1, color="#d33",
                 label=f"copies/s ({self.bins.width_s:g} s bins)")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel(f"copies/s ({self.bins.width_s:g} s bins)")
 
 

@@ -465,6 +465,6 @@ class RttFigure(ReportFigure):
             ax.plot(x, table["p90"], drawstyle="steps-post", lw=0.8, ls="--", color=line.get_color(),
                     label=f"{name} p90")
         ax.axhline(HIGH_MS, color="#d33", lw=0.8, ls=":", label=f"{HIGH_MS:.0f} ms")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("handshake RTT (ms)")
         ax.legend(loc="upper left", fontsize="small")

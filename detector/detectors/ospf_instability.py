@@ -1107,6 +1107,6 @@ class RateFigure(ReportFigure):
         if rates[-1].any():
             ax.plot(self.bins.starts_s, rates[-1], drawstyle="steps-post", lw=1, color="#999", label="other routers")
         ax.axhline(self.storm_pps, color="#d33", lw=0.8, ls="--", label=f"storm above {self.storm_pps:,}/s")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("OSPF packets/s")
         ax.legend(loc="upper left", fontsize="small")

@@ -792,7 +792,7 @@ class SegmentsFigure(ReportFigure):
         if isinstance(mtu, int):
             payload = mtu - TCP_OVERHEAD[6 if ":" in (f.src_ip or "") else 4]
             ax.axhline(payload, ls=":", lw=1.5, color="#d33", label=f"reported MTU {mtu}: {payload} B payload")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("TCP payload bytes")
         ax.legend(fontsize=7, loc="lower right")
 

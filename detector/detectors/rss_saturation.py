@@ -591,8 +591,8 @@ class QueueShareFigure(ReportFigure):
                           cmap="magma", extent=(self.x0, self.x0 + len(share) * width_s, -0.5, share.shape[1] - 0.5))
         ax.figure.colorbar(image, ax=ax, label="share of packets")
         each = f"{width_s * 1e3:g} ms" if width_s < 1 else f"{width_s:g} s"
-        ax.set_xlabel(f"{self.axis.axis_label} (columns of {each}"
-                      + (f": {self.merged} of the rule's bins summed)" if self.merged > 1 else ", the rule's bins)"))
+        summed = f": {self.merged} of the rule's bins summed)" if self.merged > 1 else ", the rule's bins)"
+        self.axis.time_axis(ax, f" (columns of {each}{summed}")
         ax.set_ylabel("receive queue")
 
 

@@ -688,7 +688,7 @@ class AttemptsFigure(ReportFigure):
         distinct = np.cumsum(self.bins.counts(ts[order][new]))
         twin = ax.twinx()
         twin.plot(self.bins.starts_s, distinct, drawstyle="steps-post", lw=1, color="#36c", label="distinct targets")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("failed attempts/s")
         twin.set_ylabel("distinct targets so far")
 

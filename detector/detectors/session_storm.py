@@ -254,6 +254,6 @@ class NewFlowsFigure(ReportFigure):
         ax.plot(*self.bins.per_second(a["first_ns"][mine]), drawstyle="steps-post", lw=1, color="#d33",
                 label="new flows/s")
         ax.axhline(self.threshold, color="#999", lw=0.8, ls="--", label=f"storm above {self.threshold:,}/s")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("new flows/s")
         ax.legend(loc="upper left", fontsize="small")

@@ -580,6 +580,6 @@ class SynRateFigure(ReportFigure):
             for first, last in _episodes(values["second"], values["flooded"]):
                 ax.axvspan(values["second"][first] - zero, values["second"][last] + 1 - zero, color=colour,
                            alpha=0.12, lw=0)
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_ylabel("per second")
         ax.legend(loc="upper right", fontsize="small")

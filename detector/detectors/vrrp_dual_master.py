@@ -557,7 +557,7 @@ class TimelineFigure(ReportFigure):
             ax.broken_barh(bars, (k - 0.35, 0.7), color=f"C{k % 10}")
         ax.set_yticks(range(len(self.rows)))
         ax.set_yticklabels([label for label, _ in self.rows], fontsize="small")
-        ax.set_xlabel(self.bins.axis_label)
+        self.bins.time_axis(ax)
         ax.set_xlim(0, self.bins.count * self.bins.width_s)
 
 

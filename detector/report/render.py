@@ -199,7 +199,7 @@ def _timeline(series, findings: list[Finding]):
         for f in findings:
             ax.axvspan(_seconds(f.first_seen, series.start_ns), _seconds(f.last_seen, series.start_ns) + bins.width_s,
                        color="#d33" if f.rank >= 3 else "#e92", alpha=0.25)
-        ax.set_xlabel(bins.axis_label)
+        bins.time_axis(ax)
         ax.set_ylabel("packets/s")
     return draw
 

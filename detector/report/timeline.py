@@ -11,7 +11,7 @@ without one is drawn grey, and so is every finding when there are no incidents.
 """
 from __future__ import annotations
 
-from ..findings import iso_time
+from ..detect.figure import time_axis
 from .render import Figure, _figure
 
 # The file report.md links (output.TOP_NAMES lists it, so a later run without findings removes it).
@@ -27,6 +27,10 @@ LEGEND_MAX = 12
 LABEL_CHARS_MAX = 60
 # Share of a lane its bars fill (the findings of one rule split it between them).
 LANE_HEIGHT = 0.7
+# Inches of the figure per lane, per legend entry (7-point text and its spacing), and for the title and the axis.
+LANE_INCHES = 0.4
+LEGEND_ENTRY_INCHES = 0.19
+FRAME_INCHES = 1.4
 # A finding of one instant still shows as a bar this share of the axis wide.
 MIN_BAR_RATIO = 0.004
 
@@ -84,21 +88,35 @@ def draw_timeline(ax, findings, incidents=(), start_ns: int | None = None) -> No
         ax.plot([start], [y], marker="|", markersize=max(4.0, 14 * height), color="#222")   # where it began
     ax.set_yticks(range(len(rules)), labels=rules, fontsize=8)
     ax.set_ylim(len(rules) - 0.5, -0.5)
-    ax.set_xlabel(f"seconds after {iso_time(zero)}")
+    time_axis(ax, zero)
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=colour, label=_label(ident, titles.get(ident)))
                for ident, colour in list(colours.items())[:LEGEND_MAX]]
-    if colours and any(getattr(f, "incident_id", None) is None for f in timed):
+    if legend_entries(timed) > len(handles):
         handles.append(Patch(color=NO_INCIDENT, label="no incident"))
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
+def legend_entries(timed) -> int:
+    """Entries of the timeline's legend: the incidents (LEGEND_MAX at most), and "no incident" where some
+    finding has none beside them."""
+    colours = incident_colours(timed)
+    loose = bool(colours) and any(getattr(f, "incident_id", None) is None for f in timed)
+    return min(len(colours), LEGEND_MAX) + int(loose)
+
+
 def timeline_figure(findings, incidents=(), start_ns: int | None = None) -> Figure | None:
-    """The figure (draw_timeline) as a PNG, or None without a finding that has a time."""
+    """The figure (draw_timeline) as a PNG of figure_size(), or None without a finding that has a time."""
     timed = [f for f in findings if f.first_seen is not None]
     if not timed:
         return None
+    return _figure(lambda ax: draw_timeline(ax, timed, incidents, start_ns), TITLE, size=figure_size(timed))
+
+
+def figure_size(findings) -> tuple[float, float]:
+    """Inches (width, height) of the timeline of `findings`: wider with a legend, tall enough for its lanes and
+    for its legend, which stands to the right of the lanes."""
+    timed = [f for f in findings if f.first_seen is not None]
     width = 10.0 if incident_colours(timed) else 8.0
-    return _figure(lambda ax: draw_timeline(ax, timed, incidents, start_ns), TITLE,
-                   size=(width, 0.4 * len(lanes(timed)) + 1.4))
+    return width, max(LANE_INCHES * len(lanes(timed)), LEGEND_ENTRY_INCHES * legend_entries(timed)) + FRAME_INCHES
