@@ -36,6 +36,18 @@ def iso_time(ts_ns: int | None) -> str | None:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns // 1000:06d}Z"
 
 
+# One vocabulary for protocol names across packets, flows and findings (the packets table's, schema.PROTO_NAMES:
+# tcp, udp, icmp, icmpv6; lower case as Zeek writes them): a rule may name a protocol in any case, the finding
+# keeps it so. EVE alone writes Suricata's own names (report/eve.py).
+PROTO_ALIASES = {"ipv6-icmp": "icmpv6"}
+
+
+def proto_name(text: str) -> str:
+    """A protocol name as findings, packets and flows write it: lower case, one name per protocol."""
+    name = str(text).lower()
+    return PROTO_ALIASES.get(name, name)
+
+
 @dataclass
 class Finding:
     rule: str
@@ -76,6 +88,8 @@ class Finding:
     def __post_init__(self):
         if self.severity not in SEVERITY_RANK:
             raise ValueError(f"unknown severity {self.severity!r}")
+        if self.proto is not None:
+            self.proto = proto_name(self.proto)
 
     @property
     def rank(self) -> int:

@@ -336,7 +336,7 @@ def test_where_reads_names_addresses_and_times_as_the_table_spells_them():
 def test_a_findings_protocol_selects_its_packets():
     capture = detector.open(CAPTURES / "pmtud-blackhole-ipv4.pcapng")
     proto = capture.findings["proto"].iloc[0]
-    assert proto == "TCP"       # findings.json's spelling (Suricata's EVE)
+    assert proto == "tcp"       # one vocabulary: findings name protocols as packets do
     whole = capture.packets
     got = capture.packets_frame(["frame"], where="proto == @proto")
     assert 0 < len(got) == int((whole["proto"] == "tcp").sum())

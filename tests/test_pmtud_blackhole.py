@@ -93,7 +93,7 @@ def test_diagnostic_probes_are_info_with_the_mtu_they_found(tmp_path):
     assert sorted(found) == ["192.0.2.9", "203.0.113.80", "203.0.113.81"]
     assert all(f.severity == "info" and "not a black hole" in f.msg for f in found.values())
     ping, lsp, udp = found["203.0.113.80"], found["192.0.2.9"], found["203.0.113.81"]
-    assert ping.evidence["probe_flows"] == [{"proto": "ICMP", "src_port": 0, "dest_port": 0, "packets": 4,
+    assert ping.evidence["probe_flows"] == [{"proto": "icmp", "src_port": 0, "dest_port": 0, "packets": 4,
                                              "ip_len_bytes": 1500, "echo": True}]
     assert (ping.evidence["icmp_count"], ping.evidence["reported_mtu"]) == (5, 1420)
     # the LSP ping sweeps its sizes, but toward 127.0.0.0/8 no host sends data
@@ -131,7 +131,7 @@ def test_a_datagram_sender_is_judged_only_when_its_sizes_vary(tmp_path):
     # an application choosing its sizes (QUIC-like) could shrink them, and does not: a black hole
     wrpcap(str(path), _udp_sender([1500, 1252, 1500, 1480, 1500, 1300, 1500, 1490, 1500, 1500, 1200, 1500]))
     [finding] = run([path], tmp_path / "varying")
-    assert finding.severity == "medium" and finding.proto == "UDP" and finding.dest_port == 50000
+    assert finding.severity == "medium" and finding.proto == "udp" and finding.dest_port == 50000
     # above 1400 bytes and later than the first message plus the 200 ms grace: datagrams 6-9 and 11
     assert finding.evidence["oversized_after_icmp"] == finding.n == 5
     assert finding.evidence["icmp_count"] == 9

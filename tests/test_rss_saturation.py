@@ -54,7 +54,7 @@ def test_single_flow_flood_fills_its_queue(tmp_path):
     assert ev["share_ratio"] > 0.8 and ev["bins"] == 1
     top = ev["flows"][0]
     assert (top["src_ip"], top["dest_ip"], top["dest_port"], top["proto"]) == ("198.18.7.7", "10.20.0.5", 27015,
-                                                                             "UDP")
+                                                                             "udp")
     assert top["packets_in_window"] == 7000 and top["community_id"].startswith("1:")
     assert (finding.src_ip, finding.dest_ip) == ("198.18.7.7", "10.20.0.5")
     assert "198.18.7.7:40000 -> 10.20.0.5:27015" in finding.msg
@@ -66,7 +66,7 @@ def test_elephant_flow_names_the_tcp_flow(tmp_path):
     ev = finding.evidence
     assert finding.severity == "medium"
     assert ev["queue"] == expected_queue("2001:db8:500::10", "2001:db8:20::77", (443, 50123))
-    assert ev["flows"][0]["src_port"] == 443 and ev["flows"][0]["proto"] == "TCP"
+    assert ev["flows"][0]["src_port"] == 443 and ev["flows"][0]["proto"] == "tcp"
     assert 0.5 <= ev["share_ratio"] < 0.8
 
 
@@ -175,7 +175,7 @@ def test_an_icmp_echo_loop_filling_the_queue_is_named_though_it_has_no_ports(tmp
     findings, _, _ = analyze([str(path)], tmp_path / "out")
     [loop] = [f for f in findings if f.rule == "echo-loop"]
     [finding] = [f for f in findings if f.rule == RULE]
-    assert (loop.proto, loop.src_port, loop.dest_port) == ("ICMP", None, None)
+    assert (loop.proto, loop.src_port, loop.dest_port) == ("icmp", None, None)
     assert finding.severity == "high" and finding.evidence["echo_loop"] == loop.msg and "echo loop" in finding.msg
 
 
@@ -213,7 +213,7 @@ def test_a_vxlan_tunnel_fills_the_queue_of_its_endpoints(tmp_path):
     assert len(ev["flows"]) == 5
     for flow in ev["flows"]:
         assert (flow["proto"], flow["src_ip"], flow["dest_ip"], flow["dest_port"], flow["tunnel"]) == \
-            ("UDP", "192.0.2.41", "192.0.2.42", 4789, "vxlan")
+            ("udp", "192.0.2.41", "192.0.2.42", 4789, "vxlan")
     assert ev["flows"][0]["src_port"] == 49417 and ev["flows"][0]["packets_in_window"] == 47
     assert ev["flow_counts_exact"] is False      # 300 flows on the queue, 16 counted per bin
 
@@ -258,11 +258,11 @@ def test_the_queue_and_the_flow_named_follow_the_header_the_nic_hashes(tmp_path)
     assert outer_queue != inner_queue
     [outer] = run([path], tmp_path / "outer")
     assert outer.evidence["queue"] == outer_queue
-    assert [(f["proto"], f["src_port"], f["dest_port"]) for f in outer.evidence["flows"]] == [("UDP", 50001, 4789)]
+    assert [(f["proto"], f["src_port"], f["dest_port"]) for f in outer.evidence["flows"]] == [("udp", 50001, 4789)]
     [by_inner] = run([path], tmp_path / "inner", override(tmp_path, hash_inner_headers="true"))
     assert by_inner.evidence["queue"] == inner_queue and by_inner.evidence["hash_inner_headers"] is True
     assert [(f["proto"], f["src_ip"], f["src_port"], f["dest_port"], f["packets_in_window"], f["tunnel"])
-            for f in by_inner.evidence["flows"]] == [("TCP", "10.41.0.7", 30007, 443, 7000, "vxlan")]
+            for f in by_inner.evidence["flows"]] == [("tcp", "10.41.0.7", 30007, 443, 7000, "vxlan")]
     assert "10.41.0.7:30007 -> 10.42.0.9:443 (7,000 packets)" in by_inner.msg
 
 

@@ -120,7 +120,7 @@ def test_one_vrid_on_two_vlans_is_two_virtual_routers():
 def test_libpcaps_carp_is_carp_and_quiet(captures_real):
     (f,) = run(captures_real / "libpcap/tests/filter/carp.pcap")
     assert f.severity == "info" and f.evidence["carp"] is True and f.identifier == "CARP vhid 1 IPv4"
-    assert f.proto == "CARP" and f.evidence["ips"] == []     # CARP lists no addresses, VRRP's reading would
+    assert f.proto == "carp" and f.evidence["ips"] == []     # CARP lists no addresses, VRRP's reading would
 
 
 def test_zeeks_vrrp_inside_pbb_is_quiet(captures_real):

@@ -436,7 +436,7 @@ class EchoLoop(Detector):
         if layers & IP:
             proto = PROTO_NAMES.get(int(row["proto"]), str(int(row["proto"])))
             fields.update(src_ip=ip_text(row["src_ip_hi"], row["src_ip_lo"]),
-                          dest_ip=ip_text(row["dest_ip_hi"], row["dest_ip_lo"]), proto=proto.upper())
+                          dest_ip=ip_text(row["dest_ip_hi"], row["dest_ip_lo"]), proto=proto)
             src, dst = fields["src_ip"], fields["dest_ip"]
             if layers & L_PORTS:
                 fields.update(src_port=int(row["src_port"]), dest_port=int(row["dest_port"]))

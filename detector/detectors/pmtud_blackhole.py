@@ -643,7 +643,7 @@ class PmtudBlackhole(Detector):
             what = ("ICMP echo requests" if flow.echo else
                     f"{PROTO_NAMES.get(proto, str(proto)).upper()}" + (f" to port {dport}" if dport else ""))
             sizes = "of varying sizes" if flow.varies else f"of {flow.size} bytes"
-            probes.append({"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_port": sport, "dest_port": dport,
+            probes.append({"proto": PROTO_NAMES.get(proto, str(proto)), "src_port": sport, "dest_port": dport,
                            "packets": flow.packets, "ip_len_bytes": None if flow.varies else flow.size,
                            "echo": flow.echo, "text": f"{flow.packets} {what} {sizes}"})
         where = " (the loopback range MPLS LSP ping addresses)" if pair.to_loopback else ""
@@ -712,7 +712,7 @@ class PmtudBlackhole(Detector):
         host, peer = ip_text(*pair.host), ip_text(*pair.peer)
         out = []
         for proto, sport, dport in sorted(quoted)[:MAX_LISTED]:
-            flow = {"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_port": sport, "dest_port": dport,
+            flow = {"proto": PROTO_NAMES.get(proto, str(proto)), "src_port": sport, "dest_port": dport,
                     "icmp_count": pair.quoted.get((proto, sport, dport), 0)}
             mine = rows[(rows.proto == proto) & (rows.sport == sport) & (rows.dport == dport)]
             flow["oversized_after_icmp"] = int((mine.ip_len > pair.mtu).sum())

@@ -363,7 +363,7 @@ class RoutingLoop(Detector):
         proto = PROTO_NAMES.get(int(d["proto"][first]), str(int(d["proto"][first])))
         msg = (f"{packets:,} packet(s) to {net} looped{where} in {(t1 - t0) / 1e9:.3f} s: {copies:,} sightings, "
                f"{copies / packets:.1f} per packet, TTL falling (e.g. {ttl_from} to {ttl_to})")
-        fields = {"dest_ip": destinations[0] if len(destinations) == 1 else None, "proto": proto.upper(),
+        fields = {"dest_ip": destinations[0] if len(destinations) == 1 else None, "proto": proto,
                   "src_ip": ip_text(d["src_ip_hi"][first], d["src_ip_lo"][first]) if len(sources) == 1 else None}
         if len(routers) == 2:
             fields.update(src_mac=routers[0], dest_mac=routers[1])

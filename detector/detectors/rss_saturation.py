@@ -491,7 +491,7 @@ class RssSaturation(Detector):
         fair = 1 / p["queues"]
         exact = not any(cell.flows_cut for cell in cells)
         flow_text = "; ".join(
-            f"{f['proto']} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
+            f"{f['proto'].upper()} {endpoint(f['src_ip'], f['src_port'])} -> {endpoint(f['dest_ip'], f['dest_port'])} "
             f"({'' if exact else 'at least '}{f['packets_in_window']:,} packets)"
             for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
         msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {window:,} packets "
@@ -616,7 +616,7 @@ def _named_flows(cells: list[_Cell]) -> list[dict]:
     for row in flows:
         src, dst = ip_text(row["src_ip_hi"], row["src_ip_lo"]), ip_text(row["dest_ip_hi"], row["dest_ip_lo"])
         proto, sport, dport = int(row["proto"]), int(row["src_port"]), int(row["dest_port"])
-        item = {"proto": PROTO_NAMES.get(proto, str(proto)).upper(), "src_ip": src, "src_port": sport,
+        item = {"proto": PROTO_NAMES.get(proto, str(proto)), "src_ip": src, "src_port": sport,
                 "dest_ip": dst, "dest_port": dport, "packets_in_window": int(row["packets"]),
                 "community_id": community_id(src, dst, proto, sport, dport) if sport or dport else None}
         if row["tunnel"]:

@@ -266,7 +266,7 @@ def _endpoints(f: Finding) -> str:
         src = endpoint(f.src_ip, f.src_port)
     if f.dest_port is not None and f.dest_ip:
         dst = endpoint(f.dest_ip, f.dest_port)
-    return f"{f.proto or ''} {src} -> {dst}".strip()
+    return f"{(f.proto or '').upper()} {src} -> {dst}".strip()
 
 
 # Characters not whitespace that a terminal or a viewer would act on rather than show: C0 and C1 controls
