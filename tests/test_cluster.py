@@ -608,4 +608,6 @@ def test_a_terminal_sees_the_partitions_counted(client, tmp_path, monkeypatch):
     cluster.flow_table(client, paths)
     shown = screen.getvalue()
     assert "\rflows [" in shown and "100.0%" in shown and "25.0%" in shown
-    assert shown.endswith("\r\033[K")       # the line is cleared at the end
+    # the last line drawn stays on screen, complete: every packet of the partitions counted
+    last = shown.rsplit("\r", 1)[-1]
+    assert last.startswith("flows [") and " 100.0% " in last and last.endswith("\033[K\n"), last

@@ -70,7 +70,8 @@ def _shape(incident: dict) -> tuple:
 
 
 def _incidents(document: dict) -> list[tuple]:
-    """findings.json's incidents in the manifest's shape; every finding in exactly one, named by incident_id."""
+    """findings.json's incidents in the manifest's shape; every finding of low or above in exactly one, named by
+    incident_id, and every other (info) in one only as context of a real incident: info findings alone make none."""
     records = {(f["rule"], f["identifier"]): f for f in document["findings"]}
     shapes, members = [], []
     for incident in document["incidents"]:
@@ -79,5 +80,9 @@ def _incidents(document: dict) -> list[tuple]:
         assert refs[0] == (incident["root_cause"]["rule"], incident["root_cause"]["identifier"])
         shapes.append(_shape({"root_cause": refs[0][0], "findings": [rule for rule, _ in refs]}))
         members += refs
-    assert sorted(members) == sorted(records)
+        assert any(records[ref]["severity"] != "info" for ref in refs), incident["id"]
+    assert len(members) == len(set(members))
+    loud = [ref for ref, record in records.items() if record["severity"] != "info"]
+    assert set(loud) <= set(members) <= set(records)
+    assert all(("incident_id" in record) == (ref in members) for ref, record in records.items())
     return sorted(shapes)
