@@ -46,7 +46,7 @@ def test_incident_ipv4_loop_is_critical_and_fully_described(tmp_path):
     path = CAPTURES / "echo-loop-rip-ipv4.pcapng"
     (f,) = rule_findings(analyze([path], tmp_path)[0])
     assert f.severity == "critical"
-    assert (f.src_ip, f.src_port, f.dest_ip, f.dest_port, f.proto) == ("198.18.44.201", 44123, "192.0.2.61", 520, "UDP")
+    assert (f.src_ip, f.src_port, f.dest_ip, f.dest_port, f.proto) == ("198.18.44.201", 44123, "192.0.2.61", 520, "udp")
     assert (f.src_mac, f.dest_mac) == ("00:1b:54:c2:00:02", "00:1b:54:c2:00:01")
     assert f.n == 6000
     ev = f.evidence
