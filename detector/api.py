@@ -48,7 +48,7 @@ from .errors import UsageError
 from .findings import Finding
 from .frames import CaptureFrames, Frames
 from .rss import DEFAULT_QUEUES, RssModel
-from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PROTO_NAMES, PacketBatch
+from .schema import IP, L_DST_MAC, L_SRC_MAC, L_VLAN, PacketBatch
 from .site import EMPTY, Site, load_site
 
 __all__ = ["open", "Capture"]
@@ -304,15 +304,6 @@ class _AppColumns:
             kids.insert(0, "frame", found["frame"][kids.pop("parent").to_numpy(np.int64)])
             frames.append(kids)
         return pd.concat(frames, ignore_index=True)
-
-
-def _proto_texts(proto: np.ndarray) -> np.ndarray:
-    """Protocol names, formatted once per distinct number."""
-    if not len(proto):
-        return np.zeros(0, dtype=object)
-    values, inverse = np.unique(proto, return_inverse=True)
-    names = np.array([PROTO_NAMES.get(int(v), str(int(v))) for v in values], dtype=object)
-    return names[inverse.reshape(-1)]
 
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:

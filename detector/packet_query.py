@@ -16,9 +16,10 @@ what to write instead, before the capture is read:
   tunnel, arp_op, pkt_type) is read without regard to case, as Wireshark
   reads a protocol's name: `proto == 'TCP'` is `proto == 'tcp'`, the
   findings' spelling and the packets' alike. A number compares as its name
-  (`proto == 6` is `proto == 'tcp'`, Wireshark's `ip.proto == 6`), and a
-  word that is no value of the column is an error listing its values,
-  never a silent 0 rows;
+  (`proto == 6` is `proto == 'tcp'`, Wireshark's `ip.proto == 6`); `proto`
+  holds names only, so a number without one (`proto == 89`) is an error
+  naming `ip_proto == 89`, and a word that is no value of the column is an
+  error listing its values, never a silent 0 rows;
 - a MAC address compares in either case, with `:` or `-`; an IP address in
   any spelling of it (`'2001:DB8:0::1'` is the table's `2001:db8::1`); a
   time as text is a time (`time >= '2024-03-01 12:00'`), UTC unless it says;
@@ -324,16 +325,22 @@ def _name_of(column: str, spec, value) -> str:
     """`value` as the column of names holds it: lower case, a number as its name, or a QueryError listing the
     names."""
     names = spec.names
-    if isinstance(value, (int, np.integer)):
-        return names.get(int(value), str(int(value)))
     text = str(value).strip().lower()
-    if text.isdigit():
-        return names.get(int(text), text)
+    if isinstance(value, (int, np.integer)) or text.isdigit():
+        number = int(text)
+        if number in names:
+            return names[number]
+        if spec.number_column:
+            raise QueryError(f"where: {column} holds names and {number} has none: write "
+                             f"{spec.number_column} == {number}")
+        return text
     vocabulary = [name for name in dict.fromkeys(names.values()) if name]
     if text in vocabulary:
         return text
+    numbers = (f"{spec.number_column} == 47 for a protocol without one" if spec.number_column else
+               f"a number where no name exists ({column} == 47)")
     raise QueryError(f"where: {column} has no value {value!r}: its values are {', '.join(vocabulary)} "
-                     f"(in any case), or a number where no name exists ({column} == 47)")
+                     f"(in any case), or {numbers}")
 
 
 def _mac(column: str, value: str) -> str:

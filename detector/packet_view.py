@@ -25,6 +25,7 @@ import pandas as pd
 
 from .decode.addr import ip_text_codes, mac_to_str
 from .errors import QueryError
+from .flows.view import FLOW_PROTO_NAMES
 from .schema import (
     IP,
     IP_DF,
@@ -91,7 +92,8 @@ class Column:
     dtype: str          # the pandas dtype
     doc: str
     unit: str = ""
-    names: dict | None = None   # category: value -> name (others: the number as text)
+    names: dict | None = None   # category: value -> name (others: the number as text, unless number_column)
+    number_column: str = ""     # category: the column holding the number; a value without a name is <NA> here
     flag: int = 0               # flag: the bit of `source` that makes it True
     fragment_v6: bool = False   # an IPv6 packet carries the field only in a fragment header
 
@@ -123,8 +125,11 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("src_ip", "ip", "src_ip", IP, "string", "Source IP address (of the innermost IP header in a tunnel)"),
     Column("dest_ip", "ip", "dest_ip", IP, "string", "Destination IP address"),
     Column("proto", "category", "proto", IP, "category",
-           "Transport protocol after IPv6 extension headers: tcp, udp, icmp, icmpv6, or its number",
-           names=PROTO_NAMES),
+           "Name of the transport protocol after IPv6 extension headers, as the flow table's proto: tcp, udp, "
+           "icmp, icmpv6, sctp; <NA> for another (its number is in ip_proto)",
+           names=FLOW_PROTO_NAMES, number_column="ip_proto"),
+    _int("ip_proto", "proto", IP, "UInt8", "IANA number of the transport protocol after IPv6 extension headers "
+         "(tshark ip.proto, or the last IPv6 next header)"),
     _int("ttl", "ttl", IP, "UInt8", "IPv4 TTL or IPv6 hop limit", "hops"),
     Column("ip_id", "int", "ip_id", IP, "UInt32", "IPv4 identification; IPv6 fragment header identification "
            "(<NA> without one; an atomic fragment's ID 0 reads <NA>)", fragment_v6=True),
@@ -212,6 +217,7 @@ def sources(names) -> set[str]:
 _BOTH_PORTS = "src_port or dest_port (src_port == 80 or dest_port == 80)"
 _BOTH_IPS = "src_ip or dest_ip (src_ip == '10.0.0.1' or dest_ip == '10.0.0.1')"
 _BOTH_MACS = "src_mac or dest_mac"
+_PROTO_NUMBER = "ip_proto (the number; proto is its name: ip_proto == 6 or proto == 'tcp')"
 # pandas' query reads `&` as `and`: a bit is tested with // and % (SYN, 0x002: tcp_flags // 2 % 2 == 1)
 _FLAG_BITS = ("tcp_flags (9 bits: NS CWR ECE URG ACK PSH RST SYN FIN); SYN set: tcp_flags // 2 % 2 == 1, "
               "RST (0x004): tcp_flags // 4 % 2 == 1")
@@ -223,9 +229,10 @@ OTHER_NAMES = {
     "frame.cap_len": "caplen", "frame.interface_id": "iface", "eth.src": "src_mac", "eth.dst": "dest_mac",
     "eth.addr": _BOTH_MACS, "eth.type": "ethertype", "sll.pkttype": "pkt_type", "vlan.id": "vlan",
     "ip.src": "src_ip", "ip.dst": "dest_ip", "ip.addr": _BOTH_IPS, "ipv6.src": "src_ip", "ipv6.dst": "dest_ip",
-    "ipv6.addr": _BOTH_IPS, "ip.version": "ip_version", "ip.proto": "proto", "ipv6.nxt": "proto", "ip.ttl": "ttl",
-    "ipv6.hlim": "ttl", "ip.id": "ip_id", "ip.len": "ip_len", "ip.flags.df": "ip_df", "ip.flags.mf": "ip_mf",
-    "ip.frag_offset": "frag_offset", "ipv6.flow": "flow_label", "tcp.port": _BOTH_PORTS, "udp.port": _BOTH_PORTS,
+    "ipv6.addr": _BOTH_IPS, "ip.version": "ip_version", "ip.proto": _PROTO_NUMBER, "ipv6.nxt": _PROTO_NUMBER,
+    "ip.ttl": "ttl", "ipv6.hlim": "ttl", "ip.id": "ip_id", "ip.len": "ip_len", "ip.flags.df": "ip_df",
+    "ip.flags.mf": "ip_mf", "ip.frag_offset": "frag_offset", "ipv6.flow": "flow_label", "tcp.port": _BOTH_PORTS,
+    "udp.port": _BOTH_PORTS,
     "sctp.port": _BOTH_PORTS, "tcp.srcport": "src_port", "udp.srcport": "src_port", "sctp.srcport": "src_port",
     "tcp.dstport": "dest_port", "udp.dstport": "dest_port", "sctp.dstport": "dest_port", "tcp.flags": _FLAG_BITS,
     "tcp.seq": "tcp_seq (the raw number, Wireshark's tcp.seq_raw)", "tcp.seq_raw": "tcp_seq",
@@ -251,7 +258,7 @@ def unknown_column(name: str) -> str:
         return f"no packet column '{name}': here that is {_FLAG_BITS}"
     layer = name.lower()
     if layer in LAYERS and layer not in COLUMNS:
-        keep = f"proto == '{layer}' keeps its packets; " if layer in PROTO_NAMES.values() else ""
+        keep = f"proto == '{layer}' keeps its packets; " if layer in FLOW_PROTO_NAMES.values() else ""
         return f"no packet column '{name}': {layer} is a layer, not a column: {keep}Capture.has('{layer}') reads it"
     nearest = difflib.get_close_matches(name.replace(".", "_"), COLUMNS, n=3, cutoff=NEAREST_CUTOFF)
     hint = f" (nearest: {', '.join(nearest)})" if nearest else ""
@@ -358,10 +365,11 @@ def _build(column: Column, cols: dict, layers: np.ndarray):
             codes = lookup[values]
         else:
             distinct, codes = np.unique(values.astype(np.int64), return_inverse=True)
-        labels = [column.names.get(int(v), str(int(v))) for v in distinct]
+        unnamed = "" if column.number_column else None      # a number without a name: <NA>, not its text
+        labels = [column.names.get(int(v), str(int(v)) if unnamed is None else unnamed) for v in distinct]
         # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
-        categories = list(dict.fromkeys(labels))
-        remap = np.array([categories.index(label) for label in labels], dtype=np.int64)
+        categories = [label for label in dict.fromkeys(labels) if label != unnamed]
+        remap = np.array([categories.index(label) if label != unnamed else -1 for label in labels], dtype=np.int64)
         codes = np.where(valid, remap[codes.reshape(-1)] if len(values) else codes, -1)
         return pd.Categorical.from_codes(codes, dtype=_category_dtype(tuple(categories)))
     raise AssertionError(f"unknown column kind {kind}")

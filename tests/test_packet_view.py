@@ -14,6 +14,7 @@ from pandas.testing import assert_frame_equal
 import detector
 from detector import api, engine, packet_view
 from detector.errors import QueryError, UsageError
+from detector.flows.view import FLOW_PROTO_NAMES
 from detector.schema import PACKET_COLUMNS, RAW_COLUMNS
 from tests._rules import batch_of, rows
 
@@ -22,8 +23,11 @@ ARP_SPOOFING = "lucaderi-sgr/2022/Favilli/tests/na-arpSpoofing.pcap"
 ZEEK = "zeek/testing/btest/Traces"
 # each packet as it came: tshark dissects a fragmented segment's TCP header in its first fragment, as the decoder
 NO_REASSEMBLY = ("-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE")
-IP_TCP = ["ttl", "flow_label", "ip_id", "ip_len", "ip_df", "ip_mf", "frag_offset", "proto", "tcp_seq", "tcp_ack",
-          "tcp_window", "tcp_mss", "tcp_wscale", "tcp_tsval", "tcp_tsecr"]
+IP_TCP = ["ttl", "flow_label", "ip_id", "ip_len", "ip_df", "ip_mf", "frag_offset", "proto", "ip_proto", "tcp_seq",
+          "tcp_ack", "tcp_window", "tcp_mss", "tcp_wscale", "tcp_tsval", "tcp_tsecr"]
+
+
+NEXT_HEADER = ("ip.proto", "ipv6.fraghdr.nxt", "ipv6.routing.nxt", "ipv6.dstopts.nxt", "ipv6.hopopts.nxt", "ipv6.nxt")
 
 
 def _number(text: str, field: str = "") -> str:
@@ -60,9 +64,10 @@ ORACLE = {
     "arp_tha": (("arp.dst.hw_mac",), lambda t, f: t),
     "arp_tpa": (("arp.dst.proto_ipv4",), lambda t, f: t),
     "ethertype": (("eth.type",), _number),
-    # the transport after IPv6 extension headers: the next header of the last one
-    "proto": (("ip.proto", "ipv6.fraghdr.nxt", "ipv6.routing.nxt", "ipv6.dstopts.nxt", "ipv6.hopopts.nxt",
-               "ipv6.nxt"), lambda t, f: packet_view.PROTO_NAMES.get(int(t), t) if t else ""),
+    # the transport after IPv6 extension headers: the next header of the last one; its name where the flow table
+    # has one (empty where it has none), its number always
+    "proto": (NEXT_HEADER, lambda t, f: FLOW_PROTO_NAMES.get(int(t), "") if t else ""),
+    "ip_proto": (NEXT_HEADER, _number),
 }
 
 
@@ -73,7 +78,7 @@ def _ours(series: pd.Series) -> list[str]:
 def _compare(tshark, path, names, display_filter=None):
     """Each of `names` (ORACLE) agrees with tshark on every frame of `path` that `display_filter` keeps (tshark's
     first occurrence of a field: the outer header where an ICMP error quotes another)."""
-    fields = [f for name in names for f in ORACLE[name][0]]
+    fields = list(dict.fromkeys(f for name in names for f in ORACLE[name][0]))     # proto and ip_proto share theirs
     rows = tshark.fields(path, "frame.number", *fields, display_filter=display_filter,
                          options=("-E", "occurrence=f", *NO_REASSEMBLY))
     packets = detector.open(path).packets.set_index("frame")
@@ -126,7 +131,8 @@ def test_ip_and_tcp_fields_agree_with_tshark_on_real_captures(tshark, captures_r
 def test_icmp_errors_and_their_quotes_agree_with_tshark(tshark, name):
     path = CAPTURES / name
     # the outer header's flow label, not the quoted packet's (tshark's first occurrence)
-    _compare(tshark, path, ["icmp_type", "icmp_code", "icmp_mtu", "ttl", "flow_label", "proto"], "icmp or icmpv6")
+    _compare(tshark, path, ["icmp_type", "icmp_code", "icmp_mtu", "ttl", "flow_label", "proto", "ip_proto"],
+             "icmp or icmpv6")
     _compare(tshark, path, ["tcp_seq", "tcp_ack", "tcp_window", "tcp_mss"], "tcp and not icmp and not icmpv6")
     errors = detector.open(path).packets.dropna(subset=["icmp_mtu"])
     quoted = tshark.fields(path, "frame.number", "ip.src", "ipv6.src", "tcp.srcport",
@@ -267,7 +273,10 @@ def test_projection_and_filter_give_the_rows_and_columns_of_the_whole_table(monk
     (["time"], "tcp.flags.syn == 1", ["'tcp.flags.syn'", "tcp_flags", "tcp_flags // 2 % 2 == 1"]),
     (["time"], "id.resp_h == '10.0.0.1'", ["'id.resp_h'", "dest_ip"]),
     (["time"], "tcp", ["'tcp'", "a layer", "proto == 'tcp'", "Capture.has('tcp')"]),
-    (["time"], "proto == 'tpc'", ["proto has no value 'tpc'", "icmp, tcp, udp, icmpv6"]),
+    (["time"], "proto == 'tpc'", ["proto has no value 'tpc'", "icmp, tcp, udp, icmpv6, sctp", "ip_proto == 47"]),
+    # proto holds names only: a protocol without one is compared by its number, in ip_proto
+    (["time"], "proto == 89", ["proto holds names and 89 has none", "write ip_proto == 89"]),
+    (["time"], "ip.proto == 89", ["'ip.proto'", "ip_proto (the number; proto is its name"]),
     (["time"], "dest_port == 80 && proto == 'tcp'", ["write `and`"]),
     (["time"], "src_ip == 10.0.0.1", ["quote the address: '10.0.0.1'"]),
     (["time"], "dest_port is None", ["dest_port.isna()"]),
@@ -331,6 +340,23 @@ def test_where_reads_names_addresses_and_times_as_the_table_spells_them():
     assert 0 < syn.sum() < len(whole)
     assert capture.packets_frame(["frame"], where="tcp_flags // 2 % 2 == 1")["frame"].tolist() == \
         whole.loc[syn.to_numpy(), "frame"].tolist()
+
+
+def test_proto_is_a_name_and_ip_proto_its_number_as_tshark_and_the_flow_table_have_them(tshark):
+    # VRRP (112) and OSPF (89) have no name in the flow table's proto: <NA> in both tables, the number beside it
+    path = CAPTURES / "malformed-control-plane.pcap"
+    _compare(tshark, path, ["proto", "ip_proto"], "ip or ipv6")
+    capture = detector.open(path)
+    packets = capture.packets.dropna(subset=["ip_proto"])
+    assert {112, 89, 17, 58} <= set(packets["ip_proto"].astype(int))
+    assert packets.loc[packets["ip_proto"].isin([89, 112]), "proto"].isna().all()
+    assert str(packets["ip_proto"].dtype) == "UInt8" and str(packets["proto"].dtype) == "category"
+    flows = capture.flows
+    flow_proto = {(frozenset((f.src_ip, f.dest_ip)), int(f.ip_proto)): f.proto for f in flows.itertuples()}
+    for row in packets.itertuples():
+        expected = flow_proto[(frozenset((row.src_ip, row.dest_ip)), int(row.ip_proto))]
+        assert (pd.isna(row.proto) and pd.isna(expected)) or row.proto == expected, (row.frame, row.proto, expected)
+    assert len(capture.packets_frame(["frame"], where="ip_proto == 112")) == int((packets["ip_proto"] == 112).sum())
 
 
 def test_a_findings_protocol_selects_its_packets():
