@@ -18,7 +18,7 @@ from .ingest.reader import interface_totals
 from .output import OutputDir
 from .schema import linktype_name
 from .stats import CaptureStats
-from .units import NS
+from .units import NS, plural
 
 
 class InterfacesAndTimeOrder:
@@ -119,7 +119,7 @@ def info_one(source) -> tuple[dict, str]:
     if order["strict"]:
         time_order = "strict: no record is stamped earlier than the one before it"
     else:
-        time_order = (f"runs backwards {order['backwards']:,} time(s): first at frame {order['first_frame']:,}, "
+        time_order = (f"runs backwards {plural(order['backwards'], 'time')}: first at frame {order['first_frame']:,}, "
                       f"by up to {order['largest_step_s']:.6f} s")
     lines = [
         f"File:          {name}",
@@ -141,7 +141,7 @@ def info_one(source) -> tuple[dict, str]:
     for i in record["interfaces"]:
         said = (f"{_printable(i['name']) if i['name'] else '-'}, {i['linktype_name']} (link type {i['linktype']}), "
                 f"{'snap length ' + format(i['snaplen'], ',') if i['snaplen'] else 'no snap length'}, "
-                f"{i['packets']:,} packet{'' if i['packets'] == 1 else 's'}")
+                f"{plural(i['packets'], 'packet')}")
         if i["interface"] in counters:
             said += f"; interface statistics: {counters[i['interface']]}"
         lines.append(f"{'Interface ' + str(i['interface']) + ':':<15}{said}")

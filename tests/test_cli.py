@@ -137,7 +137,7 @@ def test_info_lists_interfaces_and_time_order_as_capinfos_does(captures_real, ts
     assert len(records[-4]["interfaces"]) == 126 and "knxip.pcapng" in backwards and len(backwards) >= 3
     # the text says it too, on one line per interface, names made safe for a terminal
     text = run_cli("info", real[2]).stdout
-    assert "Time order:    runs backwards 1 time(s): first at frame 3, by up to 83486911.771117 s\n" in text
+    assert "Time order:    runs backwards 1 time: first at frame 3, by up to 83486911.771117 s\n" in text
     assert "Interface 0:   enp6s0, ether (link type 1), snap length 262,144, 2 packets\n" in text
     assert "Interface 1:   \\Device\\NPF_{3E58F396-95FB-40D4-B895-E4898F0F3206}, ether (link type 1), " \
            "snap length 262,144, 1 packet\n" in text

@@ -120,7 +120,7 @@ def test_garps_without_a_transition_stay_a_burst():
     found = run(CAPTURES / "vrrp-garp-without-transition.pcapng")
     assert [f.severity for f in found] == ["medium", "medium"]
     assert found[0].evidence["garps_in_60s"] == 15
-    assert "10 GARP(s) announcing VRRP/CARP transitions (VRRP VRID 72: 10.72.0.2" in found[0].msg
+    assert "10 GARPs announcing VRRP/CARP transitions (VRRP VRID 72: 10.72.0.2" in found[0].msg
 
 
 def _vrrp(source, priority, vrid=7):

@@ -57,7 +57,7 @@ def test_a_loop_and_a_black_hole_at_the_same_seconds_are_two_incidents(two):
 
 def test_the_summary_says_what_where_since_when_and_what_first(two):
     what, where, first = two.incidents[0].summary.splitlines()
-    assert what.startswith("What: rip-trigger (critical): 198.18.44.201 sent 1 probe(s) to UDP 520")
+    assert what.startswith("What: rip-trigger (critical): 198.18.44.201 sent 1 probe to UDP 520")
     assert what.endswith("; then echo-loop, rss-saturation")
     # the addresses, and the two boxes bouncing the frame
     assert where == ("Where: 198.18.44.201 -> 192.0.2.61 (00:1b:54:c2:00:02 -> 00:1b:54:c2:00:01), "

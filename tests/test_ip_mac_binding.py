@@ -139,7 +139,7 @@ def test_the_campus_dhcp_server_leasing_a_registered_address_to_a_stranger_is_hi
     (f,) = campus("arp-dhcp-registered-ack.pcapng").values()
     assert f.severity == "high" and f.identifier == "10.160.1.11 02:b0:00:00:00:99"
     assert f.evidence["observations"] == {"DHCP ACK": 1} and f.evidence["evidence_frames"] == [6]
-    assert "was leased 10.160.1.11, registered to 02:a0:00:01:00:0b, by a DHCP server (1 ACK(s))" in f.msg
+    assert "was leased 10.160.1.11, registered to 02:a0:00:01:00:0b, by a DHCP server (1 ACK)" in f.msg
 
 
 @pytest.mark.parametrize("name", ["arp-vrrp-failover.pcapng", "arp-proxy-router.pcapng", "arp-dynamic-pool.pcapng",

@@ -56,7 +56,7 @@ def test_one_finding_per_sender_and_protocol_each_reason_counted():
     rip = mine["RIP 10.70.0.1 02:00:5e:70:00:01"]
     assert reasons(rip) == {"route metric outside 1-16": 1, "UDP length field differs from the IP length (the stack "
                                                             "trims or drops the datagram)": 1}
-    assert "2 of 6 message(s) malformed" in rip.msg
+    assert "2 of 6 messages malformed" in rip.msg
     ospf = mine["OSPFv2 10.70.0.1 02:00:5e:70:00:01"]
     assert reasons(ospf) == {"LSA with a length below its header's or past the packet": 1, "bad checksum": 1}
     assert reasons(mine["Neighbor Discovery fe80::1 02:00:5e:70:00:01"]) == {"option with length 0": 1}

@@ -181,7 +181,7 @@ def test_a_p2p_clients_one_second_just_over_the_rate_is_low():
     ev = f.evidence
     assert (ev["peak_flows_per_s"], ev["storm_seconds"], ev["busiest_60s_storm_seconds"], ev["answered_ratio"]) == (
         275, 1, 1, 0.189)
-    assert "a burst, not held: 1 second(s) above the rate within 60 s, at most 1.07 times it" in f.msg
+    assert "a burst, not held: 1 second above the rate within 60 s, at most 1.07 times it" in f.msg
 
 
 def test_a_storm_just_over_the_rate_but_held_is_medium():

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..units import plural
+
 CONFIDENCES = ("low", "medium", "high")
 CONFIDENCE_RANK = {name: rank for rank, name in enumerate(CONFIDENCES)}
 FACTORS = ("rule", "sample", "capture", "corroboration")
@@ -136,7 +138,8 @@ def capture_bases(finding, quality, direction: dict | None, needs: frozenset) ->
             f"{span['corrupted']:,} of the {span['packets']:,} frames of its span ({share:.0%})"
         out.append(Basis("medium", f"{what} look corrupted: the capture is damaged where it saw this", "capture"))
     if "timing" in needs and span["backwards"]:
-        out.append(Basis("medium", f"time runs backwards {span['backwards']:,} time(s) in its span: its rates and "
+        out.append(Basis("medium", f"time runs backwards {plural(span['backwards'], 'time')} in its span: its "
+                                   f"rates and "
                                    "intervals are unreliable", "capture"))
     share = span["truncated"] / packets
     if "payload" in needs and share >= TRUNCATED_MEDIUM:
@@ -188,7 +191,7 @@ def assess(findings, quality=None, direction: dict | None = None, needs: dict | 
         if others:
             bases = [b.lifted() if b.factor == "sample" else b for b in bases]
             named = ", ".join(sorted({other.rule for other in others}))
-            bases.append(Basis("high", f"corroborated by {len(others):,} finding(s) of {named} in its incident",
+            bases.append(Basis("high", f"corroborated by {plural(len(others), 'finding')} of {named} in its incident",
                                "corroboration"))
         f.confidence_basis = bases
         f.confidence = min((b.level for b in bases), key=CONFIDENCE_RANK.__getitem__, default="high")

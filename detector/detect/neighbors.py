@@ -94,7 +94,7 @@ from ..schema import (
     L_VLAN,
     PacketBatch,
 )
-from ..units import NS
+from ..units import NS, plural
 from .hashing import mix64
 from .state import empty_table, fold_rows, take_rows
 
@@ -354,8 +354,9 @@ def copies_text(copies: list[Copy], listed: int = 4) -> str:
     names = ", ".join(mac_to_str(c.mac) for c in copies[:listed]) + (f", +{len(copies) - listed} more"
                                                                        if len(copies) > listed else "")
     span = f"{bits[0]}" if len(bits) == 1 else f"{bits[0]}-{bits[-1]}"
-    return (f"{len(copies):,} MAC(s) ({names}) {span} bit(s) from {mac_to_str(original)}, seen in {frames:,} "
-            f"frame(s), every one damaged ({damage_text(damage)}): likely corrupted copies of "
+    bit = "bit" if span == "1" else "bits"
+    return (f"{plural(len(copies), 'MAC')} ({names}) {span} {bit} from {mac_to_str(original)}, seen in "
+            f"{plural(frames, 'frame')}, every one damaged ({damage_text(damage)}): likely corrupted copies of "
             f"{mac_to_str(original)}, not other hosts")
 
 

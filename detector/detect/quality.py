@@ -57,7 +57,7 @@ from ..schema import (
     TH_ACK,
     PacketBatch,
 )
-from ..units import NS
+from ..units import NS, plural
 from .hashing import home_slot
 
 # A step back in time of at most this much is the interleaving of a multi-interface capture's clocks (or of
@@ -536,11 +536,11 @@ def notes(facts: dict) -> list[str]:
         out.append(text + "; duplicates are not traffic, and counts that include them are inflated")
     back = facts["time_backwards"]
     if back["out_of_order"]:
-        out.append(f"time runs backwards {back['out_of_order']:,} time(s) by more than "
+        out.append(f"time runs backwards {plural(back['out_of_order'], 'time')} by more than "
                    f"{BACKWARDS_SLACK_NS / 1e6:g} ms (first at frame {back['first_frame']:,}, by up to "
                    f"{back['largest_step_s']:,.3f} s); rates and intervals across those steps are unreliable")
     elif back["count"]:
-        out.append(f"{back['count']:,} record(s) are stamped up to {BACKWARDS_SLACK_NS / 1e6:g} ms earlier than "
+        out.append(f"{plural(back['count'], 'record')} are stamped up to {BACKWARDS_SLACK_NS / 1e6:g} ms earlier than "
                    "the one before (interleaved clocks; harmless)")
     bad = facts["corrupted_frames"]
     if bad["count"]:

@@ -84,7 +84,7 @@ from ..detect.evidence import evidence_frames
 from ..detect.hashing import mix64
 from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, COUNT, Param, Range
-from ..units import NS
+from ..units import NS, plural
 
 LISTED = 6                 # addresses or MACs named in a message
 IPS_IN_EVIDENCE = 64
@@ -353,14 +353,14 @@ class _Conflicts:
                     f"poisoning attempt (one, as Cain & Abel starts) unless the gateway was replaced or failed over "
                     f"to this MAC")
         else:
-            lead = (f"{who}{where} took over {handed} ({total} change(s)): a replaced NIC, a failover or an "
+            lead = (f"{who}{where} took over {handed} ({plural(total, 'change')}): a replaced NIC, a failover or an "
                     f"address handed to another host, unless it repeats")
         signs = []
         if unsolicited:
             signs.append(f"{unsolicited:,} of its {replies:,} {answers} unsolicited ({unasked})"
                          f"{self._period(addresses)}")
         if gratuitous:
-            signs.append(f"{gratuitous:,} {'unsolicited multicast advertisement(s)' if v6 else 'gratuitous ARP(s)'}")
+            signs.append(plural(gratuitous, "unsolicited multicast advertisement" if v6 else "gratuitous ARP"))
         if len(claimed) >= 2:
             signs.append(f"it claims {len(claimed)} addresses ({', '.join(claimed[:LISTED])}"
                          + (", ..." if len(claimed) > LISTED else "") + ")")
@@ -369,7 +369,8 @@ class _Conflicts:
             signs.append(f"the gateway's address claimed ({', '.join(gateways)})")
         mismatched = int(r["mismatched"][mine].sum())
         if mismatched:
-            signs.append(f"{mismatched:,} {'ND' if v6 else 'ARP'} packet(s) whose Ethernet source is not their "
+            signs.append(f"{plural(mismatched, ('ND' if v6 else 'ARP') + ' packet')} whose Ethernet source is "
+                         f"not their "
                          f"{'link-layer address option' if v6 else 'ARP sender MAC'}")
         if not any(a["claims"] for a in addresses):
             signs.append(f"it sent no {'' if v6 else 'ARP '}claim itself: only replies to it name it")
@@ -408,7 +409,7 @@ class _Conflicts:
         own = np.array([i for mac in bound["macs"] for i in a["others"].get(mac, []) if r["how"][i] in nb.SENDERS],
                        dtype=np.int64)
         packets = int(r["count"][rows].sum()) if len(rows) else 0
-        facts = ([f"{packets:,} packet(s) to {a['ip']} sent there"] if packets else []) + [
+        facts = ([f"{plural(packets, 'packet')} to {a['ip']} sent there"] if packets else []) + [
             f"the link's traffic through it from {iso_time(bound['active'][0])} to "
             f"{iso_time(bound['active'][1])}",
             f"its last ARP claim of it at {iso_time(int(r['last_ns'][own].max()))}" if len(own)
@@ -430,7 +431,7 @@ class _Conflicts:
         t0, t1 = int(r["first_ns"][copy_rows].min()), int(r["last_ns"][copy_rows].max())
         more = f" (+{len(ips) - LISTED} more)" if len(ips) > LISTED else ""
         msg = (f"ARP for {', '.join(ips[:LISTED])}{more}{where}: {nb.copies_text(copies)}. They alone make the "
-               f"{changes:,} change(s) of the address's MAC; a switch or NIC drops such frames at the FCS check: "
+               f"{plural(changes, 'change')} of the address's MAC; a switch or NIC drops such frames at the FCS check: "
                f"no conflict between hosts, a damaged capture or link")
         frames = np.concatenate([r["first_frame"][copy_rows], r["last_frame"][copy_rows]])
         evidence = {"mac": who, "ips": ips[:IPS_IN_EVIDENCE], "changes": changes,

@@ -100,7 +100,7 @@ from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, S
 from ..flows.merge import UNDECIDED, CutJoins
 from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range
 from ..schema import PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # per-bin counters, the columns of the state: packets; ack events, gap events and snapped gap events of connections
 # whose opening the capture holds, and those of connections picked up mid-stream (judged alike, said apart); ack
@@ -644,7 +644,7 @@ class CaptureLoss(Detector):
             rate = rates[worst]
             msg = (f"the capture lost traffic: {span_gaps:,} of {span_acks:,} TCP ack events "
                    f"({span_gaps / max(span_acks, 1):.1%}) acknowledged bytes it never held, in {len(span)} of "
-                   f"{len(bins)} bin(s) of {bin_s:g} s from {iso_time(int(starts[span[0]]))} to "
+                   f"{plural(len(bins), 'bin')} of {bin_s:g} s from {iso_time(int(starts[span[0]]))} to "
                    f"{iso_time(int(ends[span[-1]]))}; worst bin {iso_time(int(starts[worst]))}: "
                    f"{ratio[worst]:.1%} at {rate:,.0f} packets/s (all bins: median {np.median(rates):,.0f}, peak "
                    f"{rates.max():,.0f} packets/s)")
@@ -655,9 +655,9 @@ class CaptureLoss(Detector):
             msg += (f"; {mid_gaps:,} of the gaps in {mid_acks:,} ack events of connections picked up mid-stream "
                     f"(after the capture's first {MID_STREAM_SETTLE_S} s)")
         if snapped:
-            msg += (f"; {snapped:,} more gap(s) over bytes cut by the snapshot length are not counted as loss")
+            msg += (f"; {plural(snapped, 'more gap')} over bytes cut by the snapshot length are not counted as loss")
         if mid:
-            msg += (f"; {mid:,} ack event(s) of connections picked up mid-stream in the capture's first "
+            msg += (f"; {plural(mid, 'ack event')} of connections picked up mid-stream in the capture's first "
                     f"{MID_STREAM_SETTLE_S} s left out")
         order = span[np.argsort(-np.where(judged[span], ratio[span], -1.0), kind="stable")][:BINS_LISTED]
         order = np.sort(order)
@@ -700,7 +700,8 @@ class CaptureLoss(Detector):
         if received is None or received <= 0:
             ratio, rate = None, None
             severity = "info"
-            msg = (f"the capture point dropped {drops.dropped:,} packet(s) on {where} (by its {drops.counter}); how "
+            msg = (f"the capture point dropped {plural(drops.dropped, 'packet')} on {where} (by its "
+                   f"{drops.counter}); how "
                    f"many it received is not recorded, so the share is unknown")
         else:
             ratio = drops.dropped / received

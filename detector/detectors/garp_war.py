@@ -96,7 +96,7 @@ from ..detect.state import concat_tables, empty_table, fold_rows, join_adjacent,
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_ARP, L_SRC_MAC, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 ARP_REQUEST, ARP_REPLY = 1, 2            # RFC 826 opcodes
 GARP_WINDOW_S = 60                       # the burst window of the specification
@@ -447,9 +447,9 @@ class GarpWar(Detector):
             shapes = clean
             severity = max((sev for sev, _ in shapes["problems"]), key=SEVERITY_RANK.get)
             if told:
-                counted = [f"{n:,} {what}" for n, what in
-                           ((int(g["count"][host_garps[garp_told >= 0]].sum()), "GARP(s)"),
-                            (int((change_told >= 0).sum()), "change(s) of claimant")) if n]
+                counted = [plural(n, what) + of for n, what, of in
+                           ((int(g["count"][host_garps[garp_told >= 0]].sum()), "GARP", ""),
+                            (int((change_told >= 0).sum()), "change", " of claimant")) if n]
                 notes.append(f"{' and '.join(counted)} announcing VRRP/CARP transitions ({announced.text(told)}) "
                              f"not counted")
         elif judged["problems"]:
@@ -499,7 +499,7 @@ class GarpWar(Detector):
         msg = (f"ARP for {ip}{' on ' + where if where else ''}: "
                + "; ".join(text for _, text in sorted(problems, key=lambda x: -SEVERITY_RANK[x[0]]))
                + "".join(f"; {note}" for note in notes)
-               + f". {int(c['count'][runs].sum()):,} ARP claim(s) by {len(names)} MAC(s) over "
+               + f". {plural(int(c['count'][runs].sum()), 'ARP claim')} by {plural(len(names), 'MAC')} over "
                  f"{(t1 - t0) / NS:,.1f} s")
         basis = [Basis("low", f"only corrupted copies claim it: {text}")] if copies and severity == "low" else []
         return self.finding(severity, msg, identifier=f"{ip} {where}".strip(), first_seen=t0, last_seen=t1,
@@ -525,7 +525,7 @@ class GarpWar(Detector):
         if returns:
             k = returns[0]
             names = list(dict.fromkeys(mac_to_str(int(m)) for m in macs))
-            flips = (f"{len(returns):,} flip-flop(s) between {len(names)} MACs "
+            flips = (f"{plural(len(returns), 'flip-flop')} between {len(names)} MACs "
                      f"({', '.join(names[:LISTED])}{', ...' if len(names) > LISTED else ''}): first "
                      f"{mac_to_str(int(macs[k - 2]))} -> {mac_to_str(int(macs[k - 1]))} -> "
                      f"{mac_to_str(int(macs[k]))} at {iso_time(int(first[k]))}")
@@ -577,7 +577,8 @@ class GarpWar(Detector):
             mac, ip = mac_to_str(int(pl["mac"][rows[0]])), _v4(pl["spa"][rows[0]])
             places = [link_text(int(x)) or "untagged" for x in dict.fromkeys(link.tolist())]
             msg = (f"MAC {mac} claimed {ip} on {len(places)} links ({', '.join(places[:LISTED])}) within "
-                   f"{FLAP_WINDOW_S:g} s, {len(close):,} time(s), first at {iso_time(int(first[k]))}: the switches "
+                   f"{FLAP_WINDOW_S:g} s, {plural(len(close), 'time')}, first at {iso_time(int(first[k]))}: the "
+                   f"switches "
                    f"learn it on two ports at once (a duplicated MAC, a loop between VLANs, or two devices "
                    f"sharing one virtual MAC)")
             frames = np.concatenate([pl["first_frame"][rows], pl["last_frame"][rows]])
@@ -606,7 +607,7 @@ class GarpWar(Detector):
             t0, t1 = int(st["first_ns"][episode].min()), int(st["last_ns"][episode].max())
             requesters = list(dict.fromkeys(mac_to_str(st["requester"][episode]).tolist()))
             msg = (f"ARP storm{' on ' + where if where else ''}: {requests:,} requests in "
-                   f"{len(episode)} bin(s) of 100 ms with more than {self.params['storm_requests']} each (peak "
+                   f"{plural(len(episode), 'bin')} of 100 ms with more than {self.params['storm_requests']} each (peak "
                    f"{peak:,} per 100 ms) over {(t1 - t0) / NS:,.2f} s, first from {', '.join(requesters[:LISTED])}:"
                    f" an ARP sweep or a host resolving a whole subnet")
             frames = np.concatenate([st["first_frame"][episode], st["last_frame"][episode]])

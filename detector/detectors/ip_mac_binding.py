@@ -77,7 +77,7 @@ from ..detect.hashing import mix64
 from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, Param, Range
 from ..site import NO_VLAN
-from ..units import NS
+from ..units import NS, plural
 
 LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")     # RFC 3927: configured by the host itself
 LINK_LOCAL6 = int(ipaddress.ip_network("fe80::/10").network_address) >> 64     # RFC 4291 2.5.6: the same, IPv6
@@ -322,7 +322,8 @@ class _Judgement:
             how_text = ", ".join(f"{n:,}x {nb.HOW_NAMES[h]}" for h, n in sorted(hows.items()))
             if leases:
                 problems.append(("high", f"was leased {ip}, registered to {owner_text}, by a DHCP server "
-                                         f"({leases:,} ACK(s)): the server's configuration contradicts the registry, "
+                                         f"({plural(leases, 'ACK')}): the server's configuration contradicts "
+                                         f"the registry, "
                                          f"or a rogue server answers"))
             # the registry is the point of the rule: a registered address claimed (ARP reply, gratuitous ARP,
             # Neighbor Advertisement) by a MAC it does not bind is high, used (requests, traffic) medium, whether
@@ -345,7 +346,7 @@ class _Judgement:
         if own and copy is None:
             pool = bool(site.in_pool(ip))
             if not owners and leases and not pool:
-                problems.append(("high", f"was leased {ip} by a DHCP server ({leases:,} ACK(s)), while the "
+                problems.append(("high", f"was leased {ip} by a DHCP server ({plural(leases, 'ACK')}), while the "
                                          f"registry binds it to {', '.join(own[:LISTED])}: the server's "
                                          f"configuration contradicts the registry, or a rogue server answers"))
             elif not owners:
@@ -390,7 +391,7 @@ class _Judgement:
         first, last = int(r["first_ns"][index].min()), int(r["last_ns"][index].max())
         listing = ", ".join(f"{ip} at {mac}" for ip, mac in pairs[:LISTED])
         pools = "outside the dynamic pools" if self.site.given("dynamic_pools") else "(the site file names no pools)"
-        msg = (f"{len(pairs):,} unregistered address-MAC pair(s){nb.link_text(link)} {pools}: {listing}"
+        msg = (f"{plural(len(pairs), 'unregistered address-MAC pair')}{nb.link_text(link)} {pools}: {listing}"
                + (f", +{len(pairs) - LISTED:,} more" if len(pairs) > LISTED else "")
                + ": hosts the registry does not know")
         frames = [r["first_frame"][seen[p][0]] for p in pairs]

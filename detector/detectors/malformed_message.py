@@ -62,7 +62,7 @@ from ..detect.state import empty_table, fold_rows, take_rows
 from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, Param
 from ..schema import L_DST_MAC, L_FRAG, L_SRC_MAC, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # the protocols judged (`proto` of a row): name, the table's reasons, whether the protocol demands TTL 255
 P_VRRP, P_CARP, P_RIP, P_RIPNG, P_OSPF, P_OSPFV2, P_OSPFV3, P_DHCP4, P_DHCP6, P_ND = range(1, 11)
@@ -312,8 +312,9 @@ class MalformedMessage(Detector):
         target = dst + (f" ({dst_mac})" if dst_mac else "")
         span = f"at {iso_time(first)}" if last == first else f"over {(last - first) / NS:,.1f} s from {iso_time(first)}"
         ttl = sorted({int(b["ttl_min"][k]), int(b["ttl_max"][k])})
-        msg = (f"{name} from {who} to {target}{' on ' + where if where else ''}: {count:,} of {messages:,} "
-               f"message(s) malformed {span}: {listing}. Receivers drop such a message (or the part of it at "
+        msg = (f"{name} from {who} to {target}{' on ' + where if where else ''}: {count:,} of "
+               f"{plural(messages, 'message')} malformed {span}: {listing}. Receivers drop such a message (or "
+               f"the part of it at "
                f"fault): it changes nothing on the link, and comes from a broken or crafted sender, or from "
                f"damage on the way")
         if link_only and ttl != [LINK_TTL]:

@@ -45,7 +45,7 @@ from ..detect.state import fold_rows
 from ..findings import Finding
 from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_IP6, L_MSS, L_PAYLOAD, L_TCP, PROTO_TCP, TH_SYN, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 PMTUD_BLACKHOLE = "pmtud-blackhole"
@@ -362,16 +362,16 @@ class MssViolation(Detector):
         where = f"{endpoint(src, sport)} -> {endpoint(dst, dport)}"
         if flow["on_wire"] == 0:
             severity = "info"
-            msg = (f"{where} sent {_segments(flow['count'])} of up to {flow['largest']:,} bytes of payload above "
-                   f"the MSS {mss} its peer announced, all in packets larger than the {self.params['link_mtu_bytes']}"
-                   f"-byte link MTU: TSO/GSO (or GRO) super-segments of a capture taken on a host, not a "
-                   f"violation on the wire")
+            msg = (f"{where} sent {plural(flow['count'], 'segment')} of up to {flow['largest']:,} bytes of payload "
+                   f"above the MSS {mss} its peer announced, all in packets larger than the "
+                   f"{self.params['link_mtu_bytes']}-byte link MTU: TSO/GSO (or GRO) super-segments of a capture "
+                   f"taken on a host, not a violation on the wire")
         else:
             severity = self.rule.severity if flow["on_wire"] >= self.params["min_segments"] else "low"
-            msg = (f"{where} sent {_segments(flow['on_wire'])} with up to {flow['largest_on_wire']} bytes of payload "
-                   f"over {window:.1f} s although {dst} announced an MSS of {mss} in its SYN")
+            msg = (f"{where} sent {plural(flow['on_wire'], 'segment')} with up to {flow['largest_on_wire']} bytes of "
+                   f"payload over {window:.1f} s although {dst} announced an MSS of {mss} in its SYN")
             if super_segments:
-                msg += f" (and {super_segments} host-side super-segment{'' if super_segments == 1 else 's'})"
+                msg += f" (and {plural(super_segments, 'host-side super-segment')})"
             if (src, dst) in blackholed:
                 msg += f"; routers report a smaller path MTU for this host (see {PMTUD_BLACKHOLE})"
         evidence = {
@@ -392,7 +392,3 @@ def _community_id(ctx: AnalysisContext, src: str, sport: int, dst: str, dport: i
     """The flow table's Community ID of this TCP connection, if it has one."""
     match = match_flow(ctx.flows, src, sport, dst, dport, PROTO_TCP)
     return None if match is None or "community_id" not in match else str(match["community_id"])
-
-
-def _segments(count: int) -> str:
-    return f"{count:,} segment" + ("" if count == 1 else "s")

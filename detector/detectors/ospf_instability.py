@@ -77,7 +77,7 @@ from ..detect.state import concat_tables, empty_table, fold_rows, take_rows
 from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, Param, Range
 from ..schema import L_SRC_MAC, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 DD_INIT, DD_MASTER = 0x4, 0x1                  # Database Description flags I and MS, RFC 2328 section A.3.3
 MAX_AGE_S = 3600                               # RFC 2328 appendix B: an LSA of this age is being flushed
@@ -850,27 +850,28 @@ class OspfInstability(Detector):
         if drops:
             hows = {how for how, _ in entry["drops"]}
             seen = "; ".join(HOW_TEXT[how] for how in sorted(hows))
-            parts.append(f"{drops:,} time(s) the Hellos showed it down ({seen})")
+            parts.append(f"{plural(drops, 'time')} the Hellos showed it down ({seen})")
         recovered = [r for r in judged["recovery_ns"] if r is not None]
         came_back = (f"each start's database exchange done within {max(recovered) / NS:,.2f} s" if recovered
                      else "listed again in the Hellos")
         span = judged["span_ns"] / NS
         if quick and severity == "low":
-            msg = (f"OSPF adjacency {a} - {b} was reset {flaps:,} time(s) within {span:,.1f} s: {'; '.join(parts)}. "
+            msg = (f"OSPF adjacency {a} - {b} was reset {plural(flaps, 'time')} within {span:,.1f} s: "
+                   f"{'; '.join(parts)}. "
                    f"Each time it came straight back ({came_back}) and no Hello of either router was missing: "
                    f"quick resets (an operator's clear ip ospf, a process restart), not a failing link; each "
                    f"still recomputes routes")
         elif quick:
-            msg = (f"OSPF adjacency {a} - {b} is reset again and again ({flaps:,} time(s) in {span:,.1f} s): "
+            msg = (f"OSPF adjacency {a} - {b} is reset again and again ({plural(flaps, 'time')} in {span:,.1f} s): "
                    f"{'; '.join(parts)}. Each time it came straight back ({came_back}) with no Hello missing: "
                    f"something keeps resetting it (a router process restarting, a script, a software fault), not "
                    f"a failing link; each reset floods new LSAs and recomputes routes in the area")
         elif severity == "low":
-            msg = (f"OSPF adjacency {a} - {b} restarted {flaps:,} time(s): {'; '.join(parts)}; slower than a "
+            msg = (f"OSPF adjacency {a} - {b} restarted {plural(flaps, 'time')}: {'; '.join(parts)}; slower than a "
                    f"flap, but each restart recomputes routes")
         else:
 
-            msg = (f"OSPF adjacency {a} - {b} is flapping ({flaps:,} flap(s)): {'; '.join(parts)}. Each flap "
+            msg = (f"OSPF adjacency {a} - {b} is flapping ({plural(flaps, 'flap')}): {'; '.join(parts)}. Each flap "
                    f"floods new LSAs and recomputes routes in the area: look for a flapping link, errors or "
                    f"drops on it, or an overloaded router missing Hellos")
         drops_ev = [{"how": f["how"], "router_id": _v4(f["router_id"]), "neighbor": _v4(f["neighbor"]),
@@ -933,7 +934,8 @@ class OspfInstability(Detector):
             quick = int(floods["quick"][mine].sum())
             name = _lsa_name(int(floods["version"][worst]), int(floods["type"][worst]))
             seq = int(floods["seq"][worst]) & 0xFFFFFFFF
-            msg = (f"OSPF router {rid} ({src}) sent {count:,} LSA instance(s) again and again within MinLSArrival "
+            msg = (f"OSPF router {rid} ({src}) sent {plural(count, 'LSA instance')} again and again within "
+                   f"MinLSArrival "
                    f"({self.params['min_ls_arrival_s']:g} s), {quick:,} copies its neighbours discard; worst "
                    f"{name} {_v4(floods['ls_id'][worst])} of {_v4(floods['adv_router'][worst])} sequence {seq:#010x}, "
                    f"{int(floods['count'][worst]):,} copies: duplicated packets or a flooding loop")

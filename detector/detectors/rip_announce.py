@@ -77,7 +77,7 @@ from ..detect.state import empty_table, fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_SECONDS, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # RFC 2453 section 3.8: a router sends its whole table every 30 s and drops a route not heard for 180 s
 UPDATE_INTERVAL_S = 30
@@ -461,23 +461,23 @@ class _Judgement:
             reasons.append("source not on a local network of the site")
             rejected = int(sp["responses"][s])
         if rejected:
-            problems.append(("medium", f"{rejected:,} of {int(sp['responses'][s]):,} response(s) come from where "
+            problems.append(("medium", f"{rejected:,} of {plural(int(sp['responses'][s]), 'response')} come from where "
                                        f"a receiver rejects them ({'; '.join(reasons)})"))
         # malformed responses are context here: no route of theirs was counted, and they are reported apart
         if sp["malformed"][s]:
             faults = [text for bit, text in FAULTS.items() if int(sp["faults"][s]) & bit]
             effect = [f"receivers drop {int(sp['dropped_whole'][s]):,} of them whole"] if sp["dropped_whole"][s] else []
             if sp["ignored_routes"][s]:
-                effect.append(f"{'' if effect else 'receivers '}ignore {int(sp['ignored_routes'][s]):,} route(s) "
+                effect.append(f"{'' if effect else 'receivers '}ignore {plural(int(sp['ignored_routes'][s]), 'route')} "
                               f"in {'the others' if effect else 'them'}")
-            notes.append(f"{int(sp['malformed'][s]):,} malformed response(s), reported apart with the other "
+            notes.append(f"{plural(int(sp['malformed'][s]), 'malformed response')}, reported apart with the other "
                          f"malformed messages ({'; '.join(faults)}): {' and '.join(effect)}; no such route is "
                          f"counted here")
 
         # ---- authentication
         responses, signed = int(sp["responses"][s]), int(sp["authenticated"][s])
         if params["require_auth"] and not sp["ripng"][s] and signed < responses:
-            problems.append(("medium", f"{responses - signed:,} unauthenticated response(s) where authentication "
+            problems.append(("medium", f"{plural(responses - signed, 'unauthenticated response')} where authentication "
                                        f"is required"))
         severity = max((sev for sev, _ in problems), key=SEVERITY_RANK.get, default="info")
         return self._finding(s, severity, problems + [("info", note) for note in notes], not_judged, mine,
@@ -543,10 +543,10 @@ class _Judgement:
         ordered = sorted(problems, key=lambda p: -SEVERITY_RANK[p[0]])
         parts = [what for _, what in ordered]
         if own_withdrawals:
-            parts.append(f"withdrew {len(own_withdrawals)} of its own route(s) (metric 16: "
+            parts.append(f"withdrew {plural(len(own_withdrawals), 'route')} of its own (metric 16: "
                          f"{', '.join(self._route(row) for row in own_withdrawals[:ROUTES_LISTED])})")
         if passed_on:
-            parts.append(f"passed on metric 16 for {len(passed_on)} route(s) of other speakers "
+            parts.append(f"passed on metric 16 for {plural(len(passed_on), 'route')} of other speakers "
                          f"({', '.join(self._route(row) for row in passed_on[:ROUTES_LISTED])})")
         if sp["ripng"][s]:
             authentication = "RIPng carries no authentication of its own"
@@ -557,9 +557,9 @@ class _Judgement:
                                                                            f"{', '.join(auth)})" if signed else "")
         version_text = "/".join(versions)
         msg = (f"{version_text} speaker {who}{where}: " + ("; ".join(parts) + ". " if parts else "")
-               + (f"Announced {len(reachable):,} reachable route(s): {listed}. " if reachable
+               + (f"Announced {plural(len(reachable), 'reachable route')}: {listed}. " if reachable
                   else "Announced no reachable route. ")
-               + f"{responses:,} response(s), {authentication}, {(t1 - t0) / NS:.1f} s")
+               + f"{plural(responses, 'response')}, {authentication}, {(t1 - t0) / NS:.1f} s")
         if not_judged:
             msg += f". Not judged: {'; '.join(not_judged)}"
         frames = [sp["first_frame"][s], sp["last_frame"][s]]

@@ -55,6 +55,7 @@ from ..findings import SEVERITY_RANK, Finding
 from ..flows.community_id import community_id
 from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import L_DST_MAC, L_SRC_MAC, PacketBatch
+from ..units import plural
 
 # the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 ECHO_LOOP = "echo-loop"
@@ -293,7 +294,7 @@ class RipTrigger(Detector):
         version = "RIPng" if RIPNG_PORT in ports else "RIP"
         if severity == "info":
             msg = (f"{version} speaker {src}: {n:,} well-formed messages to UDP {port_text} of "
-                   f"{target_count:,} destination(s) ({shown})")
+                   f"{plural(target_count, 'destination')} ({shown})")
         elif severity == "low":
             bad = int(probes[faulty].sum())
             faults = ", ".join(sorted({VERDICTS[c] for c in rows["verdict"][faulty].tolist()}))
@@ -301,7 +302,7 @@ class RipTrigger(Detector):
                    f"address): {bad:,} of {n:,} messages to UDP {port_text} malformed ({faults}); a faulty or "
                    f"misconfigured router rather than a probe")
         else:
-            msg = (f"{src} sent {n:,} probe(s) to UDP {port_text} of {target_count:,} host(s) ({shown}) "
+            msg = (f"{src} sent {plural(n, 'probe')} to UDP {port_text} of {plural(target_count, 'host')} ({shown}) "
                    f"in {(t1 - t0) / 1e9:.3f} s: {'; '.join(problems) or 'well-formed'}")
             if looping:
                 copies = sum(loops[fps[i]].n for i in looping)

@@ -69,7 +69,7 @@ from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, COUNT, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
-from ..units import NS
+from ..units import NS, plural
 
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
 NO_LEASE_MIN, NO_LEASE_MAX = np.uint32(0xFFFF_FFFF), np.uint32(0)
@@ -400,7 +400,7 @@ class RogueDhcp(Detector):
         frames = np.unique(np.concatenate([sec["first_frame"][over], sec["last_frame"][over]]))
         macs = round(float(sketch.hll_estimate(self.sender_cells, np.array([role], np.uint64))[0]))
         senders = self._senders(role)
-        msg = (f"DHCP storm: {len(over):,} second(s) with more than {limit:,} DHCP messages, at most "
+        msg = (f"DHCP storm: {plural(len(over), 'second')} with more than {limit:,} DHCP messages, at most "
                f"{int(sec['count'][peak]):,} in the second from {iso_time(int(sec['first_ns'][peak]))}; "
                f"{total:,} messages in those seconds between {iso_time(t0)} and {iso_time(t1)}, "
                f"{total - from_servers:,} from clients and {from_servers:,} from servers or relays")
@@ -414,7 +414,7 @@ class RogueDhcp(Detector):
             remediation = (STORM_ONE_SENDER if role == CLIENT_ROLE else STORM_ONE_SERVER).format(
                 who=who, role=what, address=f" (show mac address-table address {who})" if busiest["mac"] else "")
         else:
-            msg += (f"; the capture's {what} messages came from about {macs:,} different sender(s), none with a "
+            msg += (f"; the capture's {what} messages came from about {plural(macs, 'different sender')}, none with a "
                     f"tenth of the storm's: forged addresses")
             remediation = (STORM_FORGED_CLIENTS if role == CLIENT_ROLE else STORM_FORGED_SERVERS).format(macs=macs)
         evidence = {"seconds_over": len(over), "peak_per_second": int(sec["count"][peak]),
@@ -612,10 +612,10 @@ class _Judgement:
                                                                            kinds))
         msg = (f"a storm of {len(forged):,} forged {version} servers, {where}: {verdict}; {int(messages.sum()):,} "
                f"messages ({said}) in {(t1 - t0) / NS:.1f} s, at most {int(messages.max()):,} from one server, "
-               f"{given:,} address(es) given; the busiest: "
+               f"{plural(given, 'address', 'addresses')} given; the busiest: "
                f"{', '.join(self._name(o) for o in sample[:LISTED].tolist())} ({len(sample)} in the evidence)")
         if listed:
-            msg += f"; {listed:,} server(s) the site file lists answered beside them"
+            msg += f"; {plural(listed, 'server')} the site file lists answered beside them"
         sample_rows = [{"server": self._name(s), "source_ip": self.src[s], "mac": self.mac[s],
                         "messages": int(sv["messages"][s]), "first_seen": iso_time(int(sv["first_ns"][s]))}
                        for s in sample.tolist()]
@@ -717,7 +717,7 @@ class _Judgement:
         relayed = int(sv["relayed"][s])
         where = ", untagged" if link == 0 else f", {_vlan_text(link)}"
         msg = (f"{version} server {who}{where}: {verdict}. Offered {self._offer_text(s)}{lease}; "
-               f"gave {len(given):,} address(es)" + (f" ({', '.join(addresses[:LISTED])}"
+               f"gave {plural(len(given), 'address', 'addresses')}" + (f" ({', '.join(addresses[:LISTED])}"
                                                       + (", ..." if len(given) > LISTED else "") + ")" if given.size
                                                       else "")
                + f"; {counts}" + (f", {relayed:,} relayed" if relayed else "")

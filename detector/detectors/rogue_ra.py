@@ -80,7 +80,7 @@ from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_SECONDS, Param
 from ..schema import L_QINQ, L_SRC_MAC, L_VLAN, PacketBatch
 from ..site import parse_mac
-from ..units import NS
+from ..units import NS, plural
 
 LINK_LOCAL = (np.uint64(0xFE80 << 48), np.uint64(0xFFC0 << 48))     # fe80::/10: (value, mask) of the high half
 NEVER, NEVER_LAST = np.iinfo(np.int64).max, -1
@@ -422,7 +422,9 @@ class _Judgement:
         not_judged: list[str] = []
         frames = self.detector.frames["frame"][self.detector.frames["key"] == ro["key"][r]].tolist()
         if ras == 0:
-            notes.append(f"hosts discard all {int(ro['discarded'][r]):,} of its RA(s) ({self._discarded(r)}): "
+            discarded = int(ro["discarded"][r])
+            every = "its RA" if discarded == 1 else f"all {discarded:,} of its RAs"
+            notes.append(f"hosts discard {every} ({self._discarded(r)}): "
                          f"they change nothing on the link")
             return self._finding(r, "info", problems, notes, not_judged, frames)
 
@@ -443,7 +445,7 @@ class _Judgement:
             owners = [] if ro["nonzero"][r] else self._owners_of_address(r)
             if owners:
                 owner = owners[0]
-                problems.append(("high", f"{int(ro['zero'][r]):,} RA(s) of router lifetime 0 for {self.ip[r]}, "
+                problems.append(("high", f"{plural(int(ro['zero'][r]), 'RA')} of router lifetime 0 for {self.ip[r]}, "
                                          f"which {self.identity[owner]} advertises with lifetime "
                                          f"{int(ro['max_lifetime'][owner]):,} s: a spoofed 'kill router' (THC "
                                          f"kill_router6) that makes hosts drop that default router"))
@@ -462,12 +464,14 @@ class _Judgement:
 
         # ---- what it says about itself
         if ro["lladdr_differs"][r]:
-            problems.append(("low", f"{int(ro['lladdr_differs'][r]):,} RA(s) whose source link-layer address option "
+            problems.append(("low", f"{plural(int(ro['lladdr_differs'][r]), 'RA')} whose source link-layer "
+                                    f"address option "
                                     f"names {self.lladdr[r]}, not the Ethernet source {self.mac[r]}: hosts send its "
                                     f"traffic to the option's MAC"))
             frames.append(int(ro["lladdr_differs_frame"][r]))
         if ro["m_without_o"][r]:
-            problems.append(("low", f"{int(ro['m_without_o'][r]):,} RA(s) with M=1 and O=0 (NDPMon 'wrong RA flags'): "
+            problems.append(("low", f"{plural(int(ro['m_without_o'][r]), 'RA')} with M=1 and O=0 (NDPMon 'wrong "
+                                    f"RA flags'): "
                                     f"addresses from DHCPv6 but no other configuration"))
             frames.append(int(ro["m_without_o_frame"][r]))
         changes = self._changes(r)
@@ -477,10 +481,10 @@ class _Judgement:
             frames += [int(q["first_frame"][row]) for row in self.parameter_rows.get(r, [])[:ITEMS_IN_EVIDENCE]]
         inverted = [row for row in self._items(r, (OPT_PREFIX_INFORMATION,)) if self.detector.prefixes["inverted"][row]]
         if inverted:
-            notes.append(f"prefix(es) with a preferred lifetime above the valid one, which hosts ignore (RFC 4862 "
-                         f"5.5.3): {self._listing(inverted)}")
+            notes.append(f"{'a prefix' if len(inverted) == 1 else 'prefixes'} with a preferred lifetime above the "
+                         f"valid one, which hosts ignore (RFC 4862 5.5.3): {self._listing(inverted)}")
         if ro["discarded"][r]:
-            notes.append(f"{int(ro['discarded'][r]):,} more RA(s) that hosts discard ({self._discarded(r)})")
+            notes.append(f"{plural(int(ro['discarded'][r]), 'more RA')} that hosts discard ({self._discarded(r)})")
             frames.append(int(ro["discarded_frame"][r]))
         severity = max((sev for sev, _ in problems), key=SEVERITY_RANK.get, default="info")
         return self._finding(r, severity, problems, notes, not_judged, frames)
@@ -605,7 +609,7 @@ class _Judgement:
                                                                           ("DNS", servers)) if rows]
         msg = f"Router {self._who(r)}{_where(link)}: " + ("; ".join(parts) + ". " if parts else "")
         if ras:
-            msg += (f"{ras:,} RA(s) in {(t1 - t0) / NS:.1f} s" + (f" ({described})" if described else "")
+            msg += (f"{plural(ras, 'RA')} in {(t1 - t0) / NS:.1f} s" + (f" ({described})" if described else "")
                     + (f"; {'; '.join(announced)}" if announced else "; no prefix or DNS server"))
         msg = msg.rstrip(". ")
         if not_judged:

@@ -45,7 +45,7 @@ from ..detect.state import empty_table, fold_rows
 from ..findings import Finding
 from ..rules import ALERT_SECONDS, COUNT, Param, Range
 from ..schema import IP, L_IP4, L_SRC_MAC, PROTO_NAMES, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # A packet identity not seen for this long is finished: a looping packet
 # crosses the link again within milliseconds, and it dies within 255 hops.
@@ -361,7 +361,7 @@ class RoutingLoop(Detector):
         severity = "high" if packets >= self.params["high_packets"] else self.rule.severity
         where = f" between {routers[0]} and {routers[1]}" if len(routers) == 2 else ""
         proto = PROTO_NAMES.get(int(d["proto"][first]), str(int(d["proto"][first])))
-        msg = (f"{packets:,} packet(s) to {net} looped{where} in {(t1 - t0) / 1e9:.3f} s: {copies:,} sightings, "
+        msg = (f"{plural(packets, 'packet')} to {net} looped{where} in {(t1 - t0) / 1e9:.3f} s: {copies:,} sightings, "
                f"{copies / packets:.1f} per packet, TTL falling (e.g. {ttl_from} to {ttl_to})")
         fields = {"dest_ip": destinations[0] if len(destinations) == 1 else None, "proto": proto,
                   "src_ip": ip_text(d["src_ip_hi"][first], d["src_ip_lo"][first]) if len(sources) == 1 else None}

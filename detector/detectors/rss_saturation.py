@@ -46,7 +46,7 @@ from ..flows.community_id import community_id
 from ..rss import MICROSOFT_KEY, SYMMETRIC_KEY, RssModel
 from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range
 from ..schema import L_TUNNEL, PROTO_NAMES, TUNNEL_NAMES, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 ECHO_LOOP = "echo-loop"
@@ -495,7 +495,8 @@ class RssSaturation(Detector):
             f"({'' if exact else 'at least '}{f['packets_in_window']:,} packets)"
             for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
         msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {window:,} packets "
-               f"(fair share {fair:.1%}) in {len(idx)} bin(s) of {p['bin_ms']:g} ms, peak {peak:,.0f} packets/s "
+               f"(fair share {fair:.1%}) in {plural(len(idx), 'bin')} of {p['bin_ms']:g} ms, peak {peak:,.0f} "
+               f"packets/s "
                f"on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
         counted = sum(cell.packets for cell in cells)
         tunnelled = sum(cell.tunnelled for cell in cells) / counted if counted else 0.0

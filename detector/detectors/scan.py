@@ -113,7 +113,7 @@ from ..schema import (
     PROTO_UDP,
     PacketBatch,
 )
-from ..units import NS
+from ..units import NS, plural
 
 # Flows a scan is counted over: bro-simple-scan forgets a scanner after 15 minutes without attempts; the
 # busiest 15-minute stretch is what the thresholds are held against.
@@ -437,9 +437,9 @@ class Scan(Detector):
         """The info finding of a source whose failed targets cross a threshold only with its path traces."""
         summary = self._trace_summary(a, path, found)
         routers = summary["time_exceeded_from"]
-        answered = f", time-exceeded from {routers:,} router{'s' if routers != 1 else ''}" if routers else ""
+        answered = f", time-exceeded from {plural(routers, 'router')}" if routers else ""
         hosts, protocols = summary["hosts"], "/".join(summary["protocols"])
-        msg = (f"{name} traced the path to {hosts:,} host{'s' if hosts != 1 else ''} ({protocols}, "
+        msg = (f"{name} traced the path to {plural(hosts, 'host')} ({protocols}, "
                f"{summary['probes']:,} probes with TTLs climbing to {summary['highest_ttl']}{answered}): "
                f"traceroute, not a scan")
         local = self.is_local(name)

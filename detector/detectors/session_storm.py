@@ -56,7 +56,7 @@ from ..detect.figure import ReportFigure, TimeBins
 from ..errors import RuleError
 from ..findings import Finding, iso_time
 from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param, Range, did_you_mean
-from ..units import NS
+from ..units import NS, plural
 
 # Sources reported per run, the fastest first.
 FINDINGS_MAX = 256
@@ -192,7 +192,7 @@ class SessionStorm(Detector):
         elif ratio >= p["medium_ratio"]:
             severity, why = "medium", f"; far above the rate: {ratio:.1f} times it"
         else:
-            severity, why = "low", (f"; a burst, not held: {held} second(s) above the rate within "
+            severity, why = "low", (f"; a burst, not held: {plural(held, 'second')} above the rate within "
                                     f"{SUSTAIN_WINDOW_S} s, at most {ratio:.2f} times it")
         answered = float(a["answered"][in_storm].mean()) if len(in_storm) else 0.0
         service = (a["proto"][in_storm] << 16) | a["port"][in_storm]
@@ -200,7 +200,7 @@ class SessionStorm(Detector):
         top = np.lexsort((values, -counts))[:SAMPLES]
         first_ns, last_ns = int(a["first_ns"][in_storm].min()), int(a["first_ns"][in_storm].max())
         msg = (f"{name} opened {peak:,} new flows in one second (at {iso_time(peak_at * NS)}), "
-               f"{len(seconds)} second(s) above {p['storm_flows_per_s']:,}/s with {len(in_storm):,} new flows, "
+               f"{plural(len(seconds), 'second')} above {p['storm_flows_per_s']:,}/s with {len(in_storm):,} new flows, "
                f"{answered:.0%} of them answered")
         if share >= TABLE_SHARE_NAMED:
             msg += (f"; {entries:,} of its flows in a modelled {p['table_size']:,}-entry conntrack table at once "

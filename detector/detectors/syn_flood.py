@@ -53,7 +53,7 @@ from ..detect.state import fold_rows
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_SECONDS, RATE_PPS, RATIO, Param
 from ..schema import L_TCP, TH_ACK, TH_RST, TH_SYN, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 CAPTURE_LOSS = "capture-loss"
@@ -326,14 +326,15 @@ class SynFlood(Detector):
         t0, t1 = int(rows["first_ns"][flooded].min()), int(rows["last_ns"][flooded].max())
         where = endpoint(victim, port)
         spread = (f"from about {sources:,} sources (distributed)" if distributed
-                  else f"from {sources:,} source(s)")
+                  else f"from {plural(sources, 'source')}")
         if sources > new_total:         # the sources are counted over all the SYNs to it, the flood's are fewer
             spread += f" over its {syn_all:,} SYNs in the capture"
-        msg = (f"{where} received {new_total:,} new SYNs in {seconds:,} flooding second(s) "
-               f"({len(episodes)} episode(s), peak {peak:,}/s, threshold {self.params['min_syn_pps']:,}/s) {spread}")
+        msg = (f"{where} received {new_total:,} new SYNs in {plural(seconds, 'flooding second')} "
+               f"({plural(len(episodes), 'episode')}, peak {peak:,}/s, threshold "
+               f"{self.params['min_syn_pps']:,}/s) {spread}")
         if sent:
-            msg += (f"; it answered {synack_ratio:.0%} with a SYN-ACK and {completed:,} handshake(s) completed "
-                    f"({completed / max(new_total, 1):.0%}); about {half_open:,} half-open connection(s) in the "
+            msg += (f"; it answered {synack_ratio:.0%} with a SYN-ACK and {plural(completed, 'handshake')} completed "
+                    f"({completed / max(new_total, 1):.0%}); about {plural(half_open, 'half-open connection')} in the "
                     f"last {HALF_OPEN_WINDOW_S} s")
         else:
             msg += ("; " + ("" if spoofed else "completion unknown: ") + "the victim is never seen sending (an "

@@ -76,7 +76,7 @@ from ..detect.state import concat_tables, empty_table, fold_rows, join_adjacent,
 from ..findings import SEVERITY_RANK, Finding, iso_time
 from ..rules import ALERT_SECONDS, Param
 from ..schema import L_SRC_MAC, PacketBatch
-from ..units import NS
+from ..units import NS, plural
 
 # the rules whose findings this one reads, by id (detect.detector.Detector.AFTER): no rule imports another
 GARP_WAR = "garp-war"
@@ -414,7 +414,7 @@ class VrrpDualMaster(Detector):
             if s["resigned"]:
                 notes.append(f"{s['who']} resigned (priority 0) at {iso_time(s['last_resign'])}")
             if s["unicast"]:
-                notes.append(f"{s['who']} sent {s['unicast']:,} advertisement(s) by unicast")
+                notes.append(f"{s['who']} sent {plural(s['unicast'], 'advertisement')} by unicast")
         return self._write_group(name, carp, vrid, family, link, where, vmac, speakers, vips, problems, notes,
                                  chained, frames, pairs)
 
@@ -474,7 +474,7 @@ class VrrpDualMaster(Detector):
         t1 = max(s["last"] for s in speakers.values())
         preference = "advskew" if carp else "priority"
         listing = ", ".join(
-            f"{s['who']} {preference} {'/'.join(map(str, sorted(s['prio']))) or '0'}, {s['count']:,} advert(s)"
+            f"{s['who']} {preference} {'/'.join(map(str, sorted(s['prio']))) or '0'}, {plural(s['count'], 'advert')}"
             for s in list(speakers.values())[:LISTED])
         steps = " -> ".join(f"{t['speaker'].split(' ')[0]} {iso_time(t['from'])[11:19]}" for t in timeline[:LISTED])
         ordered = [text for _, text in sorted(problems, key=lambda p: -SEVERITY_RANK[p[0]])]

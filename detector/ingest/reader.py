@@ -50,7 +50,7 @@ from ..capfile import (
 )
 from ..errors import CaptureError, UsageError
 from ..schema import BATCH_BYTES, BATCH_PACKETS, RawBatch
-from ..units import NS
+from ..units import NS, plural
 from . import walk as W
 from .source import ByteSource
 
@@ -469,7 +469,7 @@ class CaptureReader:
         local, high, low = struct.unpack_from(order + "III", block, 8)
         ifs = self._section_ifs
         if local >= len(ifs):
-            described = f"{len(ifs)} interface" + ("" if len(ifs) == 1 else "s")
+            described = plural(len(ifs), "interface")
             self._warn(f"interface statistics for interface {local}, but this section describes {described}; "
                        "passed over", start)
             return

@@ -56,7 +56,7 @@ from ..ingest import open_capture
 from ..output import EVIDENCE, OutputDir
 from ..schema import LINKTYPE_ETHERNET
 from ..stats import CaptureStats
-from ..units import NS
+from ..units import NS, plural
 from ..warmup import prepare_kernels
 from .alerts import AlertLog, IncidentBook, entity_key
 from .dumpcap import DumpcapCapture, find_dumpcap
@@ -402,9 +402,10 @@ class Watch:
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
         _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
-             f"{alerts} alert(s){f' (worst: {worst})' if worst else ''}; findings written to {path}")
+             f"{plural(alerts, 'alert')}{f' (worst: {worst})' if worst else ''}; findings written to {path}")
         if failures:
-            _say(f"error: {len(failures)} rule(s) failed while watching ({', '.join(f.rule for f in failures)}): "
+            _say(f"error: {plural(len(failures), 'rule')} failed while watching "
+                 f"({', '.join(f.rule for f in failures)}): "
                  f"a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
         return EXIT_OK

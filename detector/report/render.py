@@ -31,6 +31,7 @@ from ..detect.columns import endpoint
 from ..findings import Finding, iso_time
 from ..incidents import NO_PLACE, where, worst_first
 from ..rules import Rule
+from ..units import plural
 from .evidence import EvidenceResult
 
 if TYPE_CHECKING:
@@ -399,10 +400,6 @@ def capture_facts(document: dict) -> list[str]:
     return warnings + list((document.get("capture_quality") or {}).get("notes") or [])
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
-
-
 def _seen(f: Finding) -> str:
     times = "once" if f.n == 1 else f"{f.n:,} times"
     return f"seen {times} from {iso_time(f.first_seen) or '-'} to {iso_time(f.last_seen) or '-'}"
@@ -521,7 +518,7 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
     alerting, described = _numbered(findings)
     lines += ["", "## Findings by severity", ""]
     if not alerting:
-        lines.append(ONLY_INFO.format(info=_plural(len(described), "info finding")) if described else
+        lines.append(ONLY_INFO.format(info=plural(len(described), "info finding")) if described else
                      NO_FINDINGS_PARTIAL if failures else NO_FINDINGS)
     else:
         lines += ["| # | severity | confidence | rule | n | first seen | endpoints |",
@@ -551,7 +548,7 @@ def markdown(document: dict, findings: list[Finding], rules: dict[str, Rule], ev
         lines += ["", "### What to do", "", markdown_paragraphs(f.remediation or "-")]
         shown = []
         if f.evidence_pcap:
-            packets = _plural(f.evidence.get("evidence_packets", 0), "packet")
+            packets = plural(f.evidence.get("evidence_packets", 0), "packet")
             shown.append(f"- {markdown_code(f.evidence_pcap)}: {packets} (original bytes and timestamps)")
         if i - 1 in evidence.reproducers:
             script, what = evidence.reproducers[i - 1]
@@ -619,7 +616,7 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
     alerting, described = _numbered(findings)
     out.append("<h2>Findings by severity</h2>")
     if not alerting:
-        out.append(f"<p>{_e(ONLY_INFO.format(info=_plural(len(described), 'info finding')))}</p>" if described else
+        out.append(f"<p>{_e(ONLY_INFO.format(info=plural(len(described), 'info finding')))}</p>" if described else
                    f"<p>{NO_FINDINGS_PARTIAL if failures else NO_FINDINGS}</p>")
     else:
         out.append("<table><tr><th>#</th><th>severity</th><th>confidence</th><th>rule</th><th>n</th>"
@@ -652,7 +649,7 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
         out += ["<h3>What to do</h3>", f"<p>{_e((f.remediation or '').strip() or '-')}</p>"]
         shown = []
         if f.evidence_pcap:
-            packets = _plural(f.evidence.get("evidence_packets", 0), "packet")
+            packets = plural(f.evidence.get("evidence_packets", 0), "packet")
             shown.append(f"<li><code>{_e(f.evidence_pcap)}</code>: {packets} (original bytes and timestamps)</li>")
         if i - 1 in evidence.reproducers:
             script, what = evidence.reproducers[i - 1]
