@@ -44,7 +44,7 @@ import pandas as pd
 from . import engine, packet_query, packet_view
 from .decode import app
 from .decode.addr import ip_to_str, mac_to_str
-from .errors import UsageError
+from .errors import UsageError, capture_problem
 from .findings import Finding
 from .frames import CaptureFrames, Frames
 from .rss import DEFAULT_QUEUES, RssModel
@@ -784,6 +784,7 @@ def open(path, *more, site=None) -> Capture:
     """
     paths = [path, *more]
     for p in paths:
-        if not os.path.isfile(p):
-            raise UsageError(f"{p}: no such file" if not os.path.exists(p) else f"{p}: not a regular file")
+        problem = capture_problem(p) or (None if os.path.isfile(p) else "not a regular file")
+        if problem:
+            raise UsageError(f"{p}: {problem}")
     return Capture([Path(p) for p in paths], site if isinstance(site, Site) else load_site(site))

@@ -21,7 +21,15 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_RULE_FAILED, DetectorError, UsageError
+from .errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_RULE_FAILED,
+    DetectorError,
+    UsageError,
+    capture_problem,
+)
 
 SITE_HELP = ("site file (YAML): local_networks, routers, dhcp_servers, bindings (IP-MAC registry: entries, "
              "ethers, dhcpd host blocks, CSV), dynamic_pools; `detector site-template` prints an example, "
@@ -204,12 +212,9 @@ def _inputs(paths, keep: bool = False) -> list:
         if path == STDIN:
             captures.append(_stdin(keep))
             continue
-        if os.path.isdir(path):
-            raise UsageError(f"{path}: is a folder, not a capture file")
-        if not os.path.exists(path):
-            raise UsageError(f"{path}: no such file")
-        if not os.access(path, os.R_OK):
-            raise UsageError(f"{path}: permission denied")
+        problem = capture_problem(path)
+        if problem:
+            raise UsageError(f"{path}: {problem}")
         if keep and not os.path.isfile(path):
             from .ingest import StreamCapture
             try:

@@ -146,8 +146,8 @@ def unopenable(path, exc: OSError) -> str:
     machine is named with what every worker needs (the captures at the same path)."""
     worker = _worker()
     if worker is None or _on_this_machine(worker):
-        return f"{path}: {open_reason(exc)}"
-    return (f"{path}: {open_reason(exc)} on worker {worker}: every worker must see the captures at the same path "
+        return f"{path}: {open_reason(exc, path)}"
+    return (f"{path}: {open_reason(exc, path)} on worker {worker}: every worker must see the captures at the same path "
             f"(a shared filesystem)")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import engine
 from .detect.quality import CaptureQuality, one_direction
-from .errors import CaptureError, DetectorError, UsageError
+from .errors import CaptureError, DetectorError, UsageError, capture_problem
 from .flows import FlowTable
 from .flows.export import write_csv, write_csv_to, write_parquet
 from .ingest.reader import interface_totals
@@ -85,10 +85,9 @@ def info_one(source) -> tuple[dict, str]:
               "capture_quality": None, "warnings": [], "error": None}
     try:
         if isinstance(source, (str, os.PathLike)):
-            if os.path.isdir(source):
-                raise UsageError(f"{name}: is a folder, not a capture file")
-            if not os.path.exists(source):
-                raise UsageError(f"{name}: no such file")
+            problem = capture_problem(source)
+            if problem:
+                raise UsageError(f"{name}: {problem}")
         result = engine.run([source], [stats, quality, flows, tally], label=os.path.basename(name))
     except (CaptureError, UsageError) as exc:
         record["error"] = str(exc)

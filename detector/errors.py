@@ -14,9 +14,10 @@ docstring says when each is given.
 from __future__ import annotations
 
 import errno
+import os
 
 __all__ = ["DetectorError", "CaptureError", "RuleError", "UsageError", "QueryError", "EXIT_OK", "EXIT_BAD_INPUT",
-           "EXIT_FINDINGS", "EXIT_RULE_FAILED", "open_reason"]
+           "EXIT_FINDINGS", "EXIT_RULE_FAILED", "capture_problem", "open_reason"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -71,6 +72,23 @@ OPEN_REASONS = {errno.ENOENT: "no such file", errno.ELOOP: "symbolic link loop",
                 errno.EISDIR: "is a folder, not a file", errno.ENOTDIR: "a folder in its path is a file"}
 
 
-def open_reason(exc: OSError) -> str:
-    """Why a file could not be opened or examined, in a few words."""
+def open_reason(exc: OSError, path=None) -> str:
+    """Why a file could not be opened or examined, in a few words; with its `path`, a symbolic link whose target
+    is missing is said as one (ENOENT alone reads as if the link were)."""
+    if path is not None and exc.errno == errno.ENOENT and os.path.islink(path):
+        return f"symbolic link to a missing file ({os.path.realpath(path)})"
     return OPEN_REASONS.get(exc.errno) or exc.strerror or str(exc)
+
+
+def capture_problem(path) -> str | None:
+    """Why `path` cannot be read as a capture file, in open_reason's words (a symbolic link loop, a link to a
+    missing file, no such file, permission denied), or a folder; None when it can be opened."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return open_reason(exc, path)
+    if os.path.isdir(path):
+        return "is a folder, not a capture file"
+    if not os.access(path, os.R_OK):
+        return open_reason(PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+    return None

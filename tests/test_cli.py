@@ -484,3 +484,26 @@ def test_standard_input_misuse_is_a_usage_error(small_pcap, tmp_path):
     # not a capture on the pipe: the usual one-line error, naming <stdin>
     assert_one_line_error(run_piped(b"not a capture", "flows", "-", "-o", tmp_path / "g.csv"),
                           "<stdin> at byte 0: not a pcap or pcapng capture")
+
+
+@pytest.mark.parametrize("command", [["info"], ["flows"], ["analyze", "-o", "OUT"]], ids=lambda c: c[0])
+def test_a_capture_that_cannot_be_opened_is_said_as_what_it_is(tmp_path, command):
+    # a loop of symbolic links is no missing file (ELOOP), a link to a missing file is a link, a folder no capture
+    loop, other = tmp_path / "loop-a", tmp_path / "loop-b"
+    os.symlink(other, loop)
+    os.symlink(loop, other)
+    dangling = tmp_path / "dangling.pcap"
+    os.symlink(tmp_path / "removed.pcap", dangling)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    out = tmp_path / "out"
+    args = [str(out) if a == "OUT" else a for a in command]
+    for path, says in ((loop, f"detector: error: {loop}: symbolic link loop"),
+                       (dangling, f"detector: error: {dangling}: symbolic link to a missing file "
+                                  f"({tmp_path / 'removed.pcap'})"),
+                       (folder, f"detector: error: {folder}: is a folder, not a capture file"),
+                       (tmp_path / "absent.pcap", f"detector: error: {tmp_path / 'absent.pcap'}: no such file")):
+        proc = run_cli(*args, path)
+        assert_one_line_error(proc)
+        assert proc.stderr.strip() == says
+        assert proc.stdout == "" and not out.exists()
