@@ -308,8 +308,8 @@ class _AppColumns:
 
 def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
     columns = ["rule", "severity", "confidence", "rule_severity", "title", "msg", "identifier", "first_seen",
-               "last_seen", "n", "src_ip", "dest_ip", "src_port", "dest_port", "proto", "community_id", "evidence",
-               "confidence_basis", "remediation", "incident_id"]
+               "last_seen", "n", "src_ip", "dest_ip", "src_port", "dest_port", "proto", "community_id", "place",
+               "evidence", "confidence_basis", "remediation", "incident_id"]
     rows = [{k: getattr(f, k) for k in columns} for f in findings]
     for row in rows:    # the basis as findings.json has it: records of level, why and factor
         row["confidence_basis"] = [b.to_json() for b in row["confidence_basis"]]
@@ -317,7 +317,7 @@ def _findings_frame(findings: list[Finding]) -> pd.DataFrame:
     for name in ("first_seen", "last_seen"):
         frame[name] = pd.to_datetime(frame[name].astype("Int64"), unit="ns", utc=True)
     for name in ("rule", "severity", "confidence", "rule_severity", "title", "msg", "identifier", "src_ip", "dest_ip",
-                 "proto", "community_id", "remediation", "incident_id"):
+                 "proto", "community_id", "place", "remediation", "incident_id"):
         frame[name] = frame[name].astype("string")
     for name in ("src_port", "dest_port"):
         frame[name] = frame[name].astype("UInt16")

@@ -66,6 +66,9 @@ class Finding:
     community_id: str | None = None
     src_mac: str | None = None
     dest_mac: str | None = None
+    # where a finding that names no address happened, in words (incidents.where): a link ("the untagged
+    # link", "VLAN 70"), the capture point, an OSPF area; None where its addresses say it
+    place: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     # the share of the traffic the capture lost while this finding's packets passed (a rule that measures
     # capture loss sets it on the other rules' findings: Detector.annotate): its counts are lower bounds

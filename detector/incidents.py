@@ -401,8 +401,8 @@ def _title(ordered: list[Finding], levels: list[int | None]) -> str:
 
 def where(finding: Finding) -> str:
     """A finding's place: its addresses, and its MACs (the devices on the link: a loop's two boxes); a finding
-    that names neither (its identifier names what it counted, as "tcp ack gaps", not a place) is about no
-    single host."""
+    that names neither says its place in words (a link, the capture point), else it is about no single host;
+    never its identifier, which names what it counted ("tcp ack gaps", "dhcp-storm"), not a place."""
     def pair(src, dst) -> str | None:
         if src and dst:
             return f"{src} -> {dst}"
@@ -411,7 +411,7 @@ def where(finding: Finding) -> str:
     ips, macs = pair(finding.src_ip, finding.dest_ip), pair(finding.src_mac, finding.dest_mac)
     if ips and macs:
         return f"{ips} ({macs})"
-    return ips or macs or NO_PLACE
+    return ips or macs or finding.place or NO_PLACE
 
 
 def _duration(ns: int) -> str:

@@ -65,6 +65,24 @@ def test_the_summary_says_what_where_since_when_and_what_first(two):
     assert first.startswith("First: Drop UDP 520 and 521 from outside toward routers' control planes")
 
 
+@pytest.mark.parametrize("name, place", [
+    # the issue's two: a DHCP storm said "Where: dhcp-storm", capture loss "Where: tcp ack gaps" (what they count)
+    ("dhcp-starvation-storm.pcap", "the links the capture point sees"),
+    ("loss-every-nth-segment.pcap", "the capture point"),
+    ("loss-interface-drops.pcapng", "the capture point, interface eth1 of loss-interface-drops.pcapng"),
+    ("dhcp-forged-servers.pcap", "the untagged link"),
+    ("ospf-duplicate-router-id.pcapng", "OSPF router ID 9.9.9.9, area 0.0.0.0"),
+    ("handshake-rtt-jump.pcap", "the external servers and the paths to them"),
+    ("unicast-flood-sll-otherhost.pcap", "the switched segment the capture point sees"),
+])
+def test_where_names_a_place_never_what_the_rule_counted(rules, name, place):
+    result = analyze([CAPTURES / name], rules)
+    incident = next(i for i in result.incidents if not (i.root_cause.src_ip or i.root_cause.dest_ip))
+    where = incident.summary.splitlines()[1]
+    assert where.startswith(f"Where: {place}, from ")
+    assert incident.root_cause.identifier not in where and incident.root_cause.rule not in where
+
+
 def test_to_json_names_findings_by_rule_and_identifier(two):
     record = two.incidents[1].to_json()
     assert record["root_cause"] == {"rule": "mss-violation", "identifier": "203.0.113.80:443 -> 198.51.100.23:51700"}

@@ -137,6 +137,8 @@ BINS_LISTED = 32
 FLOWS_NAMED = 5
 # Decimal places of ratios in findings.
 ROUND = 4
+# where the loss happened: in the capturing, not on the network (the Where of its incidents)
+CAPTURE_POINT = "the capture point"
 # Rows of events set aside by a partition that does not begin the capture (module docstring; some 30 bytes each):
 # one per head packet of a connection picked up mid-stream (kernel.HEAD_MAX) and per bin and segment after it, and
 # one per frame of an event that may settle as a gap (at most GAP_FRAMES_MAX per connection and segment). Past it,
@@ -683,7 +685,7 @@ class CaptureLoss(Detector):
         # how much the ratio rests on: min_acks is where Zeek starts to judge, ten times that a firm figure
         basis = [Basis.sample(total_acks, p["min_acks"], SURE_ACKS * p["min_acks"], "TCP ack events judged")]
         return self.finding(severity, msg, identifier="tcp ack gaps", first_seen=first, last_seen=last,
-                            n=span_gaps if lossy else total_gaps,
+                            n=span_gaps if lossy else total_gaps, place=CAPTURE_POINT,
                             evidence={k: v for k, v in evidence.items() if v is not None}, basis=basis)
 
     def _drops(self, drops: CaptureDrops, ctx: AnalysisContext) -> Finding | None:
@@ -716,7 +718,7 @@ class CaptureLoss(Detector):
                     if ratio is not None else None, "packets_per_min": round(rate, 1) if rate is not None else None,
                     "interface": drops.interface, "source": drops.source, "counter": drops.counter}
         return self.finding(severity, msg, identifier=f"drops on {where}", first_seen=first,
-                            last_seen=last, n=drops.dropped,
+                            last_seen=last, n=drops.dropped, place=f"{CAPTURE_POINT}, interface {where}",
                             evidence={k: v for k, v in evidence.items() if v is not None})
 
     # ---- the other findings, report and watch ------------------------------------

@@ -177,7 +177,7 @@ class HandshakeRtt(Detector):
             "retried_left_out": max(n - RETRIED_IN_EVIDENCE, 0),
             "evidence_frames": evidence_frames(hs["frame"][rows]),
         }
-        fields = {"dest_ip": str(servers[0])} if len(servers) == 1 else {}
+        fields = {"dest_ip": str(servers[0])} if len(servers) == 1 else {"place": _paths(cls_name)}
         basis = [Basis.sample(n, RETRIED_MEDIUM, RETRIED_HIGH, "handshakes whose first SYN went unanswered")]
         return [self.finding("low", msg, identifier=f"{cls_name} handshakes retried", first_seen=t0, last_seen=t1,
                              n=n, proto="TCP", evidence={k: v for k, v in evidence.items() if v is not None},
@@ -285,7 +285,7 @@ class HandshakeRtt(Detector):
             "evidence_frames": evidence_frames(np.sort(hs["frame"][slow[:64]])),
         }
         identifier = f"server {server}" if server is not None else f"{cls_name} handshakes"
-        fields = {"dest_ip": server} if server is not None else {}
+        fields = {"dest_ip": server} if server is not None else {"place": _paths(cls_name)}
         return self.finding(severity, msg, identifier=identifier, first_seen=t0, last_seen=t1,
                             n=int(np.count_nonzero(in_run)), proto="TCP",
                             evidence={k: v for k, v in evidence.items() if v is not None}, **fields)
@@ -468,3 +468,8 @@ class RttFigure(ReportFigure):
         self.bins.time_axis(ax)
         ax.set_ylabel("handshake RTT (ms)")
         ax.legend(loc="upper left", fontsize="small")
+
+
+def _paths(cls_name: str) -> str:
+    """The place of a finding about a class of handshakes rather than one server (incidents.where)."""
+    return f"the {cls_name} servers and the paths to them"

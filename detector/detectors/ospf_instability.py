@@ -911,6 +911,7 @@ class OspfInstability(Detector):
             out.append(self.finding(
                 "medium", msg, identifier=f"lsa v{version} area {_v4(origins['area'][k])} {kind:#x} {ls_id} {adv}",
                 first_seen=int(origins["first_ns"][k]), last_seen=int(origins["last_ns"][k]), n=total, proto="OSPF",
+                place=f"OSPF router ID {adv}, area {_v4(origins['area'][k])}",
                 evidence={"kind": "reorigination", "lsa_type": kind, "ls_id": ls_id, "adv_router": adv,
                           "area": _v4(origins["area"][k]), "originations": total, "fast_originations": fast,
                           "shortest_interval_s": round(float(shortest), 6),

@@ -429,7 +429,7 @@ class RogueDhcp(Detector):
         if named:
             fields["src_ip"] = busiest["ip"]
         finding = self.finding("medium", msg, identifier="dhcp-storm", first_seen=t0, last_seen=t1, n=total,
-                               evidence=evidence, proto="UDP", **fields)
+                               evidence=evidence, proto="UDP", place=STORM_PLACE, **fields)
         return dataclasses.replace(finding, remediation=remediation)
 
     def _senders(self, role: int) -> list[dict]:
@@ -445,6 +445,8 @@ class RogueDhcp(Detector):
                  "messages_error": int(t["error"][k])} for k in mine]
 
 
+# A storm's seconds are counted over every link the capture saw, not one VLAN's
+STORM_PLACE = "the links the capture point sees"
 # What to do about a storm, by what its finding knows (the rule's remediation is about a server it names)
 STORM_ONE_SENDER = (
     "Find {who}, the busiest sender of the storm's DHCP {role} messages, by its MAC address on the switch{address} "
@@ -634,6 +636,7 @@ class _Judgement:
             evidence["not_kept"] = dict(det.dropped)
         finding = det.finding(severity, msg, identifier=f"{version} server storm {_vlan_text(link)}", first_seen=t0,
                               last_seen=t1, n=int(messages.sum()), evidence=evidence, proto="UDP",
+                              place="the untagged link" if link == 0 else _vlan_text(link),
                               src_port=v4.SERVER_PORT if family == 4 else v6.SERVER_PORT)
         return dataclasses.replace(finding, remediation=FORGED_REMEDIATION)
 

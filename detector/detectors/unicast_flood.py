@@ -753,9 +753,9 @@ class UnicastFlood(Detector):
             evidence["macs_not_learnt"] = self.refused
         if self.cells_dropped:
             evidence["foreign_frames_not_attributed"] = self.cells_dropped
-        fields = {}
+        fields = {"place": "the switched segment the capture point sees"}
         if named:
-            fields["dest_mac"] = named[0]["mac"]
+            fields = {"dest_mac": named[0]["mac"]}
             if "ip" in named[0]:
                 fields["dest_ip"] = named[0]["ip"]
         return self.finding(severity, msg, identifier="unicast flooding", first_seen=t0, last_seen=t1, n=count,

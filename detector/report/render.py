@@ -666,7 +666,7 @@ def html_report(document: dict, findings: list[Finding], rules: dict[str, Rule],
                 "<table><tr><th>#</th><th>rule</th><th>where</th><th>what</th><th>count</th></tr>"]
         for i, f in described:
             rule_id, place, what = _appendix_row(f)
-            place = _e(place) if place == NO_PLACE else f"<code>{_e(place)}</code>"
+            place = _e(place) if place in (NO_PLACE, f.place) else f"<code>{_e(place)}</code>"     # words or addresses
             out.append(f'<tr id="f{i}"><td>{i}</td><td>{_e(rule_id)}</td><td>{place}</td>'
                        f"<td>{_e(what)}</td><td>{f.n:,}</td></tr>")
         out.append("</table>")
