@@ -138,9 +138,8 @@ def capture_bases(finding, quality, direction: dict | None, needs: frozenset) ->
             f"{span['corrupted']:,} of the {span['packets']:,} frames of its span ({share:.0%})"
         out.append(Basis("medium", f"{what} look corrupted: the capture is damaged where it saw this", "capture"))
     if "timing" in needs and span["backwards"]:
-        out.append(Basis("medium", f"time runs backwards {plural(span['backwards'], 'time')} in its span: its "
-                                   f"rates and "
-                                   "intervals are unreliable", "capture"))
+        out.append(Basis("medium", f"time runs backwards {plural(span['backwards'], 'time')} in its span: its rates "
+                                   "and intervals are unreliable", "capture"))
     share = span["truncated"] / packets
     if "payload" in needs and share >= TRUNCATED_MEDIUM:
         out.append(Basis("medium", f"{span['truncated']:,} of the {span['packets']:,} frames of its span were cut at "

@@ -369,9 +369,8 @@ class _Conflicts:
             signs.append(f"the gateway's address claimed ({', '.join(gateways)})")
         mismatched = int(r["mismatched"][mine].sum())
         if mismatched:
-            signs.append(f"{plural(mismatched, ('ND' if v6 else 'ARP') + ' packet')} whose Ethernet source is "
-                         f"not their "
-                         f"{'link-layer address option' if v6 else 'ARP sender MAC'}")
+            signs.append(f"{plural(mismatched, ('ND' if v6 else 'ARP') + ' packet')} whose Ethernet source is not "
+                         f"their {'link-layer address option' if v6 else 'ARP sender MAC'}")
         if not any(a["claims"] for a in addresses):
             signs.append(f"it sent no {'' if v6 else 'ARP '}claim itself: only replies to it name it")
         copies = [c for a in addresses for c in a["copies"]]

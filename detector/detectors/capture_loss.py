@@ -702,9 +702,8 @@ class CaptureLoss(Detector):
         if received is None or received <= 0:
             ratio, rate = None, None
             severity = "info"
-            msg = (f"the capture point dropped {plural(drops.dropped, 'packet')} on {where} (by its "
-                   f"{drops.counter}); how "
-                   f"many it received is not recorded, so the share is unknown")
+            msg = (f"the capture point dropped {plural(drops.dropped, 'packet')} on {where} (by its {drops.counter}); "
+                   f"how many it received is not recorded, so the share is unknown")
         else:
             ratio = drops.dropped / received
             rate = received / minutes       # over a minute at least: a short capture needs that many packets

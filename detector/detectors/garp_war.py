@@ -578,8 +578,7 @@ class GarpWar(Detector):
             places = [link_text(int(x)) or "untagged" for x in dict.fromkeys(link.tolist())]
             msg = (f"MAC {mac} claimed {ip} on {len(places)} links ({', '.join(places[:LISTED])}) within "
                    f"{FLAP_WINDOW_S:g} s, {plural(len(close), 'time')}, first at {iso_time(int(first[k]))}: the "
-                   f"switches "
-                   f"learn it on two ports at once (a duplicated MAC, a loop between VLANs, or two devices "
+                   f"switches learn it on two ports at once (a duplicated MAC, a loop between VLANs, or two devices "
                    f"sharing one virtual MAC)")
             frames = np.concatenate([pl["first_frame"][rows], pl["last_frame"][rows]])
             out.append(self.finding(

@@ -322,9 +322,8 @@ class _Judgement:
             how_text = ", ".join(f"{n:,}x {nb.HOW_NAMES[h]}" for h, n in sorted(hows.items()))
             if leases:
                 problems.append(("high", f"was leased {ip}, registered to {owner_text}, by a DHCP server "
-                                         f"({plural(leases, 'ACK')}): the server's configuration contradicts "
-                                         f"the registry, "
-                                         f"or a rogue server answers"))
+                                         f"({plural(leases, 'ACK')}): the server's configuration contradicts the "
+                                         f"registry, or a rogue server answers"))
             # the registry is the point of the rule: a registered address claimed (ARP reply, gratuitous ARP,
             # Neighbor Advertisement) by a MAC it does not bind is high, used (requests, traffic) medium, whether
             # the owner is seen or not; what the owner did only changes the likely explanation

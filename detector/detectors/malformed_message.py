@@ -313,9 +313,8 @@ class MalformedMessage(Detector):
         span = f"at {iso_time(first)}" if last == first else f"over {(last - first) / NS:,.1f} s from {iso_time(first)}"
         ttl = sorted({int(b["ttl_min"][k]), int(b["ttl_max"][k])})
         msg = (f"{name} from {who} to {target}{' on ' + where if where else ''}: {count:,} of "
-               f"{plural(messages, 'message')} malformed {span}: {listing}. Receivers drop such a message (or "
-               f"the part of it at "
-               f"fault): it changes nothing on the link, and comes from a broken or crafted sender, or from "
+               f"{plural(messages, 'message')} malformed {span}: {listing}. Receivers drop such a message (or the part "
+               f"of it at fault): it changes nothing on the link, and comes from a broken or crafted sender, or from "
                f"damage on the way")
         if link_only and ttl != [LINK_TTL]:
             msg += (f". Sent with {'hop limit' if proto in (P_RIPNG, P_ND) else 'TTL'} "

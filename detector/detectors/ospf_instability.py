@@ -857,10 +857,9 @@ class OspfInstability(Detector):
         span = judged["span_ns"] / NS
         if quick and severity == "low":
             msg = (f"OSPF adjacency {a} - {b} was reset {plural(flaps, 'time')} within {span:,.1f} s: "
-                   f"{'; '.join(parts)}. "
-                   f"Each time it came straight back ({came_back}) and no Hello of either router was missing: "
-                   f"quick resets (an operator's clear ip ospf, a process restart), not a failing link; each "
-                   f"still recomputes routes")
+                   f"{'; '.join(parts)}. Each time it came straight back ({came_back}) and no Hello of either router "
+                   f"was missing: quick resets (an operator's clear ip ospf, a process restart), not a failing link; "
+                   f"each still recomputes routes")
         elif quick:
             msg = (f"OSPF adjacency {a} - {b} is reset again and again ({plural(flaps, 'time')} in {span:,.1f} s): "
                    f"{'; '.join(parts)}. Each time it came straight back ({came_back}) with no Hello missing: "
@@ -936,10 +935,9 @@ class OspfInstability(Detector):
             name = _lsa_name(int(floods["version"][worst]), int(floods["type"][worst]))
             seq = int(floods["seq"][worst]) & 0xFFFFFFFF
             msg = (f"OSPF router {rid} ({src}) sent {plural(count, 'LSA instance')} again and again within "
-                   f"MinLSArrival "
-                   f"({self.params['min_ls_arrival_s']:g} s), {quick:,} copies its neighbours discard; worst "
-                   f"{name} {_v4(floods['ls_id'][worst])} of {_v4(floods['adv_router'][worst])} sequence {seq:#010x}, "
-                   f"{int(floods['count'][worst]):,} copies: duplicated packets or a flooding loop")
+                   f"MinLSArrival ({self.params['min_ls_arrival_s']:g} s), {quick:,} copies its neighbours discard; "
+                   f"worst {name} {_v4(floods['ls_id'][worst])} of {_v4(floods['adv_router'][worst])} sequence "
+                   f"{seq:#010x}, {int(floods['count'][worst]):,} copies: duplicated packets or a flooding loop")
             frames = np.unique(np.concatenate([floods["first_frame"][mine], floods["last_frame"][mine]]))
             fields = {"src_ip": src}
             fields.update({k: v for k, v in self._router_fields(int(floods["router_id"][worst])).items()

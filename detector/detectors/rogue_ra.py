@@ -465,14 +465,12 @@ class _Judgement:
         # ---- what it says about itself
         if ro["lladdr_differs"][r]:
             problems.append(("low", f"{plural(int(ro['lladdr_differs'][r]), 'RA')} whose source link-layer "
-                                    f"address option "
-                                    f"names {self.lladdr[r]}, not the Ethernet source {self.mac[r]}: hosts send its "
-                                    f"traffic to the option's MAC"))
+                                    f"address option names {self.lladdr[r]}, not the Ethernet source {self.mac[r]}: "
+                                    f"hosts send its traffic to the option's MAC"))
             frames.append(int(ro["lladdr_differs_frame"][r]))
         if ro["m_without_o"][r]:
             problems.append(("low", f"{plural(int(ro['m_without_o'][r]), 'RA')} with M=1 and O=0 (NDPMon 'wrong "
-                                    f"RA flags'): "
-                                    f"addresses from DHCPv6 but no other configuration"))
+                                    f"RA flags'): addresses from DHCPv6 but no other configuration"))
             frames.append(int(ro["m_without_o_frame"][r]))
         changes = self._changes(r)
         if changes:

@@ -496,8 +496,7 @@ class RssSaturation(Detector):
             for f in named[:3] if f["packets_in_window"] >= MSG_FLOW_SHARE_RATIO * packets)
         msg = (f"receive queue {queue} of {p['queues']} took {share:.0%} of {window:,} packets "
                f"(fair share {fair:.1%}) in {plural(len(idx), 'bin')} of {p['bin_ms']:g} ms, peak {peak:,.0f} "
-               f"packets/s "
-               f"on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
+               f"packets/s on that queue" + (f"; filled by {flow_text}" if flow_text else ""))
         counted = sum(cell.packets for cell in cells)
         tunnelled = sum(cell.tunnelled for cell in cells) / counted if counted else 0.0
         kinds = sorted({f["tunnel"] for f in named if "tunnel" in f})

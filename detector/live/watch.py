@@ -405,8 +405,7 @@ class Watch:
              f"{plural(alerts, 'alert')}{f' (worst: {worst})' if worst else ''}; findings written to {path}")
         if failures:
             _say(f"error: {plural(len(failures), 'rule')} failed while watching "
-                 f"({', '.join(f.rule for f in failures)}): "
-                 f"a bug in detector; their tracebacks are in {path}")
+                 f"({', '.join(f.rule for f in failures)}): a bug in detector; their tracebacks are in {path}")
             return EXIT_RULE_FAILED
         return EXIT_OK
 
