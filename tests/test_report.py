@@ -386,10 +386,10 @@ def test_a_many_interface_pcapng_of_info_findings_has_a_short_report(tmp_path, c
     assert findings and {f.severity for f in findings} == {"info"} and result.incidents == []
     text = (tmp_path / "report.md").read_text()
     assert len(text.splitlines()) <= 400 and "## Incidents" not in text and "## Appendix: info findings" in text
-    # its capture-loss finding counts ack gaps over the whole capture: it names no host, and says so
-    assert "| 1 | capture-loss | no single host | " in text
+    # its capture-loss finding counts ack gaps over the whole capture: its place is the capture point, in words
+    assert "| 1 | capture-loss | the capture point | " in text
     page = (tmp_path / "report.html").read_text()
-    assert '<tr id="f1"><td>1</td><td>capture-loss</td><td>no single host</td>' in page
+    assert '<tr id="f1"><td>1</td><td>capture-loss</td><td>the capture point</td>' in page
 
 
 def _two_incidents_the_worst_later():
