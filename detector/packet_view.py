@@ -57,7 +57,6 @@ from .schema import (
     L_UDP,
     L_VLAN,
     L_WSCALE,
-    PROTO_NAMES,
     TUNNEL_NAMES,
     PacketBatch,
 )
@@ -166,8 +165,10 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("quote_src_ip", "ip", "quote_src_ip", L_QUOTE, "string", "Source address of the IP header an ICMP "
            "error quotes"),
     Column("quote_dest_ip", "ip", "quote_dest_ip", L_QUOTE, "string", "Destination address of the quoted header"),
-    Column("quote_proto", "category", "quote_proto", L_QUOTE, "category", "Protocol of the quoted header",
-           names=PROTO_NAMES),
+    Column("quote_proto", "category", "quote_proto", L_QUOTE, "category", "Name of the quoted header's protocol, "
+           "as proto (<NA> for one without a name: its number is in quote_ip_proto)",
+           names=FLOW_PROTO_NAMES, number_column="quote_ip_proto"),
+    _int("quote_ip_proto", "quote_proto", L_QUOTE, "UInt8", "IANA number of the quoted header's protocol"),
     _int("quote_src_port", "quote_src_port", L_QUOTE_PORTS, "UInt16", "Source port of the quoted packet"),
     _int("quote_dest_port", "quote_dest_port", L_QUOTE_PORTS, "UInt16", "Destination port of the quoted packet"),
     Column("arp_op", "category", "arp_op", L_ARP, "category", "ARP operation: request, reply, ...",
@@ -183,8 +184,11 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("outer_src_ip", "ip", "outer_src_ip", L_TUNNEL, "string", "Source address of a tunnel's outer IP "
            "header"),
     Column("outer_dest_ip", "ip", "outer_dest_ip", L_TUNNEL, "string", "Destination address of the outer header"),
-    Column("outer_proto", "category", "outer_proto", L_TUNNEL, "category", "Protocol of the outer IP header",
-           names=PROTO_NAMES),
+    Column("outer_proto", "category", "outer_proto", L_TUNNEL, "category", "Name of the protocol the outer IP "
+           "header carries, as proto (udp for VXLAN or Geneve; <NA> for GRE, IP in IP: its number is in "
+           "outer_ip_proto)", names=FLOW_PROTO_NAMES, number_column="outer_ip_proto"),
+    _int("outer_ip_proto", "outer_proto", L_TUNNEL, "UInt8", "IANA number of the protocol the outer IP header "
+         "carries (47 GRE, 4 IPv4 in IP, 41 IPv6 in IP, 17 UDP)"),
     _int("outer_src_port", "outer_src_port", L_TUNNEL, "UInt16", "Outer UDP source port (0 unless the tunnel "
          "rides on UDP)"),
     _int("outer_dest_port", "outer_dest_port", L_TUNNEL, "UInt16", "Outer UDP destination port"),
@@ -365,11 +369,16 @@ def _build(column: Column, cols: dict, layers: np.ndarray):
             codes = lookup[values]
         else:
             distinct, codes = np.unique(values.astype(np.int64), return_inverse=True)
-        unnamed = "" if column.number_column else None      # a number without a name: <NA>, not its text
-        labels = [column.names.get(int(v), str(int(v)) if unnamed is None else unnamed) for v in distinct]
-        # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
-        categories = [label for label in dict.fromkeys(labels) if label != unnamed]
-        remap = np.array([categories.index(label) if label != unnamed else -1 for label in labels], dtype=np.int64)
+        if column.number_column:
+            # names only, a number without one <NA> (its number is in number_column); every name a category, so
+            # that the dtype is the same in every batch and capture, and a table without any (ARP only) keeps it
+            labels = [column.names.get(int(v)) for v in distinct]
+            categories = list(dict.fromkeys(column.names.values()))
+        else:
+            labels = [column.names.get(int(v), str(int(v))) for v in distinct]
+            # two numbers may share a label (a TUNNEL_NAMES entry of ""): categories must be unique
+            categories = list(dict.fromkeys(labels))
+        remap = np.array([categories.index(label) if label is not None else -1 for label in labels], dtype=np.int64)
         codes = np.where(valid, remap[codes.reshape(-1)] if len(values) else codes, -1)
         return pd.Categorical.from_codes(codes, dtype=_category_dtype(tuple(categories)))
     raise AssertionError(f"unknown column kind {kind}")

@@ -140,6 +140,11 @@ def test_icmp_errors_and_their_quotes_agree_with_tshark(tshark, name):
     assert len(errors) == len(quoted) > 0
     assert errors["quote_src_ip"].tolist() == [r[1] or r[2] for r in quoted]
     assert errors["quote_src_port"].astype(str).tolist() == [r[3] for r in quoted]
+    # the quoted header's protocol, its name and number as proto and ip_proto have them
+    numbers = tshark.fields(path, "ip.proto", "ipv6.nxt", display_filter="icmp.type == 3 or icmpv6.type == 2",
+                            options=("-E", "occurrence=l"))
+    assert errors["quote_ip_proto"].astype(str).tolist() == [r[0] or r[1] for r in numbers]
+    assert errors["quote_proto"].astype(str).tolist() == [FLOW_PROTO_NAMES[int(r[0] or r[1])] for r in numbers]
 
 
 @pytest.mark.parametrize("name", ["suricata-verify/tests/firewall/ruletype-firewall-117-ftp-all-data-ipv6/input.pcap",
@@ -162,10 +167,22 @@ def test_a_tunnelled_packet_has_its_outer_header(tshark):
     assert tunnelled["outer_src_ip"].tolist() == [r[1] for r in rows]
     assert tunnelled["outer_dest_ip"].tolist() == [r[2] for r in rows]
     assert tunnelled["outer_dest_port"].astype(str).tolist() == [r[3] for r in rows]
-    assert (tunnelled["outer_proto"] == "udp").all()
+    assert (tunnelled["outer_proto"] == "udp").all() and (tunnelled["outer_ip_proto"] == 17).all()
     assert (tunnelled["src_ip"] != tunnelled["outer_src_ip"]).all()
     plain = packets[packets["tunnel"].isna()]
     assert len(plain) and plain[["outer_src_ip", "outer_proto", "outer_dest_port"]].isna().all().all()
+
+
+def test_a_gre_tunnels_outer_protocol_has_a_number_and_no_name(tshark, captures_real):
+    # GRE (47) has no name in proto's vocabulary: outer_proto <NA>, its number in outer_ip_proto, as tshark's
+    # outer ip.proto; "udp" and "47" never share a column
+    path = captures_real / "packetlife/pcaps/GRE.cap"
+    rows = tshark.fields(path, "frame.number", "ip.proto", display_filter="gre", options=("-E", "occurrence=f"))
+    packets = detector.open(path).packets.set_index("frame")
+    tunnelled = packets.loc[[int(r[0]) for r in rows]]
+    assert len(rows) > 0 and (tunnelled["tunnel"] == "gre").all()
+    assert tunnelled["outer_ip_proto"].astype(str).tolist() == [r[1] for r in rows] == ["47"] * len(rows)
+    assert tunnelled["outer_proto"].isna().all()
 
 
 def _address_batch():
