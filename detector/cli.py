@@ -30,6 +30,7 @@ from .errors import (
     UsageError,
     capture_problem,
 )
+from .units import plural
 
 SITE_HELP = ("site file (YAML): local_networks, routers, dhcp_servers, bindings (IP-MAC registry: entries, "
              "ethers, dhcpd host blocks, CSV), dynamic_pools; `detector site-template` prints an example, "
@@ -263,7 +264,7 @@ def cmd_flows(args) -> int:
                                     partitions_per_file=args.partitions_per_file)
     for warning in result.warnings:
         print(f"detector: warning: {warning}", file=sys.stderr)
-    print(f"{count} flows written to {out or 'standard output'}", file=sys.stderr)
+    print(f"{plural(count, 'flow')} written to {out or 'standard output'}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -321,7 +322,7 @@ def _analyze_each(args) -> int:
         print(f"{entry['capture']}: {entry['status']:<7} {said}".rstrip())
     failed = sum(1 for entry in entries if entry["error"])
     damaged = sum(1 for entry in entries if entry["status"] == "damaged")
-    print(f"{len(entries) - failed} of {len(entries)} captures analysed into {args.output} (index.html)"
+    print(f"{len(entries) - failed:,} of {plural(len(entries), 'capture')} analysed into {args.output} (index.html)"
           + (f", {damaged} damaged (the warnings above)" if damaged else ""), file=sys.stderr)
     if failed:
         return EXIT_BAD_INPUT

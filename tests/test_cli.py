@@ -341,7 +341,7 @@ def test_flows_to_standard_output_as_tshark_and_zeek_cut_write(small_pcap, tmp_p
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout == file.read_bytes()
             assert proc.stderr.decode().splitlines()[-1] == \
-                   f"{len(pd.read_csv(file))} flows written to standard output"
+                   f"{len(pd.read_csv(file)):,} flows written to standard output"
     assert "cut.pcap at byte" in proc.stderr.decode()
 
 

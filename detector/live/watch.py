@@ -401,7 +401,7 @@ class Watch:
         self.metrics.close()
         alerts = sum(count for (_rule, kind), count in self.log.counts.items() if kind == "alert")
         worst = max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)
-        _say(f"stopped: {self.stats.packets:,} packets, {self.capture.drops:,} dropped by the kernel, "
+        _say(f"stopped: {plural(self.stats.packets, 'packet')}, {self.capture.drops:,} dropped by the kernel, "
              f"{plural(alerts, 'alert')}{f' (worst: {worst})' if worst else ''}; findings written to {path}")
         if failures:
             _say(f"error: {plural(len(failures), 'rule')} failed while watching "
