@@ -21,6 +21,7 @@ import base64
 import html
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -177,10 +178,23 @@ def figure_of(panels: list[tuple]) -> MplFigure:
     return fig
 
 
+@dataclass
+class FigureJob:
+    """A figure of the report still to draw: its title, `draw(ax)` of its one panel and its size in inches.
+    Drawing it is most of the report's cost; report.drawing draws several at once on the cores there are."""
+
+    title: str
+    draw: Callable
+    size: tuple[float, float] = (8.0, 3.0)
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        figure_of([(self.draw, self.title, self.size)]).savefig(buffer, format="png")
+        return buffer.getvalue()
+
+
 def _figure(draw, title: str, size=(8.0, 3.0)) -> Figure:
-    buffer = io.BytesIO()
-    figure_of([(draw, title, size)]).savefig(buffer, format="png")
-    return Figure(title, buffer.getvalue())
+    return Figure(title, FigureJob(title, draw, size).png())
 
 
 def _seconds(ns: int | None, start_ns: int) -> float:
@@ -204,23 +218,28 @@ def _timeline(series, findings: list[Finding]):
     return draw
 
 
-def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
-    """The report's figures: the traffic of the evidence pass, the rules' own figures, the flow table's
+def figure_jobs(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[FigureJob]:
+    """The report's figures, to draw: the traffic of the evidence pass, the rules' own figures, the flow table's
     top talkers."""
     out = []
     series = evidence.series
     if series is not None and len(series.packets):
-        out.append(_figure(_timeline(series, findings), TIMELINE_TITLE))
+        out.append(FigureJob(TIMELINE_TITLE, _timeline(series, findings)))
         for figure in evidence.figures:
-            out.append(_figure(partial(figure.draw, flows=flows), figure.title, figure.size))
+            out.append(FigureJob(figure.title, partial(figure.draw, flows=flows), figure.size))
     if len(flows):
         talkers = _top_talkers(flows)
 
         def bars(ax):
             ax.barh(talkers.index[::-1], talkers.values[::-1], color="#245")
             ax.set_xlabel("bytes sent")
-        out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
+        out.append(FigureJob(f"Top {len(talkers)} talkers", bars, (8.0, 0.35 * len(talkers) + 1.2)))
     return out
+
+
+def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
+    """The report's figures (figure_jobs()) drawn here, one after the other."""
+    return [Figure(job.title, job.png()) for job in figure_jobs(findings, evidence, flows)]
 
 
 def finding_figure(finding: Finding, series, rule_figures: list, flows) -> MplFigure | None:
