@@ -23,7 +23,7 @@ import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -333,7 +333,14 @@ def markdown_code(value, cell: bool = False) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+# A word none of whose characters can act is left as it is, with one search instead of four substitutions (most
+# words of a report).
+_MD_MAY_ACT = re.compile(r"[\\`*\[\]~$_<&|]")
+
+
 def _escape_word(word: str, cell: bool) -> str:
+    if not _MD_MAY_ACT.search(word):
+        return word
     word = _MD_INLINE.sub(r"\\\1", word)
     word = _MD_UNDERSCORE.sub(r"\\_", word)
     word = _MD_ANGLE.sub(r"\\<", word)
@@ -360,6 +367,7 @@ def markdown_text(value, cell: bool = False, line_start: bool = True) -> str:
                               else f"{m.group()[:-1]}\\{m.group()[-1]}", text, count=1)
 
 
+@lru_cache(maxsize=1024)
 def _rule_text(paragraph: str) -> str:
     """One paragraph of a rule's text: its `code spans` (commands, option names) stay code, the rest is
     markdown_text."""
