@@ -389,6 +389,12 @@ def test_analyze_builds_the_flow_frame_only_for_findings_that_read_it(tmp_path):
         found = [f for f in json.loads((tmp_path / name / "findings.json").read_text())["findings"]
                  if f["rule"] == rule]
         assert found and all(f["evidence"][field] if field else f["community_id"] for f in found), name
+    # nor does the report, whose figures read the table's numbers too
+    reported = subprocess.run([sys.executable, "-c", probe.replace("'--no-report', ", ""),
+                               captures / "loss-every-nth-segment.pcap", tmp_path / "r"],
+                              capture_output=True, text=True, timeout=300)
+    assert reported.stdout.split()[-2:] == ["0", "False"], reported.stderr
+    assert re.search(r'alt="Top \d+ talkers"', (tmp_path / "r" / "report.html").read_text())
     blackhole = subprocess.run([sys.executable, "-c", probe, captures / "pmtud-blackhole-ipv4.pcapng",
                                 tmp_path / "b"], capture_output=True, text=True, timeout=300)
     assert blackhole.stdout.split()[-2:] == ["0", "True"], blackhole.stderr
