@@ -1,0 +1,71 @@
+"""The manual (docs/): MkDocs builds it with warnings as errors, its rules reference is what `detector explain`
+prints, and README.md stays a front door that links into it.
+
+The build runs `mkdocs build --strict` as `make test` does through this file, into a temporary folder: a link
+to a page or an anchor that does not exist, or a page left out of the navigation, fails it. One build of a
+copy with a broken link shows the check can fail.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+
+
+def _build(docs: Path, site: Path) -> subprocess.CompletedProcess:
+    # never --quiet: it silences the warnings before --strict counts them, and a broken link passes
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
+                           str(docs / "mkdocs.yml"), "-d", str(site)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def generator():
+    spec = importlib.util.spec_from_file_location("rules_reference", DOCS / "rules_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rules_reference_is_what_explain_prints(generator):
+    committed = (DOCS / "manual" / "rules-reference.md").read_text()
+    assert committed == generator.page(), (
+        "docs/manual/rules-reference.md is out of date with rules/*.yaml or a detector's PARAMS/ALERTS: "
+        "run `.venv/bin/python docs/rules_reference.py` and commit the page")
+
+
+def test_the_rules_reference_holds_every_rule_once(generator):
+    from detector.rules import explain_text, load_rules
+
+    page = (DOCS / "manual" / "rules-reference.md").read_text()
+    rules = load_rules()
+    assert re.findall(r"^## (\S+)$", page, flags=re.MULTILINE) == sorted(rules)
+    # the explain text itself, the install path replaced by the repository's
+    explain = explain_text(rules["echo-loop"], rules).split("\n", 3)[3]
+    assert explain in page and "file: rules/echo-loop.yaml" in page
+
+
+def test_the_manual_builds_with_warnings_as_errors(tmp_path):
+    proc = _build(DOCS, tmp_path / "site")
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-4000:]}"
+    reference = (tmp_path / "site" / "rules-reference" / "index.html").read_text()
+    assert 'id="vrrp-dual-master"' in reference and "Master_Down_Interval" in reference
+
+
+def test_a_broken_link_fails_the_build(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    page = docs / "manual" / "watch.md"
+    page.write_text(page.read_text() + "\nSee [the alerts](outputs.md#no-such-section) and [x](gone.md).\n")
+    proc = _build(docs, tmp_path / "site")
+    assert proc.returncode != 0
+    assert "gone.md" in proc.stderr and "no-such-section" in proc.stderr
+
