@@ -8,6 +8,7 @@ copy with a broken link shows the check can fail.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -69,3 +70,29 @@ def test_a_broken_link_fails_the_build(tmp_path):
     assert proc.returncode != 0
     assert "gone.md" in proc.stderr and "no-such-section" in proc.stderr
 
+
+def test_the_readme_is_a_front_door():
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= 200
+    # no dated diary: figures and their dates belong to docs/manual/performance.md, written by the benchmark
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", readme)
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
+    assert "make demo" in readme and "make test" in readme and "report.html" in readme
+
+
+def test_the_readmes_sample_is_what_analyze_writes():
+    """The sample is the incident summary findings.json holds for the bundled capture it names (its snapshot,
+    held byte for byte by test_snapshots.py), and the rules it names are the rules there are."""
+    from detector.rules import load_rules
+
+    readme = README.read_text()
+    snapshot = json.loads((ROOT / "tests" / "snapshots" / "echo-loop-rip-ipv4.pcapng.json").read_text())
+    (incident,) = snapshot["findings.json"]["incidents"]
+    assert "detector analyze captures/echo-loop-rip-ipv4.pcapng -o out/" in readme
+    assert f"{incident['severity']:<9} {incident['id']:<12} {incident['title']}" in readme
+    assert incident["summary"] in readme
+    section = readme[readme.index("## What it finds"):readme.index("## The manual")]
+    rules = load_rules()
+    assert set(re.findall(r"`([a-z0-9-]+)`", section)) == set(rules)
+    assert f"{len(rules)} rules" in section
