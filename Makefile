@@ -70,7 +70,7 @@ demo: venv
 
 # the lint first: the rules of .ci/ruff.toml, with the ruff the test extra pins
 lint: venv
-	$(BIN)/ruff check --config .ci/ruff.toml --no-cache detector tests bench captures
+	$(BIN)/ruff check --config .ci/ruff.toml --no-cache detector tests bench captures docs
 
 # one worker per core; a test file stays on one worker (its module fixtures and files are built once)
 test: venv lint

@@ -9,9 +9,10 @@ the page cache, as a separate process. Seconds are wall clock for the whole
 process, start-up included: the median of 3 runs, or a single run when the
 first one takes longer than SLOW_RUN_S. Peak RSS is the process's maximum
 resident set size as GNU time reports it (for a tool that forks workers, the
-largest single process). The table goes to stdout and, as Markdown, to
-bench/out/results.md (results-N.md for a --packets N trial), which the README
-includes.
+largest single process). The table goes to stdout and, as Markdown, into the
+manual's docs/manual/performance.md, between the markers of its block (PAGE_BEGIN,
+PAGE_END), so the page always shows the latest run and its history is git's; a
+--packets N trial writes bench/out/results-N.md instead.
 """
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ DETECTOR = VENV_BIN / "detector"
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 PEERS = BENCH_DIR / "peers.py"
 GNU_TIME = "/usr/bin/time"
+# The manual's page of figures, and the markers of the block this script rewrites in it (nothing else there)
+PAGE = REPO / "docs" / "manual" / "performance.md"
+PAGE_BEGIN = "<!-- begin: written by bench/run.py (make bench); do not edit by hand -->"
+PAGE_END = "<!-- end: written by bench/run.py -->"
 
 RUNS = 3                        # median of this many runs per tool
 SLOW_RUN_S = 60.0               # a first run longer than this is not repeated
@@ -639,6 +644,27 @@ def resident(capture: Path, log):
         mapped.close()
 
 
+def page_around_block(page: Path) -> tuple[str, str]:
+    """The page before its block's PAGE_BEGIN marker and after its PAGE_END marker."""
+    try:
+        text = page.read_text()
+    except OSError as exc:
+        raise BenchError(f"{page}: cannot read the page of figures: {exc.strerror}") from None
+    if text.count(PAGE_BEGIN) != 1 or text.count(PAGE_END) != 1 or text.index(PAGE_BEGIN) > text.index(PAGE_END):
+        raise BenchError(f"{page}: needs one '{PAGE_BEGIN}' line, then one '{PAGE_END}' line")
+    head, rest = text.split(PAGE_BEGIN)
+    return head, rest.split(PAGE_END)[1]
+
+
+def write_page_block(page: Path, lines: list[str]) -> None:
+    """Replaces what lies between the page's PAGE_BEGIN and PAGE_END markers by `lines`, the rest of the page
+    kept byte for byte; written under a temporary name and renamed, so an interruption leaves the old page."""
+    head, tail = page_around_block(page)
+    scratch = page.with_name(f".{page.name}.tmp")
+    scratch.write_text("\n".join([head + PAGE_BEGIN, "", *lines, "", PAGE_END]) + tail)
+    os.replace(scratch, page)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--packets", type=int, default=make_capture.DEFAULT_PACKETS, metavar="N",
@@ -663,6 +689,8 @@ def main(argv=None) -> int:
     if args.packets < 1 or args.runs < 1:
         raise BenchError("--packets and --runs must be at least 1")
     check_requirements(tools + (["flows", "analyze"] if args.memory_check else []))
+    if args.packets == make_capture.DEFAULT_PACKETS:
+        page_around_block(PAGE)  # a page the figures cannot go into is said before the hour of runs
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -701,12 +729,17 @@ def main(argv=None) -> int:
     print()
     print("\n".join(summary))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    markdown = [f"# Benchmark results ({stamp})", "", *[f"- {line}" for line in env], "",
-                markdown_table(rows), "", *[f"- {line}" for line in summary], ""]
-    # Only the default-size run feeds the README; smaller trial runs keep their own file.
-    name = "results.md" if args.packets == make_capture.DEFAULT_PACKETS else f"results-{args.packets}.md"
-    (OUT_DIR / name).write_text("\n".join(markdown))
-    log(f"written to {OUT_DIR / name}")
+    markdown = [f"Latest run: {stamp}, `bench/run.py {' '.join(argv if argv is not None else sys.argv[1:])}`.",
+                "", *[f"- {line}" for line in env], "", markdown_table(rows), "",
+                *[f"- {line}" for line in summary]]
+    # Only the default-size run feeds the manual; smaller trial runs keep their own file.
+    if args.packets == make_capture.DEFAULT_PACKETS:
+        write_page_block(PAGE, markdown)
+        log(f"written to {PAGE}")
+    else:
+        trial = OUT_DIR / f"results-{args.packets}.md"
+        trial.write_text("\n".join(markdown) + "\n")
+        log(f"written to {trial}")
 
     ours_failed = [r for r in results + memory if r.tool in OURS[1:] and r.failed]
     if ours_failed:

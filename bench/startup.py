@@ -9,7 +9,7 @@ then `analyze` with the report, each timed as a whole process; and
 `make venv` filled, and `rules` and `explain RULE`, which load no compiled
 code (target: under 0.3 s), the best of RUNS runs each, beside `cat FILE` and
 `capinfos FILE` in the same run (this host's speed drifts, so the ratio to
-capinfos says more than seconds). Prints a Markdown table; the README quotes it.
+capinfos says more than seconds). Prints a Markdown table (docs/manual/performance.md says what it measures).
 """
 from __future__ import annotations
 

@@ -299,7 +299,10 @@ def analyze(paths, out_dir, rules_dir=None, report: bool = True, site_file=None,
                                      result.failures, result.incidents, result.quality)
         path = write_findings(out, document, findings, str(paths[0]) if paths else None, result.incidents)
         if report:
-            write_reports(out, document, findings, rules, evidence, result.flows, result.incidents)
+            # the flow table as numbers where the analysis holds it: the report's figures need no pandas
+            numbers = result.context.flow_columns()
+            write_reports(out, document, findings, rules, evidence, result.flows if numbers is None else numbers,
+                          result.incidents)
     return findings, result, path
 
 

@@ -1,4 +1,4 @@
-"""The Finding record: what a detector reports, in the JSON shape of DESIGN.md.
+"""The Finding record: what a detector reports, in the JSON shape of findings.json (docs/manual/outputs.md).
 
 Field names follow Suricata's EVE where one exists (src_ip, dest_ip, src_port,
 dest_port, proto, community_id) and Zeek's notice where one exists (n, msg,

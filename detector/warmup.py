@@ -17,7 +17,7 @@ from numba import config
 from .cpu import PACKAGE, cold_kernels, compile_kernels
 from .decode.kernel import decode_batch
 
-# What a first run costs on a 2-core machine (README.md, "First run and start-up"): every kernel is
+# What a first run costs on a 2-core machine (docs/manual/performance.md, "Start-up"): every kernel is
 # compiled once for this processor and kept in the __pycache__ folders (numba's cache).
 FIRST_COMPILE_S = 40
 

@@ -441,3 +441,28 @@ def test_the_loss_figure_draws_the_messages_rates_and_ratio():
     assert round(max(lines)) == peak and rate in {round(r) for r in lines}
     assert [row["packet_rate_pps"] for row in loss.evidence["per_bin"]] == [round(r, 1) for r in lines]
     d.close()
+
+
+def test_the_flow_tables_numbers_and_its_frame_tell_the_same_flows():
+    """The rule reads the flow table as numbers (no pandas) where the context holds the table, and its DataFrame
+    view where that is all there is (the API's, a test's): the same worst flows, gaps, byte loss and Community
+    ID either way."""
+    from detector import analysis
+    from detector.detect.detector import AnalysisContext
+    from detector.detect.display import flow_community_id
+    from detector.detectors import capture_loss
+
+    done = analysis.analyze([str(Path(__file__).resolve().parents[1] / "captures" / "loss-every-nth-segment.pcap")])
+    table = done.flow_table
+    numbers = AnalysisContext(flows=table, stats=done.stats)
+    frame = AnalysisContext(flows=table.to_frame(), stats=done.stats)
+    assert numbers.flow_columns() is not None and frame.flow_columns() is None
+    worst = capture_loss._worst_flows(numbers)
+    assert worst and worst == capture_loss._worst_flows(frame)
+    assert capture_loss._gaps_over_seen_ends(numbers) == capture_loss._gaps_over_seen_ends(frame) > 0
+    assert capture_loss._byte_loss(numbers, 0, 1 << 62) == capture_loss._byte_loss(frame, 0, 1 << 62) > 0
+    for flow in worst:
+        src, sport = flow["src"].rsplit(":", 1)
+        dst, dport = flow["dest"].rsplit(":", 1)
+        ids = {flow_community_id(ctx, src, int(sport), dst, int(dport), 6) for ctx in (numbers, frame)}
+        assert ids == {flow["community_id"]}

@@ -370,8 +370,9 @@ def test_analyze_no_report_writes_findings_only(tmp_path):
 
 
 def test_analyze_builds_the_flow_frame_only_for_findings_that_read_it(tmp_path):
-    """pandas and the flow DataFrame cost half a second of every analysis: a capture whose
-    findings never consult the flow table must not load them; one whose findings do gets them."""
+    """pandas and the flow DataFrame cost half a second of every analysis: a capture whose findings never
+    consult the flow table, or read it as numbers (AnalysisContext.flow_columns), must not load them; one whose
+    findings read its text does."""
     captures = Path(__file__).resolve().parents[1] / "captures"
     probe = ("import sys\nfrom detector.cli import main\n"
              "code = main(['analyze', '--no-report', sys.argv[1], '-o', sys.argv[2]])\n"
@@ -379,6 +380,21 @@ def test_analyze_builds_the_flow_frame_only_for_findings_that_read_it(tmp_path):
     quiet = subprocess.run([sys.executable, "-c", probe, captures / "benign-office.pcapng", tmp_path / "q"],
                            capture_output=True, text=True, timeout=300)
     assert quiet.stdout.split()[-2:] == ["0", "False"], quiet.stderr
+    # capture-loss names its worst flows and mss-violation its flow's Community ID from the table's numbers
+    for name, rule, field in (("loss-every-nth-segment.pcap", "capture-loss", "worst_flows"),
+                              ("tso-host-capture.pcapng", "mss-violation", None)):
+        numbers = subprocess.run([sys.executable, "-c", probe, captures / name, tmp_path / name], capture_output=True,
+                                 text=True, timeout=300)
+        assert numbers.stdout.split()[-2:] == ["0", "False"], (name, numbers.stderr)
+        found = [f for f in json.loads((tmp_path / name / "findings.json").read_text())["findings"]
+                 if f["rule"] == rule]
+        assert found and all(f["evidence"][field] if field else f["community_id"] for f in found), name
+    # nor does the report, whose figures read the table's numbers too
+    reported = subprocess.run([sys.executable, "-c", probe.replace("'--no-report', ", ""),
+                               captures / "loss-every-nth-segment.pcap", tmp_path / "r"],
+                              capture_output=True, text=True, timeout=300)
+    assert reported.stdout.split()[-2:] == ["0", "False"], reported.stderr
+    assert re.search(r'alt="Top \d+ talkers"', (tmp_path / "r" / "report.html").read_text())
     blackhole = subprocess.run([sys.executable, "-c", probe, captures / "pmtud-blackhole-ipv4.pcapng",
                                 tmp_path / "b"], capture_output=True, text=True, timeout=300)
     assert blackhole.stdout.split()[-2:] == ["0", "True"], blackhole.stderr

@@ -157,9 +157,9 @@ def test_findings_jsonl_holds_each_alert_beside_its_finding(tmp_path):
     assert probe["dest_port"] == 520 and "incident:incident-1" in probe["alert"]["metadata"]["tag"]
 
 
-def test_the_readme_example_is_the_line_we_write():
-    readme = (HERE.parent / "README.md").read_text()
-    section = readme[readme.index("### findings.jsonl: EVE for Suricata's tools"):]
+def test_the_manuals_example_is_the_line_we_write():
+    page = (HERE.parent / "docs" / "manual" / "outputs.md").read_text()
+    section = page[page.index("## findings.jsonl: EVE for Suricata's tools"):]
     start = section.index("```json\n") + len("```json\n")
     example = json.loads(section[start:section.index("\n```", start)])
     (snapshot,) = [p for p in SNAPSHOTS if p.name == "echo-loop-rip-ipv4.pcapng.json"]

@@ -504,3 +504,18 @@ def test_a_rule_texts_code_spans_stay_code():
                                 "# not a heading `a|b` - c\n  d")
     assert shown == ("Find the port (`show mac address-table`, `bridge fdb show`) and shut it.\n\n"
                      "\\# not a heading `a|b` - c d")
+
+
+def test_top_talkers_from_the_tables_numbers_match_its_frame():
+    """The report reads the flow table as numbers (no pandas); the notebook hands its DataFrame: the same
+    addresses and bytes, the most first and equal ones by their text, IPv4 and IPv6 alike."""
+    from detector import analysis
+    from detector.report.render import TOP_TALKERS, _top_talkers
+
+    captures = Path(__file__).resolve().parents[1] / "captures"
+    done = analysis.analyze([str(captures / "benign-office.pcapng")])
+    names, sent = _top_talkers(done.context.flow_columns())
+    frame_names, frame_sent = _top_talkers(done.flow_table.to_frame())
+    assert names == frame_names and sent.tolist() == frame_sent.tolist()
+    assert len(names) == TOP_TALKERS and any(":" in name for name in names)
+    assert sent.tolist() == sorted(sent.tolist(), reverse=True)

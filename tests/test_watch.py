@@ -38,8 +38,8 @@ DETECTOR = Path(sys.executable).with_name("detector")
 IP = shutil.which("ip") or "/usr/sbin/ip"
 TCPREPLAY = shutil.which("tcpreplay")
 # An alert comes while the watch runs, seconds after the loop's first frame, not at its exit. How many
-# seconds (the target is 3) is a timing figure: bench/watch.py measures it on an idle machine (0.7 s, the
-# README); this bound only leaves room for a machine busy with other work, where 3 s was missed by 0.4 s.
+# seconds (the target is 3) is a timing figure: bench/watch.py measures it on an idle machine (docs/manual/
+# performance.md); this bound only leaves room for a machine busy with other work, where 3 s was missed by 0.4 s.
 ALERT_LIVE_S = 10.0
 # Generous bounds for a loaded 2-core machine: start-up (imports, warm-up), and the final reports.
 START_TIMEOUT_S = 90

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
+
 from ..schema import PROTO_NAMES
 
 # scapy dissectors loaded for frame summaries: every link type the decoder reads (they fill
@@ -49,3 +51,29 @@ def match_flow(table, src: str, sport: int, dst: str, dport: int, proto: int) ->
         name = PROTO_NAMES.get(proto, "")
         hit = hit[hit["proto"].isin([proto, name, name.upper()])]
     return hit.iloc[0].to_dict() if len(hit) else None
+
+
+def flow_community_id(ctx, src: str, sport: int, dst: str, dport: int, proto: int) -> str | None:
+    """The flow table's Community ID of src:sport -> dst:dport over `proto` (either orientation), None when the
+    table has no such flow: read from the context's numeric columns (AnalysisContext.flow_columns: no pandas, no
+    text of every flow) where it holds the table, else from its DataFrame view (match_flow)."""
+    from .columns import ip_halves
+
+    cols = ctx.flow_columns()
+    if cols is None:
+        match = match_flow(ctx.flows, src, sport, dst, dport, proto)
+        return None if match is None or "community_id" not in match else str(match["community_id"])
+    a, b = ip_halves(src), ip_halves(dst)
+    if a is None or b is None or "community_id" not in cols:
+        return None
+
+    def side(name: str, address: tuple[int, int], port: int):
+        return ((cols[f"{name}_ip_hi"] == address[0]) & (cols[f"{name}_ip_lo"] == address[1])
+                & (cols[f"{name}_port"] == port))
+    either = (side("src", a, sport) & side("dest", b, dport)) | (side("src", b, dport) & side("dest", a, sport))
+    hit = np.flatnonzero(either & (cols["proto"] == proto))
+    if len(hit) == 0:
+        return None
+    column = cols["community_id"]
+    return str(column.value_texts()[int(column.codes[hit[0]])])
+

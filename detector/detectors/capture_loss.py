@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.columns import endpoint, flow_time_ns
+from ..detect.columns import endpoint, flow_time_ns, ip_text
 from ..detect.confidence import Basis
 from ..detect.detector import (
     MIN_RATE_WINDOW_S,
@@ -98,8 +98,9 @@ from ..detect.state import concat_tables, empty_table, take_rows
 from ..findings import Finding, iso_time
 from ..flows.kernel import EV_ACK, EV_GAP, EV_MID_STREAM, EV_NONE, EV_SNAPPED, SLOT_OVER, SLOT_SEGMENT
 from ..flows.merge import UNDECIDED, CutJoins
+from ..flows.view import FLOW_PROTO_NAMES
 from ..rules import ALERT_SECONDS, COUNT, RATE_PPS, RATIO, Param, Range
-from ..schema import PacketBatch
+from ..schema import PROTO_TCP, PacketBatch
 from ..units import NS, plural
 
 # per-bin counters, the columns of the state: packets; ack events, gap events and snapped gap events of connections
@@ -765,13 +766,60 @@ def _acks_and_gaps(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return counts[:, C_ACKS] + counts[:, C_MID_ACKS], counts[:, C_GAPS] + counts[:, C_MID_GAPS]
 
 
+class _FlowColumns:
+    """The flow table's columns the rule reads, as numpy arrays: AnalysisContext.flow_columns() where the context
+    holds the table (no pandas, no text of every flow), else its DataFrame view (a test's, the API's)."""
+
+    def __init__(self, ctx: AnalysisContext):
+        self.coded = ctx.flow_columns()
+        self.frame = ctx.flows if self.coded is None else None
+
+    def __len__(self) -> int:
+        if self.coded is not None:
+            return len(self.coded["proto"])
+        return 0 if self.frame is None else len(self.frame)
+
+    def has(self, name: str) -> bool:
+        return name in self.coded if self.coded is not None else self.frame is not None and name in self.frame
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.coded[name] if self.coded is not None else self.frame[name].to_numpy()
+
+    def tcp(self) -> np.ndarray:
+        if self.coded is not None:
+            return self.coded["proto"] == PROTO_TCP
+        return (self.frame["proto"].astype(str) == "tcp").to_numpy()
+
+    def seen_ns(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.coded is not None:
+            return self.coded["first_seen"], self.coded["last_seen"]
+        return flow_time_ns(self.frame["first_seen"]), flow_time_ns(self.frame["last_seen"])
+
+    def described(self, i: int) -> dict:
+        """Flow `i`'s endpoints, protocol name, Community ID and history, as the DataFrame view writes them."""
+        if self.coded is None:
+            row = self.frame.iloc[i]
+            return {"src": endpoint(row["src_ip"], int(row["src_port"])),
+                    "dest": endpoint(row["dest_ip"], int(row["dest_port"])), "proto": str(row["proto"]),
+                    "community_id": row.get("community_id"), "history": str(row["history"])}
+        c = self.coded
+
+        def text(name: str) -> str:
+            column = c[name]
+            return str(column.value_texts()[int(column.codes[i])])
+        return {"src": endpoint(ip_text(c["src_ip_hi"][i], c["src_ip_lo"][i]), int(c["src_port"][i])),
+                "dest": endpoint(ip_text(c["dest_ip_hi"][i], c["dest_ip_lo"][i]), int(c["dest_port"][i])),
+                "proto": FLOW_PROTO_NAMES.get(int(c["proto"][i]), ""), "community_id": text("community_id"),
+                "history": text("history")}
+
+
 def _gaps_over_seen_ends(ctx: AnalysisContext) -> int:
     """The gap events of the flow table (Zeek's, of connections whose ends are established) over the bytes of ends
     whose payload the capture holds."""
-    table = ctx.flows
-    if table is None or len(table) == 0 or "src2dst_gap_events" not in table:
+    table = _FlowColumns(ctx)
+    if len(table) == 0 or not table.has("src2dst_gap_events"):
         return 0
-    return int(sum(table[f"{way}_gap_events"].to_numpy()[table[f"{way}_payload_bytes"].to_numpy() > 0].sum()
+    return int(sum(table[f"{way}_gap_events"][table[f"{way}_payload_bytes"] > 0].sum()
                    for way in ("src2dst", "dst2src")))
 
 
@@ -783,40 +831,38 @@ def _byte_loss(ctx: AnalysisContext, first: int, last: int) -> float | None:
 
     Gap events count each ack alike: a storage initiator's 64 KB burst acked at once (a stretch ack, LRO/GRO on the
     receiver) is one event among the acks of small commands and responses, and the bytes say what it weighs."""
-    table = ctx.flows
-    if table is None or len(table) == 0 or "src2dst_gap_bytes" not in table:
+    table = _FlowColumns(ctx)
+    if len(table) == 0 or not table.has("src2dst_gap_bytes"):
         return None
-    seen = flow_time_ns(table["first_seen"]), flow_time_ns(table["last_seen"])
-    rows = ((table["proto"].astype(str) == "tcp").to_numpy() & (seen[0] <= last) & (seen[1] >= first)
-            & (table["src2dst_packets"] > 0).to_numpy() & (table["dst2src_packets"] > 0).to_numpy())
+    seen = table.seen_ns()
+    rows = (table.tcp() & (seen[0] <= last) & (seen[1] >= first)
+            & (table["src2dst_packets"] > 0) & (table["dst2src_packets"] > 0))
     missing = captured = 0
     for way in ("src2dst", "dst2src"):
-        zeek = table[f"{way}_ack_events"].to_numpy()[rows] > 0
-        gone = np.where(zeek, table[f"{way}_gap_bytes"].to_numpy()[rows],
-                        table[f"{way}_seq_hole_bytes"].to_numpy()[rows])
+        zeek = table[f"{way}_ack_events"][rows] > 0
+        gone = np.where(zeek, table[f"{way}_gap_bytes"][rows], table[f"{way}_seq_hole_bytes"][rows])
         missing += int(gone.sum())
-        captured += int(table[f"{way}_payload_bytes"].to_numpy()[rows].sum())
+        captured += int(table[f"{way}_payload_bytes"][rows].sum())
     return missing / (missing + captured) if missing + captured else None
 
 
 def _worst_flows(ctx: AnalysisContext) -> list[dict]:
     """The TCP flows that missed the most bytes (Zeek's missed_bytes), with their counters."""
-    table = ctx.flows
-    if table is None or len(table) == 0 or "src2dst_gap_bytes" not in table:
+    table = _FlowColumns(ctx)
+    if len(table) == 0 or not table.has("src2dst_gap_bytes"):
         return []
-    missed = (table["src2dst_gap_bytes"] + table["dst2src_gap_bytes"]).to_numpy()
+    missed = table["src2dst_gap_bytes"] + table["dst2src_gap_bytes"]
+    gaps = table["src2dst_gap_events"] + table["dst2src_gap_events"]
+    acks = table["src2dst_ack_events"] + table["dst2src_ack_events"]
     top = np.argsort(-missed, kind="stable")[:FLOWS_NAMED]
     out = []
     for i in top.tolist():
         if missed[i] <= 0:
             break
-        row = table.iloc[i]
-        out.append({"src": endpoint(row["src_ip"], int(row["src_port"])),
-                    "dest": endpoint(row["dest_ip"], int(row["dest_port"])), "proto": str(row["proto"]),
-                    "community_id": row.get("community_id"), "gap_bytes": int(missed[i]),
-                    "gap_events": int(row["src2dst_gap_events"] + row["dst2src_gap_events"]),
-                    "ack_events": int(row["src2dst_ack_events"] + row["dst2src_ack_events"]),
-                    "history": str(row["history"])})
+        flow = table.described(i)
+        out.append({"src": flow["src"], "dest": flow["dest"], "proto": flow["proto"],
+                    "community_id": flow["community_id"], "gap_bytes": int(missed[i]), "gap_events": int(gaps[i]),
+                    "ack_events": int(acks[i]), "history": flow["history"]})
     return out
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from ..cpu import kernel
 from ..detect.columns import endpoint, ip_text
 from ..detect.detector import AnalysisContext, Detector, check_merge, register
-from ..detect.display import match_flow
+from ..detect.display import flow_community_id
 from ..detect.evidence import append_ends, evidence_frames, keep_ends
 from ..detect.grouping import find_sorted, group_by, member
 from ..detect.hashing import mix64
@@ -390,5 +390,4 @@ class MssViolation(Detector):
 
 def _community_id(ctx: AnalysisContext, src: str, sport: int, dst: str, dport: int) -> str | None:
     """The flow table's Community ID of this TCP connection, if it has one."""
-    match = match_flow(ctx.flows, src, sport, dst, dport, PROTO_TCP)
-    return None if match is None or "community_id" not in match else str(match["community_id"])
+    return flow_community_id(ctx, src, sport, dst, dport, PROTO_TCP)

@@ -776,13 +776,11 @@ class SegmentsFigure(ReportFigure):
         f = self.finding
         t, size, forward = self.points()
         mss = {}
-        if f.community_id and len(flows):
-            match = flows[flows["community_id"] == f.community_id]
-            if len(match):
-                row = match.iloc[0]
-                forward_is_src = row["src_ip"] == f.src_ip
-                mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dest_mss"]),
-                       f"{f.dest_ip} MSS": int(row["dest_mss"] if forward_is_src else row["src_mss"])}
+        row = _flow_of(flows, f.community_id) if f.community_id else None
+        if row is not None:
+            forward_is_src = row["src_ip"] == f.src_ip
+            mss = {f"{f.src_ip} MSS": int(row["src_mss"] if forward_is_src else row["dest_mss"]),
+                   f"{f.dest_ip} MSS": int(row["dest_mss"] if forward_is_src else row["src_mss"])}
         mtu = f.evidence.get("reported_mtu")
         ax.plot(t[forward], size[forward], ".", ms=4, color="#245", label=f"from {f.src_ip}")
         ax.plot(t[~forward], size[~forward], ".", ms=4, color="#999", label=f"from {f.dest_ip}")
@@ -854,3 +852,22 @@ def _rate_text(bps: float) -> str:
         if bps >= scale:
             return f"{bps / scale:.1f} {unit}"
     return f"{bps:.0f} bit/s"
+
+
+def _flow_of(flows, community_id: str) -> dict | None:
+    """The first flow of `community_id` (its source address as text, both MSS values): from the flow table's
+    numbers (AnalysisContext.flow_columns) or its DataFrame view; None when there is none."""
+    if isinstance(flows, dict):
+        column = flows["community_id"]
+        code = np.flatnonzero(column.value_texts() == community_id)
+        rows = np.flatnonzero(np.isin(column.codes, code)) if len(code) else code
+        if len(rows) == 0:
+            return None
+        i = int(rows[0])
+        return {"src_ip": ip_text(flows["src_ip_hi"][i], flows["src_ip_lo"][i]), "src_mss": int(flows["src_mss"][i]),
+                "dest_mss": int(flows["dest_mss"][i])}
+    if not len(flows):
+        return None
+    match = flows[flows["community_id"] == community_id]
+    return match.iloc[0].to_dict() if len(match) else None
+

@@ -21,13 +21,14 @@ import base64
 import html
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
-from ..detect.columns import endpoint
+from ..detect.columns import endpoint, ip_text
 from ..findings import Finding, iso_time
 from ..incidents import NO_PLACE, where, worst_first
 from ..rules import Rule
@@ -178,10 +179,23 @@ def figure_of(panels: list[tuple]) -> MplFigure:
     return fig
 
 
+@dataclass
+class FigureJob:
+    """A figure of the report still to draw: its title, `draw(ax)` of its one panel and its size in inches.
+    Drawing it is most of the report's cost; report.drawing draws several at once on the cores there are."""
+
+    title: str
+    draw: Callable
+    size: tuple[float, float] = (8.0, 3.0)
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        figure_of([(self.draw, self.title, self.size)]).savefig(buffer, format="png")
+        return buffer.getvalue()
+
+
 def _figure(draw, title: str, size=(8.0, 3.0)) -> Figure:
-    buffer = io.BytesIO()
-    figure_of([(draw, title, size)]).savefig(buffer, format="png")
-    return Figure(title, buffer.getvalue())
+    return Figure(title, FigureJob(title, draw, size).png())
 
 
 def _seconds(ns: int | None, start_ns: int) -> float:
@@ -205,23 +219,28 @@ def _timeline(series, findings: list[Finding]):
     return draw
 
 
-def figures(findings: list[Finding], evidence: EvidenceResult, flows: pd.DataFrame) -> list[Figure]:
-    """The report's figures: the traffic of the evidence pass, the rules' own figures, the flow table's
-    top talkers."""
+def figure_jobs(findings: list[Finding], evidence: EvidenceResult, flows) -> list[FigureJob]:
+    """The report's figures, to draw: the traffic of the evidence pass, the rules' own figures, the flow table's
+    top talkers. `flows`: the flow table as numbers (AnalysisContext.flow_columns: what the report reads, no
+    pandas) or its DataFrame view."""
     out = []
     series = evidence.series
     if series is not None and len(series.packets):
-        out.append(_figure(_timeline(series, findings), TIMELINE_TITLE))
+        out.append(FigureJob(TIMELINE_TITLE, _timeline(series, findings)))
         for figure in evidence.figures:
-            out.append(_figure(partial(figure.draw, flows=flows), figure.title, figure.size))
-    if len(flows):
-        talkers = _top_talkers(flows)
-
+            out.append(FigureJob(figure.title, partial(figure.draw, flows=flows), figure.size))
+    names, sent = _top_talkers(flows)
+    if len(names):
         def bars(ax):
-            ax.barh(talkers.index[::-1], talkers.values[::-1], color="#245")
+            ax.barh(names[::-1], sent[::-1], color="#245")
             ax.set_xlabel("bytes sent")
-        out.append(_figure(bars, f"Top {len(talkers)} talkers", size=(8.0, 0.35 * len(talkers) + 1.2)))
+        out.append(FigureJob(f"Top {len(names)} talkers", bars, (8.0, 0.35 * len(names) + 1.2)))
     return out
+
+
+def figures(findings: list[Finding], evidence: EvidenceResult, flows) -> list[Figure]:
+    """The report's figures (figure_jobs()) drawn here, one after the other."""
+    return [Figure(job.title, job.png()) for job in figure_jobs(findings, evidence, flows)]
 
 
 def finding_figure(finding: Finding, series, rule_figures: list, flows) -> MplFigure | None:
@@ -235,13 +254,28 @@ def finding_figure(finding: Finding, series, rule_figures: list, flows) -> MplFi
     return figure_of(panels)
 
 
-def _top_talkers(flows: pd.DataFrame) -> pd.Series:
-    """Bytes sent per address (both directions of every flow), the TOP_TALKERS largest."""
-    sent = pd.concat([
-        pd.Series(flows["src2dst_bytes"].to_numpy(), index=flows["src_ip"].astype(str).to_numpy()),
-        pd.Series(flows["dst2src_bytes"].to_numpy(), index=flows["dest_ip"].astype(str).to_numpy()),
-    ])
-    return sent.groupby(level=0).sum().nlargest(TOP_TALKERS)
+def _top_talkers(flows) -> tuple[list[str], np.ndarray]:
+    """Bytes sent per address (both directions of every flow), the TOP_TALKERS largest: (addresses, bytes), the
+    most first, equal ones in the order of their text. `flows`: as figure_jobs takes them."""
+    if isinstance(flows, dict):
+        halves = np.concatenate([np.stack([flows[f"{side}_ip_hi"], flows[f"{side}_ip_lo"]], axis=1)
+                                 for side in ("src", "dest")])
+        volume = np.concatenate([flows["src2dst_bytes"], flows["dst2src_bytes"]]).astype(np.int64)
+        if len(volume) == 0:
+            return [], np.zeros(0, dtype=np.int64)
+        unique, at = np.unique(halves, axis=0, return_inverse=True)
+        totals = np.bincount(at.reshape(-1), weights=volume, minlength=len(unique)).astype(np.int64)
+        texts = [ip_text(hi, lo) for hi, lo in unique.tolist()]
+    else:
+        if len(flows) == 0:
+            return [], np.zeros(0, dtype=np.int64)
+        totals_of: dict[str, int] = {}
+        for column, count in (("src_ip", "src2dst_bytes"), ("dest_ip", "dst2src_bytes")):
+            for text, value in zip(flows[column].astype(str).tolist(), flows[count].tolist()):
+                totals_of[text] = totals_of.get(text, 0) + int(value)
+        texts, totals = list(totals_of), np.array(list(totals_of.values()), dtype=np.int64)
+    order = sorted(range(len(texts)), key=lambda i: (-int(totals[i]), texts[i]))[:TOP_TALKERS]
+    return [texts[i] for i in order], totals[order]
 
 
 def _summary_rows(document: dict) -> list[tuple[str, str, bool]]:
@@ -315,7 +349,14 @@ def markdown_code(value, cell: bool = False) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+# A word none of whose characters can act is left as it is, with one search instead of four substitutions (most
+# words of a report).
+_MD_MAY_ACT = re.compile(r"[\\`*\[\]~$_<&|]")
+
+
 def _escape_word(word: str, cell: bool) -> str:
+    if not _MD_MAY_ACT.search(word):
+        return word
     word = _MD_INLINE.sub(r"\\\1", word)
     word = _MD_UNDERSCORE.sub(r"\\_", word)
     word = _MD_ANGLE.sub(r"\\<", word)
@@ -342,6 +383,7 @@ def markdown_text(value, cell: bool = False, line_start: bool = True) -> str:
                               else f"{m.group()[:-1]}\\{m.group()[-1]}", text, count=1)
 
 
+@lru_cache(maxsize=1024)
 def _rule_text(paragraph: str) -> str:
     """One paragraph of a rule's text: its `code spans` (commands, option names) stay code, the rest is
     markdown_text."""

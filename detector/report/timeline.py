@@ -12,7 +12,7 @@ without one is drawn grey, and so is every finding when there are no incidents.
 from __future__ import annotations
 
 from ..detect.figure import time_axis
-from .render import Figure, _figure
+from .render import Figure, FigureJob
 
 # The file report.md links (output.TOP_NAMES lists it, so a later run without findings removes it).
 TIMELINE_PNG = "timeline.png"
@@ -106,12 +106,18 @@ def legend_entries(timed) -> int:
     return min(len(colours), LEGEND_MAX) + int(loose)
 
 
-def timeline_figure(findings, incidents=(), start_ns: int | None = None) -> Figure | None:
-    """The figure (draw_timeline) as a PNG of figure_size(), or None without a finding that has a time."""
+def timeline_job(findings, incidents=(), start_ns: int | None = None) -> FigureJob | None:
+    """The figure (draw_timeline) of figure_size() to draw, or None without a finding that has a time."""
     timed = [f for f in findings if f.first_seen is not None]
     if not timed:
         return None
-    return _figure(lambda ax: draw_timeline(ax, timed, incidents, start_ns), TITLE, size=figure_size(timed))
+    return FigureJob(TITLE, lambda ax: draw_timeline(ax, timed, incidents, start_ns), figure_size(timed))
+
+
+def timeline_figure(findings, incidents=(), start_ns: int | None = None) -> Figure | None:
+    """The figure (draw_timeline) as a PNG of figure_size(), or None without a finding that has a time."""
+    job = timeline_job(findings, incidents, start_ns)
+    return None if job is None else Figure(job.title, job.png())
 
 
 def figure_size(findings) -> tuple[float, float]:
