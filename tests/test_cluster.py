@@ -30,6 +30,7 @@ from detector.ordering import capture_order
 from detector.report import findings_document
 from detector.rules import load_rules
 from detector.site import load_site
+from tests._cli import run_in_process
 from tests.test_manifest import site_file
 
 pytest.importorskip("distributed")
@@ -439,6 +440,8 @@ def test_a_worker_on_this_machine_that_cannot_open_a_capture_says_why(client, tm
 
 # ---- the command line ------------------------------------------------------------------------------------------
 def run_cli(*args, env=None):
+    """The installed program: a cluster's runs go through it as a user's do (flags, environment, the fork
+    server it starts); the answers of one process they are compared with run in this process (tests._cli)."""
     return subprocess.run([str(BIN / "detector"), *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
@@ -455,7 +458,7 @@ def test_each_on_the_command_line_exits_2_when_one_failed(tmp_path):
 
 def test_workers_flag_runs_an_embedded_cluster(tmp_path):
     paths = split(CAPTURES / "routing-loop-ipv6-vlan.pcap", tmp_path / "parts", 3)
-    one = run_cli("analyze", "--no-report", *paths, "-o", str(tmp_path / "one"))
+    one = run_in_process("analyze", "--no-report", *paths, "-o", str(tmp_path / "one"))
     many = run_cli("analyze", "--no-report", *paths, "-o", str(tmp_path / "many"), "--workers", "2")
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
@@ -516,21 +519,21 @@ def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tm
                     str(CAPTURES / "syn-flood-ingress-only.pcap")], check=True)
     # relative paths: the workers run in another folder, the client sends where the files are
     paths = [os.path.relpath(p) for p in split(whole, tmp_path / "parts", 4)]
-    one = run_cli("analyze", *paths, "-o", str(tmp_path / "one"))
+    one = run_in_process("analyze", *paths, "-o", str(tmp_path / "one"))
     many = run_cli("analyze", *paths, "-o", str(tmp_path / "many"), "--scheduler", dask_cluster)
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
     # each file cut into byte ranges that the workers read in another folder (a capture whose merge is exact
     # at those cuts: INEXACT_IN_RANGES)
     scan = [os.path.relpath(p) for p in split(CAPTURES / "scan-port-scan.pcap", tmp_path / "scan", 2)]
-    alone = run_cli("analyze", *scan, "-o", str(tmp_path / "alone"))
+    alone = run_in_process("analyze", *scan, "-o", str(tmp_path / "alone"))
     ranges = run_cli("analyze", *scan, "-o", str(tmp_path / "ranges"), "--scheduler", dask_cluster,
                      "--partitions-per-file", "3")
     assert alone.returncode == ranges.returncode == 0, ranges.stderr
     assert (tmp_path / "alone" / "findings.json").read_text() == (tmp_path / "ranges" / "findings.json").read_text()
     flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"),
                     env={"DETECTOR_SCHEDULER": dask_cluster, "DETECTOR_PARTITIONS_PER_FILE": "3"})
-    single = run_cli("flows", *paths, "-o", str(tmp_path / "single.csv"))
+    single = run_in_process("flows", *paths, "-o", str(tmp_path / "single.csv"))
     assert flows.returncode == single.returncode == 0, flows.stderr
     got, want = pd.read_csv(tmp_path / "flows.csv"), pd.read_csv(tmp_path / "single.csv")
     assert len(got) == len(want) > 100
