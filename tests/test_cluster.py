@@ -338,55 +338,51 @@ def test_each_with_a_broken_capture(client, tmp_path):
     assert not (tmp_path / "out" / "<i>broken&").exists()
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
+# The two tests below kill workers of the module's cluster: its nannies start others in their place, which the
+# tests wait for, so the tests after them find two workers as before.
+def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(client, tmp_path):
     paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
     *_, one = commands.analyze(paths, tmp_path / "one", report=False)
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local) as dask_client:
-        pids = dask_client.run(os.getpid)
-        killed, done = {}, threading.Event()
+    pids = client.run(os.getpid)
+    killed, done = {}, threading.Event()
 
-        def kill_a_folding_worker():
-            while not done.is_set():
-                for address, keys in dask_client.processing().items():
-                    if address in pids and any(str(key).startswith("fold-") for key in keys):
-                        os.kill(pids[address], signal.SIGKILL)
-                        killed[address] = keys
-                        return
-                time.sleep(0.002)
+    def kill_a_folding_worker():
+        while not done.is_set():
+            for address, keys in client.processing().items():
+                if address in pids and any(str(key).startswith("fold-") for key in keys):
+                    os.kill(pids[address], signal.SIGKILL)
+                    killed[address] = keys
+                    return
+            time.sleep(0.002)
 
-        killer = threading.Thread(target=kill_a_folding_worker)
-        killer.start()
-        try:
-            *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=dask_client,
-                                        partitions_per_file=7)
-        finally:
-            done.set()
-            killer.join()
-        assert killed, "no worker was killed while folding"
-        dask_client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
-        assert set(pids.values()) != set(dask_client.run(os.getpid).values())
+    killer = threading.Thread(target=kill_a_folding_worker)
+    killer.start()
+    try:
+        *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=client, partitions_per_file=7)
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no worker was killed while folding"
+    client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
+    assert set(pids.values()) != set(client.run(os.getpid).values())
     assert many.read_text() == one.read_text()
 
 
-def test_what_every_task_takes_outlives_the_workers_that_held_it():
+def test_what_every_task_takes_outlives_the_workers_that_held_it(client):
     # the rules and site every fold takes (cluster._shared): every worker holding them killed, the next fold
     # still gets them (Dask computes them again; scattered data, even broadcast, would be lost for good)
-    from distributed import Client, LocalCluster, wait
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local) as dask_client:
-        shared = cluster._shared(dask_client, {"scan": load_rules()["scan"]})
-        wait(shared)
-        pids = dask_client.run(os.getpid)
-        holders = set(dask_client.who_has(shared)[shared.key])
-        for address in holders:
-            os.kill(pids[address], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while set(dask_client.scheduler_info()["workers"]) & holders and time.monotonic() < deadline:
-            time.sleep(0.05)
-        dask_client.wait_for_workers(2, timeout=60)
-        assert dask_client.submit(lambda rules: rules["scan"].id, shared, pure=False).result(timeout=60) == "scan"
+    from distributed import wait
+    shared = cluster._shared(client, {"scan": load_rules()["scan"]})
+    wait(shared)
+    pids = client.run(os.getpid)
+    holders = set(client.who_has(shared)[shared.key])
+    for address in holders:
+        os.kill(pids[address], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while set(client.scheduler_info()["workers"]) & holders and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.wait_for_workers(2, timeout=60)
+    assert client.submit(lambda rules: rules["scan"].id, shared, pure=False).result(timeout=60) == "scan"
 
 
 def test_a_damaged_capture_among_many_is_one_line(client, tmp_path):
@@ -504,13 +500,15 @@ def dask_cluster(tmp_path):
             probe.wait_for_workers(2, timeout=60)
         yield address
     finally:
+        # one at a time, the workers first: a worker stopped with its scheduler keeps trying to say goodbye to it,
+        # and took the 10 s below to be killed
         for proc in reversed(procs):
             proc.terminate()
-        for proc in reversed(procs):
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
 
 
 def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tmp_path):
