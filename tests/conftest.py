@@ -37,6 +37,29 @@ STRICT_ENV = "DETECTOR_STRICT_ORACLES"
 os.environ["DETECTOR_RAISE_FAILURES"] = "1"
 
 
+def _asked_once(resolve):
+    """`resolve` (an address -> the MAC to send to, or None) asking the network once per address."""
+    answers = {}
+
+    def once(address, *args, **kwargs):
+        key = str(address)
+        if key not in answers:
+            answers[key] = resolve(address, *args, **kwargs)
+        return answers[key]
+    return once
+
+
+# scapy fills the destination MAC of an Ether() left without one (an IP packet, an ARP reply) by asking the network,
+# at every frame built: an ARP request and 2 s of waiting for an IPv4 address of the local network that nobody
+# answers (this machine's is 192.0.2.0/24, the documentation network the tests use), a Neighbor Solicitation and 1 s
+# for an IPv6 address. The answer, or its absence (scapy then writes the broadcast address), is kept for the
+# process: the same bytes as before, without the wait at every frame.
+from scapy.layers import inet, inet6, l2  # noqa: E402
+
+l2.getmacbyip = inet.getmacbyip = _asked_once(l2.getmacbyip)
+inet6.getmacbyip6 = _asked_once(inet6.getmacbyip6)
+
+
 def strict() -> bool:
     """True where every oracle must be present (CI): a skip is then a failure."""
     return os.environ.get(STRICT_ENV) == "1"

@@ -18,9 +18,18 @@ import pytest
 from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, wrpcap
 
 from detector.schema import LINKTYPE_NAMES
+from tests._cli import run_in_process
 
 
 def run_cli(*args, cwd=None):
+    """The command line in this process (tests._cli); `watch`, which captures until it is stopped, in its own."""
+    if args and args[0] == "watch":
+        return run_program(*args, cwd=cwd)
+    return run_in_process(*args, cwd=cwd)
+
+
+def run_program(*args, cwd=None):
+    """`python -m detector` in a process of its own: the program's own exit status and output."""
     return subprocess.run([sys.executable, "-m", "detector", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, timeout=300)
 
@@ -311,7 +320,7 @@ def test_analyze_bad_fail_on_and_garbage_input(small_pcap, tmp_path):
 
 def test_version_is_the_installed_packages():
     from importlib.metadata import version
-    proc = run_cli("--version")
+    proc = run_program("--version")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"detector {version('detector')}\n", "")
 
 
@@ -346,9 +355,9 @@ def test_flows_to_standard_output_as_tshark_and_zeek_cut_write(small_pcap, tmp_p
 
 
 def test_usage_errors_exit_2():
-    proc = run_cli("frobnicate")
+    proc = run_program("frobnicate")
     assert proc.returncode == 2
-    proc = run_cli()
+    proc = run_program()
     assert proc.returncode == 2
 
 

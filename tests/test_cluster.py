@@ -30,6 +30,7 @@ from detector.ordering import capture_order
 from detector.report import findings_document
 from detector.rules import load_rules
 from detector.site import load_site
+from tests._cli import run_in_process
 from tests.test_manifest import site_file
 
 pytest.importorskip("distributed")
@@ -337,55 +338,51 @@ def test_each_with_a_broken_capture(client, tmp_path):
     assert not (tmp_path / "out" / "<i>broken&").exists()
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(tmp_path):
+# The two tests below kill workers of the module's cluster: its nannies start others in their place, which the
+# tests wait for, so the tests after them find two workers as before.
+def test_a_worker_killed_mid_run_is_replaced_and_its_partitions_rerun(client, tmp_path):
     paths = split(CAPTURES / "scan-port-scan.pcap", tmp_path / "parts", 3)
     *_, one = commands.analyze(paths, tmp_path / "one", report=False)
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local) as dask_client:
-        pids = dask_client.run(os.getpid)
-        killed, done = {}, threading.Event()
+    pids = client.run(os.getpid)
+    killed, done = {}, threading.Event()
 
-        def kill_a_folding_worker():
-            while not done.is_set():
-                for address, keys in dask_client.processing().items():
-                    if address in pids and any(str(key).startswith("fold-") for key in keys):
-                        os.kill(pids[address], signal.SIGKILL)
-                        killed[address] = keys
-                        return
-                time.sleep(0.002)
+    def kill_a_folding_worker():
+        while not done.is_set():
+            for address, keys in client.processing().items():
+                if address in pids and any(str(key).startswith("fold-") for key in keys):
+                    os.kill(pids[address], signal.SIGKILL)
+                    killed[address] = keys
+                    return
+            time.sleep(0.002)
 
-        killer = threading.Thread(target=kill_a_folding_worker)
-        killer.start()
-        try:
-            *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=dask_client,
-                                        partitions_per_file=7)
-        finally:
-            done.set()
-            killer.join()
-        assert killed, "no worker was killed while folding"
-        dask_client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
-        assert set(pids.values()) != set(dask_client.run(os.getpid).values())
+    killer = threading.Thread(target=kill_a_folding_worker)
+    killer.start()
+    try:
+        *_, many = commands.analyze(paths, tmp_path / "many", report=False, client=client, partitions_per_file=7)
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no worker was killed while folding"
+    client.wait_for_workers(2, timeout=60)      # the nanny started another in its place
+    assert set(pids.values()) != set(client.run(os.getpid).values())
     assert many.read_text() == one.read_text()
 
 
-def test_what_every_task_takes_outlives_the_workers_that_held_it():
+def test_what_every_task_takes_outlives_the_workers_that_held_it(client):
     # the rules and site every fold takes (cluster._shared): every worker holding them killed, the next fold
     # still gets them (Dask computes them again; scattered data, even broadcast, would be lost for good)
-    from distributed import Client, LocalCluster, wait
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local, \
-            Client(local) as dask_client:
-        shared = cluster._shared(dask_client, {"scan": load_rules()["scan"]})
-        wait(shared)
-        pids = dask_client.run(os.getpid)
-        holders = set(dask_client.who_has(shared)[shared.key])
-        for address in holders:
-            os.kill(pids[address], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while set(dask_client.scheduler_info()["workers"]) & holders and time.monotonic() < deadline:
-            time.sleep(0.05)
-        dask_client.wait_for_workers(2, timeout=60)
-        assert dask_client.submit(lambda rules: rules["scan"].id, shared, pure=False).result(timeout=60) == "scan"
+    from distributed import wait
+    shared = cluster._shared(client, {"scan": load_rules()["scan"]})
+    wait(shared)
+    pids = client.run(os.getpid)
+    holders = set(client.who_has(shared)[shared.key])
+    for address in holders:
+        os.kill(pids[address], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while set(client.scheduler_info()["workers"]) & holders and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.wait_for_workers(2, timeout=60)
+    assert client.submit(lambda rules: rules["scan"].id, shared, pure=False).result(timeout=60) == "scan"
 
 
 def test_a_damaged_capture_among_many_is_one_line(client, tmp_path):
@@ -439,6 +436,8 @@ def test_a_worker_on_this_machine_that_cannot_open_a_capture_says_why(client, tm
 
 # ---- the command line ------------------------------------------------------------------------------------------
 def run_cli(*args, env=None):
+    """The installed program: a cluster's runs go through it as a user's do (flags, environment, the fork
+    server it starts); the answers of one process they are compared with run in this process (tests._cli)."""
     return subprocess.run([str(BIN / "detector"), *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
@@ -455,7 +454,7 @@ def test_each_on_the_command_line_exits_2_when_one_failed(tmp_path):
 
 def test_workers_flag_runs_an_embedded_cluster(tmp_path):
     paths = split(CAPTURES / "routing-loop-ipv6-vlan.pcap", tmp_path / "parts", 3)
-    one = run_cli("analyze", "--no-report", *paths, "-o", str(tmp_path / "one"))
+    one = run_in_process("analyze", "--no-report", *paths, "-o", str(tmp_path / "one"))
     many = run_cli("analyze", "--no-report", *paths, "-o", str(tmp_path / "many"), "--workers", "2")
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
@@ -501,13 +500,15 @@ def dask_cluster(tmp_path):
             probe.wait_for_workers(2, timeout=60)
         yield address
     finally:
+        # one at a time, the workers first: a worker stopped with its scheduler keeps trying to say goodbye to it,
+        # and took the 10 s below to be killed
         for proc in reversed(procs):
             proc.terminate()
-        for proc in reversed(procs):
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
 
 
 def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tmp_path):
@@ -516,21 +517,21 @@ def test_scheduler_flag_and_environment_use_an_existing_cluster(dask_cluster, tm
                     str(CAPTURES / "syn-flood-ingress-only.pcap")], check=True)
     # relative paths: the workers run in another folder, the client sends where the files are
     paths = [os.path.relpath(p) for p in split(whole, tmp_path / "parts", 4)]
-    one = run_cli("analyze", *paths, "-o", str(tmp_path / "one"))
+    one = run_in_process("analyze", *paths, "-o", str(tmp_path / "one"))
     many = run_cli("analyze", *paths, "-o", str(tmp_path / "many"), "--scheduler", dask_cluster)
     assert one.returncode == many.returncode == 0, many.stderr
     assert (tmp_path / "one" / "findings.json").read_text() == (tmp_path / "many" / "findings.json").read_text()
     # each file cut into byte ranges that the workers read in another folder (a capture whose merge is exact
     # at those cuts: INEXACT_IN_RANGES)
     scan = [os.path.relpath(p) for p in split(CAPTURES / "scan-port-scan.pcap", tmp_path / "scan", 2)]
-    alone = run_cli("analyze", *scan, "-o", str(tmp_path / "alone"))
+    alone = run_in_process("analyze", *scan, "-o", str(tmp_path / "alone"))
     ranges = run_cli("analyze", *scan, "-o", str(tmp_path / "ranges"), "--scheduler", dask_cluster,
                      "--partitions-per-file", "3")
     assert alone.returncode == ranges.returncode == 0, ranges.stderr
     assert (tmp_path / "alone" / "findings.json").read_text() == (tmp_path / "ranges" / "findings.json").read_text()
     flows = run_cli("flows", *paths, "-o", str(tmp_path / "flows.csv"),
                     env={"DETECTOR_SCHEDULER": dask_cluster, "DETECTOR_PARTITIONS_PER_FILE": "3"})
-    single = run_cli("flows", *paths, "-o", str(tmp_path / "single.csv"))
+    single = run_in_process("flows", *paths, "-o", str(tmp_path / "single.csv"))
     assert flows.returncode == single.returncode == 0, flows.stderr
     got, want = pd.read_csv(tmp_path / "flows.csv"), pd.read_csv(tmp_path / "single.csv")
     assert len(got) == len(want) > 100

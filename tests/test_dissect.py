@@ -300,7 +300,10 @@ def _with_sharkd(folder: Path, tshark, body: str) -> None:
 @pytest.mark.parametrize("body, by", [
     ("exit 1", "tshark"),                                              # sharkd fails at once: tshark does it all
     ('echo "not json"; exit 0', "tshark"),                             # sharkd answers nonsense
-    ('exec "$SHARKD" - 2>/dev/null | head -n 13', "sharkd and tshark"),  # it ends after one file
+    # it ends after one file: its answers past the first file's are lost and its output closes (the shell lets go
+    # of the pipes, which it would otherwise hold until sharkd, still reading its requests, ends)
+    ('exec 3>&1 4<&0 >/dev/null 2>&1\n"$SHARKD" - <&4 3>&- 4<&- | head -n 13 >&3 3>&- 4<&- &\nexec 3>&- 4<&-\nwait',
+     "sharkd and tshark"),
     # a line that answers nothing (a banner, a warning on stdout) shifts no answer: they are known by id
     ('echo "a stray line"; echo \'{"jsonrpc":"2.0","id":999}\'; exec "$SHARKD" - 2>/dev/null', "sharkd"),
 ])

@@ -1,9 +1,10 @@
 """Outputs on a hostile or full file system: links are replaced, never written through; a full disk leaves no
 half file and loses nothing written before; a folder holds one run's outputs; modes follow the umask.
 
-Everything runs the real command line on the bundled captures. The full disk is real: a small tmpfs this
-test mounts (as root), and a file-size limit (RLIMIT_FSIZE) on the process, which fails writes the same way
-for anyone.
+Everything runs the real command line on the bundled captures: detector.cli.main in this process (the same
+parsing, exit codes and error lines as the program), `watch` and a run under a file-size limit in a process of
+their own. The full disk is real: a small tmpfs this test mounts (as root), and a file-size limit
+(RLIMIT_FSIZE) on the process, which fails writes the same way for anyone.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests import test_watch as live
+from tests._cli import run_in_process
 from tests.test_watch import netns, watchers  # noqa: F401  (fixtures of the live test: a namespace, its watches)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,13 +31,24 @@ LOOP = CAPTURES / "echo-loop-rip-ipv4.pcapng"
 # The same incident in another capture: the same output names, other bytes (an earlier run to keep intact).
 LOOP_V6 = CAPTURES / "echo-loop-rip-ipv6-vlan.pcap"
 BENIGN = CAPTURES / "benign-office.pcapng"
+# Flows enough for a flow table larger than every file-size limit below.
+BUSY = CAPTURES / "rss-balanced-busy.pcap"
 # What analyze writes for LOOP (evidence for both findings, the reproduce script of the RIP probe, the findings'
 # time axis report.md links).
 LOOP_OUTPUTS = {"findings.json", "findings.jsonl", "report.md", "report.html", "timeline.png",
                 "evidence/echo-loop-1.pcap", "evidence/rip-trigger-1.pcap", "evidence/rip-trigger-1-reproduce.py"}
 
 
-def run_cli(*args, umask=None, file_limit=None, cwd=None):
+def run_cli(*args, umask=None, file_limit=None, cwd=None) -> subprocess.CompletedProcess:
+    """The command line with `args`, its exit status and output: in this process, or in a process of its own
+    for `watch` (it captures until stopped) and under a file-size limit (it would stop the test's writes too)."""
+    args = [str(arg) for arg in args]
+    if file_limit is not None or args[0] == "watch":
+        return _run_process(args, umask, file_limit, cwd)
+    return run_in_process(*args, umask=umask, cwd=cwd)
+
+
+def _run_process(args, umask, file_limit, cwd) -> subprocess.CompletedProcess:
     def limits():
         if umask is not None:
             os.umask(umask)
@@ -42,8 +56,8 @@ def run_cli(*args, umask=None, file_limit=None, cwd=None):
             # past the limit a write fails with EFBIG instead of killing the process (SIG_IGN survives exec)
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
-    return subprocess.run([sys.executable, "-m", "detector", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, preexec_fn=limits, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "detector", *args], capture_output=True, text=True, timeout=300,
+                          preexec_fn=limits, cwd=cwd)
 
 
 def one_line_error(proc) -> str:
@@ -161,29 +175,40 @@ def _check_failed_run(proc, out: Path, before: dict[str, str], written: set[str]
     return named
 
 
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory) -> Path:
+    """What the tests below find in place before the run that fails: LOOP analysed (its outputs' sizes),
+    LOOP_V6 analysed (the earlier run the failed one must leave intact: same names, other bytes), and the flows
+    of a busy capture. Each test copies what it needs; a copy is these bytes under these names."""
+    folder = tmp_path_factory.mktemp("earlier")
+    assert run_cli("analyze", LOOP, "-o", folder / "loop").returncode == 0
+    assert run_cli("analyze", LOOP_V6, "-o", folder / "loop-v6").returncode == 0
+    assert run_cli("flows", BUSY, "-o", folder / "flows.csv").returncode == 0
+    return folder
+
+
+
 @pytest.mark.parametrize("limit", [3_000, 20_000, 60_000])
-def test_a_file_size_limit_fails_the_run_without_half_files(tmp_path, limit):
+def test_a_file_size_limit_fails_the_run_without_half_files(tmp_path, earlier, limit):
     """RLIMIT_FSIZE: a write past it fails (EFBIG) as on a full disk; the error names the file and the
     previous run's outputs stay as they were."""
-    out = tmp_path / "out"
-    assert run_cli("analyze", LOOP, "-o", tmp_path / "sizes").returncode == 0
-    sizes = {name: (tmp_path / "sizes" / name).stat().st_size for name in LOOP_OUTPUTS}
+    sizes = {name: (earlier / "loop" / name).stat().st_size for name in LOOP_OUTPUTS}
     assert max(sizes.values()) > limit
-    assert run_cli("analyze", LOOP_V6, "-o", out).returncode == 0
+    out = shutil.copytree(earlier / "loop-v6", tmp_path / "out")
     before = tree(out)
+    assert set(before) == LOOP_OUTPUTS and before != tree(earlier / "loop")
     proc = run_cli("analyze", LOOP, "-o", out, file_limit=limit)
     named = _check_failed_run(proc, out, before, LOOP_OUTPUTS)
     assert sizes[str(Path(named).relative_to(out))] > limit
     assert "File too large" in proc.stderr
 
-    flows = tmp_path / "flows.csv"
-    assert run_cli("flows", CAPTURES / "rss-balanced-busy.pcap", "-o", flows).returncode == 0
+    flows = shutil.copyfile(earlier / "flows.csv", tmp_path / "flows.csv")
     kept = flows.read_bytes()
     assert len(kept) > limit
-    line = one_line_error(run_cli("flows", CAPTURES / "rss-balanced-busy.pcap", "-o", flows, file_limit=limit))
+    line = one_line_error(run_cli("flows", BUSY, "-o", flows, file_limit=limit))
     assert line.startswith(f"detector: error: {flows}: ")
     assert flows.read_bytes() == kept
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["flows.csv", "out", "sizes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flows.csv", "out"]
 
 
 @pytest.fixture
@@ -221,9 +246,8 @@ def _fill(disk: Path, leave: int) -> None:
 
 
 @pytest.mark.parametrize("leave", [0, 16 << 10, 64 << 10, 100 << 10])
-def test_a_full_disk_leaves_no_half_file_and_loses_nothing(small_disk, leave):
-    out = small_disk / "out"
-    assert run_cli("analyze", LOOP_V6, "-o", out).returncode == 0
+def test_a_full_disk_leaves_no_half_file_and_loses_nothing(small_disk, earlier, leave):
+    out = shutil.copytree(earlier / "loop-v6", small_disk / "out")
     before = tree(out)
     assert set(before) == LOOP_OUTPUTS
     _fill(small_disk, leave)
@@ -235,12 +259,12 @@ def test_a_full_disk_leaves_no_half_file_and_loses_nothing(small_disk, leave):
 def test_flows_on_a_full_disk_keep_the_previous_file(small_disk):
     for name in ("flows.csv", "flows.parquet"):
         path = small_disk / name
-        assert run_cli("flows", CAPTURES / "rss-balanced-busy.pcap", "-o", path).returncode == 0
+        assert run_cli("flows", BUSY, "-o", path).returncode == 0
     kept = tree(small_disk)
     _fill(small_disk, 0)
     for name in ("flows.csv", "flows.parquet"):
         path = small_disk / name
-        line = one_line_error(run_cli("flows", CAPTURES / "rss-balanced-busy.pcap", "-o", path))
+        line = one_line_error(run_cli("flows", BUSY, "-o", path))
         assert line.startswith(f"detector: error: {path}: No space left on device"), line
     (small_disk / "filler").unlink()
     assert tree(small_disk) == dict(kept.items())
