@@ -15,8 +15,6 @@ a watch concludes the state it merged from the slices of its window.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from dataclasses import dataclass, field
 
 from . import engine
@@ -65,8 +63,7 @@ class AnalysisState:
     the site file (detector.site.Site) every detector is given; None: no site file.
     """
 
-    def __init__(self, rules, stopped: dict[str, DetectorFailure] | None = None, site=None,
-                 pipelined: bool = False):
+    def __init__(self, rules, stopped: dict[str, DetectorFailure] | None = None, site=None):
         self.stats = CaptureStats()
         self.quality = CaptureQuality()
         self.flows = FlowTable()
@@ -75,23 +72,12 @@ class AnalysisState:
         # the engine hashes frames only for a consumer that reads the fingerprints (the duplicate test does)
         self.needs_fingerprint = True
         self.app_tables = self.detectors.app_tables
-        self._rules = _RulesThread(self.detectors) if pipelined else None
 
     def update(self, batch) -> None:
         self.stats.update(batch)
         self.quality.update(batch)
         self.flows.update(batch)
-        if self._rules is None:
-            self.detectors.update(batch)
-        else:
-            self._rules.put(batch)
-
-    def finish(self) -> None:
-        """Wait for the rules to have seen every batch given to update() (a pipelined state's thread); raise
-        what failed there outside any one rule (a rule's own failure is recorded, DetectorSet)."""
-        if self._rules is not None:
-            rules, self._rules = self._rules, None
-            rules.finish()
+        self.detectors.update(batch)
 
     def merge(self, other: AnalysisState) -> AnalysisState:
         """Absorb `other`, the state of the packets that follow this one's (a cluster partition). Returns self."""
@@ -101,48 +87,6 @@ class AnalysisState:
         self.detectors.merge(other.detectors)
         self.detectors.joined(joins)
         return self
-
-
-# Batches the rules' thread may lag behind the flow table: enough to even out a batch that costs one side more
-# than the other; each holds a decoded batch (and its frames) a little longer.
-RULES_BEHIND_BATCHES = 2
-
-
-class _RulesThread:
-    """The detectors' updates in a thread of their own, batch after batch in capture order, while the caller's
-    thread moves on to the next batch's capture statistics and flow table: the flow table's compiled kernel and
-    the rules' numpy and compiled steps release the GIL, so on two cores they overlap. A detector reads only
-    its batch in update() (the flow table reaches it as the context of findings(), after finish()), and the
-    flow table has set the batch's flow events before the batch is handed over."""
-
-    def __init__(self, detectors: DetectorSet):
-        self.detectors = detectors
-        self.queue: queue.Queue = queue.Queue(maxsize=RULES_BEHIND_BATCHES)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="detector-rules", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            batch = self.queue.get()
-            if batch is None:
-                return
-            if self.error is None:
-                try:
-                    self.detectors.update(batch)
-                except BaseException as exc:     # raised in the caller's thread (put, finish)
-                    self.error = exc
-
-    def put(self, batch) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put(batch)
-
-    def finish(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def capture_drops(captures: list[dict], stats: CaptureStats) -> list[CaptureDrops]:
@@ -220,11 +164,8 @@ def analyze(sources, rules=None, label: str = "analyze", site=None) -> Analysis:
         from .rules import load_rules
         rules = load_rules()
     from .ordering import FileSpans, overlap_warnings
-    state = AnalysisState(rules, site=site, pipelined=True)
+    state = AnalysisState(rules, site=site)
     spans = FileSpans()
-    try:
-        run = engine.run(sources, [state, spans], label=label)
-    finally:
-        state.finish()
+    run = engine.run(sources, [state, spans], label=label)
     run.warnings.extend(overlap_warnings(spans.extents(run.captures)))
     return conclude(state.detectors, state.flows, state.stats, run, quality=state.quality)
