@@ -13,27 +13,22 @@ def write_reports(out: OutputDir, document: dict, findings, rules, evidence: Evi
                   incidents=()) -> list[str]:
     """Write report.md and report.html into `out`, opening with the incidents; returns their names. Wireshark's
     view of the cited frames (dissect.py) is read from the evidence pcaps `out` holds, by tshark processes that
-    run while the figures are drawn (report.drawing: on every core, forked processes drawing a share each)."""
+    run while the figures are drawn (on another core: tshark's start-up is most of their cost)."""
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
     from .dissect import dissect_evidence
-    from .drawing import Drawing
-    from .render import Figure, figure_jobs, html_report, markdown
-    from .timeline import TIMELINE_PNG, timeline_job
+    from .render import figures, html_report, markdown
+    from .timeline import TIMELINE_PNG, timeline_figure
 
     listed = document.get("incidents")
     # the info findings are an appendix table, with no section to show frames in: none is dissected for them
     sections = [f if f.severity != "info" else replace(f, evidence_pcap=None) for f in findings]
-    timeline_drawn = timeline_job(findings, listed, evidence.series.start_ns if evidence.series else None)
-    jobs = ([timeline_drawn] if timeline_drawn is not None else []) + figure_jobs(findings, evidence, flows)
-    # the helpers drawing figures fork first, before sharkd's process and the thread that reads it
-    with Drawing(jobs) as drawing, ThreadPoolExecutor(max_workers=1) as background:
+    with ThreadPoolExecutor(max_workers=1) as background:
         dissecting = background.submit(dissect_evidence, out, sections, evidence, listed)
-        drawn = [Figure(job.title, png) for job, png in zip(jobs, drawing.pngs())]
+        timeline = timeline_figure(findings, listed, evidence.series.start_ns if evidence.series else None)
+        figs = figures(findings, evidence, flows)
         views = dissecting.result()
-    timeline = drawn.pop(0) if timeline_drawn is not None else None
-    figs = drawn
     if timeline is not None:
         out.write(TIMELINE_PNG, timeline.png)
     md = out.write("report.md", markdown(document, findings, rules, evidence, incidents, views,

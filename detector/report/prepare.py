@@ -37,9 +37,3 @@ def _safe() -> None:
     except Exception:       # the report imports matplotlib again and meets the same error where it is handled
         pass
 
-
-def wait() -> None:
-    """Wait for the warm-up to end, where one was started: before this process forks (report.drawing), so no
-    copy of it starts with a lock the warm-up thread holds."""
-    if _started is not None:
-        _started.join()

@@ -181,8 +181,7 @@ def figure_of(panels: list[tuple]) -> MplFigure:
 
 @dataclass
 class FigureJob:
-    """A figure of the report still to draw: its title, `draw(ax)` of its one panel and its size in inches.
-    Drawing it is most of the report's cost; report.drawing draws several at once on the cores there are."""
+    """A figure of the report still to draw: its title, `draw(ax)` of its one panel and its size in inches."""
 
     title: str
     draw: Callable
