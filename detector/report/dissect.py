@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import DetectorError
-from .render import _CONTROL, _control_text, markdown_text
+from .escape import CONTROL, control_text, markdown_text
 
 log = logging.getLogger(__name__)
 
@@ -508,7 +508,7 @@ def _shown_tree(d: Dissection, pcap: str) -> str:
 def _fenced(text: str) -> list[str]:
     """`text` as a fenced code block no line of it can close (the fence is longer than any backtick run in it),
     the characters a terminal or viewer would act on shown as \\xNN (render's, as everywhere in the report)."""
-    lines = [_CONTROL.sub(_control_text, line) for line in text.split("\n")]
+    lines = [CONTROL.sub(control_text, line) for line in text.split("\n")]
     longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
     fence = "`" * max(3, longest + 1)
     return [f"{fence}text", *lines, fence]
