@@ -76,4 +76,3 @@ def flow_community_id(ctx, src: str, sport: int, dst: str, dport: int, proto: in
         return None
     column = cols["community_id"]
     return str(column.value_texts()[int(column.codes[hit[0]])])
-

@@ -870,4 +870,3 @@ def _flow_of(flows, community_id: str) -> dict | None:
         return None
     match = flows[flows["community_id"] == community_id]
     return match.iloc[0].to_dict() if len(match) else None
-
