@@ -36,4 +36,3 @@ def _safe() -> None:
         _prepare()
     except Exception:       # the report imports matplotlib again and meets the same error where it is handled
         pass
-
