@@ -134,29 +134,21 @@ def test_timestamps_years_apart_use_the_sparse_histogram(tmp_path):
     assert bins.tolist() == [0, 3_200_000_000, 17_000_000_000] and counts.sum(axis=1).tolist() == [2, 2, 1]
 
 
-def _checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071) of `data`."""
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def _numbered(template: bytes, k: int) -> bytes:
     """The k-th datagram of the flow of `template` (Ethernet, a 20-byte IPv4 header, UDP, a 4-byte payload):
     IP identification k (mod 2^16) and payload k, both checksums redone. What scapy builds field by field, at
-    a hundredth of its cost (test_numbered_frames_are_scapys)."""
+    a hundredth of its cost (test_numbered_frames_are_scapys); the checksums are scapy's own (RFC 1071)."""
+    from scapy.utils import checksum
+
     frame = bytearray(template)
     ip, udp = 14, 34
     struct.pack_into("!H", frame, ip + 4, k & 0xFFFF)
     frame[-4:] = k.to_bytes(4, "big")
     struct.pack_into("!H", frame, ip + 10, 0)
-    struct.pack_into("!H", frame, ip + 10, _checksum(bytes(frame[ip:udp])))
+    struct.pack_into("!H", frame, ip + 10, checksum(bytes(frame[ip:udp])))
     struct.pack_into("!H", frame, udp + 6, 0)
     pseudo = bytes(frame[ip + 12:ip + 20]) + struct.pack("!BBH", 0, 17, len(frame) - udp)
-    struct.pack_into("!H", frame, udp + 6, _checksum(pseudo + bytes(frame[udp:])) or 0xFFFF)
+    struct.pack_into("!H", frame, udp + 6, checksum(pseudo + bytes(frame[udp:])) or 0xFFFF)
     return bytes(frame)
 
 
